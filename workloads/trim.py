@@ -1,0 +1,83 @@
+"""Trim recorded exports into small test fixtures (and bundled examples).
+
+For each ``<name>.sqlite`` recorded by ``record.py`` this writes ``<dest>/<name>/``:
+
+  trace.sqlite.xz   a copy with bulky tables nsysan does not read dropped, VACUUMed, xz-compressed
+  stats/*.csv       the ``nsys stats`` reference reports recorded next to it (same events: the
+                    dropped tables hold no kernel/API/memcpy/NVTX rows)
+  README.md         provenance: nsys version, GPU, driver, exact command, what was dropped
+
+The source export is only read (opened read-only); the copy is what gets trimmed.
+
+    python3 workloads/trim.py --src traces --dest tests/fixtures/traces
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import shutil
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+# Tables with no bearing on nsysan's analyses (call stacks, profiler bookkeeping, embedded files).
+DROP = ("OSRT_CALLCHAINS", "SAMPLING_CALLCHAINS", "ANALYSIS_FILE", "DIAGNOSTIC_EVENT")
+
+
+def trim(src: Path, dest_dir: Path) -> Path:
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "trace.sqlite"
+        shutil.copyfile(src, work)
+        con = sqlite3.connect(work)
+        present = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        dropped = [t for t in DROP if t in present]
+        for table in dropped:
+            con.execute(f'DROP TABLE "{table}"')
+        con.commit()
+        con.execute("VACUUM")
+        con.close()
+        out = dest_dir / "trace.sqlite.xz"
+        out.write_bytes(lzma.compress(work.read_bytes(), preset=9))
+    stats = src.with_suffix(".stats")
+    if stats.is_dir():
+        shutil.copytree(stats, dest_dir / "stats", dirs_exist_ok=True)
+    meta_file = src.with_suffix(".json")
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    log = src.with_suffix(".log")
+    result_lines = [ln for ln in (log.read_text().splitlines() if log.exists() else []) if ln.startswith(("[ladder]", "[launch_bound]"))
+                    or " n=" in ln]
+    readme = [
+        f"# {src.stem}",
+        "",
+        f"- nsys: {meta.get('nsys_version', 'unknown')}",
+        f"- GPU: {meta.get('gpu', 'unknown')} ({meta.get('gpu_memory', '?')}), driver {meta.get('driver', '?')}",
+        f"- command: `{meta.get('command', 'unknown')}`",
+        f"- trimmed by `workloads/trim.py`: dropped {', '.join(dropped) or 'nothing'}; VACUUM; xz -9",
+        "- `stats/`: `nsys stats -f csv` reports made by the same nsys on the untrimmed export",
+    ]
+    if result_lines:
+        readme += ["", "What the workload printed about itself:", "", "```", *result_lines, "```"]
+    (dest_dir / "README.md").write_text("\n".join(readme) + "\n")
+    return dest_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", type=Path, required=True, help="folder written by record.py")
+    p.add_argument("--dest", type=Path, required=True)
+    p.add_argument("names", nargs="*")
+    args = p.parse_args(argv)
+    sources = [args.src / f"{n}.sqlite" for n in args.names] or sorted(args.src.glob("*.sqlite"))
+    for src in sources:
+        out = trim(src, args.dest / src.stem)
+        size = (out / "trace.sqlite.xz").stat().st_size
+        print(f"{src.name} -> {out}/trace.sqlite.xz ({size / 1024:.0f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
