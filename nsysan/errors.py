@@ -1,0 +1,83 @@
+"""The nsysan error hierarchy. Library code raises these; only ``cli.py`` prints and exits."""
+
+from __future__ import annotations
+
+
+class NsysanError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with; ``hint`` says what to do next."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class UsageError(NsysanError):
+    """Bad command-line arguments or options."""
+
+    exit_code = 2
+
+
+class TraceNotFoundError(NsysanError):
+    """The path does not exist or is not a regular file."""
+
+    exit_code = 3
+
+
+class TraceUnreadableError(NsysanError):
+    """The file exists but cannot be read (permissions, locked, I/O error)."""
+
+    exit_code = 4
+
+
+class NotSQLiteError(NsysanError):
+    """The file is not an SQLite database (e.g. a .nsys-rep, a Git LFS pointer, random bytes)."""
+
+    exit_code = 5
+
+
+class CorruptTraceError(NsysanError):
+    """SQLite reports the database as malformed or truncated."""
+
+    exit_code = 6
+
+
+class NotAnNsysExportError(NsysanError):
+    """A valid SQLite database that is not an Nsight Systems export."""
+
+    exit_code = 7
+
+
+class OutputExistsError(NsysanError):
+    """An output file exists and ``--force`` was not given."""
+
+    exit_code = 8
+
+
+class ResourceLimitError(NsysanError):
+    """The trace exceeds a configured size limit."""
+
+    exit_code = 9
+
+
+class ToolNotFoundError(NsysanError):
+    """An external tool (nsys) is missing or too old."""
+
+    exit_code = 10
+
+
+class RegressionError(NsysanError):
+    """A diff found a regression beyond the allowed threshold (the CI gate)."""
+
+    exit_code = 11
+
+
+EXIT_CODES: dict[str, int] = {
+    cls.__name__: cls.exit_code
+    for cls in (
+        NsysanError, UsageError, TraceNotFoundError, TraceUnreadableError, NotSQLiteError,
+        CorruptTraceError, NotAnNsysExportError, OutputExistsError, ResourceLimitError,
+        ToolNotFoundError, RegressionError,
+    )
+}

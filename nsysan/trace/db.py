@@ -1,0 +1,191 @@
+"""Read-only access to an exported SQLite file.
+
+Two paths, one file handle discipline:
+
+* **Describe** with SQLAlchemy (``inspect``): which tables and columns this export has. nsys adds,
+  renames and inserts columns between versions, so every query is built from this description.
+* **Read** bulk rows through ADBC's SQLite driver straight into Arrow (``fetch_arrow_table``), about
+  ten times faster than ``pd.read_sql`` on million-row tables. If ADBC is unavailable, or its type
+  inference rejects a column (ADBC infers column types from the first rows), the stdlib ``sqlite3``
+  module reads the same query.
+
+The file is opened with ``mode=ro&immutable=1``: SQLite takes no locks, writes no journal or WAL,
+and never modifies the user's trace.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from nsysan.errors import (
+    CorruptTraceError,
+    NotAnNsysExportError,
+    NotSQLiteError,
+    TraceNotFoundError,
+    TraceUnreadableError,
+)
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+
+
+def check_file(path: Path) -> None:
+    """Raise a precise error for a path that cannot be an export; return if it looks like SQLite."""
+    if not path.exists():
+        raise TraceNotFoundError(f"{path}: no such file", hint="check the path; nsys writes <name>.sqlite")
+    if path.is_dir():
+        raise TraceNotFoundError(f"{path}: is a directory, not a trace file")
+    if not path.is_file():
+        raise TraceNotFoundError(f"{path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise TraceUnreadableError(f"{path}: permission denied", hint="make the file readable (chmod +r)")
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except OSError as e:
+        raise TraceUnreadableError(f"{path}: cannot read: {e.strerror or e}") from e
+    if len(head) == 0:
+        raise NotSQLiteError(f"{path}: empty file")
+    if head.startswith(b"version https://git-lfs"):
+        raise NotSQLiteError(f"{path}: a Git LFS pointer, not the trace", hint="run `git lfs pull` first")
+    if not head.startswith(SQLITE_MAGIC):
+        hint = None
+        if path.suffix in (".nsys-rep", ".qdrep"):
+            hint = f"export it first: nsys export --type sqlite {path}"
+        raise NotSQLiteError(f"{path}: not an SQLite file", hint=hint)
+    if len(head) < 100:
+        raise CorruptTraceError(f"{path}: truncated SQLite file ({len(head)} bytes)")
+
+
+def _translate(path: Path, e: Exception) -> Exception:
+    msg = str(e).lower()
+    if "malformed" in msg or "corrupt" in msg or "truncat" in msg or "disk i/o" in msg:
+        return CorruptTraceError(f"{path}: corrupt or truncated SQLite database ({e})")
+    if "not a database" in msg or "file is encrypted" in msg:
+        return NotSQLiteError(f"{path}: not an SQLite database ({e})")
+    if "locked" in msg or "busy" in msg or "unable to open" in msg or "permission" in msg:
+        return TraceUnreadableError(f"{path}: cannot open ({e})")
+    return CorruptTraceError(f"{path}: SQLite error: {e}")
+
+
+@dataclass
+class Caps:
+    """Which tables and columns the export has (nsys' ``table_checks`` idea)."""
+
+    tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        cols = self.tables.get(table)
+        if cols is None:
+            return False
+        return column is None or column in cols
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        return self.tables.get(table, ())
+
+
+class Database:
+    """An open, read-only export. Use as a context manager."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        check_file(self.path)
+        self._adbc: Any = None
+        try:
+            self._sqlite = sqlite3.connect(_uri(self.path), uri=True, check_same_thread=False)
+            self._sqlite.execute("PRAGMA query_only = 1")
+        except sqlite3.Error as e:
+            raise _translate(self.path, e) from e
+        self.caps = self._describe()
+
+    # -- describe ---------------------------------------------------------------------------
+    def _describe(self) -> Caps:
+        """Tables and columns, through SQLAlchemy's inspector over the same read-only connection."""
+        import sqlalchemy as sa
+
+        engine = sa.create_engine("sqlite://", creator=lambda: self._sqlite, poolclass=sa.pool.StaticPool)
+        try:
+            insp = sa.inspect(engine)
+            names = insp.get_table_names()
+            tables = {}
+            for name in names:
+                tables[name] = tuple(c["name"] for c in insp.get_columns(name))
+        except sa.exc.DBAPIError as e:
+            raise _translate(self.path, e.orig if e.orig is not None else e) from e
+        except sqlite3.Error as e:
+            raise _translate(self.path, e) from e
+        if "StringIds" not in tables or not any(t.startswith("TARGET_INFO") for t in tables):
+            found = ", ".join(sorted(tables)[:5]) or "no tables"
+            raise NotAnNsysExportError(
+                f"{self.path}: SQLite, but not an Nsight Systems export (has {found})",
+                hint="export a report with: nsys export --type sqlite REPORT.nsys-rep",
+            )
+        return Caps(tables)
+
+    # -- read -------------------------------------------------------------------------------
+    def _adbc_conn(self) -> Any:
+        if self._adbc is None:
+            try:
+                import adbc_driver_sqlite.dbapi as adbc
+
+                self._adbc = adbc.connect(_uri(self.path))
+            except Exception:  # noqa: BLE001 - optional fast path; sqlite3 reads the same data
+                self._adbc = False
+        return self._adbc
+
+    def arrow(self, sql: str, params: tuple[Any, ...] = ()) -> pa.Table:
+        """Run a query and return an Arrow table (ADBC when possible, else sqlite3)."""
+        conn = self._adbc_conn() if not params else False
+        if conn:
+            try:
+                cur = conn.cursor()
+                try:
+                    cur.execute(sql)
+                    return cur.fetch_arrow_table()
+                finally:
+                    cur.close()
+            except Exception:  # noqa: BLE001 - ADBC type inference can reject mixed columns
+                pass
+        try:
+            cur = self._sqlite.execute(sql, params)
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+        except sqlite3.Error as e:
+            raise _translate(self.path, e) from e
+        cols = list(zip(*rows)) if rows else [[] for _ in names]
+        arrays = []
+        for col in cols:
+            try:
+                arrays.append(pa.array(col))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                arrays.append(pa.array([None if v is None else str(v) for v in col], type=pa.string()))
+        return pa.table(dict(zip(names, arrays))) if names else pa.table({})
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Small queries through sqlite3."""
+        try:
+            return self._sqlite.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise _translate(self.path, e) from e
+
+    def close(self) -> None:
+        if self._adbc:
+            self._adbc.close()
+        self._adbc = None
+        self._sqlite.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,260 @@
+"""Load an export into a ``Trace``: describe, read (Arrow), type, resolve strings, decode ids, sort."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from nsysan.errors import ResourceLimitError
+from nsysan.trace import schema as S
+from nsysan.trace.db import Database
+from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
+
+Progress = Callable[[str, int, int], None]
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+class Strings:
+    """``StringIds`` as a dense id -> category-code map, for vectorised resolution."""
+
+    def __init__(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            self.categories = np.array([], dtype=object)
+            self.code_of_id = np.full(1, -1, dtype=np.int64)
+            return
+        ids = table.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
+        values = np.asarray(table.column("value").to_pylist(), dtype=object)
+        values = np.where(pd.isna(values), "", values).astype(object)
+        uniq, inverse = np.unique(values.astype(str), return_inverse=True)
+        self.categories = uniq.astype(object)
+        size = int(ids.max()) + 1 if len(ids) else 1
+        self.code_of_id = np.full(max(size, 1), -1, dtype=np.int64)
+        valid = ids >= 0
+        self.code_of_id[ids[valid]] = inverse[valid]
+
+    def resolve(self, ids: np.ndarray) -> pd.Categorical:
+        ids = np.asarray(ids)
+        codes = np.full(len(ids), -1, dtype=np.int64)
+        ok = (ids >= 0) & (ids < len(self.code_of_id))
+        codes[ok] = self.code_of_id[ids[ok]]
+        cat = pd.Categorical.from_codes(codes, categories=pd.Index(self.categories, dtype=object),
+                                        validate=False)
+        return cat.remove_unused_categories()
+
+    def lookup(self, ident: int) -> str | None:
+        if 0 <= ident < len(self.code_of_id) and self.code_of_id[ident] >= 0:
+            return str(self.categories[self.code_of_id[ident]])
+        return None
+
+
+def map_categories(values: pd.Series, fn: Callable[[str], str]) -> pd.Series:
+    """Apply ``fn`` to each category of a categorical series (fast: once per distinct value)."""
+    cat = values.cat
+    new = np.asarray([fn(str(c)) for c in cat.categories], dtype=object)
+    if len(new) == 0:
+        return values
+    uniq, inverse = np.unique(new.astype(str), return_inverse=True)
+    codes = cat.codes.to_numpy()
+    mapped = np.where(codes >= 0, inverse[np.clip(codes, 0, None)], -1)
+    return pd.Series(pd.Categorical.from_codes(mapped, categories=pd.Index(uniq, dtype=object)),
+                     index=values.index, name=values.name)
+
+
+def _empty(spec: S.TableSpec) -> pa.Table:
+    types = {"int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(), "str": pa.string(),
+             "name": pa.int64()}
+    return pa.table({c.name: pa.array([], type=types[c.dtype]) for c in spec.columns})
+
+
+def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings) -> pd.DataFrame:
+    data: dict[str, object] = {}
+    n = table.num_rows
+    for col in spec.columns:
+        arr = table.column(col.name) if col.name in table.column_names else pa.nulls(n)
+        if col.dtype == "str":
+            data[col.name] = pd.array(arr.to_pylist() if arr.type != pa.string() else arr.to_pandas(),
+                                      dtype="string") if n else pd.array([], dtype="string")
+            continue
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            arr = pa.array(pd.to_numeric(pd.Series(arr.to_pylist(), dtype=object), errors="coerce"))
+        if pa.types.is_null(arr.type):
+            arr = arr.cast(pa.int64()) if col.default is None else pa.array(np.full(n, col.default, np.int64))
+        if pa.types.is_floating(arr.type):
+            arr = pa.array(arr.to_numpy(zero_copy_only=False), type=pa.float64())
+        if col.dtype == "name":
+            ids = arr.fill_null(-1).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+            data[col.name] = strings.resolve(ids)
+        elif col.dtype == "Int64":
+            data[col.name] = pd.array(arr.cast(pa.int64(), safe=False).to_pandas(types_mapper=pd.ArrowDtype)
+                                      .astype("Int64") if n else [], dtype="Int64")
+        elif col.dtype == "float64":
+            data[col.name] = arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+        else:
+            fill = col.default if col.default is not None else 0
+            data[col.name] = arr.fill_null(fill).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+    return pd.DataFrame(data)
+
+
+def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
+    """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``."""
+    if "global_tid" in df.columns:
+        g = df["global_tid"].to_numpy(dtype=np.int64)
+        return df.assign(pid=(g >> 24) & 0xFFFFFF, tid=g & 0xFFFFFF, global_pid=g & ~np.int64(0xFFFFFF))
+    if "global_pid" in df.columns:
+        g = df["global_pid"].to_numpy(dtype=np.int64)
+        return df.assign(pid=(g >> 24) & 0xFFFFFF)
+    return df
+
+
+def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    bad = df["end_ns"] < df["start_ns"]
+    if bad.any():
+        warnings.append(f"{name}: dropped {int(bad.sum())} row(s) whose end is before their start")
+        df = df.loc[~bad]
+    df = df.assign(dur_ns=df["end_ns"] - df["start_ns"])
+    if not df["start_ns"].is_monotonic_increasing:
+        df = df.sort_values("start_ns", kind="stable")
+    return df.reset_index(drop=True)
+
+
+def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
+    """Ranges and marks with resolved text and domain name (``domain:text`` as nsys labels them)."""
+    text_ids = raw["text_id"].fillna(-1).to_numpy(dtype=np.int64)
+    resolved = pd.Series(np.asarray(strings.resolve(text_ids).astype(object)), index=raw.index, dtype="string")
+    text = raw["text"].fillna(resolved)
+    domains = raw.loc[raw["event_type"] == S.NVTX_DOMAIN_CREATE]
+    keep = raw["event_type"].isin((*S.NVTX_RANGE_TYPES, S.NVTX_MARK))
+    out = raw.assign(text=text).loc[keep]
+    domain_name = pd.Series(pd.NA, index=out.index, dtype="string")
+    if len(domains):
+        dmap = (domains.assign(domain=text.loc[domains.index])
+                .drop_duplicates(["pid", "domain_id"])[["pid", "domain_id", "domain"]])
+        joined = out[["pid", "domain_id"]].merge(dmap, on=["pid", "domain_id"], how="left")
+        domain_name = pd.Series(joined["domain"].to_numpy(), index=out.index, dtype="string")
+    has_domain = domain_name.notna() & (out["domain_id"].fillna(0) != 0)
+    domain_name = domain_name.where(has_domain, pd.NA)
+    label = out["text"].fillna("")
+    name = (domain_name.fillna("") + ":" + label).where(has_domain, label)
+    style = np.where(out["event_type"].isin(S.NVTX_PUSHPOP_TYPES), "PushPop",
+                     np.where(out["event_type"] == S.NVTX_MARK, "Mark", "StartEnd"))
+    end = out["end_ns"].astype("Int64")
+    res = pd.DataFrame({
+        "start_ns": out["start_ns"].to_numpy(dtype=np.int64),
+        "end_ns": end.to_numpy(),
+        "text": out["text"].to_numpy(),
+        "domain": domain_name.to_numpy(),
+        "name": name.astype("string").to_numpy(),
+        "event_type": out["event_type"].to_numpy(dtype=np.int64),
+        "style": style,
+        "range_id": out["range_id"].to_numpy(),
+        "global_tid": out["global_tid"].to_numpy(dtype=np.int64),
+        "pid": out["pid"].to_numpy(dtype=np.int64),
+        "tid": out["tid"].to_numpy(dtype=np.int64),
+    })
+    res = res.astype({"end_ns": "Int64", "text": "string", "domain": "string", "name": "string",
+                      "range_id": "Int64"})
+    res = res.assign(dur_ns=(res["end_ns"] - res["start_ns"]).astype("Int64"))
+    bad = res["dur_ns"].notna() & (res["dur_ns"] < 0)
+    if bad.any():
+        res = res.loc[~bad]
+    return res.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+
+
+def _meta_rows(db: Database) -> tuple[dict[str, str], str]:
+    for table in S.META_TABLES:
+        if db.caps.has(table, "name") and db.caps.has(table, "value"):
+            rows = db.rows(f'SELECT name, value FROM "{table}"')
+            return {str(k): str(v) for k, v in rows}, table
+    return {}, "inferred"
+
+
+def _infer_version(caps: object) -> str | None:
+    c = caps  # fingerprints from NSYS-SCHEMA.md §1, for exports without a metadata table
+    assert hasattr(c, "has")
+    if c.has("TARGET_INFO_CUDA_GPU") or c.has("TARGET_INFO_GPU", "deviceId"):
+        return "2020.x (inferred)"
+    if c.has("CUPTI_ACTIVITY_KIND_KERNEL") and not c.has("CUPTI_ACTIVITY_KIND_KERNEL", "mangledName"):
+        return "2021.x or earlier (inferred)"
+    return "2021.x (inferred)"
+
+
+def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: int | None = None) -> Trace:
+    """Load an Nsight Systems SQLite export, read-only. Raises ``NsysanError`` subclasses on bad input.
+
+    ``max_rows`` refuses traces whose event tables hold more rows in total (a resource guard).
+    """
+    path = Path(path)
+    warnings: list[str] = []
+    with Database(path) as db:
+        caps = db.caps
+        steps = list(S.ALL_SPECS)
+        total_steps = len(steps) + 2
+        if progress:
+            progress("strings", 0, total_steps)
+        if max_rows is not None:
+            n = 0
+            for spec in steps:
+                src = next((t for t in spec.sources if caps.has(t)), None)
+                if src and spec.name in INTERVAL_TABLES + ("nvtx_raw",):
+                    n += int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
+            if n > max_rows:
+                raise ResourceLimitError(
+                    f"{path}: {n:,} events exceed the limit of {max_rows:,}",
+                    hint="raise it with --max-events, or export a time window (nsys export --times ...)")
+        strings = Strings(db.arrow('SELECT id, value FROM "StringIds"'))
+        frames: dict[str, pd.DataFrame] = {}
+        for i, spec in enumerate(steps, start=1):
+            if progress:
+                progress(spec.name, i, total_steps)
+            src = next((t for t in spec.sources if caps.has(t)), None)
+            if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
+                spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
+            usable = src is not None and all(caps.has(src, c) for c in spec.required)
+            table = db.arrow(S.build_select(spec, src, caps.columns(src))) if usable else _empty(spec)
+            frames[spec.name] = _decode_ids(_to_frame(table, spec, strings))
+        meta, meta_source = _meta_rows(db)
+        capture: tuple[tuple[str, str], ...] = ()
+        if caps.has("META_DATA_CAPTURE", "name"):
+            capture = tuple((str(k), str(v)) for k, v in db.rows('SELECT name, value FROM "META_DATA_CAPTURE"'))
+        window = None
+        if caps.has("ANALYSIS_DETAILS", "startTime") and caps.has("ANALYSIS_DETAILS", "stopTime"):
+            rows = db.rows('SELECT min(startTime), max(stopTime) FROM "ANALYSIS_DETAILS"')
+            if rows and rows[0][0] is not None and rows[0][1] is not None:
+                window = (int(rows[0][0]), int(rows[0][1]))
+        if progress:
+            progress("types", total_steps, total_steps)
+
+    for name in INTERVAL_TABLES:
+        frames[name] = _finish_intervals(name, frames[name], warnings)
+    frames["cuda_api"] = frames["cuda_api"].assign(
+        name=map_categories(frames["cuda_api"]["name"], lambda s: _VERSION_SUFFIX.sub("", s)),
+        api_layer=np.where(frames["cuda_api"]["event_class"].to_numpy() == 1, "driver", "runtime"),
+    )
+    m = frames["memcpy"]
+    kinds = m["copy_kind"].map(S.COPY_KIND).fillna("Unknown")
+    host_side = np.where(m["copy_kind"].isin((1, 3)), m["src_kind"],
+                         np.where(m["copy_kind"].isin((2, 4)), m["dst_kind"], -1))
+    frames["memcpy"] = m.assign(kind=kinds.astype("string"),
+                                host_mem=pd.Series(host_side, index=m.index).map(S.MEM_KIND).fillna("")
+                                .astype("string"))
+    frames["nvtx"] = _nvtx(frames.pop("nvtx_raw"), strings)
+    th = frames["threads"]
+    frames["threads"] = th.assign(name=th["name"].astype("string"))
+    if window is None:
+        starts = [int(f["start_ns"].min()) for n, f in frames.items() if n in INTERVAL_TABLES + ("nvtx",) and len(f)]
+        ends = [int(f["end_ns"].max()) for n, f in frames.items() if n in INTERVAL_TABLES and len(f)]
+        window = (min(starts), max(ends or starts)) if starts else None
+    version = meta.get("EXPORT_PRODUCT_VERSION") or _infer_version(caps)
+    trace_meta = TraceMeta(
+        path=str(path), nsys_version=version, schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
+        platform=meta.get("EXPORT_PLATFORM"), version_source=meta_source,
+        start_ns=window[0] if window else None, end_ns=window[1] if window else None,
+        tables=tuple(sorted(caps.tables)), capture=capture, warnings=tuple(warnings),
+    )
+    return Trace(meta=trace_meta, **frames)

@@ -1,0 +1,125 @@
+"""The typed, validated in-memory trace.
+
+Every table is a pandas DataFrame with int64 nanosecond times and snake_case columns with unit
+suffixes. A table the export lacks is an empty frame with the right columns and dtypes.
+
+Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, ``tid`` (decoded from
+nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``), ``global_pid``.
+
+Tables and their own columns:
+
+* ``kernels``: device_id, context_id, stream_id, correlation_id, name (demangled), short_name,
+  grid_x..z, block_x..z, registers_per_thread, static_smem_bytes, dynamic_smem_bytes,
+  graph_node_id (nullable: set for kernels inside a CUDA graph traced at node level), launch_type.
+* ``graph_launches``: one row per CUDA Graph launch executed on the GPU (nsys' default
+  ``--cuda-graph-trace=graph``: the graph's kernels are not in ``kernels``): device_id, stream_id,
+  correlation_id, graph_id, graph_exec_id.
+* ``memcpy``: device_id, stream_id, correlation_id, bytes, copy_kind (int), kind (``HtoD``...),
+  src_kind/dst_kind (ints), host_mem ("Pageable", "Pinned", ... for the host side of HtoD/DtoH; "" else).
+* ``memset``: device_id, stream_id, correlation_id, bytes, mem_kind, value.
+* ``sync``: CUDA synchronization records on the GPU timeline: sync_type (1 event, 2 stream wait,
+  3 stream sync, 4 context sync), event_id.
+* ``cuda_api``: CUDA runtime and driver calls: name (version suffix ``_v7000`` stripped),
+  api_layer ("runtime"/"driver"), correlation_id, return_value.
+* ``osrt``: OS runtime calls: name, return_value, nesting_level.
+* ``nvtx``: NVTX ranges and marks: text, domain, name (``domain:text`` when in a domain, as nsys
+  labels it), event_type, style ("PushPop", "StartEnd", "Mark"), range_id. ``end_ns``/``dur_ns``
+  are nullable (marks and ranges left open at the end of the capture).
+* ``threads``: global_tid, pid, tid, name.  ``processes``: global_pid, pid, name.
+* ``gpus``: device_id (= ``TARGET_INFO_GPU.id``, the join key of activity rows), name, sm_count,
+  total_memory_bytes, compute_major/minor, memory_bandwidth_bytes_per_s, clock_rate_hz.
+* ``streams``: stream_id, pid, context_id, priority, flag.
+* ``gpu_memory_usage``: allocation/free point events (``--cuda-memory-usage=true``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    path: str
+    nsys_version: str | None
+    schema_version: str | None
+    platform: str | None
+    version_source: str  # "META_DATA_EXPORT", "EXPORT_META_DATA" or "inferred"
+    start_ns: int | None  # session window (ANALYSIS_DETAILS), else first event
+    end_ns: int | None
+    tables: tuple[str, ...]
+    capture: tuple[tuple[str, str], ...] = ()  # META_DATA_CAPTURE rows (may hold secrets)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def duration_ns(self) -> int:
+        if self.start_ns is None or self.end_ns is None:
+            return 0
+        return max(0, self.end_ns - self.start_ns)
+
+
+INTERVAL_TABLES = ("kernels", "graph_launches", "memcpy", "memset", "sync", "cuda_api", "osrt")
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """An Nsight Systems export, loaded. Frames are never mutated after load."""
+
+    meta: TraceMeta
+    kernels: pd.DataFrame
+    graph_launches: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+    sync: pd.DataFrame
+    cuda_api: pd.DataFrame
+    osrt: pd.DataFrame
+    nvtx: pd.DataFrame
+    threads: pd.DataFrame
+    processes: pd.DataFrame
+    gpus: pd.DataFrame
+    streams: pd.DataFrame
+    gpu_memory_usage: pd.DataFrame
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name),
+                                                                               pd.DataFrame)}
+
+    def counts(self) -> dict[str, int]:
+        return {name: len(df) for name, df in self.tables().items()}
+
+    @property
+    def is_empty(self) -> bool:
+        """No GPU activity, no API calls and no NVTX: the capture recorded nothing to analyse."""
+        return all(len(getattr(self, t)) == 0 for t in ("kernels", "graph_launches", "memcpy", "memset",
+                                                           "cuda_api", "nvtx"))
+
+    def self_check(self) -> list[str]:
+        """Invariants every loaded trace must satisfy. Returns the violations (empty when sound)."""
+        problems: list[str] = []
+        for name in INTERVAL_TABLES:
+            df = getattr(self, name)
+            if len(df) == 0:
+                continue
+            if (df["end_ns"] < df["start_ns"]).any():
+                problems.append(f"{name}: end_ns < start_ns")
+            if not df["start_ns"].is_monotonic_increasing:
+                problems.append(f"{name}: not sorted by start_ns")
+            if not (df["dur_ns"] == df["end_ns"] - df["start_ns"]).all():
+                problems.append(f"{name}: dur_ns != end_ns - start_ns")
+            if df["start_ns"].dtype != "int64":
+                problems.append(f"{name}: start_ns is {df['start_ns'].dtype}, not int64")
+        k = self.kernels
+        if len(k) and k.duplicated(["pid", "correlation_id"]).any():
+            # graph kernels traced at node level share the graph launch's correlation id
+            plain = k.loc[k["graph_node_id"].isna()]
+            if plain.duplicated(["pid", "correlation_id"]).any():
+                problems.append("kernels: correlation_id not unique per process")
+        nv = self.nvtx
+        if len(nv):
+            closed = nv.loc[nv["end_ns"].notna()]
+            if (closed["end_ns"] < closed["start_ns"]).any():
+                problems.append("nvtx: end_ns < start_ns")
+        return problems

@@ -1,0 +1,166 @@
+"""nsys table and column names, and how they map to nsysan's typed tables.
+
+This is the only module that knows nsys' names. Each ``TableSpec`` lists, per output column, the
+candidate source columns in preference order (nsys renamed and inserted columns across 2020.3 ->
+2026.2; see NSYS-SCHEMA.md); a column absent from a given export is filled with its default.
+Times stay int64 nanoseconds; ``name`` columns are ``StringIds`` ids resolved at load time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DType = Literal["int64", "Int64", "float64", "str", "name"]
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    sources: tuple[str, ...]
+    dtype: DType
+    default: int | None = None  # used when no source column exists (None -> NULL)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    sources: tuple[str, ...]  # candidate nsys tables, first present wins
+    columns: tuple[Col, ...]
+    required: tuple[str, ...] = ()  # source columns without which the table is unusable
+
+
+def C(name: str, *sources: str, dtype: DType = "int64", default: int | None = None) -> Col:
+    return Col(name, sources, dtype, default)
+
+
+_GPU_ACTIVITY = (
+    C("start_ns", "start"), C("end_ns", "end"),
+    C("device_id", "deviceId", default=0), C("context_id", "contextId", default=0),
+    C("stream_id", "streamId", default=0), C("correlation_id", "correlationId", default=0),
+    C("global_pid", "globalPid", default=0),
+)
+
+KERNELS = TableSpec("kernels", ("CUPTI_ACTIVITY_KIND_KERNEL",), (
+    *_GPU_ACTIVITY,
+    C("name", "demangledName", "shortName", dtype="name"),
+    C("short_name", "shortName", "demangledName", dtype="name"),
+    C("grid_x", "gridX", default=0), C("grid_y", "gridY", default=0), C("grid_z", "gridZ", default=0),
+    C("block_x", "blockX", default=0), C("block_y", "blockY", default=0), C("block_z", "blockZ", default=0),
+    C("registers_per_thread", "registersPerThread", default=0),
+    C("static_smem_bytes", "staticSharedMemory", default=0),
+    C("dynamic_smem_bytes", "dynamicSharedMemory", default=0),
+    C("graph_node_id", "graphNodeId", dtype="Int64"),
+    C("launch_type", "launchType", default=0),
+), required=("start", "end"))
+
+GRAPH_LAUNCHES = TableSpec("graph_launches", ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE",), (
+    *_GPU_ACTIVITY,
+    C("graph_id", "graphId", dtype="Int64"), C("graph_exec_id", "graphExecId", dtype="Int64"),
+), required=("start", "end"))
+
+MEMCPY = TableSpec("memcpy", ("CUPTI_ACTIVITY_KIND_MEMCPY",), (
+    *_GPU_ACTIVITY,
+    C("bytes", "bytes", default=0), C("copy_kind", "copyKind", default=0),
+    C("src_kind", "srcKind", default=7), C("dst_kind", "dstKind", default=7),
+    C("graph_node_id", "graphNodeId", dtype="Int64"), C("copy_count", "copyCount", default=1),
+), required=("start", "end"))
+
+MEMSET = TableSpec("memset", ("CUPTI_ACTIVITY_KIND_MEMSET",), (
+    *_GPU_ACTIVITY,
+    C("bytes", "bytes", default=0), C("mem_kind", "memKind", default=7), C("value", "value", default=0),
+    C("graph_node_id", "graphNodeId", dtype="Int64"),
+), required=("start", "end"))
+
+SYNC = TableSpec("sync", ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",), (
+    *_GPU_ACTIVITY,
+    C("sync_type", "syncType", default=0), C("event_id", "eventId", dtype="Int64"),
+), required=("start", "end"))
+
+CUDA_API = TableSpec("cuda_api", ("CUPTI_ACTIVITY_KIND_RUNTIME",), (
+    C("start_ns", "start"), C("end_ns", "end"), C("global_tid", "globalTid", default=0),
+    C("correlation_id", "correlationId", default=0), C("name", "nameId", dtype="name"),
+    C("event_class", "eventClass", default=0), C("return_value", "returnValue", dtype="Int64"),
+), required=("start", "end", "nameId"))
+
+OSRT = TableSpec("osrt", ("OSRT_API",), (
+    C("start_ns", "start"), C("end_ns", "end"), C("global_tid", "globalTid", default=0),
+    C("name", "nameId", dtype="name"), C("return_value", "returnValue", dtype="Int64"),
+    C("nesting_level", "nestingLevel", default=0),
+), required=("start", "end", "nameId"))
+
+NVTX_RAW = TableSpec("nvtx_raw", ("NVTX_EVENTS",), (
+    C("start_ns", "start"), C("end_ns", "end", dtype="Int64"), C("event_type", "eventType", default=0),
+    C("range_id", "rangeId", dtype="Int64"), C("text", "text", dtype="str"),
+    C("text_id", "textId", dtype="Int64"), C("global_tid", "globalTid", default=0),
+    C("end_global_tid", "endGlobalTid", dtype="Int64"), C("domain_id", "domainId", dtype="Int64"),
+    C("category", "category", dtype="Int64"),
+), required=("start",))
+
+THREADS = TableSpec("threads", ("ThreadNames",), (
+    C("global_tid", "globalTid", default=0), C("name", "nameId", dtype="name"),
+), required=("globalTid",))
+
+PROCESSES = TableSpec("processes", ("PROCESSES",), (
+    C("global_pid", "globalPid", default=0), C("pid", "pid", default=0), C("name", "name", dtype="str"),
+), required=("globalPid",))
+
+GPUS = TableSpec("gpus", ("TARGET_INFO_GPU",), (
+    C("device_id", "id", "deviceId", default=0), C("name", "name", dtype="str"),
+    C("sm_count", "smCount", dtype="Int64"), C("total_memory_bytes", "totalMemory", dtype="Int64"),
+    C("compute_major", "computeMajor", dtype="Int64"), C("compute_minor", "computeMinor", dtype="Int64"),
+    C("memory_bandwidth_bytes_per_s", "memoryBandwidth", dtype="Int64"),
+    C("clock_rate_hz", "clockRate", dtype="Int64"), C("bus_location", "busLocation", dtype="str"),
+), required=())
+
+GPUS_LEGACY = TableSpec("gpus", ("TARGET_INFO_CUDA_GPU",), (
+    C("device_id", "deviceId", "id", default=0), C("name", "name", dtype="str"),
+    C("sm_count", "smCount", dtype="Int64"), C("total_memory_bytes", "totalMemory", dtype="Int64"),
+    C("compute_major", "computeCapabilityMajor", dtype="Int64"),
+    C("compute_minor", "computeCapabilityMinor", dtype="Int64"),
+    C("memory_bandwidth_bytes_per_s", "memoryBandwidth", dtype="Int64"),
+    C("clock_rate_hz", "clockRate", dtype="Int64"), C("bus_location", "pciBusId", dtype="str"),
+), required=())
+
+STREAMS = TableSpec("streams", ("TARGET_INFO_CUDA_STREAM",), (
+    C("stream_id", "streamId", default=0), C("pid", "processId", default=0),
+    C("context_id", "contextId", default=0), C("priority", "priority", dtype="Int64"),
+    C("flag", "flag", dtype="Int64"),
+), required=("streamId",))
+
+GPU_MEMORY_USAGE = TableSpec("gpu_memory_usage", ("CUDA_GPU_MEMORY_USAGE_EVENTS",), (
+    C("start_ns", "start"), C("global_pid", "globalPid", default=0), C("device_id", "deviceId", default=0),
+    C("bytes", "bytes", default=0), C("mem_kind", "memKind", default=7),
+    C("operation", "memoryOperationType", default=0), C("correlation_id", "correlationId", default=0),
+), required=("start",))
+
+ALL_SPECS = (KERNELS, GRAPH_LAUNCHES, MEMCPY, MEMSET, SYNC, CUDA_API, OSRT, NVTX_RAW, THREADS, PROCESSES,
+             GPUS, STREAMS, GPU_MEMORY_USAGE)
+
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+# Enum values, hard-coded (identical in every export that ships ENUM_* tables; see NSYS-SCHEMA.md §7-8).
+COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+             8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
+MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+            6: "Managed Static", 7: "Unknown"}
+SYNC_TYPE = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
+NVTX_RANGE_TYPES = (59, 60, 70, 71)  # push/pop, start/end, NVTXT push/pop, NVTXT start/end
+NVTX_PUSHPOP_TYPES = (59, 70)
+NVTX_MARK = 34
+NVTX_DOMAIN_CREATE = 75
+
+
+def build_select(spec: TableSpec, table: str, present: tuple[str, ...]) -> str:
+    """SELECT for ``spec`` against ``table`` whose columns are ``present``. Names are quoted and come
+    only from this module and the file's own schema (never from user input)."""
+    parts = []
+    for col in spec.columns:
+        src = next((s for s in col.sources if s in present), None)
+        if src is not None:
+            parts.append(f'"{src}" AS {col.name}')
+        elif col.default is not None:
+            parts.append(f"{int(col.default)} AS {col.name}")
+        else:
+            parts.append(f"NULL AS {col.name}")
+    return f'SELECT {", ".join(parts)} FROM "{table}"'
