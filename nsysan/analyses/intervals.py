@@ -1,0 +1,145 @@
+"""Interval math on int64 nanosecond [start, end) intervals. Pure numpy; inputs are never mutated."""
+
+from __future__ import annotations
+
+import numpy as np
+
+Array = np.ndarray
+
+
+def merge(starts: Array, ends: Array) -> tuple[Array, Array]:
+    """Union of intervals as sorted, disjoint (starts, ends). Touching intervals are merged."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if s.size == 0:
+        return s.copy(), e.copy()
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    new_group = np.empty(s.size, dtype=bool)
+    new_group[0] = True
+    new_group[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new_group)
+    ms = s[idx]
+    me = np.maximum.reduceat(e, idx)
+    return ms, me
+
+
+def total(starts: Array, ends: Array) -> int:
+    """Length of the union."""
+    ms, me = merge(starts, ends)
+    return int((me - ms).sum())
+
+
+def clip(starts: Array, ends: Array, lo: int, hi: int) -> tuple[Array, Array]:
+    """Intervals clipped to [lo, hi); empty ones dropped."""
+    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
+    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
+    """Intersection of two *merged* interval sets (each sorted and disjoint)."""
+    a_s, a_e = a
+    b_s, b_e = b
+    if a_s.size == 0 or b_s.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    # Every intersection piece starts at a start of one set inside an interval of the other.
+    starts = np.concatenate([a_s, b_s])
+    ends = np.concatenate([a_e, b_e])
+    # Sweep: coverage count over the sorted boundary points.
+    pts = np.concatenate([a_s, a_e, b_s, b_e])
+    delta = np.concatenate([np.ones(a_s.size, np.int64), -np.ones(a_e.size, np.int64),
+                            np.ones(b_s.size, np.int64), -np.ones(b_e.size, np.int64)])
+    order = np.lexsort((delta, pts))  # at equal times, ends (-1) before starts (+1)
+    pts, delta = pts[order], delta[order]
+    cover = np.cumsum(delta)
+    on = cover == 2
+    seg_start = pts[:-1][on[:-1]]
+    seg_end = pts[1:][on[:-1]]
+    keep = seg_end > seg_start
+    del starts, ends
+    return seg_start[keep], seg_end[keep]
+
+
+def subtract_total(a: tuple[Array, Array], b: tuple[Array, Array]) -> int:
+    """Length of merged set ``a`` not covered by merged set ``b``."""
+    inter = intersect(a, b)
+    return int((a[1] - a[0]).sum() - (inter[1] - inter[0]).sum())
+
+
+def gaps(ms: Array, me: Array) -> tuple[Array, Array]:
+    """The holes between consecutive merged intervals."""
+    if ms.size < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return me[:-1].copy(), ms[1:].copy()
+
+
+def coverage_in_bins(ms: Array, me: Array, edges: Array) -> Array:
+    """For merged intervals, the covered length inside each bin [edges[i], edges[i+1])."""
+    edges = np.asarray(edges, dtype=np.int64)
+    if ms.size == 0:
+        return np.zeros(max(edges.size - 1, 0), dtype=np.int64)
+    # cumulative covered length up to time t, evaluated at the edges
+    cum_end = np.concatenate([[0], np.cumsum(me - ms)])
+
+    def covered_before(t: Array) -> Array:
+        i = np.searchsorted(ms, t, side="right")  # intervals starting at or before t
+        full = cum_end[np.maximum(i - 1, 0)]
+        partial = np.where(i > 0, np.minimum(t, me[np.maximum(i - 1, 0)]) - ms[np.maximum(i - 1, 0)], 0)
+        return np.where(i > 0, full + np.maximum(partial, 0), 0)
+
+    c = covered_before(edges)
+    return np.diff(c)
+
+
+def max_depth(starts: Array, ends: Array) -> tuple[int, float]:
+    """Maximum number of simultaneously open intervals, and the time-weighted mean while any is open."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if s.size == 0:
+        return 0, 0.0
+    pts = np.concatenate([s, e])
+    delta = np.concatenate([np.ones(s.size, np.int64), -np.ones(e.size, np.int64)])
+    order = np.lexsort((delta, pts))
+    pts, delta = pts[order], delta[order]
+    depth = np.cumsum(delta)
+    widths = np.diff(pts)
+    d = depth[:-1]
+    busy = widths[d > 0].sum()
+    mean = float((widths * d).sum() / busy) if busy else 0.0
+    return int(depth.max()), mean
+
+
+class RangeMinMax:
+    """O(1) min/max queries over index ranges after an O(n log n) sparse-table build."""
+
+    def __init__(self, lo_values: Array, hi_values: Array) -> None:
+        self.mins = [np.asarray(lo_values, dtype=np.int64)]
+        self.maxs = [np.asarray(hi_values, dtype=np.int64)]
+        n = self.mins[0].size
+        k = 1
+        while (1 << k) <= n:
+            half = 1 << (k - 1)
+            pm, px = self.mins[-1], self.maxs[-1]
+            self.mins.append(np.minimum(pm[:-half], pm[half:]))
+            self.maxs.append(np.maximum(px[:-half], px[half:]))
+            k += 1
+
+    def query(self, lo: Array, hi: Array) -> tuple[Array, Array]:
+        """min of lo_values and max of hi_values over [lo, hi) for each pair; requires hi > lo."""
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
+        length = hi - lo
+        k = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+        out_min = np.empty(lo.size, dtype=np.int64)
+        out_max = np.empty(lo.size, dtype=np.int64)
+        for level in np.unique(k):
+            sel = k == level
+            mins, maxs = self.mins[level], self.maxs[level]
+            a = lo[sel]
+            b = hi[sel] - (1 << level)
+            out_min[sel] = np.minimum(mins[a], mins[b])
+            out_max[sel] = np.maximum(maxs[a], maxs[b])
+        return out_min, out_max

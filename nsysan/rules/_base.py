@@ -1,0 +1,98 @@
+"""Finding, Severity, the ``@rule`` registry and the rule context."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import pandas as pd
+
+
+class Severity(IntEnum):
+    INFO = 1
+    WARNING = 2
+    CRITICAL = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    rule: str
+    severity: Severity
+    title: str
+    message: str
+    suggestion: str
+    impact_ns: int
+    evidence: tuple[Mapping[str, Any], ...] = ()
+    window: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity.name.lower(), "title": self.title,
+                "message": self.message, "suggestion": self.suggestion, "impact_ns": int(self.impact_ns),
+                "evidence": [dict(e) for e in self.evidence], "window": dict(self.window)}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    fn: Callable[..., Iterator[Finding]]
+    thresholds: Mapping[str, Any]
+    doc: str
+
+    @property
+    def why(self) -> str:
+        return _section(self.doc, "Why it matters")
+
+    @property
+    def fix(self) -> str:
+        return _section(self.doc, "Fix")
+
+    @property
+    def summary(self) -> str:
+        return self.doc.strip().split("\n\n")[0].replace("\n", " ")
+
+
+def _section(doc: str, name: str) -> str:
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        if para.startswith(f"**{name}**"):
+            return " ".join(para.split(":", 1)[1].split())
+    return ""
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(id: str, title: str, **thresholds: Any) -> Callable[[Callable[..., Iterator[Finding]]], Callable[..., Iterator[Finding]]]:
+    """Register a rule. Thresholds are keyword arguments, overridable from the CLI or a config file."""
+
+    def wrap(fn: Callable[..., Iterator[Finding]]) -> Callable[..., Iterator[Finding]]:
+        if id in REGISTRY:
+            raise ValueError(f"duplicate rule id {id}")
+        module_doc = inspect.getmodule(fn).__doc__ or ""  # type: ignore[union-attr]
+        REGISTRY[id] = Rule(id, title, fn, dict(thresholds), module_doc)
+        return fn
+
+    return wrap
+
+
+def top_records(df: pd.DataFrame, by: str, n: int = 10, cols: list[str] | None = None) -> tuple[dict[str, Any], ...]:
+    """Evidence: the ``n`` largest rows by ``by`` as JSON-ready records."""
+    if len(df) == 0:
+        return ()
+    d = df.nlargest(n, by) if n else df
+    if cols:
+        d = d[cols]
+    out = []
+    for rec in d.to_dict("records"):
+        out.append({k: (v.item() if hasattr(v, "item") else (None if v is pd.NA else v)) for k, v in rec.items()})
+    return tuple(out)
+
+
+def finding(ctx: Any, rule_id: str, **kw: Any) -> Finding:
+    r = REGISTRY[rule_id]
+    kw.setdefault("suggestion", r.fix)
+    kw.setdefault("window", ctx.window.to_dict())
+    return Finding(rule=rule_id, title=kw.pop("title", r.title), **kw)

@@ -1,0 +1,55 @@
+"""Heavy convolution/GEMM kernels run in FP32/TF32 on a GPU with faster reduced-precision paths.
+
+**Why it matters**: tensor cores run FP16/BF16 at about twice the TF32 rate (and INT8/FP8 at twice
+that again) on Volta and newer GPUs, and halve the memory traffic of activations.
+
+**Fix**: run inference in reduced precision: TensorRT ``config.set_flag(trt.BuilderFlag.FP16)``
+(or INT8/FP8 with calibration: check accuracy), PyTorch ``model.half()`` /
+``torch.autocast("cuda", dtype=torch.float16)``.
+
+Kernels are classified by name (``f32``/``sgemm``/``tf32``/``float`` vs ``f16``/``h884``/
+``bf16``/``half``/``i8``/``fp8``). Impact: ``assumed_saving_frac`` of the steady-state GPU time of
+FP32 conv/GEMM kernels (the documented 2x tensor-core ratio, discounted to 0.5 x that time).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from nsysan.rules._base import Finding, Severity, finding, rule, top_records
+from nsysan.rules._helpers import steady
+from nsysan.units import fmt_ns, fmt_pct
+
+HEAVY = re.compile(r"conv|gemm|xmma|fprop|dgrad|wgrad|cutlass|implicit|winograd|cudnn::cnn|sm\d+_", re.I)
+REDUCED = re.compile(r"f16|fp16|h884|h1688|h16816|hmma|bf16|half|__half|\bi8|int8|imma|fp8|e4m3|e5m2|s8", re.I)
+FP32 = re.compile(r"f32|fp32|sgemm|tf32|float|s1688|s884|ffma|scudnn", re.I)
+
+
+@rule("fp32-compute", "Convolutions/GEMMs run in FP32", min_share=0.2, assumed_saving_frac=0.5, min_compute_major=7)
+def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute_major: int) -> Iterator[Finding]:
+    k = steady(ctx.trace.kernels, ctx)
+    if len(k) == 0:
+        return
+    gpus = ctx.trace.gpus
+    major = gpus["compute_major"].dropna()
+    if len(major) and int(major.max()) < min_compute_major:
+        return
+    names = k["name"].astype(str)
+    heavy = names.str.contains(HEAVY)
+    reduced = names.str.contains(REDUCED)
+    fp32 = names.str.contains(FP32) & heavy & ~reduced
+    total = int(k["dur_ns"].sum())
+    f = k.loc[fp32]
+    t32 = int(f["dur_ns"].sum())
+    if total == 0 or t32 < min_share * total:
+        return
+    share_reduced = float(k.loc[heavy & reduced, "dur_ns"].sum()) / total
+    by = f.groupby(f["name"].astype(str))["dur_ns"].agg(["count", "sum"]).reset_index().rename(
+        columns={"name": "name", "count": "count", "sum": "total_ns"})
+    yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(t32 * assumed_saving_frac),
+                  message=f"FP32/TF32 convolution and GEMM kernels took {fmt_ns(t32)} ({fmt_pct(t32 / total)} of kernel "
+                          f"time in the steady state); reduced-precision ones {fmt_pct(share_reduced)}. "
+                          f"GPU: {', '.join(gpus['name'].astype(str).unique())}.",
+                  evidence=top_records(by.assign(name=by["name"].str.slice(0, 160)), "total_ns", 10))

@@ -1,0 +1,41 @@
+"""Windows where the GPU is mostly idle, with the causes of the idle time.
+
+**Why it matters**: low utilization means the GPU waits for the host, for data or for
+synchronization. nsys' gpu_time_util reports chunks under 50% but not why, and its 500 ms gap rule
+misses sub-millisecond bubbles that add up to seconds.
+
+**Fix**: follow the causes listed: host-bound gaps (move CPU work off the submitting thread),
+launch-bound loops (CUDA Graphs), serial copies (streams and events).
+
+Fires when the steady-state busy fraction of a device is under ``max_busy_frac``. Impact: the
+idle time beyond ``max_busy_frac`` utilization (time to reach it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.units import fmt_ns, fmt_pct
+
+
+@rule("gpu-low-util", "GPU mostly idle", max_busy_frac=0.5)
+def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
+    w = ctx.window
+    gaps = ctx.a.gaps
+    g = gaps.loc[(gaps["start_ns"] >= w.start_ns) & (gaps["end_ns"] <= w.end_ns)] if len(gaps) else gaps
+    for _, r in ctx.a.busy_steady.iterrows():
+        if r["busy_frac"] >= max_busy_frac or w.dur_ns == 0:
+            continue
+        target_idle = (1 - max_busy_frac) * w.dur_ns
+        impact = int(max(0, r["idle_ns"] - target_idle))
+        dg = g.loc[g["device_id"] == r["device_id"]] if len(g) else g
+        causes = dg.groupby("cause")["gap_ns"].sum().sort_values(ascending=False) if len(dg) else {}
+        cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in causes.items()) or "no gaps above the threshold"
+        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=impact,
+                      message=f"Device {int(r['device_id'])} was busy {fmt_pct(r['busy_frac'])} of the "
+                              f"{fmt_ns(w.dur_ns)} {w.label} ({fmt_ns(r['idle_ns'])} idle). Idle gaps by cause: "
+                              f"{cause_text}.",
+                      evidence=({"device_id": int(r["device_id"]), "busy_ns": int(r["busy_ns"]),
+                                 "idle_ns": int(r["idle_ns"]), "busy_frac": round(float(r["busy_frac"]), 4)},))

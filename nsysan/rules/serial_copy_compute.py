@@ -1,0 +1,37 @@
+"""Host-to-device copies and kernels run back to back instead of overlapping.
+
+**Why it matters**: a GPU has copy engines that run beside its SMs. When every batch copies its
+input and only then computes, the copy time adds to each iteration instead of hiding behind the
+previous batch's compute.
+
+**Fix**: use a copy stream and a compute stream with events (cudaEventRecord on the copy stream,
+cudaStreamWaitEvent on the compute stream), double-buffer the device input, and prefetch batch i+1
+while batch i computes; host memory must be pinned for the copy to be asynchronous.
+
+Impact: the HtoD copy time not already overlapped, capped by the compute time it could hide behind.
+Fires when less than ``max_overlap_frac`` of the HtoD copy time overlaps compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.units import fmt_ns, fmt_pct
+
+
+@rule("serial-copy-compute", "Copies and compute do not overlap", max_overlap_frac=0.5, min_copy_ns=200_000)
+def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Finding]:
+    ov = ctx.a.overlap
+    rows = ov.loc[ov["direction"] == "HtoD"]
+    for _, r in rows.iterrows():
+        if r["copy_ns"] < min_copy_ns or r["compute_ns"] == 0 or r["overlap_frac_of_copy"] >= max_overlap_frac:
+            continue
+        hidden_possible = int(min(r["copy_ns"] - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"]))
+        yield finding(ctx, "serial-copy-compute", severity=Severity.WARNING, impact_ns=hidden_possible,
+                      message=f"Device {int(r['device_id'])}: {fmt_ns(r['copy_ns'])} of host-to-device copies and "
+                              f"{fmt_ns(r['compute_ns'])} of compute in the steady state, only "
+                              f"{fmt_pct(r['overlap_frac_of_copy'])} of the copy time overlapped compute.",
+                      evidence=({"device_id": int(r["device_id"]), "copy_ns": int(r["copy_ns"]),
+                                 "compute_ns": int(r["compute_ns"]), "overlap_ns": int(r["overlap_ns"])},))

@@ -1,0 +1,64 @@
+"""The host spends a large share of the steady state blocked in synchronization calls.
+
+**Why it matters**: while a thread waits in cudaDeviceSynchronize / cudaStreamSynchronize /
+cudaEventSynchronize it cannot prepare or submit the next batch; after it returns, the GPU idles
+until the next submission (a round trip per iteration). (nsys analyze: cuda_api_sync.)
+
+**Fix**: synchronize only where the host needs results, with events (cudaEventRecord +
+cudaEventSynchronize on just that event, or cudaStreamWaitEvent between streams), and queue the next
+batch before waiting for the previous one.
+
+Fires when synchronization calls cover more than ``min_frac`` of the steady window on one thread.
+Impact: the GPU idle time of gaps that directly follow a synchronization call on the submitting
+thread (the measured round-trip cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from nsysan.analyses import intervals as iv
+from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.rules._helpers import steady
+from nsysan.units import fmt_ns, fmt_pct
+
+SYNC = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
+        "cuStreamSynchronize", "cuEventSynchronize")
+
+
+@rule("sync-api", "Host blocked in synchronization calls", min_frac=0.3)
+def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
+    w = ctx.window
+    api = steady(ctx.trace.cuda_api, ctx)
+    s = api.loc[api["name"].astype(str).isin(SYNC)]
+    if len(s) == 0 or w.dur_ns == 0:
+        return
+    per_thread = {}
+    for (pid, tid), g in s.groupby(["pid", "tid"]):
+        per_thread[(int(pid), int(tid))] = iv.total(*iv.clip(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(),
+                                                             w.start_ns, w.end_ns))
+    (pid, tid), blocked = max(per_thread.items(), key=lambda kv: kv[1])
+    if blocked < min_frac * w.dur_ns:
+        return
+    gaps = ctx.a.gaps
+    g = gaps.loc[(gaps["pid"] == pid) & (gaps["tid"] == tid) & (gaps["start_ns"] >= w.start_ns)
+                 & (gaps["end_ns"] <= w.end_ns)]
+    ends = np.sort(s.loc[(s["pid"] == pid) & (s["tid"] == tid), "end_ns"].to_numpy())
+    impact = 0
+    if len(g) and len(ends):
+        i = np.searchsorted(ends, g["start_ns"].to_numpy(), side="right") - 1
+        prev_end = np.where(i >= 0, ends[np.clip(i, 0, None)], -1)
+        # the sync returned within the gap's first half: the gap is the round trip after the sync
+        after_sync = (prev_end >= 0) & (g["start_ns"].to_numpy() - prev_end <= g["gap_ns"].to_numpy())
+        impact = int(g.loc[after_sync, "gap_ns"].sum())
+    if impact < 0.01 * w.dur_ns:
+        return
+    names = ", ".join(sorted(s["name"].astype(str).unique()))
+    yield finding(ctx, "sync-api", severity=Severity.WARNING,
+                  impact_ns=impact,
+                  message=f"Thread {tid} was blocked in {names} for {fmt_ns(blocked)} ({fmt_pct(blocked / w.dur_ns)} of "
+                          f"the steady state); the GPU then idled {fmt_ns(impact)} before the next submission.",
+                  evidence=({"pid": pid, "tid": tid, "blocked_ns": blocked, "calls": int(len(s))},))
