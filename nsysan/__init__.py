@@ -1,9 +1,27 @@
-"""nsysan: where the time goes in an Nsight Systems trace, and what to change."""
+"""nsysan: where the time goes in an Nsight Systems trace, and what to change.
+
+    import nsysan
+    trace = nsysan.open_trace("report.sqlite")      # typed tables (pandas)
+    result = nsysan.analyze(trace)                   # analyses + ranked findings
+    result.findings[0].message, result.to_dict()     # JSON-ready dict (schema nsysan.analysis/1)
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from nsysan.trace import Trace, TraceMeta, open_trace
 
-__all__ = ["Trace", "TraceMeta", "__version__", "open_trace"]
+
+def analyze(trace: Trace | str, **kwargs: Any) -> Any:
+    """Run every analysis and rule on a trace (or a path). See ``nsysan.analysis.analyze``."""
+    from nsysan.analysis import analyze as _analyze
+
+    if not isinstance(trace, Trace):
+        trace = open_trace(trace)
+    return _analyze(trace, **kwargs)
+
+
+__all__ = ["Trace", "TraceMeta", "__version__", "analyze", "open_trace"]

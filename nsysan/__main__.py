@@ -1,0 +1,5 @@
+import sys
+
+from nsysan.cli import main
+
+sys.exit(main())

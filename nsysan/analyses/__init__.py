@@ -1,0 +1,1 @@
+"""Pure analyses: ``Trace`` -> DataFrames and small dataclasses. No I/O, no formatting."""

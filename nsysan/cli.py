@@ -1,0 +1,386 @@
+"""Command line. The only module that prints or exits; it maps ``NsysanError`` to exit codes.
+
+    nsysan analyze TRACE.sqlite [--json OUT.json] [--html OUT.html] [--csv DIR] ...
+    nsysan rules [--markdown]
+    nsysan profile [-o NAME] [--nsys PATH] -- COMMAND ...
+    nsysan example            # path of the bundled example trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nsysan import __version__
+from nsysan.errors import (
+    EXIT_CODES,
+    NsysanError,
+    OutputExistsError,
+    ToolNotFoundError,
+    UsageError,
+)
+
+
+def write_atomic(path: Path, text: str, *, force: bool) -> None:
+    """Write via a temp file in the same folder and rename: never a half-written report."""
+    if path.exists() and not force:
+        raise OutputExistsError(f"{path}: exists", hint="pass --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    from nsysan.rules import REGISTRY
+
+    cfg: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise UsageError(f"--set {item!r}: expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1")
+        key, value = item.split("=", 1)
+        rid, name = key.rsplit(".", 1)
+        if rid not in REGISTRY:
+            raise UsageError(f"--set: unknown rule {rid!r} (see `nsysan rules`)")
+        if name not in REGISTRY[rid].thresholds:
+            raise UsageError(f"--set: rule {rid} has no threshold {name!r}; it has: "
+                             f"{', '.join(REGISTRY[rid].thresholds) or 'none'}")
+        try:
+            parsed: Any = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        cfg.setdefault(rid, {})[name] = parsed
+    return cfg
+
+
+def _load_config(path: Path | None) -> dict[str, dict[str, Any]]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"--config {path}: cannot read JSON ({e})") from e
+    rules = data.get("rules", data)
+    if not isinstance(rules, dict):
+        raise UsageError(f"--config {path}: expected {{\"rules\": {{rule-id: {{threshold: value}}}}}}")
+    items = [f"{rid}.{k}={json.dumps(v)}" for rid, th in rules.items() for k, v in dict(th).items()]
+    return _parse_set(items)
+
+
+def _progress_factory(quiet: bool) -> Any:
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    try:
+        from rich.progress import Progress
+    except ImportError:  # pragma: no cover
+        return None, None
+    prog = Progress(transient=True)
+    task = prog.add_task("loading", total=1)
+
+    def cb(stage: str, i: int, n: int) -> None:
+        prog.update(task, total=n, completed=i, description=f"loading {stage}")
+
+    return prog, cb
+
+
+def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
+    from nsysan.analysis import Params, analyze
+    from nsysan.report import html as html_mod
+    from nsysan.report import jsonout, view
+    from nsysan.trace import open_trace
+
+    t0 = time.perf_counter()
+    prog, cb = _progress_factory(opts["quiet"]) if opts.get("interactive") else (None, None)
+    if prog:
+        prog.start()
+    try:
+        trace = open_trace(trace_path, progress=cb, max_rows=opts["max_events"])
+    finally:
+        if prog:
+            prog.stop()
+    params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
+                    warmup_factor=opts["warmup_factor"])
+    a = analyze(trace, params, rule_config=opts["rule_config"])
+    outputs = []
+    if opts["json"]:
+        write_atomic(Path(opts["json"]), jsonout.to_json(a, show_env=opts["show_env"]), force=opts["force"])
+        outputs.append(opts["json"])
+    if opts["csv"]:
+        d = Path(opts["csv"])
+        for name, df in jsonout.csv_tables(a).items():
+            write_atomic(d / f"{name}.csv", jsonout.to_csv(df), force=opts["force"])
+        outputs.append(str(d) + "/")
+    if opts["html"]:
+        text = html_mod.render(view.build(a, show_env=opts["show_env"], generated_by=f"nsysan {__version__}"))
+        write_atomic(Path(opts["html"]), text, force=opts["force"])
+        outputs.append(opts["html"])
+    st = a.iterations.stats
+    return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
+            "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
+            "p50_ns": st.get("p50_ns"), "iterations": st.get("count", 0), "range": a.iterations.range_name,
+            "busy": [(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
+            "window": a.steady.label, "window_ns": a.steady.dur_ns, "nsys": trace.meta.nsys_version,
+            "slowest_kernel": (a.kernels.iloc[0]["name"] if len(a.kernels) else None),
+            "warnings": list(trace.meta.warnings)}
+
+
+def _print_summary(res: dict[str, Any]) -> None:
+    from nsysan.units import fmt_ns, fmt_pct
+
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        console = Console(stderr=False, highlight=False, soft_wrap=False)
+        console.print(Text(f"{res['trace']}  (nsys {res['nsys']}, {res['seconds']} s)", style="bold"))
+        if res["range"]:
+            console.print(Text(f"iterations: '{res['range']}' x{res['iterations']}, steady-state p50 "
+                               f"{fmt_ns(res['p50_ns'])}; window: {res['window']} {fmt_ns(res['window_ns'])}"))
+        for dev, frac, idle in res["busy"]:
+            console.print(Text(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)}"))
+        table = Table(title="Findings (ranked by estimated savings)", show_lines=False)
+        for col in ("saves", "rule", "severity", "finding"):
+            table.add_column(col, overflow="fold")
+        for rule_id, sev, impact, msg in res["findings"]:
+            table.add_row(fmt_ns(impact), rule_id, sev, Text(msg))
+        console.print(table)
+        for w in res["warnings"]:
+            console.print(Text(f"warning: {w}", style="yellow"))
+        for out in res["outputs"]:
+            console.print(Text(f"wrote {out}"))
+    except ImportError:  # pragma: no cover - rich is a dependency; plain text fallback
+        print(res["trace"])
+        for rule_id, sev, impact, msg in res["findings"]:
+            print(f"  {fmt_ns(impact):>10}  {rule_id} [{sev}] {msg}")
+        for out in res["outputs"]:
+            print(f"wrote {out}")
+
+
+def _default_html(trace: str, json_path: str | None) -> str:
+    if json_path:
+        return str(Path(json_path).with_suffix(".html"))
+    return f"{Path(trace).stem}.nsysan.html"
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    rule_config = _load_config(args.config)
+    for rid, th in _parse_set(args.set or []).items():
+        rule_config.setdefault(rid, {}).update(th)
+    if args.disable:
+        from nsysan.rules import REGISTRY
+
+        unknown = [r for r in args.disable if r not in REGISTRY]
+        if unknown:
+            raise UsageError(f"--disable: unknown rule(s) {', '.join(unknown)}")
+        rule_config["_disabled"] = {r: True for r in args.disable}
+    many = len(args.traces) > 1
+    if many and (args.json or args.html or args.csv):
+        if not args.out_dir:
+            raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
+                             "--json/--html/--csv")
+    base = {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
+            "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
+            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many}
+    jobs = []
+    for t in args.traces:
+        o = dict(base)
+        if many or args.out_dir:
+            d = Path(args.out_dir or ".")
+            stem = Path(t).stem
+            o.update(json=str(d / f"{stem}.json"), html=None if args.no_html else str(d / f"{stem}.html"), csv=None)
+        else:
+            o.update(json=args.json, csv=args.csv,
+                     html=None if args.no_html else (args.html or _default_html(t, args.json)))
+        jobs.append((t, o))
+    if not many:
+        res = analyze_one(*jobs[0])
+        if not args.quiet:
+            _print_summary(res)
+        return 0
+    from concurrent.futures import ProcessPoolExecutor
+
+    results, failed = [], 0
+    workers = args.jobs or min(len(jobs), os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futs = [(t, pool.submit(analyze_one, t, o)) for t, o in jobs]
+        for t, f in futs:
+            try:
+                results.append(f.result())
+            except NsysanError as e:
+                failed += 1
+                print(f"nsysan: {e}", file=sys.stderr)
+    _print_cross(results)
+    return 1 if failed else 0
+
+
+def _print_cross(results: list[dict[str, Any]]) -> None:
+    """Per-trace (per-rank) busy/idle, steady-state p50 and stragglers (p50 > 1.2 x the median)."""
+    import statistics
+
+    from nsysan.units import fmt_ns, fmt_pct
+
+    p50s = [r["p50_ns"] for r in results if r.get("p50_ns")]
+    med = statistics.median(p50s) if p50s else None
+    print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
+    for r in results:
+        busy = fmt_pct(r["busy"][0][1]) if r["busy"] else "-"
+        top = r["findings"][0][0] if r["findings"] else "-"
+        straggler = " STRAGGLER" if med and r.get("p50_ns") and r["p50_ns"] > 1.2 * med else ""
+        print(f"{Path(r['trace']).name[:40]:40s} {fmt_ns(r.get('p50_ns')):>10s} {busy:>9s} {top:30s} "
+              f"{str(r['slowest_kernel'])[:60]}{straggler}")
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from nsysan.rules import REGISTRY
+
+    if args.markdown:
+        print(rules_markdown(), end="")
+        return 0
+    for rid in sorted(REGISTRY):
+        r = REGISTRY[rid]
+        th = ", ".join(f"{k}={v}" for k, v in r.thresholds.items()) or "-"
+        print(f"{rid}: {r.title}\n  {r.summary}\n  why: {r.why}\n  fix: {r.fix}\n  thresholds: {th}\n")
+    return 0
+
+
+def rules_markdown() -> str:
+    from nsysan.rules import REGISTRY
+
+    lines = ["| rule | what it finds | fix | thresholds |", "|---|---|---|---|"]
+    for rid in sorted(REGISTRY):
+        r = REGISTRY[rid]
+        th = ", ".join(f"`{k}={v}`" for k, v in r.thresholds.items()) or "-"
+        lines.append(f"| `{rid}` | {r.summary} | {r.fix} | {th} |")
+    return "\n".join(lines) + "\n"
+
+
+MIN_NSYS = (2021, 2)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    nsys = args.nsys or shutil.which("nsys")
+    if not nsys:
+        raise ToolNotFoundError("nsys (Nsight Systems CLI) is not on PATH",
+                                hint="install Nsight Systems, or pass --nsys /path/to/nsys")
+    ver = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout
+    import re
+
+    m = re.search(r"(\d{4})\.(\d+)", ver)
+    if not m or (int(m.group(1)), int(m.group(2))) < MIN_NSYS:
+        raise ToolNotFoundError(f"{nsys}: version {ver.strip() or 'unknown'} is too old; need "
+                                f"{MIN_NSYS[0]}.{MIN_NSYS[1]} or newer for SQLite export with NVTX")
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("nothing to profile: nsysan profile [options] -- COMMAND ...")
+    out = args.output
+    full = [nsys, "profile", "-t", args.trace, "-s", "none", "--export", "sqlite", "-o", out,
+            "-f", "true" if args.force else "false", *(["--cuda-graph-trace=node"] if args.graph_nodes else []), *cmd]
+    print("running: " + " ".join(full), file=sys.stderr)
+    rc = subprocess.run(full).returncode
+    sqlite = Path(f"{out}.sqlite")
+    if not sqlite.exists():
+        print(f"nsysan: nsys exited {rc} and wrote no {sqlite}", file=sys.stderr)
+        return rc or 1
+    print(f"trace: {sqlite}\nnext:  nsysan analyze {sqlite}")
+    return rc
+
+
+def cmd_example(args: argparse.Namespace) -> int:
+    from nsysan.examples import example_path
+
+    print(example_path(args.name))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
+                                "and what to change.")
+    p.add_argument("--version", action="version", version=f"nsysan {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("analyze", help="analyse one or more nsys SQLite exports")
+    a.add_argument("traces", nargs="+", metavar="TRACE", help="nsys SQLite export(s), or 'example'")
+    a.add_argument("--json", metavar="OUT.json", help="write the analysis as JSON (schema nsysan.analysis/1)")
+    a.add_argument("--html", metavar="OUT.html", help="write the HTML report here (default: next to --json, or "
+                   "./<trace>.nsysan.html)")
+    a.add_argument("--no-html", action="store_true", help="do not write an HTML report")
+    a.add_argument("--csv", metavar="DIR", help="write the tables as CSV files into DIR")
+    a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces)")
+    a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
+                   "(default: the most frequent push/pop range)")
+    a.add_argument("--min-gap-us", type=float, default=10.0, help="smallest GPU idle gap reported (default 10 us)")
+    a.add_argument("--warmup-factor", type=float, default=1.5, help="leading iterations slower than this x the "
+                   "median are warm-up (default 1.5)")
+    a.add_argument("--set", action="append", metavar="RULE.THRESHOLD=VALUE", help="override a rule threshold")
+    a.add_argument("--config", type=Path, help="JSON file {\"rules\": {rule: {threshold: value}}}")
+    a.add_argument("--disable", action="append", metavar="RULE", help="do not run this rule")
+    a.add_argument("--show-env", action="store_true", help="include captured environment variables and command "
+                   "lines in reports (off by default: they often hold secrets)")
+    a.add_argument("--max-events", type=int, default=200_000_000, help="refuse traces with more events "
+                   "(default 200M)")
+    a.add_argument("--jobs", type=int, default=0, help="parallel processes for several traces")
+    a.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    a.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    a.set_defaults(fn=cmd_analyze)
+    r = sub.add_parser("rules", help="list the rules, their rationale and thresholds")
+    r.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
+    r.set_defaults(fn=cmd_rules)
+    pr = sub.add_parser("profile", help="run a command under nsys and export SQLite")
+    pr.add_argument("-o", "--output", default="nsysan_trace", help="output name without extension")
+    pr.add_argument("--nsys", help="path to nsys (default: on PATH)")
+    pr.add_argument("--trace", default="cuda,nvtx,osrt", help="nsys -t value (default cuda,nvtx,osrt)")
+    pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
+    pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing report")
+    pr.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    pr.set_defaults(fn=cmd_profile)
+    e = sub.add_parser("example", help="print the path of a bundled example trace")
+    e.add_argument("name", nargs="?", default="ladder_baseline")
+    e.set_defaults(fn=cmd_example)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if getattr(args, "traces", None):
+            from nsysan.examples import resolve
+
+            args.traces = [resolve(t) for t in args.traces]
+        return int(args.fn(args))
+    except NsysanError as e:
+        print(f"nsysan: error: {e}", file=sys.stderr)
+        if e.hint:
+            print(f"nsysan: hint: {e.hint}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("nsysan: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("nsysan: error: out of memory; try --max-events or export a shorter time range", file=sys.stderr)
+        return EXIT_CODES["ResourceLimitError"]
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Bundled real example traces (recorded from ``workloads/`` on an H200 with nsys 2025.3; see
+``tests/fixtures/traces/<name>/README.md``). Shipped xz-compressed; decompressed once into a cache
+folder on first use, so the packaged file itself is never opened for writing."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import tempfile
+from pathlib import Path
+
+from nsysan.errors import TraceNotFoundError
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def names() -> list[str]:
+    return sorted(p.name.removesuffix(".sqlite.xz") for p in DATA.glob("*.sqlite.xz"))
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    d = Path(base) / "nsysan" / "examples"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+    except OSError:
+        d = Path(tempfile.gettempdir()) / "nsysan-examples"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+def example_path(name: str = "ladder_baseline") -> Path:
+    src = DATA / f"{name}.sqlite.xz"
+    if not src.is_file():
+        raise TraceNotFoundError(f"no bundled example {name!r}; available: {', '.join(names())}")
+    dst = _cache_dir() / f"{name}.sqlite"
+    if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
+        tmp = dst.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(lzma.decompress(src.read_bytes()))
+        os.replace(tmp, dst)
+    return dst
+
+
+def resolve(arg: str) -> str:
+    """``example`` or ``example:NAME`` -> the bundled trace's path; anything else unchanged."""
+    if arg == "example":
+        return str(example_path())
+    if arg.startswith("example:"):
+        return str(example_path(arg.split(":", 1)[1]))
+    return arg

@@ -1,0 +1,1 @@
+"""View model and renderers (JSON, CSV, HTML)."""

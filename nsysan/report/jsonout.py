@@ -1,0 +1,119 @@
+"""The canonical machine output: ``nsysan.analysis/1`` JSON (sorted keys, integer nanoseconds),
+and the same tables as CSV (formula-injection safe)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SCHEMA = "nsysan.analysis/1"
+
+
+def _clean(v: Any, key: str = "") -> Any:
+    if isinstance(v, dict):
+        return {str(k): _clean(x, str(k)) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x, key) for x in v]
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        if math.isnan(f) or math.isinf(f):
+            return None
+        if key.endswith("_ns") or key in ("bytes", "total_bytes"):
+            return int(round(f))
+        return round(f, 6)
+    if isinstance(v, np.ndarray):
+        return [_clean(x, key) for x in v.tolist()]
+    return v
+
+
+def records(df: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
+    if df is None or len(df) == 0:
+        return []
+    d = df if limit is None else df.head(limit)
+    return [_clean(r) for r in d.to_dict("records")]
+
+
+def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
+    t = a.trace
+    m = t.meta
+    gpus = records(t.gpus[["device_id", "name", "sm_count", "total_memory_bytes", "compute_major", "compute_minor"]])
+    procs = sorted(set(a.ops["pid"].tolist()) | set(t.cuda_api["pid"].unique().tolist()))
+    pnames = dict(zip(t.processes["pid"].tolist(), t.processes["name"].astype(str).tolist())) if len(t.processes) else {}
+    trace: dict[str, Any] = {
+        "path": Path(m.path).name, "nsys_version": m.nsys_version, "schema_version": m.schema_version,
+        "platform": m.platform, "version_source": m.version_source, "gpus": gpus,
+        "processes": [{"pid": int(p), "name": pnames.get(p)} for p in procs],
+        "start_ns": m.start_ns, "end_ns": m.end_ns, "duration_ns": m.duration_ns, "counts": t.counts(),
+        "warnings": list(m.warnings),
+    }
+    if show_env:
+        trace["capture"] = [{"name": k, "value": v} for k, v in m.capture]
+    it = a.iterations
+    out = {
+        "schema": SCHEMA,
+        "trace": trace,
+        "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
+        "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit)},
+        "cuda_api": {"by_name": records(a.cuda_api, limit)},
+        "memcpy": {"by_kind": records(a.memcpy)},
+        "memset": {"by_kind": records(a.memset)},
+        "nvtx": {"by_name": records(a.nvtx, limit),
+                 "containment": "a GPU op belongs to a range when its launching API call started on the range's "
+                                "thread inside the range"},
+        "launch": {**a.launch_summary, "per_kernel": records(a.launch_per_kernel, limit)},
+        "overlap": {"window": a.steady.to_dict(), "by_direction": records(a.overlap),
+                    "stream_pairs": records(a.stream_pairs)},
+        "gpu": {"capture": records(a.busy_capture), "steady": records(a.busy_steady),
+                "concurrency": records(a.concurrency),
+                "utilization": {"window": a.capture.to_dict(), "bins": records(a.utilization)}},
+        "gaps": {"summary": _clean(a.gap_summary), "min_gap_ns": a.params.min_gap_ns,
+                 "largest": records(a.gaps.nlargest(limit, "gap_ns").sort_values("start_ns") if len(a.gaps) else a.gaps)},
+        "iterations": {"range": it.range_name, "how": it.how, "warmup": it.warmup,
+                       "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
+                       "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table)},
+        "findings": [f.to_dict() for f in a.findings],
+        "rules": _clean(a.rule_log),
+    }
+    return _clean(out)
+
+
+def to_json(a: Any, *, show_env: bool = False) -> str:
+    return json.dumps(analysis_to_dict(a, show_env=show_env), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def csv_safe(v: Any) -> Any:
+    """Neutralise spreadsheet formula injection: text cells starting with = + - @ (or tab/CR) get a quote."""
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v
+    return v
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(list(df.columns))
+    for row in df.itertuples(index=False):
+        w.writerow([csv_safe(_clean(v)) for v in row])
+    return buf.getvalue()
+
+
+def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
+    return {"kernels": a.kernels, "kernel_configs": a.kernel_configs, "cuda_api": a.cuda_api, "memcpy": a.memcpy,
+            "memset": a.memset, "nvtx": a.nvtx, "launches": a.launch_per_kernel, "overlap": a.overlap,
+            "gpu_busy": a.busy_capture, "gaps": a.gaps.drop(columns=["breakdown"], errors="ignore"),
+            "iterations": a.iterations.table,
+            "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
+                                      for f in a.findings])}

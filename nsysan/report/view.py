@@ -1,0 +1,260 @@
+"""The HTML view model: everything the template shows, already computed and formatted.
+
+No pandas past this point. Strings from the trace stay raw here; Jinja2 autoescaping escapes them
+in HTML, and ``tojson`` escapes ``<``, ``>`` and ``&`` in embedded JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
+
+MAX_TIMELINE_OPS = 20_000  # per lane beyond this, ops are aggregated into bins
+MAX_TABLE_ROWS = 200
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]  # display text
+    keys: list[list[Any]]  # sort keys (numbers or text)
+    note: str = ""
+
+
+@dataclass
+class FindingView:
+    rule: str
+    severity: str
+    title: str
+    message: str
+    suggestion: str
+    impact: str
+    evidence: Table | None
+
+
+@dataclass
+class Bar:
+    label: str
+    value: str
+    frac: float  # 0..1 of the largest
+
+
+@dataclass
+class Report:
+    title: str
+    generated_by: str
+    headline: list[tuple[str, str]]
+    info: list[tuple[str, str]]
+    findings: list[FindingView]
+    tables: list[Table]
+    kernel_bars: list[Bar]
+    latency_points: str  # SVG polyline points
+    latency_warmup_points: str
+    latency_axis: tuple[str, str]
+    util_points: str
+    overlap_bars: list[Bar]
+    timeline: dict[str, Any]
+    rules_log: list[tuple[str, str]]
+    warnings: list[str] = field(default_factory=list)
+    capture: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
+    rows, keys = [], []
+    for rec in df.head(MAX_TABLE_ROWS).to_dict("records"):
+        r, k = [], []
+        for _, col, fmt in cols:
+            v = rec.get(col)
+            if isinstance(v, (np.integer, np.floating)):
+                v = v.item()
+            r.append(fmt(v) if fmt and v is not None and v is not pd.NA else ("" if v is None else str(v)))
+            k.append(v if isinstance(v, (int, float)) else str(v))
+        rows.append(r)
+        keys.append(k)
+    if len(df) > MAX_TABLE_ROWS:
+        note = (note + " " if note else "") + f"First {MAX_TABLE_ROWS} of {len(df)} rows (all rows in --json / --csv)."
+    return Table(tid, title, [c[0] for c in cols], rows, keys, note)
+
+
+def _stat_cols(first: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
+    return first + [("Count", "count", lambda v: f"{int(v):,}"), ("Total", "total_ns", fmt_ns),
+                    ("Share", "share", fmt_pct), ("Avg", "avg_ns", fmt_ns), ("Med", "med_ns", fmt_ns),
+                    ("Min", "min_ns", fmt_ns), ("Max", "max_ns", fmt_ns), ("StdDev", "std_ns", fmt_ns)]
+
+
+def _evidence(ev: tuple[Any, ...]) -> Table | None:
+    if not ev:
+        return None
+    cols = [k for k in ev[0].keys() if k != "breakdown"]
+    rows, keys = [], []
+    for e in ev[:10]:
+        r = []
+        for c in cols:
+            v = e.get(c)
+            r.append(fmt_ns(v) if c.endswith("_ns") and isinstance(v, (int, float)) and not c.startswith("start")
+                     else str(v))
+        if "breakdown" in e and e["breakdown"]:
+            r.append("; ".join(f"{b['source']}:{b['name']} {fmt_pct(b.get('share', 0))}" for b in e["breakdown"][:4]))
+        rows.append(r)
+        keys.append(r)
+    if "breakdown" in ev[0]:
+        cols = cols + ["during the gap (clipped)"]
+    return Table("", "", cols, rows, keys)
+
+
+def _timeline(a: Any) -> dict[str, Any]:
+    """Lanes for the canvas timeline, times relative to the capture start (ns)."""
+    t0 = a.capture.start_ns
+    lanes: list[dict[str, Any]] = []
+    names: list[str] = []
+    name_ix: dict[str, int] = {}
+
+    def nid(n: str) -> int:
+        if n not in name_ix:
+            name_ix[n] = len(names)
+            names.append(n[:300])
+        return name_ix[n]
+
+    kind_code = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
+    for (dev, stream), d in a.ops.groupby(["device_id", "stream_id"], sort=True):
+        s = (d["start_ns"].to_numpy() - t0)
+        e = (d["end_ns"].to_numpy() - t0)
+        lane: dict[str, Any] = {"label": f"GPU {dev} stream {stream}", "group": "gpu"}
+        if len(d) > MAX_TIMELINE_OPS:  # aggregate: busy fraction per bin
+            edges = np.linspace(s.min(), e.max(), MAX_TIMELINE_OPS + 1)
+            from nsysan.analyses import intervals as iv
+
+            ms, me = iv.merge(s, e)
+            cov = iv.coverage_in_bins(ms, me, edges.astype(np.int64))
+            lane["bins"] = {"start": int(edges[0]), "width": float(edges[1] - edges[0]),
+                            "busy": np.round(cov / max(edges[1] - edges[0], 1), 3).tolist()}
+        else:
+            kinds = d["op"].map(kind_code).fillna(0).astype(int).to_numpy()
+            sub = np.where(d["kind"].to_numpy() == "DtoH", 4, kinds)
+            lane["ops"] = np.column_stack([s, e, sub, [nid(str(x)) for x in d["name"]]]).astype(np.int64).tolist()
+        lanes.append(lane)
+    g = a.gaps
+    if len(g):
+        gg = g.nlargest(MAX_TIMELINE_OPS, "gap_ns")
+        lanes.append({"label": "GPU idle gaps", "group": "gaps",
+                      "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 5,
+                               nid(f"idle {fmt_ns(r.gap_ns)}: {r.cause}" + (f" ({r.activity})" if r.activity else ""))]
+                              for r in gg.itertuples()]})
+    rg = a.nvtx_ranges
+    for (pid, tid), d in rg.groupby(["pid", "tid"], sort=True):
+        d = d.head(MAX_TIMELINE_OPS)
+        lanes.append({"label": f"NVTX {pid}/{tid}", "group": "nvtx",
+                      "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 6, nid(str(r.name)), int(r.depth)]
+                              for r in d.itertuples()]})
+    api = a.trace.cuda_api
+    if len(api):
+        threads = api.loc[api["pid"].isin(a.ops["pid"].unique())] if len(a.ops) else api
+        for (pid, tid), d in threads.groupby(["pid", "tid"], sort=True):
+            d = d.nlargest(MAX_TIMELINE_OPS, "dur_ns") if len(d) > MAX_TIMELINE_OPS else d
+            lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
+                          "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 7, nid(str(r.name))]
+                                  for r in d.itertuples()]})
+    return {"t0": int(t0), "span": int(a.capture.dur_ns), "lanes": lanes, "names": names}
+
+
+def _polyline(xs: np.ndarray, ys: np.ndarray, w: float, h: float, ymax: float) -> str:
+    if xs.size == 0:
+        return ""
+    xmin, xmax = float(xs.min()), float(xs.max())
+    span = (xmax - xmin) or 1.0
+    pts = [f"{(x - xmin) / span * w:.1f},{h - (y / ymax) * h if ymax else h:.1f}" for x, y in zip(xs, ys)]
+    return " ".join(pts)
+
+
+def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Report:
+    t = a.trace
+    m = t.meta
+    st = a.iterations.stats
+    busy = a.busy_steady
+    ov = a.overlap.loc[a.overlap["direction"] == "all"] if len(a.overlap) else a.overlap
+    headline = [
+        ("Iteration p50", fmt_ns(st.get("p50_ns")) if st.get("count") else "-"),
+        ("Iteration p99", fmt_ns(st.get("p99_ns")) if st.get("count") else "-"),
+        ("Throughput", f"{st.get('throughput_per_s', 0):.1f} it/s" if st.get("count") else "-"),
+        ("GPU busy (steady)", fmt_pct(float(busy["busy_ns"].sum() / max(a.steady.dur_ns * max(len(busy), 1), 1)))
+         if len(busy) else "-"),
+        ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0])) if len(ov) else "-"),
+        ("Est. savings (top finding)", fmt_ns(a.findings[0].impact_ns) if a.findings else "-"),
+    ]
+    gpus = ", ".join(f"{r['name']} ({int(r['sm_count']) if pd.notna(r['sm_count']) else '?'} SMs)"
+                     for _, r in t.gpus.iterrows()) or "none recorded"
+    info = [("Trace", Path(m.path).name), ("nsys", m.nsys_version or "unknown"), ("GPUs", gpus),
+            ("Capture", fmt_ns(m.duration_ns)),
+            ("Region analysed", f"{a.steady.label}: {fmt_ns(a.steady.dur_ns)}"
+             + (f" ({st.get('count', 0)} '{a.iterations.range_name}' iterations, {a.iterations.warmup} warm-up excluded)"
+                if a.iterations.range_name else "")),
+            ]
+    for r in a.iterations.timed_regions:
+        info.append((str(r["name"]), f"{fmt_ns(r['cpu_ns'])} CPU, {fmt_ns(r['with_gpu_ns'])} with GPU work"))
+    findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
+                            _evidence(f.evidence)) for f in a.findings]
+    kmax = float(a.kernels["total_ns"].max()) if len(a.kernels) else 1.0
+    kernel_bars = [Bar(str(r["name"])[:140], f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})",
+                       float(r["total_ns"]) / kmax) for _, r in a.kernels.head(15).iterrows()]
+    it = a.iterations.table
+    lat_pts = warm_pts = ""
+    axis = ("", "")
+    if len(it):
+        ymax = float(it["latency_ns"].max()) or 1.0
+        steady_it = it.loc[~it["warmup"]]
+        ymax_s = float(steady_it["latency_ns"].max()) if len(steady_it) else ymax
+        lat_pts = _polyline(it["index"].to_numpy(float), np.minimum(it["latency_ns"].to_numpy(float), ymax_s * 1.2),
+                            600, 160, ymax_s * 1.2)
+        if a.iterations.warmup:
+            w = it.loc[it["warmup"]]
+            warm_pts = " ".join(p for p in lat_pts.split(" ")[: len(w)])
+        axis = ("0", fmt_ns(ymax_s * 1.2))
+    u = a.utilization
+    util_pts = ""
+    if len(u):
+        u0 = u.groupby("bin_start_ns", sort=True)["busy_frac"].max()
+        util_pts = _polyline(u0.index.to_numpy(float), u0.to_numpy(float), 600, 120, 1.0)
+    ovb = []
+    for _, r in a.overlap.iterrows():
+        ovb.append(Bar(f"GPU {r['device_id']} {r['direction']}",
+                       f"{fmt_ns(r['overlap_ns'])} of {fmt_ns(r['copy_ns'])} copy overlapped compute "
+                       f"({fmt_pct(r['overlap_frac_of_copy'])})", float(r["overlap_frac_of_copy"])))
+    tables = [
+        _table("kernels", "Kernels", a.kernels, _stat_cols([("Name", "name", None)])),
+        _table("api", "CUDA API", a.cuda_api, _stat_cols([("Name", "name", None)])),
+        _table("memcpy", "Memory copies", a.memcpy, _stat_cols([("Kind", "kind", None)]) + [
+            ("Bytes", "total_bytes", fmt_bytes), ("Throughput", "throughput_bytes_per_s", fmt_rate),
+            ("Pageable", "pageable_count", lambda v: f"{int(v):,}"), ("Pinned", "pinned_count", lambda v: f"{int(v):,}")]),
+        _table("memset", "Memsets", a.memset, _stat_cols([("Kind", "kind", None)]) + [("Bytes", "total_bytes", fmt_bytes)]),
+        _table("nvtx", "NVTX ranges", a.nvtx, _stat_cols([("Range", "name", None), ("Style", "style", None)]) + [
+            ("Self total", "self_total_ns", fmt_ns), ("GPU proj. total", "proj_total_ns", fmt_ns),
+            ("GPU ops", "gpu_ops", lambda v: f"{int(v):,}"), ("Max GPU after end", "max_gpu_after_end_ns", fmt_ns)],
+            note="A GPU op belongs to a range when its launching API call started on the range's thread inside it."),
+        _table("launches", "Launches (API call vs kernel)", a.launch_per_kernel, [
+            ("API", "api_name", None), ("Kernel", "name", None), ("Count", "count", lambda v: f"{int(v):,}"),
+            ("API med", "api_med_ns", fmt_ns), ("Queue med", "queue_med_ns", fmt_ns), ("GPU med", "gpu_med_ns", fmt_ns),
+            ("Launch > run", "launch_dominated_frac", fmt_pct)]),
+        _table("gaps", "Largest GPU idle gaps", a.gaps.nlargest(MAX_TABLE_ROWS, "gap_ns") if len(a.gaps) else a.gaps, [
+            ("Device", "device_id", None), ("Start", "start_ns", lambda v: fmt_ns(v - a.capture.start_ns)),
+            ("Gap", "gap_ns", fmt_ns), ("Cause", "cause", None), ("Submitting thread was in", "activity", None),
+            ("Next API", "api_name", None), ("Next op", "next_op", lambda v: str(v)[:120])]),
+        _table("iterations", f"Iterations ({a.iterations.range_name or 'none found'})", it, [
+            ("#", "index", None), ("Latency", "latency_ns", fmt_ns), ("CPU", "cpu_ns", fmt_ns),
+            ("GPU projection", "gpu_proj_ns", fmt_ns), ("GPU after range end", "gpu_after_end_ns", fmt_ns),
+            ("Warm-up", "warmup", lambda v: "yes" if v else "")]) if len(it) else
+        Table("iterations", "Iterations", [], [], [], "No repeated NVTX range found (use --iteration-range NAME)."),
+    ]
+    rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
+    capture = [(k, v) for k, v in m.capture] if show_env else []
+    return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=headline, info=info,
+                  findings=findings, tables=tables, kernel_bars=kernel_bars, latency_points=lat_pts,
+                  latency_warmup_points=warm_pts, latency_axis=axis, util_points=util_pts, overlap_bars=ovb,
+                  timeline=_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture)
