@@ -27,7 +27,7 @@ def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     api = api.drop_duplicates(["pid", "correlation_id"], keep="first")
     j = ops[["pid", "correlation_id", "start_ns", "end_ns", "op"]].merge(api, on=["pid", "correlation_id"],
                                                                         how="inner")
-    return j.sort_values(["pid", "tid", "api_start_ns"], kind="stable").reset_index(drop=True)
+    return j.sort_values(["pid", "tid", "api_start_ns", "correlation_id"], kind="stable").reset_index(drop=True)
 
 
 def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -56,7 +56,7 @@ def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def ranges(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """One row per closed NVTX range: name, style, pid, tid, start_ns, end_ns, dur_ns, depth, parent,
-    self_ns, gpu_ops, proj_start_ns, proj_end_ns, proj_ns, gpu_after_end_ns (projection columns are
+    self_ns, gpu_ops (launches with GPU work: distinct correlation ids), proj_start_ns, proj_end_ns, proj_ns, gpu_after_end_ns (projection columns are
     -1/0 when the range launched no GPU work)."""
     nv = trace.nvtx
     r = nv.loc[(nv["style"] != "Mark") & nv["end_ns"].notna()]
@@ -77,10 +77,14 @@ def ranges(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
         if len(o) == 0:
             continue
         api_start = o["api_start_ns"].to_numpy()
+        corr = o["correlation_id"].to_numpy()
+        first = np.ones(len(o), dtype=np.int64)  # one launch = one correlation id (graph nodes share it)
+        first[1:] = corr[1:] != corr[:-1]
+        launches_before = np.concatenate([[0], np.cumsum(first)])
         lo = np.searchsorted(api_start, r["start_ns"].to_numpy()[idx], side="left")
         hi = np.searchsorted(api_start, r["end_ns"].to_numpy()[idx], side="right")
         has = hi > lo
-        gpu_count[idx] = hi - lo
+        gpu_count[idx] = launches_before[hi] - launches_before[lo]
         if has.any():
             rmm = RangeMinMax(o["start_ns"].to_numpy(), o["end_ns"].to_numpy())
             mn, mx = rmm.query(lo[has], hi[has])

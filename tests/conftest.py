@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import lzma
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CORPUS = SHARED / "corpus" / "public-exports"
+FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "trace.sqlite.xz").exists())
+
+
+@pytest.fixture(scope="session")
+def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """All fixture traces decompressed once into a session temp folder."""
+    d = tmp_path_factory.mktemp("traces")
+    for name in FIXTURE_NAMES:
+        (d / f"{name}.sqlite").write_bytes(lzma.decompress((FIXTURES / name / "trace.sqlite.xz").read_bytes()))
+    return d
+
+
+_cache: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def load(fixture_dir: Path):
+    import nsysan
+
+    def _load(name: str):
+        if name not in _cache:
+            _cache[name] = nsysan.open_trace(fixture_dir / f"{name}.sqlite")
+        return _cache[name]
+
+    return _load
+
+
+_analyses: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def analysis(load):
+    from nsysan.analysis import analyze
+
+    def _an(name: str):
+        if name not in _analyses:
+            _analyses[name] = analyze(load(name))
+        return _analyses[name]
+
+    return _an

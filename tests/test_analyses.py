@@ -1,0 +1,112 @@
+"""Analyses on hand-built frames with exact expected values."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import factories as F
+from nsysan.analyses import intervals as iv
+from nsysan.analysis import Params, analyze
+
+
+def test_merge_and_total():
+    s, e = iv.merge(np.array([5, 0, 2, 20]), np.array([8, 3, 4, 21]))
+    assert s.tolist() == [0, 5, 20] and e.tolist() == [4, 8, 21]
+    assert iv.total(np.array([0, 1]), np.array([10, 5])) == 10
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 500)), min_size=0, max_size=60))
+def test_union_never_exceeds_span_or_sum(rows):
+    s = np.array([a for a, _ in rows], dtype=np.int64)
+    e = s + np.array([d for _, d in rows], dtype=np.int64)
+    tot = iv.total(s, e)
+    assert tot <= int((e - s).sum())
+    if rows:
+        assert tot <= int(e.max() - s.min())
+        # brute force on a unit grid
+        grid = np.zeros(10_600, dtype=bool)
+        for a, b in zip(s, e):
+            grid[a:b] = True
+        assert tot == int(grid.sum())
+
+
+@given(st.lists(st.tuples(st.integers(0, 2000), st.integers(1, 100)), max_size=30),
+       st.lists(st.tuples(st.integers(0, 2000), st.integers(1, 100)), max_size=30))
+def test_intersection_matches_brute_force(a, b):
+    def mk(rows):
+        s = np.array([x for x, _ in rows], dtype=np.int64)
+        return iv.merge(s, s + np.array([d for _, d in rows], dtype=np.int64))
+
+    A, B = mk(a), mk(b)
+    got = iv.intersect(A, B)
+    ga, gb = np.zeros(2200, bool), np.zeros(2200, bool)
+    for s, e in zip(*A):
+        ga[s:e] = True
+    for s, e in zip(*B):
+        gb[s:e] = True
+    assert int((got[1] - got[0]).sum()) == int((ga & gb).sum())
+
+
+def test_busy_is_union_and_overlap_exact():
+    # two streams overlapping: busy is the union (150), never the sum (200)
+    k = F.kernels([(0, 100, 7), (50, 150, 13)])
+    m = F.memcpy([(120, 220, 14, "HtoD", 1)])
+    api = F.api([(-10, -5, "cudaLaunchKernel", 1), (40, 45, "cudaLaunchKernel", 2), (110, 115, "cudaMemcpyAsync", 1000)])
+    a = analyze(F.make_trace(kernels=k, memcpy=m, cuda_api=api), rules=False)
+    b = a.busy_capture.iloc[0]
+    assert b["busy_ns"] == 220 and b["compute_ns"] == 150 and b["copy_ns"] == 100
+    assert 0 <= b["busy_frac"] <= 1
+    ov = a.overlap.set_index("direction").loc["HtoD"]
+    assert ov["overlap_ns"] == 30 and ov["copy_ns"] == 100
+    assert a.concurrency.iloc[0]["max_streams"] == 2
+
+
+def test_gap_cause_host_with_activity_clipped_to_the_gap():
+    # kernel 1 ends at 100; the next launch call starts at 900 after a "Print Result" range 150..850
+    k = F.kernels([(0, 100, 7), (1000, 1100, 7)])
+    api = F.api([(-50, -40, "cudaLaunchKernel", 1), (900, 910, "cudaLaunchKernel", 2),
+                 (100, 150, "cudaStreamSynchronize", 99)])
+    nv = F.nvtx([(150, 850, "Print Result"), (0, 2000, "infer")])
+    a = analyze(F.make_trace(kernels=k, cuda_api=api, nvtx=nv), Params(min_gap_ns=500), rules=False)
+    assert len(a.gaps) == 1
+    g = a.gaps.iloc[0]
+    assert (g["start_ns"], g["end_ns"], g["gap_ns"], g["cause"]) == (100, 1000, 900, "host")
+    assert g["activity"] == "nvtx:Print Result"
+    items = {(x["source"], x["name"]): x["ns"] for x in g["breakdown"]}
+    # clipped to [gap start, launch call start) = [100, 900): Print Result 700, infer (outer, own time) 100
+    assert items[("nvtx", "Print Result")] == 700
+    assert items[("nvtx", "infer")] == 100
+    assert items[("cuda_api", "cudaStreamSynchronize")] == 50
+
+
+def test_nvtx_nesting_self_time_and_projection():
+    k = F.kernels([(100, 400, 7), (450, 900, 7)])
+    api = F.api([(10, 20, "cudaLaunchKernel", 1), (30, 40, "cudaLaunchKernel", 2)])
+    nv = F.nvtx([(0, 200, "outer"), (25, 50, "inner")])
+    a = analyze(F.make_trace(kernels=k, cuda_api=api, nvtx=nv), rules=False)
+    r = a.nvtx_ranges.set_index("name")
+    assert r.loc["outer", "self_ns"] == 175 and r.loc["inner", "self_ns"] == 25
+    assert r.loc["outer", "gpu_ops"] == 2 and r.loc["inner", "gpu_ops"] == 1
+    assert r.loc["outer", "proj_ns"] == 800 and r.loc["outer", "gpu_after_end_ns"] == 700
+    assert r.loc["inner", "proj_start_ns"] == 450
+
+
+def test_launch_join_uses_process_and_correlation_id():
+    k = F.kernels([(100, 110, 7)])
+    other = F.api([(0, 50, "cudaLaunchKernel", 1)]).assign(pid=999)  # same correlation id, other process
+    mine = F.api([(60, 65, "cudaLaunchKernel", 1)])
+    import pandas as pd
+
+    a = analyze(F.make_trace(kernels=k, cuda_api=pd.concat([other, mine], ignore_index=True)), rules=False)
+    assert a.launches.iloc[0]["api_start_ns"] == 60 and a.launches.iloc[0]["queue_ns"] == 40
+
+
+def test_iterations_detect_warmup_and_steady_stats():
+    rows = [(0, 5000, "step")] + [(10_000 + i * 1000, 10_500 + i * 1000, "step") for i in range(9)]
+    a = analyze(F.make_trace(nvtx=F.nvtx(rows)), rules=False)
+    it = a.iterations
+    assert it.range_name == "step" and it.warmup == 1
+    assert it.stats["count"] == 9 and it.stats["p50_ns"] == 500
+    assert a.steady.start_ns == 10_000 and a.steady.label == "steady state"

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import nsysan
+from conftest import CORPUS, FIXTURE_NAMES, SHARED
+from nsysan.cli import main
+from nsysan.errors import (
+    CorruptTraceError,
+    NotAnNsysExportError,
+    NotSQLiteError,
+    TraceNotFoundError,
+)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_loads_and_passes_self_check(name, load):
+    trace = load(name)
+    assert trace.self_check() == []
+    assert trace.meta.nsys_version == "2025.3.2.0" or trace.meta.nsys_version.startswith("2025.3")
+    assert len(trace.kernels) + len(trace.graph_launches) > 0
+    assert len(trace.gpus) == 1 and trace.gpus["name"].iloc[0] == "NVIDIA H200"
+    assert trace.kernels["start_ns"].dtype == "int64"
+
+
+def test_ids_decoded_in_one_place(load):
+    t = load("ladder_baseline")
+    api = t.cuda_api
+    g = api["global_tid"].to_numpy()
+    assert ((g >> 24) & 0xFFFFFF).tolist() == api["pid"].tolist()
+    assert set(t.kernels["pid"]) <= set(api["pid"])
+
+
+def test_memory_kind_from_export_enum(load):
+    # baseline copies from numpy (pageable); pinned step uses cudaHostAlloc
+    assert set(load("ladder_baseline").memcpy.query("kind == 'HtoD'")["host_mem"]) == {"Pageable"}
+    # the 77 MB input batches are pinned; the pageable ones are the model weights uploaded in setup
+    batches = load("ladder_pinned").memcpy.query("kind == 'HtoD' and bytes == 128 * 3 * 224 * 224 * 4")
+    assert len(batches) == 10 and set(batches["host_mem"]) == {"Pinned"}
+
+
+def test_graph_mode_launches_loaded(load):
+    t = load("launch_graph")
+    assert len(t.graph_launches) == 53
+    assert t.self_check() == []
+
+
+def test_read_only_and_no_side_files(fixture_dir, tmp_path):
+    src = tmp_path / "t.sqlite"
+    shutil.copyfile(fixture_dir / "ladder_worker.sqlite", src)
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    mtime = src.stat().st_mtime_ns
+    nsysan.analyze(nsysan.open_trace(src))
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    assert src.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.sqlite"]
+
+
+def _bad(tmp_path: Path, name: str, data: bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def test_bad_inputs_raise_precise_errors(tmp_path, fixture_dir):
+    with pytest.raises(TraceNotFoundError):
+        nsysan.open_trace(tmp_path / "missing.sqlite")
+    with pytest.raises(TraceNotFoundError):
+        nsysan.open_trace(tmp_path)
+    with pytest.raises(NotSQLiteError):
+        nsysan.open_trace(_bad(tmp_path, "empty.sqlite", b""))
+    with pytest.raises(NotSQLiteError):
+        nsysan.open_trace(_bad(tmp_path, "rand.sqlite", os.urandom(4096)))
+    with pytest.raises(NotSQLiteError, match="LFS"):
+        nsysan.open_trace(_bad(tmp_path, "lfs.sqlite", b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\n"))
+    full = (fixture_dir / "ladder_baseline.sqlite").read_bytes()
+    with pytest.raises(CorruptTraceError):
+        nsysan.analyze(nsysan.open_trace(_bad(tmp_path, "trunc.sqlite", full[: len(full) // 3])))
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("create table t(x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotAnNsysExportError):
+        nsysan.open_trace(other)
+
+
+def test_cli_exit_codes_and_one_line_errors(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "nope.sqlite")]) == 3
+    err = capsys.readouterr().err
+    assert "no such file" in err and "Traceback" not in err
+    assert main(["analyze", str(_bad(tmp_path, "x.nsys-rep", b"\x00" * 200))]) == 5
+    assert "nsys export" in capsys.readouterr().err
+
+
+def test_empty_capture_gives_no_events_not_a_crash(tmp_path, fixture_dir):
+    p = tmp_path / "empty.sqlite"
+    shutil.copyfile(fixture_dir / "launch_graph.sqlite", p)
+    con = sqlite3.connect(p)
+    for t in ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API",
+              "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"]:
+        con.execute(f"drop table {t}")
+    con.commit()
+    con.close()
+    trace = nsysan.open_trace(p)
+    assert trace.is_empty
+    a = nsysan.analyze(trace)
+    assert a.findings == [] and a.to_dict()["kernels"]["by_name"] == []
+
+
+CORPUS_FILES = sorted(CORPUS.glob("*.sqlite")) + ([SHARED / "corpus" / "p25.sqlite"] if SHARED.exists() else [])
+
+
+@pytest.mark.skipif(not CORPUS_FILES, reason="../shared/corpus not present")
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name[:40])
+def test_public_corpus_loads_and_analyses(path):
+    trace = nsysan.open_trace(path)
+    assert trace.self_check() == []
+    a = nsysan.analyze(trace)
+    d = a.to_dict()
+    for row in d["gpu"]["capture"]:
+        assert 0 <= row["busy_frac"] <= 1

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import factories as F
+from nsysan.analysis import Params, analyze
+from nsysan.cli import main
+from nsysan.report import html, jsonout, view
+
+HOSTILE = "</script><script>alert(1)</script>"
+KNAME = "void k<128, float>(T*) & <b>bold</b>"
+
+
+def hostile_trace():
+    k = F.kernels([(0, 100, 7), (1000, 1100, 7)], name=KNAME)
+    api = F.api([(-50, -40, "cudaLaunchKernel", 1), (900, 910, "cudaLaunchKernel", 2)])
+    nv = F.nvtx([(150, 850, HOSTILE), (0, 2000, "=cmd|' /C calc'!A0")])
+    return F.make_trace(kernels=k, cuda_api=api, nvtx=nv)
+
+
+def test_html_escapes_every_trace_string():
+    a = analyze(hostile_trace(), Params(min_gap_ns=100))
+    out = html.render(view.build(a))
+    assert HOSTILE not in out and "<b>bold</b>" not in out
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in out  # shown as text in tables
+    # the JSON island cannot close its script tag
+    island = re.search(r'<script type="application/json" id="tl-data">(.*?)</script>', out, re.S).group(1)
+    assert "<" not in island and json.loads(island)["names"]
+    assert out.count("<script") == 2  # the JSON island and our own script, nothing injected
+
+
+def test_csv_neutralises_formulas():
+    a = analyze(hostile_trace(), Params(min_gap_ns=100))
+    text = jsonout.to_csv(a.nvtx)
+    assert "'=cmd" in text and "\n=cmd" not in text and ",=cmd" not in text
+
+
+@pytest.mark.parametrize("name", ["ladder_baseline", "launch_graph", "timing"])
+def test_json_schema_and_bounds(name, analysis):
+    d = json.loads(jsonout.to_json(analysis(name)))
+    assert d["schema"] == "nsysan.analysis/1"
+    for key in ("trace", "kernels", "cuda_api", "memcpy", "memset", "nvtx", "launch", "overlap", "gpu", "gaps",
+                "iterations", "findings"):
+        assert key in d
+    for row in d["gpu"]["capture"] + d["gpu"]["steady"]:
+        assert 0 <= row["busy_frac"] <= 1 and row["busy_ns"] <= d["windows"]["capture"]["dur_ns"]
+    assert all(isinstance(r["total_ns"], int) for r in d["kernels"]["by_name"])
+    assert "capture" not in d["trace"]  # env/command lines hidden by default
+
+
+def test_render_empty_trace():
+    a = analyze(F.make_trace())
+    assert "No rule fired" in html.render(view.build(a))
+
+
+def test_cli_writes_outputs_atomically_and_refuses_overwrite(fixture_dir, tmp_path, capsys):
+    trace = str(fixture_dir / "ladder_worker.sqlite")
+    out = tmp_path / "r.json"
+    assert main(["analyze", trace, "--json", str(out), "--csv", str(tmp_path / "csv"), "-q"]) == 0
+    assert out.exists() and (tmp_path / "r.html").exists() and (tmp_path / "csv" / "kernels.csv").exists()
+    before = out.read_bytes()
+    assert main(["analyze", trace, "--json", str(out), "-q"]) == 8
+    assert "--force" in capsys.readouterr().err and out.read_bytes() == before
+    assert main(["analyze", trace, "--json", str(out), "-q", "--force", "--set", "launch-bound.min_kernels=100000"]) == 0
+    assert "launch-bound" not in {f["rule"] for f in json.loads(out.read_text())["findings"]}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_show_env_is_opt_in(fixture_dir, tmp_path):
+    trace = str(fixture_dir / "launch_graph.sqlite")
+    assert main(["analyze", trace, "--json", str(tmp_path / "a.json"), "-q"]) == 0
+    assert "ENVIRONMENT_VARIABLE" not in (tmp_path / "a.html").read_text()
+    assert main(["analyze", trace, "--json", str(tmp_path / "b.json"), "-q", "--show-env"]) == 0
+    assert "ENVIRONMENT_VARIABLE" in (tmp_path / "b.html").read_text()
+
+
+def test_several_traces_in_parallel(fixture_dir, tmp_path, capsys):
+    traces = [str(fixture_dir / f"{n}.sqlite") for n in ("ladder_graph", "ladder_multictx")]
+    assert main(["analyze", *traces, "--out-dir", str(tmp_path), "-q", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ladder_graph.sqlite" in out and "ladder_multictx.sqlite" in out
+    assert (tmp_path / "ladder_graph.json").exists()
+
+
+def test_rules_command(capsys):
+    assert main(["rules"]) == 0
+    assert "host-bound-gap" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("uv") is None and sys.version_info < (3, 10), reason="needs venv")
+def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
+    root = Path(__file__).parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(root)],
+                   check=True)
+    wheel = next((tmp_path / "dist").glob("nsysan-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    out = tmp_path / "w.html"
+    r = subprocess.run([str(py), "-c", "import nsysan.cli,sys; sys.exit(nsysan.cli.main(sys.argv[1:]))", "analyze",
+                        str(fixture_dir / "launch_eager.sqlite"), "--html", str(out), "-q"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    loc = subprocess.run([str(py), "-c", "import nsysan;print(nsysan.__file__)"], cwd=tmp_path, capture_output=True,
+                         text=True).stdout
+    assert str(venv) in loc
+    assert "<canvas" in out.read_text()
