@@ -281,7 +281,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not nsys:
         raise ToolNotFoundError("nsys (Nsight Systems CLI) is not on PATH",
                                 hint="install Nsight Systems, or pass --nsys /path/to/nsys")
-    ver = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout
+    if not (Path(nsys).is_file() and os.access(nsys, os.X_OK)):
+        raise ToolNotFoundError(f"{nsys}: not an executable nsys", hint="pass --nsys /path/to/nsys")
+    try:
+        ver = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolNotFoundError(f"{nsys}: cannot run it ({e})") from e
     import re
 
     m = re.search(r"(\d{4})\.(\d+)", ver)

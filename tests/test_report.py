@@ -114,3 +114,8 @@ def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
                          text=True).stdout
     assert str(venv) in loc
     assert "<canvas" in out.read_text()
+
+
+def test_profile_reports_missing_nsys(capsys, tmp_path):
+    assert main(["profile", "--nsys", str(tmp_path / "nsys"), "--", "true"]) == 10
+    assert "Traceback" not in capsys.readouterr().err
