@@ -8,10 +8,8 @@ in the README (schema ``nsysan.analysis/1``). Windows: ``capture`` is the whole 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from nsysan.analyses import gaps as gaps_mod
@@ -83,11 +81,11 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
     p = params or Params()
     ops = summaries.gpu_ops(trace)
     capture = _capture_window(trace, ops)
-    rg = nvtx.ranges(trace, ops)
+    owned = nvtx.owned_ops(trace, ops)
+    rg = nvtx.ranges(trace, ops, owned)
     its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor)
     steady = its.steady if its.steady is not None else capture
     lau = launch.launches(trace, ops)
-    owned = nvtx.owned_ops(trace, ops)
     gp = gaps_mod.idle_gaps(trace, ops, capture, min_gap_ns=p.min_gap_ns, launch_gap_ns=p.launch_gap_ns)
     a = Analysis(
         trace=trace, params=p, capture=capture, steady=steady, ops=ops,
@@ -111,11 +109,3 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
 def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:
     """Rows overlapping the window."""
     return df.loc[(df[start] < w.end_ns) & (df[end] > w.start_ns)]
-
-
-def basename(path: str) -> str:
-    return Path(path).name
-
-
-def as_int(x: Any) -> int:
-    return int(np.int64(x))

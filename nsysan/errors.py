@@ -73,11 +73,8 @@ class RegressionError(NsysanError):
     exit_code = 11
 
 
-EXIT_CODES: dict[str, int] = {
-    cls.__name__: cls.exit_code
-    for cls in (
-        NsysanError, UsageError, TraceNotFoundError, TraceUnreadableError, NotSQLiteError,
-        CorruptTraceError, NotAnNsysExportError, OutputExistsError, ResourceLimitError,
-        ToolNotFoundError, RegressionError,
-    )
-}
+def _all(cls: type[NsysanError]) -> list[type[NsysanError]]:
+    return [cls] + [c for sub in cls.__subclasses__() for c in _all(sub)]
+
+
+EXIT_CODES: dict[str, int] = {cls.__name__: cls.exit_code for cls in _all(NsysanError)}

@@ -25,8 +25,10 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.gpu import Window
 from nsysan.trace.model import Trace
 
-SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
-             "cuCtxSynchronize", "cuEventSynchronize", "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
+# Calls that block the host until GPU work finishes (rules/sync_api.py uses the same list).
+BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                      "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
+SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
 
 
 class ThreadActivity:

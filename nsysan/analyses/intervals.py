@@ -45,9 +45,6 @@ def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Ar
     b_s, b_e = b
     if a_s.size == 0 or b_s.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    # Every intersection piece starts at a start of one set inside an interval of the other.
-    starts = np.concatenate([a_s, b_s])
-    ends = np.concatenate([a_e, b_e])
     # Sweep: coverage count over the sorted boundary points.
     pts = np.concatenate([a_s, a_e, b_s, b_e])
     delta = np.concatenate([np.ones(a_s.size, np.int64), -np.ones(a_e.size, np.int64),
@@ -59,7 +56,6 @@ def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Ar
     seg_start = pts[:-1][on[:-1]]
     seg_end = pts[1:][on[:-1]]
     keep = seg_end > seg_start
-    del starts, ends
     return seg_start[keep], seg_end[keep]
 
 

@@ -54,10 +54,11 @@ def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return depth, parent, (ends - starts) - child_sum
 
 
-def ranges(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per closed NVTX range: name, style, pid, tid, start_ns, end_ns, dur_ns, depth, parent,
     self_ns, gpu_ops (launches with GPU work: distinct correlation ids), proj_start_ns, proj_end_ns, proj_ns, gpu_after_end_ns (projection columns are
-    -1/0 when the range launched no GPU work)."""
+    -1/0 when the range launched no GPU work). ``owned`` is ``owned_ops(trace, ops)`` when the caller
+    already has it."""
     nv = trace.nvtx
     r = nv.loc[(nv["style"] != "Mark") & nv["end_ns"].notna()]
     r = r.assign(end_ns=r["end_ns"].astype("int64"), dur_ns=r["dur_ns"].astype("int64"),
@@ -71,11 +72,14 @@ def ranges(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     gpu_count = np.zeros(n, dtype=np.int64)
     p_start = np.full(n, -1, dtype=np.int64)
     p_end = np.full(n, -1, dtype=np.int64)
-    owned = owned_ops(trace, ops)
-    for (pid, tid), idx in r.groupby(["pid", "tid"], sort=False).indices.items():
-        o = owned.loc[(owned["pid"] == pid) & (owned["tid"] == tid)]
-        if len(o) == 0:
+    if owned is None:
+        owned = owned_ops(trace, ops)
+    by_thread = owned.groupby(["pid", "tid"], sort=False).indices
+    for key, idx in r.groupby(["pid", "tid"], sort=False).indices.items():
+        rows = by_thread.get(key)
+        if rows is None:
             continue
+        o = owned.iloc[rows]  # owned is sorted by (pid, tid, api_start_ns), so each slice is too
         api_start = o["api_start_ns"].to_numpy()
         corr = o["correlation_id"].to_numpy()
         first = np.ones(len(o), dtype=np.int64)  # one launch = one correlation id (graph nodes share it)

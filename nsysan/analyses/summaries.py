@@ -70,14 +70,15 @@ def memcpy_summary(trace: Trace) -> pd.DataFrame:
         return pd.DataFrame(columns=["kind", *STAT_COLUMNS, "total_bytes", "throughput_bytes_per_s",
                                      "pageable_count", "pinned_count", "pageable_bytes", "pinned_bytes"])
     stats = duration_stats(m, ["kind"])
-    by = m.groupby("kind", sort=True, observed=True)
-    extra = pd.DataFrame({
-        "total_bytes": by["bytes"].sum(),
-        "pageable_count": by["host_mem"].agg(lambda s: int((s == "Pageable").sum())),
-        "pinned_count": by["host_mem"].agg(lambda s: int((s == "Pinned").sum())),
-        "pageable_bytes": m.assign(b=m["bytes"].where(m["host_mem"] == "Pageable", 0)).groupby("kind")["b"].sum(),
-        "pinned_bytes": m.assign(b=m["bytes"].where(m["host_mem"] == "Pinned", 0)).groupby("kind")["b"].sum(),
-    }).reset_index()
+    pageable = (m["host_mem"] == "Pageable").astype("int64")
+    pinned = (m["host_mem"] == "Pinned").astype("int64")
+    extra = (m.assign(pageable_count=pageable, pinned_count=pinned, pageable_bytes=m["bytes"] * pageable,
+                      pinned_bytes=m["bytes"] * pinned)
+             .groupby("kind", sort=True, observed=True)
+             .agg(total_bytes=("bytes", "sum"), pageable_count=("pageable_count", "sum"),
+                  pinned_count=("pinned_count", "sum"), pageable_bytes=("pageable_bytes", "sum"),
+                  pinned_bytes=("pinned_bytes", "sum"))
+             .reset_index())
     out = stats.merge(extra, on="kind", how="left")
     thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
     return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))

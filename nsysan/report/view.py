@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses import intervals as iv
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
 MAX_TIMELINE_OPS = 20_000  # per lane beyond this, ops are aggregated into bins
@@ -130,8 +131,6 @@ def _timeline(a: Any) -> dict[str, Any]:
         lane: dict[str, Any] = {"label": f"GPU {dev} stream {stream}", "group": "gpu"}
         if len(d) > MAX_TIMELINE_OPS:  # aggregate: busy fraction per bin
             edges = np.linspace(s.min(), e.max(), MAX_TIMELINE_OPS + 1)
-            from nsysan.analyses import intervals as iv
-
             ms, me = iv.merge(s, e)
             cov = iv.coverage_in_bins(ms, me, edges.astype(np.int64))
             lane["bins"] = {"start": int(edges[0]), "width": float(edges[1] - edges[0]),

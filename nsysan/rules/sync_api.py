@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import steady
 from nsysan.units import fmt_ns, fmt_pct
 
-SYNC = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
-        "cuStreamSynchronize", "cuEventSynchronize")
+SYNC = BLOCKING_SYNC_APIS
 
 
 @rule("sync-api", "Host blocked in synchronization calls", min_frac=0.3)

@@ -34,8 +34,7 @@ Tables and their own columns:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, fields
 
 import pandas as pd
 
@@ -81,7 +80,6 @@ class Trace:
     gpus: pd.DataFrame
     streams: pd.DataFrame
     gpu_memory_usage: pd.DataFrame
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name),
