@@ -110,3 +110,28 @@ def test_iterations_detect_warmup_and_steady_stats():
     assert it.range_name == "step" and it.warmup == 1
     assert it.stats["count"] == 9 and it.stats["p50_ns"] == 500
     assert a.steady.start_ns == 10_000 and a.steady.label == "steady state"
+
+
+@given(st.lists(st.tuples(st.integers(0, 5_000), st.integers(0, 3_000)), max_size=80),
+       st.integers(0, 6_000), st.integers(0, 3_000))
+def test_overlap_index_matches_brute_force(rows, lo, width):
+    starts = np.array(sorted(r[0] for r in rows), dtype=np.int64)
+    durs = np.array([r[1] for r in rows], dtype=np.int64)
+    ends = starts + durs
+    hi = lo + width
+    got = iv.OverlapIndex(starts, ends).query(lo, hi)
+    want = np.flatnonzero((starts < hi) & (ends > lo))
+    assert got.tolist() == want.tolist()
+
+
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), max_size=60),
+       st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), max_size=30))
+def test_first_match_equals_merge_with_first_duplicate(table, queries):
+    from nsysan.analyses.join import first_match, pack_keys
+
+    t = np.array(table, dtype=np.int64).reshape(-1, 2)
+    q = np.array(queries, dtype=np.int64).reshape(-1, 2)
+    got = first_match(pack_keys(t[:, 0], t[:, 1]), pack_keys(q[:, 0], q[:, 1]))
+    for (pid, corr), idx in zip(q.tolist(), got.tolist()):
+        hits = [i for i, (p, c) in enumerate(t.tolist()) if p == pid and c == corr]
+        assert idx == (hits[0] if hits else -1)

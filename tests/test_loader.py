@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import nsysan
@@ -126,3 +127,27 @@ def test_public_corpus_loads_and_analyses(path):
     d = a.to_dict()
     for row in d["gpu"]["capture"]:
         assert 0 <= row["busy_frac"] <= 1
+
+
+def test_sliced_parallel_read_equals_whole_read(fixture_dir, monkeypatch):
+    """Big tables are read in rowid slices on threads; the result must not depend on it."""
+    import nsysan.trace.load as L
+
+    path = fixture_dir / "launch_eager.sqlite"
+    whole = L.open_trace(path, workers=1)
+    monkeypatch.setattr(L, "SLICE_ROWS", 997)  # many uneven slices
+    sliced = L.open_trace(path, workers=3)
+    for name in ("kernels", "cuda_api", "osrt", "memcpy", "nvtx"):
+        a, b = getattr(whole, name), getattr(sliced, name)
+        assert len(a) > 0 or name == "memcpy"
+        pd.testing.assert_frame_equal(a.astype({c: object for c in a.select_dtypes("category")}),
+                                      b.astype({c: object for c in b.select_dtypes("category")}))
+
+
+def test_extra_columns_only_on_request(fixture_dir):
+    path = fixture_dir / "ladder_baseline.sqlite"
+    lean = nsysan.open_trace(path)
+    full = nsysan.open_trace(path, all_columns=True)
+    assert "registers_per_thread" not in lean.kernels.columns
+    assert (full.kernels["registers_per_thread"] > 0).all()
+    assert set(lean.kernels.columns) < set(full.kernels.columns)

@@ -28,46 +28,63 @@ from nsysan.trace.model import Trace
 # Calls that block the host until GPU work finishes (rules/sync_api.py uses the same list).
 BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                       "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
+CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
 
 
 class ThreadActivity:
-    """Per-thread CUDA API, OS runtime and NVTX intervals, indexed once for clipped look-ups."""
+    """Per-thread CUDA API, OS runtime and NVTX intervals, indexed lazily (only threads that submitted
+    the work ending an explained gap) for clipped look-ups in O(log n + k) per gap."""
 
     def __init__(self, trace: Trace) -> None:
-        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]] = {}
         nv = trace.nvtx.loc[(trace.nvtx["style"] != "Mark") & trace.nvtx["end_ns"].notna()]
         nv = nv.assign(end_ns=nv["end_ns"].astype("int64"))
-        for source, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv)):
-            if len(df) == 0:
-                continue
-            for (pid, tid), g in df.groupby(["pid", "tid"], sort=False):
-                g = g.sort_values("start_ns", kind="stable")
-                self._parts.setdefault((int(pid), int(tid)), []).append(
-                    (source, g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["name"].astype(str).to_numpy()))
+        self._sources = [(s, df) for s, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv))
+                         if len(df)]
+        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, iv.OverlapIndex,
+                                                         np.ndarray, np.ndarray]]:
+        key = (pid, tid)
+        if key not in self._parts:
+            parts = []
+            for source, df in self._sources:
+                idx = np.flatnonzero((df["tid"].to_numpy() == tid) & (df["pid"].to_numpy() == pid))
+                if len(idx) == 0:
+                    continue
+                st = df["start_ns"].to_numpy()[idx]
+                order = np.argsort(st, kind="stable")
+                st, en = st[order], df["end_ns"].to_numpy()[idx][order]
+                col = df["name"].array
+                if isinstance(col, pd.Categorical):  # codes per row; strings only for the categories
+                    codes, cats = np.asarray(col.codes)[idx][order], np.asarray(col.categories, dtype=object)
+                else:
+                    cats, codes = np.unique(np.asarray(col, dtype=object)[idx][order].astype(str), return_inverse=True)
+                parts.append((source, st, en, iv.OverlapIndex(st, en), codes.astype(np.int64), cats.astype(str)))
+            self._parts[key] = parts
+        return self._parts[key]
 
     def items(self, pid: int, tid: int, lo: int, hi: int) -> list[dict[str, object]]:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         out: list[dict[str, object]] = []
-        for source, st, en, names in self._parts.get((pid, tid), []):
-            # ranges/calls starting before hi; long-running ones may start well before lo
-            j = np.searchsorted(st, hi, side="left")
-            sel = np.flatnonzero(en[:j] > lo)
+        for source, st, en, index, codes, cats in self._thread(pid, tid):
+            sel = index.query(lo, hi)
             if sel.size == 0:
                 continue
             s, e = np.clip(st[sel], lo, hi), np.clip(en[sel], lo, hi)
-            nm = names[sel]
-            acc: dict[str, int] = {}
+            nm = codes[sel]
+            acc: dict[int, int] = {}
             if source == "nvtx":
-                for i in range(s.size):
-                    inner = iv.total(*iv.clip(s[i + 1:], e[i + 1:], int(s[i]), int(e[i])))
-                    acc[nm[i]] = acc.get(nm[i], 0) + int(e[i] - s[i]) - inner
+                for k in range(s.size):
+                    inner = iv.total(*iv.clip(s[k + 1:], e[k + 1:], int(s[k]), int(e[k])))
+                    acc[int(nm[k])] = acc.get(int(nm[k]), 0) + int(e[k] - s[k]) - inner
             else:
-                for name in np.unique(nm):
-                    m = nm == name
-                    acc[str(name)] = iv.total(s[m], e[m])
-            out += [{"source": source, "name": str(k), "ns": int(v)} for k, v in acc.items() if v > 0]
+                for code in np.unique(nm):
+                    m = nm == code
+                    acc[int(code)] = iv.total(s[m], e[m])
+            out += [{"source": source, "name": str(cats[k]) if k >= 0 else "", "ns": int(v)}
+                    for k, v in acc.items() if v > 0]
         return sorted(out, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))  # type: ignore[call-overload]
 
 
@@ -76,50 +93,54 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     """Columns: device_id, start_ns, end_ns, gap_ns, cause, pid, tid (submitting thread), api_name,
     api_start_ns, next_op, activity (largest item on the submitting thread during the gap),
     breakdown (list of {source, name, ns} for the ``explain_top`` longest gaps), sorted by start."""
+    if "api_start_ns" not in ops.columns:
+        from nsysan.analyses.join import attach_launch_calls
+
+        ops = attach_launch_calls(trace, ops)
     parts = []
-    for dev, d in ops.groupby("device_id", sort=True):
-        d = d.loc[(d["end_ns"] > window.start_ns) & (d["start_ns"] < window.end_ns)]
-        if len(d) < 2:
+    dev_all = ops["device_id"].to_numpy()
+    for dev in np.unique(dev_all):
+        sel = (dev_all == dev) & (ops["end_ns"].to_numpy() > window.start_ns) & (ops["start_ns"].to_numpy() < window.end_ns)
+        rows = np.flatnonzero(sel)
+        if len(rows) < 2:
             continue
-        ms, me = iv.merge(d["start_ns"].to_numpy(), d["end_ns"].to_numpy())
+        st, en = ops["start_ns"].to_numpy()[rows], ops["end_ns"].to_numpy()[rows]
+        ms, me = iv.merge(st, en)
         gs, ge = iv.gaps(ms, me)
         keep = (ge - gs) >= min_gap_ns
         gs, ge = gs[keep], ge[keep]
-        nxt = np.searchsorted(d["start_ns"].to_numpy(), ge, side="left")  # the op that ends the gap
+        nxt = rows[np.searchsorted(st, ge, side="left")]  # the op that ends the gap
         parts.append(pd.DataFrame({
             "device_id": int(dev), "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
-            "pid": d["pid"].to_numpy()[nxt], "correlation_id": d["correlation_id"].to_numpy()[nxt],
-            "next_op": d["name"].to_numpy()[nxt].astype(str)}))
+            "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
+            "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
+            "api_name": ops["api_name"].array.take(nxt, allow_fill=False),
+            "next_op": ops["name"].array.take(nxt, allow_fill=False)}))
     cols = ["device_id", "start_ns", "end_ns", "gap_ns", "cause", "pid", "tid", "api_name", "api_start_ns",
             "next_op", "activity", "breakdown"]
     if not parts or sum(len(p) for p in parts) == 0:
         return pd.DataFrame(columns=cols)
     out = pd.concat(parts, ignore_index=True)
-    api = trace.cuda_api[["pid", "tid", "correlation_id", "start_ns", "name"]].drop_duplicates(
-        ["pid", "correlation_id"]).rename(columns={"start_ns": "api_start_ns", "name": "api_name"})
-    out = out.merge(api, on=["pid", "correlation_id"], how="left")
-    has_api = out["api_start_ns"].notna().to_numpy()
-    api_start = out["api_start_ns"].fillna(-1).astype("int64").to_numpy()
-    cause = np.where(~has_api, "other",
-                     np.where(api_start > out["start_ns"].to_numpy(), "host",
-                              np.where(out["gap_ns"].to_numpy() < launch_gap_ns, "launch", "dependency")))
-    out = out.assign(cause=cause, api_start_ns=api_start, tid=out["tid"].fillna(-1).astype("int64"),
-                     api_name=out["api_name"].astype(object).where(has_api, "").astype(str))
-    activity = [""] * len(out)
-    breakdown: list[list[dict[str, object]]] = [[] for _ in range(len(out))]
-    causes = out["cause"].to_list()
-    explain = out.loc[out["cause"] == "host"].nlargest(explain_top, "gap_ns").index
+    api_start = out["api_start_ns"].to_numpy()
+    has_api = api_start >= 0
+    causes = np.array(CAUSES, dtype=object)
+    cause = np.where(~has_api, 4, np.where(api_start > out["start_ns"].to_numpy(), 0,
+                                          np.where(out["gap_ns"].to_numpy() < launch_gap_ns, 3, 2))).astype(np.int8)
+    activity: dict[int, str] = {}
+    breakdown = np.empty(len(out), dtype=object)  # None except for explained gaps: no per-gap lists
+    host = np.flatnonzero(cause == 0)
+    explain = host[np.argsort(-out["gap_ns"].to_numpy()[host], kind="stable")[:explain_top]]
     activity_index = ThreadActivity(trace) if len(explain) else None
+    o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
     for i in explain:
-        r = out.loc[i]
-        lo, hi = int(r["start_ns"]), int(min(r["api_start_ns"], r["end_ns"]))
+        lo, hi = int(o_start[i]), int(min(api_start[i], o_end[i]))
         assert activity_index is not None
-        items = activity_index.items(int(r["pid"]), int(r["tid"]), lo, hi)
+        items = activity_index.items(int(o_pid[i]), int(o_tid[i]), lo, hi)
         span = max(hi - lo, 1)
         api_items = [x for x in items if x["source"] == "cuda_api"]
         sync_ns = sum(int(x["ns"]) for x in api_items if str(x["name"]).startswith(SYNC_APIS))
         if sync_ns > span / 2:
-            causes[i] = "sync"
+            cause[i] = 1
         for x in items:
             x["share"] = round(int(x["ns"]) / span, 4)
         breakdown[i] = items
@@ -127,8 +148,19 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
         top = api_items[0] if api_items and int(api_items[0]["ns"]) > span / 2 else (
             nvtx_items[0] if nvtx_items else (items[0] if items else None))
         activity[i] = f"{top['source']}:{top['name']}" if top else "untraced CPU work"
-    out = out.assign(cause=causes, activity=activity, breakdown=breakdown)
-    return out[cols].sort_values(["start_ns", "device_id"], kind="stable").reset_index(drop=True)
+    api_name = pd.Categorical(out["api_name"].to_numpy())
+    act_cats = sorted(set(activity.values()) | {""})
+    act_codes = np.zeros(len(out), dtype=np.int32)
+    for i, v in activity.items():
+        act_codes[i] = act_cats.index(v)
+    out = out.assign(cause=pd.Categorical.from_codes(cause, categories=pd.Index(causes, dtype=object)),
+                     activity=pd.Categorical.from_codes(act_codes, categories=pd.Index(act_cats, dtype=object)),
+                     breakdown=breakdown,
+                     tid=np.where(has_api, o_tid, -1),
+                     api_name=api_name.add_categories([""]).fillna("") if "" not in api_name.categories
+                     else api_name.fillna(""))
+    order = np.lexsort((out["device_id"].to_numpy(), o_start))
+    return out[cols].take(order).reset_index(drop=True)
 
 
 def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:

@@ -139,3 +139,39 @@ class RangeMinMax:
             out_min[sel] = np.minimum(mins[a], mins[b])
             out_max[sel] = np.maximum(maxs[a], maxs[b])
         return out_min, out_max
+
+
+class OverlapIndex:
+    """Which of many intervals overlap a query window, in O(log n + k) per query.
+
+    Intervals are bucketed by duration class (durations in [2^c, 2^(c+1))), each bucket sorted by
+    start: an interval of class c that overlaps [lo, hi) must start in (lo - 2^(c+1), hi). A single
+    hour-long call therefore costs nothing extra, unlike a running maximum of ends.
+    """
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        dur = np.maximum(ends - starts, 1)
+        cls = np.floor(np.log2(dur.astype(np.float64))).astype(np.int64)
+        order = np.lexsort((starts, cls))
+        self._starts, self._ends = starts, ends
+        self._buckets: list[tuple[int, np.ndarray, np.ndarray]] = []
+        sorted_cls = cls[order]
+        bounds = np.flatnonzero(np.diff(sorted_cls)) + 1
+        for part in np.split(order, bounds) if len(order) else []:
+            c = int(cls[part[0]])
+            self._buckets.append((2 ** (c + 1), starts[part], part))
+
+    def query(self, lo: int, hi: int) -> np.ndarray:
+        """Indices (into the constructor's arrays, ascending) of intervals with start < hi and end > lo."""
+        found = []
+        for span, st, idx in self._buckets:
+            a = int(np.searchsorted(st, lo - span, side="right"))
+            b = int(np.searchsorted(st, hi, side="left"))
+            if a < b:
+                cand = idx[a:b]
+                found.append(cand[self._ends[cand] > lo])
+        if not found:
+            return np.empty(0, dtype=np.int64)
+        return np.sort(np.concatenate(found))

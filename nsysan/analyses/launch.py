@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import category_mask
 from nsysan.trace.model import Trace
 
 
@@ -18,19 +19,24 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """Kernels and graph launches with their launching API call. Columns: start_ns, end_ns, gpu_ns,
     device_id, stream_id, pid, tid, correlation_id, name, op, api_name, api_start_ns, api_end_ns, api_ns,
     queue_ns, launch_dominated, is_graph. Operations whose API call is not in the trace are dropped."""
-    k = ops.loc[ops["op"].isin(["kernel", "graph"])]
-    api = trace.cuda_api[["pid", "tid", "correlation_id", "start_ns", "end_ns", "name"]].rename(
-        columns={"start_ns": "api_start_ns", "end_ns": "api_end_ns", "name": "api_name"})
-    api = api.drop_duplicates(["pid", "correlation_id"], keep="first")
-    j = k.merge(api, on=["pid", "correlation_id"], how="inner")
-    j = j.assign(api_name=j["api_name"].astype(str), gpu_ns=j["dur_ns"],
-                 api_ns=j["api_end_ns"] - j["api_start_ns"], queue_ns=j["start_ns"] - j["api_start_ns"])
+    if "api_start_ns" not in ops.columns:
+        from nsysan.analyses.join import attach_launch_calls
+
+        ops = attach_launch_calls(trace, ops)
+    keep = ops["op"].isin(["kernel", "graph"]).to_numpy() & (ops["api_start_ns"].to_numpy() >= 0)
+    j = ops.loc[keep]
+    graph_api = category_mask(j["api_name"], lambda s: s.startswith(("cudaGraphLaunch", "cuGraphLaunch")))
+    j = j.assign(gpu_ns=j["dur_ns"], api_ns=j["api_end_ns"] - j["api_start_ns"],
+                 queue_ns=j["start_ns"] - j["api_start_ns"])
     j = j.assign(launch_dominated=j["api_ns"] > j["gpu_ns"],
-                 is_graph=(j["op"] == "graph") | j["api_name"].str.startswith("cudaGraphLaunch")
-                 | j["api_name"].str.startswith("cuGraphLaunch"))
+                 is_graph=(j["op"] == "graph").to_numpy() | graph_api)
     cols = ["start_ns", "end_ns", "gpu_ns", "device_id", "stream_id", "pid", "tid", "correlation_id", "name", "op",
             "api_name", "api_start_ns", "api_end_ns", "api_ns", "queue_ns", "launch_dominated", "is_graph"]
-    return j[cols].sort_values(["start_ns", "correlation_id"], kind="stable").reset_index(drop=True)
+    j = j[cols]
+    order = np.lexsort((j["correlation_id"].to_numpy(), j["start_ns"].to_numpy()))
+    if not (order[1:] > order[:-1]).all():
+        j = j.take(order)
+    return j.reset_index(drop=True)
 
 
 def launch_summary(lau: pd.DataFrame) -> dict[str, object]:

@@ -22,12 +22,17 @@ from nsysan.trace.model import Trace
 
 
 def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
-    """Every GPU op with its launching call's thread and API start (join on pid + correlation id)."""
-    api = trace.cuda_api[["pid", "tid", "correlation_id", "start_ns"]].rename(columns={"start_ns": "api_start_ns"})
-    api = api.drop_duplicates(["pid", "correlation_id"], keep="first")
-    j = ops[["pid", "correlation_id", "start_ns", "end_ns", "op"]].merge(api, on=["pid", "correlation_id"],
-                                                                        how="inner")
-    return j.sort_values(["pid", "tid", "api_start_ns", "correlation_id"], kind="stable").reset_index(drop=True)
+    """Every GPU op with its launching call's thread and API start (join on pid + correlation id),
+    sorted by (pid, tid, api_start_ns, correlation_id)."""
+    if "api_start_ns" not in ops.columns:
+        from nsysan.analyses.join import attach_launch_calls
+
+        ops = attach_launch_calls(trace, ops)
+    j = ops.loc[ops["api_start_ns"].to_numpy() >= 0, ["pid", "correlation_id", "start_ns", "end_ns", "op", "tid",
+                                                       "api_start_ns"]]
+    order = np.lexsort((j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(),
+                        j["pid"].to_numpy()))
+    return j.take(order).reset_index(drop=True)
 
 
 def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -41,11 +41,33 @@ def kernel_summary(trace: Trace) -> pd.DataFrame:
 
 def kernel_config_summary(trace: Trace) -> pd.DataFrame:
     """Per kernel name and launch configuration (grid and block dimensions)."""
-    k = trace.kernels.assign(
-        grid=lambda d: d["grid_x"].astype(str) + "x" + d["grid_y"].astype(str) + "x" + d["grid_z"].astype(str),
-        block=lambda d: d["block_x"].astype(str) + "x" + d["block_y"].astype(str) + "x" + d["block_z"].astype(str),
-    ) if len(trace.kernels) else trace.kernels.assign(grid=pd.Series(dtype=str), block=pd.Series(dtype=str))
-    return with_share(duration_stats(k, ["name", "grid", "block"]))
+    k = trace.kernels
+    if len(k) == 0:
+        return with_share(duration_stats(k.assign(grid=pd.Series(dtype=str), block=pd.Series(dtype=str)),
+                                         ["name", "grid", "block"]))
+    # group on integer codes of each distinct (grid, block) shape; format the few distinct ones
+    combined = np.zeros(len(k), dtype=np.int64)
+    for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
+        codes, uniq = pd.factorize(k[c].to_numpy(dtype=np.int64))
+        # factorize after each step, so the combined code stays below the number of rows
+        combined = pd.factorize(combined * len(uniq) + codes)[0].astype(np.int64)
+    first_row = np.zeros(int(combined.max()) + 1, dtype=np.int64)  # one row of each shape
+    first_row[combined[::-1]] = np.arange(len(combined) - 1, -1, -1)
+    dims = np.stack([k[c].to_numpy(dtype=np.int64)[first_row] for c in
+                     ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")], axis=1)
+    shapes, code = dims, combined
+    grid = pd.Index([f"{a}x{b}x{c}" for a, b, c in shapes[:, :3]], dtype=object)
+    block = pd.Index([f"{a}x{b}x{c}" for a, b, c in shapes[:, 3:]], dtype=object)
+    code = code.reshape(-1)
+    frame = pd.DataFrame({"name": k["name"].array, "dur_ns": k["dur_ns"].to_numpy(),
+                          "grid": pd.Categorical.from_codes(code, categories=pd.Index(range(len(shapes))))},
+                         copy=False)
+    out = duration_stats(frame, ["name", "grid"])
+    shape = out["grid"].astype(np.int64).to_numpy()
+    out = out.assign(grid=grid[shape], block=block[shape])
+    cols = ["name", "grid", "block", *STAT_COLUMNS]
+    return with_share(out[cols].sort_values(["total_ns", "name", "grid", "block"],
+                                            ascending=[False, True, True, True], kind="stable").reset_index(drop=True))
 
 
 def api_summary(trace: Trace) -> pd.DataFrame:
@@ -103,26 +125,64 @@ def nvtx_summary(trace: Trace) -> pd.DataFrame:
 def gpu_ops(trace: Trace) -> pd.DataFrame:
     """All GPU activity in one frame, sorted by start: kernels, memcpy, memset and CUDA Graph launches
     traced as a whole (graph mode). Columns: start_ns, end_ns, dur_ns, device_id, stream_id, pid,
-    correlation_id, op ("kernel", "memcpy", "memset", "graph"), name, bytes, kind."""
+    correlation_id, op ("kernel", "memcpy", "memset", "graph"), name, kind (categoricals), bytes; and
+    the launching call (``join.attach_launch_calls``): tid, api_start_ns, api_end_ns, api_name."""
+    from pandas.api.types import union_categoricals
+
+    from nsysan.analyses.join import attach_launch_calls
+
     cols = ["start_ns", "end_ns", "dur_ns", "device_id", "stream_id", "pid", "correlation_id"]
-    parts = []
-    if len(trace.kernels):
-        parts.append(trace.kernels[cols].assign(op="kernel", name=trace.kernels["name"].astype(str), bytes=0,
-                                                kind=""))
-    if len(trace.memcpy):
-        parts.append(trace.memcpy[cols].assign(op="memcpy", name=("[memcpy " + trace.memcpy["kind"] + "]")
-                                               .astype(str), bytes=trace.memcpy["bytes"],
-                                               kind=trace.memcpy["kind"].astype(str)))
-    if len(trace.memset):
-        parts.append(trace.memset[cols].assign(op="memset", name="[memset]", bytes=trace.memset["bytes"],
-                                               kind="memset"))
-    if len(trace.graph_launches):
-        g = trace.graph_launches
-        parts.append(g[cols].assign(op="graph", name=("[CUDA graph " + g["graph_id"].astype(str) + "]"),
-                                    bytes=0, kind="graph"))
+    parts: list[pd.DataFrame] = []
+    names: list[pd.Categorical] = []
+    kinds: list[pd.Categorical] = []
+    ops_: list[tuple[str, int]] = []
+
+    def cat(values: object, n: int) -> pd.Categorical:
+        if isinstance(values, str):
+            return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([values], dtype=object))
+        uniq, codes = np.unique(np.asarray(values).astype(str), return_inverse=True)
+        return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(uniq.astype(object), dtype=object),
+                                         validate=False)
+
+    k, m, s, g = trace.kernels, trace.memcpy, trace.memset, trace.graph_launches
+    if len(k):
+        parts.append(k[cols].assign(bytes=0))
+        nm = k["name"].array
+        if isinstance(nm, pd.Categorical):
+            nm = pd.Categorical.from_codes(nm.codes, validate=False,
+                                           categories=pd.Index(np.asarray(nm.categories, dtype=object), dtype=object))
+        names.append(nm if isinstance(nm, pd.Categorical) else cat(k["name"].astype(str).to_numpy(), len(k)))
+        kinds.append(cat("", len(k)))
+        ops_.append(("kernel", len(k)))
+    if len(m):
+        parts.append(m[cols].assign(bytes=m["bytes"].to_numpy()))
+        names.append(cat(("[memcpy " + m["kind"].astype(str) + "]").to_numpy(), len(m)))
+        kinds.append(cat(m["kind"].astype(str).to_numpy(), len(m)))
+        ops_.append(("memcpy", len(m)))
+    if len(s):
+        parts.append(s[cols].assign(bytes=s["bytes"].to_numpy()))
+        names.append(cat("[memset]", len(s)))
+        kinds.append(cat("memset", len(s)))
+        ops_.append(("memset", len(s)))
+    if len(g):
+        parts.append(g[cols].assign(bytes=0))
+        names.append(cat(("[CUDA graph " + g["graph_id"].astype(str) + "]").to_numpy(), len(g)))
+        kinds.append(cat("graph", len(g)))
+        ops_.append(("graph", len(g)))
     if not parts:
-        return pd.DataFrame({**{c: pd.Series(dtype="int64") for c in cols},
-                             "op": pd.Series(dtype=object), "name": pd.Series(dtype=object),
-                             "bytes": pd.Series(dtype="int64"), "kind": pd.Series(dtype=object)})
-    ops = pd.concat(parts, ignore_index=True)
-    return ops.sort_values(["start_ns", "end_ns"], kind="stable").reset_index(drop=True)
+        empty = pd.DataFrame({**{c: pd.Series(dtype="int64") for c in cols},
+                              "op": pd.Categorical([]), "name": pd.Categorical([]),
+                              "bytes": pd.Series(dtype="int64"), "kind": pd.Categorical([])})
+        return attach_launch_calls(trace, empty)
+    data = {c: np.concatenate([p[c].to_numpy(dtype=np.int64) for p in parts]) for c in [*cols, "bytes"]}
+    op_names = [o for o, _ in ops_]
+    op_codes = np.concatenate([np.full(n, i, dtype=np.int8) for i, (_, n) in enumerate(ops_)])
+    frame = pd.DataFrame({
+        **{c: data[c] for c in cols},
+        "op": pd.Categorical.from_codes(op_codes, categories=pd.Index(op_names, dtype=object), validate=False),
+        "name": union_categoricals(names), "bytes": data["bytes"], "kind": union_categoricals(kinds),
+    }, copy=False)
+    order = np.lexsort((data["end_ns"], data["start_ns"]))
+    if not (order[1:] > order[:-1]).all():
+        frame = frame.take(order)
+    return attach_launch_calls(trace, frame.reset_index(drop=True))

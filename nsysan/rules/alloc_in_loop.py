@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nsysan.analyses.frames import name_in
 from nsysan.rules._base import Finding, Severity, finding, rule, top_records
 from nsysan.rules._helpers import n_iterations, steady
 from nsysan.units import fmt_ns
@@ -27,8 +28,8 @@ ALLOC_APIS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaH
 
 @rule("alloc-in-loop", "Memory allocated and freed every iteration", min_calls_per_iteration=1.0, min_calls=10)
 def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterator[Finding]:
-    api = steady(ctx.trace.cuda_api, ctx)
-    calls = api.loc[api["name"].astype(str).isin(ALLOC_APIS)]
+    api = ctx.trace.cuda_api
+    calls = steady(api.loc[name_in(api["name"], ALLOC_APIS)], ctx)
     iters = n_iterations(ctx)
     need = max(1, int(min_calls_per_iteration * iters)) if iters else min_calls
     if len(calls) < need:

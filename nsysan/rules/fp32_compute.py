@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from nsysan.analyses.frames import category_mask
 from nsysan.rules._base import Finding, Severity, finding, rule, top_records
-from nsysan.rules._helpers import steady
 from nsysan.units import fmt_ns, fmt_pct
 
 HEAVY = re.compile(r"conv|gemm|xmma|fprop|dgrad|wgrad|cutlass|implicit|winograd|cudnn::cnn|sm\d+_", re.I)
@@ -29,24 +29,26 @@ FP32 = re.compile(r"f32|fp32|sgemm|tf32|float|s1688|s884|ffma|scudnn", re.I)
 
 @rule("fp32-compute", "Convolutions/GEMMs run in FP32", min_share=0.2, assumed_saving_frac=0.5, min_compute_major=7)
 def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute_major: int) -> Iterator[Finding]:
-    k = steady(ctx.trace.kernels, ctx)
-    if len(k) == 0:
+    k = ctx.trace.kernels
+    w = ctx.window
+    in_w = (k["start_ns"].to_numpy() < w.end_ns) & (k["end_ns"].to_numpy() > w.start_ns)
+    if not in_w.any():
         return
     gpus = ctx.trace.gpus
     major = gpus["compute_major"].dropna()
     if len(major) and int(major.max()) < min_compute_major:
         return
-    names = k["name"].astype(str)
-    heavy = names.str.contains(HEAVY)
-    reduced = names.str.contains(REDUCED)
-    fp32 = names.str.contains(FP32) & heavy & ~reduced
-    total = int(k["dur_ns"].sum())
+    heavy = category_mask(k["name"], lambda s: bool(HEAVY.search(s)))
+    reduced = category_mask(k["name"], lambda s: bool(REDUCED.search(s)))
+    fp32 = category_mask(k["name"], lambda s: bool(FP32.search(s))) & heavy & ~reduced & in_w
+    dur = k["dur_ns"].to_numpy()
+    total = int(dur[in_w].sum())
     f = k.loc[fp32]
     t32 = int(f["dur_ns"].sum())
     if total == 0 or t32 < min_share * total:
         return
-    share_reduced = float(k.loc[heavy & reduced, "dur_ns"].sum()) / total
-    by = f.groupby(f["name"].astype(str))["dur_ns"].agg(["count", "sum"]).reset_index().rename(
+    share_reduced = float(dur[heavy & reduced & in_w].sum()) / total
+    by = f.groupby(f["name"].astype(str), observed=True)["dur_ns"].agg(["count", "sum"]).reset_index().rename(
         columns={"name": "name", "count": "count", "sum": "total_ns"})
     yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(t32 * assumed_saving_frac),
                   message=f"FP32/TF32 convolution and GEMM kernels took {fmt_ns(t32)} ({fmt_pct(t32 / total)} of kernel "

@@ -22,6 +22,7 @@ import numpy as np
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
+from nsysan.analyses.frames import name_in
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import steady
 from nsysan.units import fmt_ns, fmt_pct
@@ -32,8 +33,8 @@ SYNC = BLOCKING_SYNC_APIS
 @rule("sync-api", "Host blocked in synchronization calls", min_frac=0.3)
 def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
     w = ctx.window
-    api = steady(ctx.trace.cuda_api, ctx)
-    s = api.loc[api["name"].astype(str).isin(SYNC)]
+    api = ctx.trace.cuda_api
+    s = steady(api.loc[name_in(api["name"], SYNC)], ctx)
     if len(s) == 0 or w.dur_ns == 0:
         return
     per_thread = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nsysan.analyses.frames import name_in
 from nsysan.rules._base import Finding, Severity, finding, rule, top_records
 from nsysan.rules._helpers import steady
 from nsysan.units import fmt_ns
@@ -28,11 +29,12 @@ SYNC_COPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSym
 
 @rule("sync-memcpy", "Synchronous copies block the host", min_total_ns=100_000)
 def check(ctx: Any, *, min_total_ns: int) -> Iterator[Finding]:
-    api = steady(ctx.trace.cuda_api, ctx)
-    calls = api.loc[api["name"].astype(str).isin(SYNC_COPY_APIS)]
+    api = ctx.trace.cuda_api
+    calls = steady(api.loc[name_in(api["name"], SYNC_COPY_APIS)], ctx)
     ops = ctx.a.ops
-    copies = ops.loc[ops["op"].isin(["memcpy", "memset"])].merge(
-        calls[["pid", "correlation_id", "name"]].rename(columns={"name": "api_name"}), on=["pid", "correlation_id"])
+    copies = ops.loc[ops["op"].isin(["memcpy", "memset"]).to_numpy() & name_in(ops["api_name"], SYNC_COPY_APIS)]
+    w = ctx.window
+    copies = copies.loc[(copies["api_start_ns"] < w.end_ns) & (copies["api_end_ns"] > w.start_ns)]
     if len(calls) == 0:
         return
     gpu = int(copies["dur_ns"].sum())

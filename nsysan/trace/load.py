@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from nsysan import _memory
 from nsysan.errors import ResourceLimitError
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database
@@ -38,14 +40,34 @@ class Strings:
         valid = ids >= 0
         self.code_of_id[ids[valid]] = inverse[valid]
 
-    def resolve(self, ids: np.ndarray) -> pd.Categorical:
+    def resolve(self, ids: np.ndarray, *, prune: bool = True) -> pd.Categorical:
         ids = np.asarray(ids)
         codes = np.full(len(ids), -1, dtype=np.int64)
         ok = (ids >= 0) & (ids < len(self.code_of_id))
         codes[ok] = self.code_of_id[ids[ok]]
-        cat = pd.Categorical.from_codes(codes, categories=pd.Index(self.categories, dtype=object),
-                                        validate=False)
-        return cat.remove_unused_categories()
+        cat = pd.Categorical.from_codes(codes, categories=self.index, validate=False)
+        return prune_categories(cat) if prune else cat
+
+    @property
+    def index(self) -> pd.Index:
+        if not hasattr(self, "_index"):
+            self._index = pd.Index(self.categories, dtype=object)
+        return self._index
+
+
+def prune_categories(cat: pd.Categorical) -> pd.Categorical:
+    """Drop unused categories (a bincount over the codes: faster than pandas' own for big tables)."""
+    codes = np.asarray(cat.codes)
+    ncat = len(cat.categories)
+    if ncat == 0:
+        return cat
+    used = np.bincount(codes[codes >= 0], minlength=ncat) > 0
+    if used.all():
+        return cat
+    remap = np.full(ncat, -1, dtype=np.int64)
+    remap[used] = np.arange(int(used.sum()))
+    new_codes = np.where(codes >= 0, remap[np.clip(codes, 0, None)], -1)
+    return pd.Categorical.from_codes(new_codes, categories=cat.categories[used], validate=False)
 
     def lookup(self, ident: int) -> str | None:
         if 0 <= ident < len(self.code_of_id) and self.code_of_id[ident] >= 0:
@@ -66,16 +88,40 @@ def map_categories(values: pd.Series, fn: Callable[[str], str]) -> pd.Series:
                      index=values.index, name=values.name)
 
 
-def _empty(spec: S.TableSpec) -> pa.Table:
+def _empty(spec: S.TableSpec, all_columns: bool) -> pa.Table:
     types = {"int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(), "str": pa.string(),
              "name": pa.int64()}
-    return pa.table({c.name: pa.array([], type=types[c.dtype]) for c in spec.columns})
+    return pa.table({c.name: pa.array([], type=types[c.dtype]) for c in S.columns(spec, all_columns)})
 
 
-def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings) -> pd.DataFrame:
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Slices of one table read in parallel, joined column by column (each slice's memory is released
+    as soon as its columns are copied); categorical name columns share one category index."""
+    if len(frames) == 1:
+        df = frames[0]
+        return df.assign(**{c: prune_categories(df[c].array) for c in df.columns
+                            if isinstance(df[c].dtype, pd.CategoricalDtype)})
+    cols = list(frames[0].columns)
+    data: dict[str, object] = {}
+    for c in cols:
+        parts = [f[c].array for f in frames]
+        first = parts[0]
+        if isinstance(first, pd.Categorical):
+            codes = np.concatenate([np.asarray(p.codes) for p in parts])
+            data[c] = prune_categories(pd.Categorical.from_codes(codes, categories=first.categories, validate=False))
+        elif isinstance(first, np.ndarray) or getattr(first, "dtype", None) is not None and first.dtype.kind in "iuf" \
+                and not isinstance(first.dtype, pd.api.extensions.ExtensionDtype):
+            data[c] = np.concatenate([np.asarray(p) for p in parts])
+        else:
+            data[c] = pd.concat([pd.Series(p) for p in parts], ignore_index=True).array
+    frames.clear()
+    return pd.DataFrame(data, copy=False)
+
+
+def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns: bool = True) -> pd.DataFrame:
     data: dict[str, object] = {}
     n = table.num_rows
-    for col in spec.columns:
+    for col in S.columns(spec, all_columns):
         arr = table.column(col.name) if col.name in table.column_names else pa.nulls(n)
         if col.dtype == "str":
             data[col.name] = pd.array(arr.to_pylist() if arr.type != pa.string() else arr.to_pandas(),
@@ -89,7 +135,7 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings) -> pd.DataFr
             arr = pa.array(arr.to_numpy(zero_copy_only=False), type=pa.float64())
         if col.dtype == "name":
             ids = arr.fill_null(-1).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
-            data[col.name] = strings.resolve(ids)
+            data[col.name] = strings.resolve(ids, prune=False)
         elif col.dtype == "Int64":
             data[col.name] = pd.array(arr.cast(pa.int64(), safe=False).to_pandas(types_mapper=pd.ArrowDtype)
                                       .astype("Int64") if n else [], dtype="Int64")
@@ -98,7 +144,7 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings) -> pd.DataFr
         else:
             fill = col.default if col.default is not None else 0
             data[col.name] = arr.fill_null(fill).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)
 
 
 def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
@@ -184,11 +230,20 @@ def _infer_version(caps: object) -> str | None:
     return "2021.x (inferred)"
 
 
-def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: int | None = None) -> Trace:
+SLICE_ROWS = 400_000
+
+
+def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: int | None = None,
+               all_columns: bool = False, workers: int | None = None) -> Trace:
     """Load an Nsight Systems SQLite export, read-only. Raises ``NsysanError`` subclasses on bad input.
 
     ``max_rows`` refuses traces whose event tables hold more rows in total (a resource guard).
+    ``all_columns`` also reads columns no analysis uses (kernel registers and shared memory, context
+    ids, return values...). Big tables are read in rowid slices on ``workers`` threads (default: the
+    CPU count, at most 4), each with its own read-only connection.
     """
+    workers = workers or min(4, os.cpu_count() or 1)
+    _memory.tune_allocator()
     path = Path(path)
     warnings: list[str] = []
     with Database(path) as db:
@@ -207,17 +262,42 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
                 raise ResourceLimitError(
                     f"{path}: {n:,} events exceed the limit of {max_rows:,}",
                     hint="raise it with --max-events, or export a time window (nsys export --times ...)")
-        strings = Strings(db.arrow('SELECT id, value FROM "StringIds"'))
-        frames: dict[str, pd.DataFrame] = {}
-        for i, spec in enumerate(steps, start=1):
-            if progress:
-                progress(spec.name, i, total_steps)
+        queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
+        specs: dict[str, S.TableSpec] = {}
+        for spec in steps:
             src = next((t for t in spec.sources if caps.has(t)), None)
             if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
                 spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
-            usable = src is not None and all(caps.has(src, c) for c in spec.required)
-            table = db.arrow(S.build_select(spec, src, caps.columns(src))) if usable else _empty(spec)
-            frames[spec.name] = _decode_ids(_to_frame(table, spec, strings))
+            specs[spec.name] = spec
+            if src is None or not all(caps.has(src, c) for c in spec.required):
+                continue
+            slices = db.rowid_slices(src, SLICE_ROWS) if spec.name in INTERVAL_TABLES else None
+            for rng in slices or [None]:
+                queries.append((spec.name, S.build_select(spec, src, caps.columns(src), all_columns=all_columns,
+                                                          rowid_range=rng)))
+        # biggest first, so the threads finish together (StringIds stays first: it is read alone)
+        queries[1:] = sorted(queries[1:], key=lambda q: 0 if "WHERE rowid" in q[1] else 1)
+        done = 0
+
+        def tick(name: str) -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(name, done, total_steps)
+
+        total_steps = len(queries) + len(specs)
+        strings = Strings(db.arrow(queries.pop(0)[1]))
+        tick("strings")
+        # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
+        tables = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
+                               convert=lambda key, t: _to_frame(t, specs[key], strings, all_columns))
+        _memory.release()
+        frames: dict[str, pd.DataFrame] = {}
+        for name, spec in specs.items():
+            parts = tables.pop(name, None) or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
+            frames[name] = _decode_ids(_concat(parts))
+            del parts
+            tick(name)
         meta, meta_source = _meta_rows(db)
         capture: tuple[tuple[str, str], ...] = ()
         if caps.has("META_DATA_CAPTURE", "name"):
@@ -227,14 +307,13 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
             rows = db.rows('SELECT min(startTime), max(stopTime) FROM "ANALYSIS_DETAILS"')
             if rows and rows[0][0] is not None and rows[0][1] is not None:
                 window = (int(rows[0][0]), int(rows[0][1]))
-        if progress:
-            progress("types", total_steps, total_steps)
 
     for name in INTERVAL_TABLES:
         frames[name] = _finish_intervals(name, frames[name], warnings)
+    api_names = map_categories(frames["cuda_api"]["name"], lambda s: _VERSION_SUFFIX.sub("", s))
     frames["cuda_api"] = frames["cuda_api"].assign(
-        name=map_categories(frames["cuda_api"]["name"], lambda s: _VERSION_SUFFIX.sub("", s)),
-        api_layer=np.where(frames["cuda_api"]["event_class"].to_numpy() == 1, "driver", "runtime"),
+        name=api_names,
+        api_layer=map_categories(api_names, lambda s: "runtime" if s.startswith("cuda") else "driver"),
     )
     m = frames["memcpy"]
     kinds = m["copy_kind"].map(S.COPY_KIND).fillna("Unknown")

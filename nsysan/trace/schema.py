@@ -20,6 +20,7 @@ class Col:
     sources: tuple[str, ...]
     dtype: DType
     default: int | None = None  # used when no source column exists (None -> NULL)
+    extra: bool = False  # read only with ``open_trace(..., all_columns=True)`` (no analysis uses it)
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,19 @@ class TableSpec:
     required: tuple[str, ...] = ()  # source columns without which the table is unusable
 
 
-def C(name: str, *sources: str, dtype: DType = "int64", default: int | None = None) -> Col:
-    return Col(name, sources, dtype, default)
+def C(name: str, *sources: str, dtype: DType = "int64", default: int | None = None, extra: bool = False) -> Col:
+    return Col(name, sources, dtype, default, extra)
+
+
+def X(name: str, *sources: str, dtype: DType = "int64", default: int | None = None) -> Col:
+    """An extra column: loaded on request only. Reading costs time per value (about 0.1 us each), so
+    the million-row tables load only what the analyses use."""
+    return Col(name, sources, dtype, default, True)
 
 
 _GPU_ACTIVITY = (
     C("start_ns", "start"), C("end_ns", "end"),
-    C("device_id", "deviceId", default=0), C("context_id", "contextId", default=0),
+    C("device_id", "deviceId", default=0), X("context_id", "contextId", default=0),
     C("stream_id", "streamId", default=0), C("correlation_id", "correlationId", default=0),
     C("global_pid", "globalPid", default=0),
 )
@@ -44,14 +51,14 @@ _GPU_ACTIVITY = (
 KERNELS = TableSpec("kernels", ("CUPTI_ACTIVITY_KIND_KERNEL",), (
     *_GPU_ACTIVITY,
     C("name", "demangledName", "shortName", dtype="name"),
-    C("short_name", "shortName", "demangledName", dtype="name"),
+    X("short_name", "shortName", "demangledName", dtype="name"),
     C("grid_x", "gridX", default=0), C("grid_y", "gridY", default=0), C("grid_z", "gridZ", default=0),
     C("block_x", "blockX", default=0), C("block_y", "blockY", default=0), C("block_z", "blockZ", default=0),
-    C("registers_per_thread", "registersPerThread", default=0),
-    C("static_smem_bytes", "staticSharedMemory", default=0),
-    C("dynamic_smem_bytes", "dynamicSharedMemory", default=0),
+    X("registers_per_thread", "registersPerThread", default=0),
+    X("static_smem_bytes", "staticSharedMemory", default=0),
+    X("dynamic_smem_bytes", "dynamicSharedMemory", default=0),
     C("graph_node_id", "graphNodeId", dtype="Int64"),
-    C("launch_type", "launchType", default=0),
+    X("launch_type", "launchType", default=0),
 ), required=("start", "end"))
 
 GRAPH_LAUNCHES = TableSpec("graph_launches", ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE",), (
@@ -80,13 +87,13 @@ SYNC = TableSpec("sync", ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",), (
 CUDA_API = TableSpec("cuda_api", ("CUPTI_ACTIVITY_KIND_RUNTIME",), (
     C("start_ns", "start"), C("end_ns", "end"), C("global_tid", "globalTid", default=0),
     C("correlation_id", "correlationId", default=0), C("name", "nameId", dtype="name"),
-    C("event_class", "eventClass", default=0), C("return_value", "returnValue", dtype="Int64"),
+    X("event_class", "eventClass", default=0), X("return_value", "returnValue", dtype="Int64"),
 ), required=("start", "end", "nameId"))
 
 OSRT = TableSpec("osrt", ("OSRT_API",), (
     C("start_ns", "start"), C("end_ns", "end"), C("global_tid", "globalTid", default=0),
-    C("name", "nameId", dtype="name"), C("return_value", "returnValue", dtype="Int64"),
-    C("nesting_level", "nestingLevel", default=0),
+    C("name", "nameId", dtype="name"), X("return_value", "returnValue", dtype="Int64"),
+    X("nesting_level", "nestingLevel", default=0),
 ), required=("start", "end", "nameId"))
 
 NVTX_RAW = TableSpec("nvtx_raw", ("NVTX_EVENTS",), (
@@ -151,11 +158,17 @@ NVTX_MARK = 34
 NVTX_DOMAIN_CREATE = 75
 
 
-def build_select(spec: TableSpec, table: str, present: tuple[str, ...]) -> str:
+def columns(spec: TableSpec, all_columns: bool) -> tuple[Col, ...]:
+    return tuple(c for c in spec.columns if all_columns or not c.extra)
+
+
+def build_select(spec: TableSpec, table: str, present: tuple[str, ...], *, all_columns: bool = True,
+                 rowid_range: tuple[int, int] | None = None) -> str:
     """SELECT for ``spec`` against ``table`` whose columns are ``present``. Names are quoted and come
-    only from this module and the file's own schema (never from user input)."""
+    only from this module and the file's own schema (never from user input). ``rowid_range`` reads
+    one slice [lo, hi) of the table (a rowid range scan), so big tables can be read in parallel."""
     parts = []
-    for col in spec.columns:
+    for col in columns(spec, all_columns):
         src = next((s for s in col.sources if s in present), None)
         if src is not None:
             parts.append(f'"{src}" AS {col.name}')
@@ -163,4 +176,7 @@ def build_select(spec: TableSpec, table: str, present: tuple[str, ...]) -> str:
             parts.append(f"{int(col.default)} AS {col.name}")
         else:
             parts.append(f"NULL AS {col.name}")
-    return f'SELECT {", ".join(parts)} FROM "{table}"'
+    sql = f'SELECT {", ".join(parts)} FROM "{table}"'
+    if rowid_range is not None:
+        sql += f" WHERE rowid >= {int(rowid_range[0])} AND rowid < {int(rowid_range[1])}"
+    return sql
