@@ -4,6 +4,8 @@
     nsysan rules [--markdown]
     nsysan profile [-o NAME] [--nsys PATH] -- COMMAND ...
     nsysan example            # path of the bundled example trace
+    nsysan diff BASE NEW [--fail-on-regression 5%] [--json OUT] [--html OUT]
+    nsysan compare T1 T2 ... [--labels a,b,...] [--markdown] [--json OUT] [--html OUT]
 """
 
 from __future__ import annotations
@@ -318,6 +320,145 @@ def cmd_example(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
+    from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
+
+    if v is None:
+        return "-"
+    sign = "+" if signed and v > 0 else ""
+    if metric.endswith("_ns"):
+        return sign + fmt_ns(v)
+    if metric.endswith("_frac") or metric.endswith("frac_of_copy"):
+        return (f"{v * 100:+.1f} pt" if signed else fmt_pct(v))
+    if metric.endswith("bytes_per_s"):
+        return sign + fmt_bytes(v) + "/s"
+    return f"{sign}{v:,.2f}"
+
+
+def _render_compare(**ctx: Any) -> str:
+    from nsysan.report.html import environment
+
+    return environment().get_template("compare.html.j2").render(
+        fmt=_fmt_metric, generated_by=f"nsysan {__version__}", **ctx)
+
+
+def _labels(paths: Sequence[str]) -> list[str]:
+    return [Path(p).name.removesuffix(".json").removesuffix(".sqlite") for p in paths]
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from nsysan import compare
+
+    threshold = compare.parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
+    base = compare.load(args.base, iteration_range=args.iteration_range)
+    new = compare.load(args.new, iteration_range=args.iteration_range)
+    lb, ln = _labels([args.base, args.new])
+    if lb == ln:
+        lb, ln = "base", "new"
+    d = compare.diff(base, new, base_label=lb, new_label=ln)
+    if threshold is not None:
+        d.gate = compare.gate(d, args.metric, threshold)
+    if args.json:
+        write_atomic(Path(args.json), json.dumps(d.to_dict(), sort_keys=True, indent=1, default=float) + "\n",
+                     force=args.force)
+    if args.html:
+        write_atomic(Path(args.html), _render_compare(title=f"nsysan diff: {lb} vs {ln}", diff=d, ladder=None),
+                     force=args.force)
+    if not args.quiet:
+        _print_diff(d)
+    if d.gate and d.gate["failed"]:
+        from nsysan.errors import RegressionError
+
+        raise RegressionError(d.gate["message"])
+    return 0
+
+
+def _print_diff(d: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from nsysan.units import fmt_ns
+
+    c = Console(highlight=False, soft_wrap=False)
+    t = Table(title=f"{d.base} -> {d.new}")
+    for col in ("metric", d.base, d.new, "delta", "ratio", "verdict"):
+        t.add_column(col, overflow="fold")
+    for m in d.metrics:
+        if m["base"] is None and m["new"] is None:
+            continue
+        t.add_row(m["metric"], _fmt_metric(m["metric"], m["base"]), _fmt_metric(m["metric"], m["new"]),
+                  _fmt_metric(m["metric"], m["delta"], signed=True),
+                  f"{m['ratio']:.3f}" if m["ratio"] is not None else "-", m["verdict"] or "-")
+    c.print(t)
+    c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations)"))
+    for k in ("resolved", "remaining", "new"):
+        names = ", ".join(f["rule"] for f in d.findings[k]) or "none"
+        c.print(Text(f"findings {k}: {names}"))
+    for label, rows in (("kernels", d.kernels), ("NVTX ranges", d.nvtx)):
+        top = [r for r in rows if r["delta_total_ns"] != 0][:5]
+        for r in top:
+            c.print(Text(f"  {label}: {r['status']:8s} {fmt_ns(r['delta_total_ns']):>10s}  {r['name'][:60]}"))
+    for n in d.notes:
+        c.print(Text(f"note: {n}", style="yellow"))
+    if d.gate:
+        c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate: ") + d.gate["message"],
+                     style="bold red" if d.gate["failed"] else "green"))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from nsysan import compare
+
+    labels = args.labels.split(",") if args.labels else _labels(args.traces)
+    if len(labels) != len(args.traces):
+        raise UsageError(f"--labels has {len(labels)} names for {len(args.traces)} traces")
+    if len(args.traces) < 2:
+        raise UsageError("compare needs at least two traces (or nsysan JSON files)")
+    workers = args.jobs or min(len(args.traces), os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            dicts = list(pool.map(compare.load, args.traces, [args.iteration_range] * len(args.traces)))
+    else:
+        dicts = [compare.load(t, iteration_range=args.iteration_range) for t in args.traces]
+    lad = compare.ladder(list(zip(labels, dicts)), args.metric)
+    if args.json:
+        write_atomic(Path(args.json), json.dumps(lad, sort_keys=True, indent=1) + "\n", force=args.force)
+    if args.html:
+        vmax = max([r["value"] for r in lad["rows"] if r["value"]] or [1])
+        write_atomic(Path(args.html), _render_compare(title="nsysan compare", diff=None, ladder=lad, ladder_max=vmax),
+                     force=args.force)
+    if args.markdown:
+        print(ladder_markdown(lad), end="")
+    elif not args.quiet:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=lad["label"])
+        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding"):
+            t.add_column(col)
+        for r in lad["rows"]:
+            t.add_row(r["label"], _fmt_metric(lad["metric"], r["value"]),
+                      f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
+                      f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
+                      _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
+                      r["top_finding"] or "-")
+        Console(highlight=False).print(t)
+    return 0
+
+
+def ladder_markdown(lad: dict[str, Any]) -> str:
+    lines = [f"| trace | {lad['label']} | step speedup | total speedup | GPU busy | top finding |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in lad["rows"]:
+        lines.append(f"| {r['label']} | {_fmt_metric(lad['metric'], r['value'])} | "
+                     f"{(format(r['step_speedup'], '.2f') + 'x') if r['step_speedup'] else '-'} | "
+                     f"{(format(r['total_speedup'], '.2f') + 'x') if r['total_speedup'] else '-'} | "
+                     f"{_fmt_metric('busy_frac', r['gpu_busy_frac'])} | {r['top_finding'] or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
                                 "and what to change.")
@@ -358,6 +499,34 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing report")
     pr.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     pr.set_defaults(fn=cmd_profile)
+    from nsysan.compare import GATE_METRICS, METRICS
+
+    d = sub.add_parser("diff", help="compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings")
+    d.add_argument("base", metavar="BASE", help="trace or nsysan JSON (the reference)")
+    d.add_argument("new", metavar="NEW", help="trace or nsysan JSON (the candidate)")
+    d.add_argument("--json", metavar="OUT.json", help="write the diff as JSON (schema nsysan.diff/1)")
+    d.add_argument("--html", metavar="OUT.html", help="write the diff as an HTML page")
+    d.add_argument("--fail-on-regression", metavar="PCT", help="exit 11 when --metric got worse by more than "
+                   "PCT (e.g. 5%%) and the change is beyond noise")
+    d.add_argument("--metric", default="iter_p50_ns", choices=GATE_METRICS, help="gate metric (default "
+                   "iter_p50_ns: steady-state iteration latency p50)")
+    d.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration")
+    d.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    d.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    d.set_defaults(fn=cmd_diff, traces=None)
+    c = sub.add_parser("compare", help="one table over many traces (an optimization ladder)")
+    c.add_argument("traces", nargs="+", metavar="TRACE", help="traces or nsysan JSON files, in order")
+    c.add_argument("--labels", help="comma-separated names for the rows (default: file names)")
+    c.add_argument("--metric", choices=list(METRICS), help="default: the 'Total Elapsed Time' region when "
+                   "every trace has one, else the iteration p50")
+    c.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration")
+    c.add_argument("--json", metavar="OUT.json", help="write the table as JSON (schema nsysan.ladder/1)")
+    c.add_argument("--html", metavar="OUT.html", help="write the table and a bar chart as HTML")
+    c.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    c.add_argument("--jobs", type=int, default=0, help="parallel processes")
+    c.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    c.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    c.set_defaults(fn=cmd_compare)
     e = sub.add_parser("example", help="print the path of a bundled example trace")
     e.add_argument("name", nargs="?", default="ladder_baseline")
     e.set_defaults(fn=cmd_example)
@@ -367,10 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if getattr(args, "traces", None):
-            from nsysan.examples import resolve
+        from nsysan.examples import resolve
 
+        if getattr(args, "traces", None):
             args.traces = [resolve(t) for t in args.traces]
+        if args.cmd == "diff":
+            args.base, args.new = resolve(args.base), resolve(args.new)
         return int(args.fn(args))
     except NsysanError as e:
         print(f"nsysan: error: {e}", file=sys.stderr)
