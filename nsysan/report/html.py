@@ -22,6 +22,15 @@ def templates_dir() -> Path:
     raise FileNotFoundError("nsysan templates not found (broken install?)")
 
 
+def code_spans(text: str) -> Markup:
+    """Escape, then show RST-style ````literal```` spans (used in rule docs) as <code>."""
+    import re
+
+    from markupsafe import escape
+
+    return Markup(re.sub(r"``(.+?)``", r"<code>\1</code>", str(escape(text))))
+
+
 @cache
 def environment() -> jinja2.Environment:
     tdir = templates_dir()
@@ -32,6 +41,7 @@ def environment() -> jinja2.Environment:
     env.globals["static"] = lambda name: Markup((static / name).read_text("utf-8"))
     env.filters["ns"] = fmt_ns
     env.filters["pct"] = fmt_pct
+    env.filters["code_spans"] = code_spans
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":")}
     return env
 

@@ -1,0 +1,135 @@
+"""The HTML report in a real browser: Debian's headless Chromium driven by Playwright.
+
+Skipped cleanly when either is missing (``apt-get install chromium``; ``pip install playwright`` --
+no browser download is needed, the system Chromium is used through ``executable_path``).
+Screenshots go to ``$NSYSAN_SCREENSHOTS`` when set (else the test's temp folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nsysan.analysis import Params, analyze
+from nsysan.report import html, view
+
+CHROMIUM = os.environ.get("NSYSAN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium executable (apt-get install chromium)")
+ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-dev-shm-usage", "--disable-extensions"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("NSYSAN_SCREENSHOTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def open_report(browser, path: Path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    dialogs: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    return page, errors, dialogs, requests
+
+
+def painted_pixels(page) -> int:
+    return page.evaluate("""() => {
+        const c = document.getElementById('tl'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++; } return n; }""")
+
+
+@pytest.mark.parametrize("name", ["ladder_baseline", "launch_eager", "ladder_overlap"])
+def test_report_works_in_chromium(name, browser, analysis, tmp_path):
+    out = tmp_path / f"{name}.html"
+    out.write_text(html.render(view.build(analysis(name))), encoding="utf-8")
+    page, errors, dialogs, requests = open_report(browser, out)
+    shots = shots_dir(tmp_path)
+    page.screenshot(path=str(shots / f"{name}-top.png"))
+    assert errors == [] and dialogs == [] and requests == []  # offline: nothing fetched
+    # the timeline draws
+    assert page.evaluate("window.nsysanTimeline.lanes.length") > 0
+    before = painted_pixels(page)
+    assert before > 1000
+    canvas = page.locator("#tl")
+    canvas.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"{name}-timeline.png"), full_page=False)
+    box = canvas.bounding_box()
+    # zoom in with the wheel: the visible window shrinks
+    span0 = page.evaluate("window.nsysanTimeline.view.b - window.nsysanTimeline.view.a")
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 10)
+    for _ in range(4):
+        page.mouse.wheel(0, -200)
+    page.wait_for_timeout(100)
+    span1 = page.evaluate("window.nsysanTimeline.view.b - window.nsysanTimeline.view.a")
+    assert span1 < span0 * 0.6
+    page.mouse.dblclick(box["x"] + box["width"] * 0.6, box["y"] + 10)  # reset
+    # a tooltip appears over an operation: aim at the first op of the first lane that has ops
+    target = page.evaluate("""() => { const t = window.nsysanTimeline, c = document.getElementById('tl');
+        const w = c.clientWidth, LABEL = 170, LANE = 18;
+        for (let i = 0; i < t.lanes.length; i++) { const ops = t.lanes[i].ops || []; if (!ops.length) continue;
+          let best = ops[0]; for (const op of ops) { if (op[1] - op[0] > best[1] - best[0]) best = op; }
+          const mid = (best[0] + best[1]) / 2;
+          return {x: LABEL + (mid - t.view.a) / (t.view.b - t.view.a) * (w - LABEL), y: i * LANE + 10}; }
+        return null; }""")
+    assert target is not None
+    page.mouse.move(box["x"] + target["x"], box["y"] + target["y"])
+    tip = page.locator("#tl-tip")
+    assert tip.is_visible() and "dur" in tip.inner_text()
+    page.screenshot(path=str(shots / f"{name}-tooltip.png"))
+    # tables sort when a header is clicked
+    table = page.locator("#sec-kernels table.sortable")
+    assert table.locator("tbody tr").count() > 1
+    col = table.locator("th").nth(0)  # kernel name: distinct values
+    col.click()
+    first_asc = table.locator("tbody tr").first.inner_text()
+    assert "asc" in (col.get_attribute("class") or "")
+    col.click()
+    assert "desc" in (col.get_attribute("class") or "")
+    assert table.locator("tbody tr").first.inner_text() != first_asc
+    assert errors == []
+    page.close()
+
+
+def test_hostile_strings_show_as_text_and_run_nothing(browser, tmp_path):
+    from test_report import HOSTILE, hostile_trace
+
+    a = analyze(hostile_trace(), Params(min_gap_ns=100))
+    out = tmp_path / "hostile.html"
+    out.write_text(html.render(view.build(a)), encoding="utf-8")
+    page, errors, dialogs, _ = open_report(browser, out)
+    page.wait_for_timeout(200)
+    assert dialogs == [] and errors == []
+    assert HOSTILE in page.locator("body").inner_text()
+    assert page.evaluate("document.querySelectorAll('script').length") == 2
+    page.screenshot(path=str(shots_dir(tmp_path) / "hostile.png"), full_page=True)
+    page.close()
+
+
+def test_tables_render_without_javascript(browser, tmp_path, analysis):
+    ctx = browser.new_context(java_script_enabled=False)
+    page = ctx.new_page()
+    out = tmp_path / "nojs.html"
+    out.write_text(html.render(view.build(analysis("ladder_baseline"))), encoding="utf-8")
+    page.goto(out.as_uri())
+    assert page.locator("table.sortable tbody tr").count() > 20
+    assert "Findings" in page.locator("body").inner_text()
+    ctx.close()

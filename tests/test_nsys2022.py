@@ -1,0 +1,98 @@
+"""Live parity with Debian's Nsight Systems 2022.4 (``../shared/tools/install-nsys2022.sh``).
+
+Its ``nsys stats`` runs on any export (it cannot trace CUDA 13 programs, but reads our 2025 exports).
+Each fixture is copied, the five summary reports run once on the copy, and every row is compared with
+nsysan's. Skipped cleanly when that nsys is not installed (set ``NSYSAN_NSYS2022`` to its path, or put
+``nsys2022`` on PATH).
+
+2022.4 differs from 2025.3 in ways this test pins down: ``gpukernsum`` groups by name *and* launch
+configuration (nsysan's ``kernels.by_config``), copy labels are ``[CUDA memcpy HtoD]``, sizes are in
+MB rounded to 3 decimals and averages/std to 0.1 ns, and API names keep their ``_v7000`` suffix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import FIXTURE_NAMES
+from nsysan.analyses import summaries
+
+NSYS = os.environ.get("NSYSAN_NSYS2022") or shutil.which("nsys2022")
+pytestmark = pytest.mark.skipif(not NSYS, reason="Debian nsys 2022.4 not installed "
+                                "(run ../shared/tools/install-nsys2022.sh)")
+REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum"]
+STATS = ["Total Time (ns)", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"]
+OURS = ["total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
+_runs: dict[str, dict[str, pd.DataFrame]] = {}
+
+
+def stats(fixture_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> dict[str, pd.DataFrame]:
+    if name not in _runs:
+        d = tmp_path_factory.mktemp(f"n22-{name}")
+        copy = d / f"{name}.sqlite"
+        shutil.copy(fixture_dir / f"{name}.sqlite", copy)
+        before = hashlib.sha256(copy.read_bytes()).hexdigest()
+        subprocess.run([NSYS, "stats", "-q", "-r", ",".join(REPORTS), "-f", "csv", "-o", str(d / "r"), str(copy)],
+                       check=True, capture_output=True, timeout=300)
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == before  # nsys 2022 does not write either
+        out = {}
+        for r in REPORTS:
+            p = d / f"r_{r}.csv"
+            out[r] = pd.read_csv(p) if p.exists() and p.stat().st_size else pd.DataFrame()
+        _runs[name] = out
+    return _runs[name]
+
+
+def check(ours: pd.DataFrame, theirs: pd.DataFrame, key_ours: str, key_theirs: str, count_col: str) -> int:
+    if len(theirs) == 0:
+        assert len(ours) == 0
+        return 0
+    o = ours.set_index(key_ours)
+    t = theirs.set_index(key_theirs)
+    assert sorted(o.index) == sorted(t.index)
+    for k in t.index:
+        assert int(o.loc[k, "count"]) == int(t.loc[k, count_col]), k
+        for mine, col in zip(OURS, STATS):
+            # 2022.4 prints averages and std with one decimal
+            assert abs(float(o.loc[k, mine]) - float(t.loc[k, col])) <= max(1.0, 1e-6 * abs(float(t.loc[k, col]))), \
+                (k, mine, o.loc[k, mine], t.loc[k, col])
+    return len(t)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_summaries_match_nsys_2022(name, fixture_dir, tmp_path_factory, load):
+    ref = stats(fixture_dir, tmp_path_factory, name)
+    trace = load(name)
+    rows = 0
+    k = ref["gpukernsum"]
+    if len(k):
+        k = k.assign(key=k["Name"] + "|" + k["GridXYZ"].map(lambda s: "x".join(s.split()))
+                     + "|" + k["BlockXYZ"].map(lambda s: "x".join(s.split())))
+    cfg = summaries.kernel_config_summary(trace)
+    rows += check(cfg.assign(key=cfg["name"] + "|" + cfg["grid"] + "|" + cfg["block"]), k, "key", "key", "Instances")
+    api = ref["cudaapisum"]
+    if len(api):
+        api = api.assign(Name=api["Name"].map(lambda s: re.sub(r"_v\d+$", "", s)))
+    rows += check(summaries.api_summary(trace), api, "name", "Name", "Num Calls")
+    mem = summaries.memcpy_summary(trace).assign(op=lambda d: "[CUDA memcpy " + d["kind"].astype(str) + "]")
+    ms = summaries.memset_summary(trace).assign(op="[CUDA memset]")
+    both = pd.concat([d for d in (mem, ms) if len(d)], ignore_index=True) if len(mem) + len(ms) else mem
+    rows += check(both, ref["gpumemtimesum"], "op", "Operation", "Count")
+    if len(ref["gpumemsizesum"]):
+        sizes = ref["gpumemsizesum"].set_index("Operation")
+        for _, r in both.iterrows():
+            assert abs(r["total_bytes"] / 1e6 - sizes.loc[r["op"], "Total (MB)"]) < 0.001
+    nv = ref["nvtxsum"]
+    ours = summaries.nvtx_summary(trace)
+    if len(nv):
+        nv = nv.assign(key=nv["Range"] + "|" + nv["Style"])
+    rows += check(ours.assign(key=ours["name"] + "|" + ours["style"]), nv, "key", "key", "Instances")
+    assert rows > 0
