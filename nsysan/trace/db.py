@@ -81,6 +81,14 @@ def _translate(path: Path, e: Exception) -> Exception:
     return CorruptTraceError(f"{path}: SQLite error: {e}")
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
+    con.execute("PRAGMA query_only = 1")
+    # trace strings are untrusted: invalid UTF-8 becomes U+FFFD instead of an exception
+    con.text_factory = lambda b: b.decode("utf-8", "replace")
+    return con
+
+
 @dataclass
 class Caps:
     """Which tables and columns the export has (nsys' ``table_checks`` idea)."""
@@ -105,8 +113,7 @@ class Database:
         check_file(self.path)
         self._adbc: Any = None
         try:
-            self._sqlite = sqlite3.connect(_uri(self.path), uri=True, check_same_thread=False)
-            self._sqlite.execute("PRAGMA query_only = 1")
+            self._sqlite = _connect(self.path)
         except sqlite3.Error as e:
             raise _translate(self.path, e) from e
         self.caps = self._describe()
@@ -202,7 +209,7 @@ class Database:
         def conns() -> tuple[Any, sqlite3.Connection]:
             if not hasattr(local, "sqlite"):
                 try:
-                    local.sqlite = sqlite3.connect(_uri(self.path), uri=True, check_same_thread=False)
+                    local.sqlite = _connect(self.path)
                 except sqlite3.Error as e:
                     raise _translate(self.path, e) from e
                 try:
@@ -241,9 +248,12 @@ class Database:
                 cur = conn.cursor()
                 try:
                     cur.execute(sql)
-                    return cur.fetch_arrow_table()
+                    table = cur.fetch_arrow_table()
                 finally:
                     cur.close()
+                if any(pa.types.is_string(f.type) or pa.types.is_large_string(f.type) for f in table.schema):
+                    table.validate(full=True)  # invalid UTF-8 from the file: read it again through sqlite3
+                return table
             except Exception:  # noqa: BLE001 - ADBC type inference can reject mixed columns
                 pass
         try:

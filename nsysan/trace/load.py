@@ -22,6 +22,24 @@ Progress = Callable[[str, int, int], None]
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
+MAX_STRING = 8192  # longer names/NVTX texts are cut: one MB-long string must not make GB-sized reports
+CUT_MARK = "... [truncated]"
+
+
+def cap_strings(arr: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Cut strings longer than ``MAX_STRING`` characters, marking the cut."""
+    import pyarrow.compute as pc
+
+    if len(arr) == 0:
+        return arr
+    long = pc.greater(pc.utf8_length(arr), MAX_STRING)
+    n = int(pc.sum(long).as_py() or 0)
+    if n == 0:
+        return arr
+    cut = pc.binary_join_element_wise(pc.utf8_slice_codeunits(arr, 0, MAX_STRING), CUT_MARK, "")
+    return pc.if_else(long, cut, arr)
+
+
 class Strings:
     """``StringIds`` as a dense id -> category-code map, for vectorised resolution."""
 
@@ -31,7 +49,10 @@ class Strings:
             self.code_of_id = np.full(1, -1, dtype=np.int64)
             return
         ids = table.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
-        values = np.asarray(table.column("value").to_pylist(), dtype=object)
+        col = table.column("value")
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            col = pa.array([None if v is None else str(v) for v in col.to_pylist()], type=pa.string())
+        values = np.asarray(cap_strings(col).to_pylist(), dtype=object)
         values = np.where(pd.isna(values), "", values).astype(object)
         uniq, inverse = np.unique(values.astype(str), return_inverse=True)
         self.categories = uniq.astype(object)
@@ -124,15 +145,19 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
     for col in S.columns(spec, all_columns):
         arr = table.column(col.name) if col.name in table.column_names else pa.nulls(n)
         if col.dtype == "str":
+            if n and arr.type == pa.string():
+                arr = cap_strings(arr)
             data[col.name] = pd.array(arr.to_pylist() if arr.type != pa.string() else arr.to_pandas(),
                                       dtype="string") if n else pd.array([], dtype="string")
             continue
         if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            arr = pa.array(pd.to_numeric(pd.Series(arr.to_pylist(), dtype=object), errors="coerce"))
+            arr = pa.array(pd.to_numeric(pd.Series(arr.to_pylist(), dtype=object), errors="coerce"), from_pandas=True)
         if pa.types.is_null(arr.type):
             arr = arr.cast(pa.int64()) if col.default is None else pa.array(np.full(n, col.default, np.int64))
         if pa.types.is_floating(arr.type):
-            arr = pa.array(arr.to_numpy(zero_copy_only=False), type=pa.float64())
+            arr = pa.array(arr.to_numpy(zero_copy_only=False), type=pa.float64(), from_pandas=True)  # NaN -> null
+            if col.dtype != "float64":
+                arr = arr.cast(pa.int64(), safe=False)  # REAL stored in an integer column: truncate
         if col.dtype == "name":
             ids = arr.fill_null(-1).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
             data[col.name] = strings.resolve(ids, prune=False)
@@ -142,7 +167,9 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
         elif col.dtype == "float64":
             data[col.name] = arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         else:
-            fill = col.default if col.default is not None else 0
+            # a missing or non-numeric time must not become 0 (a call from the epoch): mark it, and
+            # _finish_intervals drops the row with a warning
+            fill = col.default if col.default is not None else (MISSING if col.name in ("start_ns", "end_ns") else 0)
             data[col.name] = arr.fill_null(fill).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
     return pd.DataFrame(data, copy=False)
 
@@ -158,7 +185,14 @@ def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+MISSING = np.iinfo(np.int64).min
+
+
 def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    missing = (df["start_ns"].to_numpy() == MISSING) | (df["end_ns"].to_numpy() == MISSING)
+    if missing.any():
+        warnings.append(f"{name}: dropped {int(missing.sum())} row(s) with a missing or non-numeric start/end")
+        df = df.loc[~missing]
     bad = df["end_ns"] < df["start_ns"]
     if bad.any():
         warnings.append(f"{name}: dropped {int(bad.sum())} row(s) whose end is before their start")
@@ -171,6 +205,7 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
 
 def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
     """Ranges and marks with resolved text and domain name (``domain:text`` as nsys labels them)."""
+    raw = raw.loc[raw["start_ns"].to_numpy() != MISSING]
     text_ids = raw["text_id"].fillna(-1).to_numpy(dtype=np.int64)
     resolved = pd.Series(np.asarray(strings.resolve(text_ids).astype(object)), index=raw.index, dtype="string")
     text = raw["text"].fillna(resolved)
@@ -246,6 +281,10 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
     _memory.tune_allocator()
     path = Path(path)
     warnings: list[str] = []
+    for side in ("-wal", "-journal"):
+        if path.with_name(path.name + side).exists():
+            warnings.append(f"{path.name}{side} exists: the trace may still be being written; nsysan reads the "
+                            "main file only (the last completed export)")
     with Database(path) as db:
         caps = db.caps
         steps = list(S.ALL_SPECS)
@@ -323,6 +362,12 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
                                 host_mem=pd.Series(host_side, index=m.index).map(S.MEM_KIND).fillna("")
                                 .astype("string"))
     frames["nvtx"] = _nvtx(frames.pop("nvtx_raw"), strings)
+    n_cut = sum(1 for v in strings.categories if str(v).endswith(CUT_MARK))
+    n_cut += int(frames["nvtx"]["text"].fillna("").str.endswith(CUT_MARK).sum())
+    if n_cut:
+        warnings.append(f"{n_cut} string(s) longer than {MAX_STRING:,} characters were cut (names, NVTX text)")
+    gm = frames["gpu_memory_usage"]
+    frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
     th = frames["threads"]
     frames["threads"] = th.assign(name=th["name"].astype("string"))
     if window is None:
