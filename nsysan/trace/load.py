@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from nsysan import _memory
-from nsysan.errors import ResourceLimitError
+from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
@@ -277,6 +278,21 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
     ids, return values...). Big tables are read in rowid slices on ``workers`` threads (default: the
     CPU count, at most 4), each with its own read-only connection.
     """
+    try:
+        return _open_trace(Path(path), progress, max_rows, all_columns, workers)
+    except NsysanError:
+        raise
+    except (sqlite3.Error, UnicodeError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+            pa.ArrowException) as e:
+        # a damaged file can fail anywhere in SQLite, the drivers or the decoding of its values
+        raise CorruptTraceError(f"{path}: damaged export, cannot be read ({type(e).__name__}: {e})",
+                                hint="re-export it from the .nsys-rep (nsys export --type sqlite); if the "
+                                     "file is fine, please report this") from e
+
+
+def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all_columns: bool,
+                workers: int | None) -> Trace:
+    """See ``open_trace``."""
     workers = workers or min(4, os.cpu_count() or 1)
     _memory.tune_allocator()
     path = Path(path)
