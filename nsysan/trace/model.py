@@ -8,9 +8,12 @@ nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``)
 
 Tables and their own columns:
 
-* ``kernels``: device_id, context_id, stream_id, correlation_id, name (demangled), short_name,
-  grid_x..z, block_x..z, registers_per_thread, static_smem_bytes, dynamic_smem_bytes,
-  graph_node_id (nullable: set for kernels inside a CUDA graph traced at node level), launch_type.
+Columns marked (extra) are read only with ``open_trace(path, all_columns=True)``: no analysis needs
+them, and SQLite's read cost is per value.
+
+* ``kernels``: device_id, stream_id, correlation_id, name (demangled), grid_x..z, block_x..z,
+  graph_node_id (nullable: set for kernels inside a CUDA graph traced at node level); (extra)
+  context_id, short_name, registers_per_thread, static_smem_bytes, dynamic_smem_bytes, launch_type.
 * ``graph_launches``: one row per CUDA Graph launch executed on the GPU (nsys' default
   ``--cuda-graph-trace=graph``: the graph's kernels are not in ``kernels``): device_id, stream_id,
   correlation_id, graph_id, graph_exec_id.
@@ -20,8 +23,9 @@ Tables and their own columns:
 * ``sync``: CUDA synchronization records on the GPU timeline: sync_type (1 event, 2 stream wait,
   3 stream sync, 4 context sync), event_id.
 * ``cuda_api``: CUDA runtime and driver calls: name (version suffix ``_v7000`` stripped),
-  api_layer ("runtime"/"driver"), correlation_id, return_value.
-* ``osrt``: OS runtime calls: name, return_value, nesting_level.
+  api_layer ("runtime" for ``cuda*`` names, else "driver"), correlation_id; (extra) event_class,
+  return_value.
+* ``osrt``: OS runtime calls: name; (extra) return_value, nesting_level.
 * ``nvtx``: NVTX ranges and marks: text, domain, name (``domain:text`` when in a domain, as nsys
   labels it), event_type, style ("PushPop", "StartEnd", "Mark"), range_id. ``end_ns``/``dur_ns``
   are nullable (marks and ranges left open at the end of the capture).
