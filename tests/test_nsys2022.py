@@ -24,13 +24,12 @@ import pytest
 
 from conftest import FIXTURE_NAMES
 from nsysan.analyses import summaries
+from test_parity import compare
 
 NSYS = os.environ.get("NSYSAN_NSYS2022") or shutil.which("nsys2022")
 pytestmark = pytest.mark.skipif(not NSYS, reason="Debian nsys 2022.4 not installed "
                                 "(run ../shared/tools/install-nsys2022.sh)")
 REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum"]
-STATS = ["Total Time (ns)", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"]
-OURS = ["total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
 _runs: dict[str, dict[str, pd.DataFrame]] = {}
 
 
@@ -52,19 +51,9 @@ def stats(fixture_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str
 
 
 def check(ours: pd.DataFrame, theirs: pd.DataFrame, key_ours: str, key_theirs: str, count_col: str) -> int:
-    if len(theirs) == 0:
-        assert len(ours) == 0
-        return 0
-    o = ours.set_index(key_ours)
-    t = theirs.set_index(key_theirs)
-    assert sorted(o.index) == sorted(t.index)
-    for k in t.index:
-        assert int(o.loc[k, "count"]) == int(t.loc[k, count_col]), k
-        for mine, col in zip(OURS, STATS):
-            # 2022.4 prints averages and std with one decimal
-            assert abs(float(o.loc[k, mine]) - float(t.loc[k, col])) <= max(1.0, 1e-6 * abs(float(t.loc[k, col]))), \
-                (k, mine, o.loc[k, mine], t.loc[k, col])
-    return len(t)
+    """The same row-by-row comparison as against 2025.3.1 (tolerance 1 ns: 2022.4 prints one decimal)."""
+    compare(ours, theirs, key_ours, key_theirs, count_col)
+    return len(theirs)
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
