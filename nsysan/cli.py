@@ -459,6 +459,12 @@ def ladder_markdown(lad: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _compare_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
                                 "and what to change.")
@@ -510,22 +516,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "PCT (e.g. 5%%) and the change is beyond noise")
     d.add_argument("--metric", default="iter_p50_ns", choices=GATE_METRICS, help="gate metric (default "
                    "iter_p50_ns: steady-state iteration latency p50)")
-    d.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration")
-    d.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
-    d.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    _compare_common(d)
     d.set_defaults(fn=cmd_diff, traces=None)
     c = sub.add_parser("compare", help="one table over many traces (an optimization ladder)")
     c.add_argument("traces", nargs="+", metavar="TRACE", help="traces or nsysan JSON files, in order")
     c.add_argument("--labels", help="comma-separated names for the rows (default: file names)")
     c.add_argument("--metric", choices=list(METRICS), help="default: the 'Total Elapsed Time' region when "
                    "every trace has one, else the iteration p50")
-    c.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration")
     c.add_argument("--json", metavar="OUT.json", help="write the table as JSON (schema nsysan.ladder/1)")
     c.add_argument("--html", metavar="OUT.html", help="write the table and a bar chart as HTML")
     c.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     c.add_argument("--jobs", type=int, default=0, help="parallel processes")
-    c.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
-    c.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    _compare_common(c)
     c.set_defaults(fn=cmd_compare)
     e = sub.add_parser("example", help="print the path of a bundled example trace")
     e.add_argument("name", nargs="?", default="ladder_baseline")
