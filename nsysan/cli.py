@@ -328,7 +328,7 @@ def _fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
     sign = "+" if signed and v > 0 else ""
     if metric.endswith("_ns"):
         return sign + fmt_ns(v)
-    if metric.endswith("_frac") or metric.endswith("frac_of_copy"):
+    if "frac" in metric:
         return (f"{v * 100:+.1f} pt" if signed else fmt_pct(v))
     if metric.endswith("bytes_per_s"):
         return sign + fmt_bytes(v) + "/s"

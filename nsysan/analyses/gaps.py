@@ -23,6 +23,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.gpu import Window
+from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
 # Calls that block the host until GPU work finishes (rules/sync_api.py uses the same list).
@@ -93,10 +94,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     """Columns: device_id, start_ns, end_ns, gap_ns, cause, pid, tid (submitting thread), api_name,
     api_start_ns, next_op, activity (largest item on the submitting thread during the gap),
     breakdown (list of {source, name, ns} for the ``explain_top`` longest gaps), sorted by start."""
-    if "api_start_ns" not in ops.columns:
-        from nsysan.analyses.join import attach_launch_calls
-
-        ops = attach_launch_calls(trace, ops)
+    ops = with_launch_calls(trace, ops)
     parts = []
     dev_all = ops["device_id"].to_numpy()
     for dev in np.unique(dev_all):

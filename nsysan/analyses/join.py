@@ -31,6 +31,11 @@ def first_match(table_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
     return np.where(hit, order[pc], -1)
 
 
+def with_launch_calls(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """``ops`` with the launching-call columns: as given when ``gpu_ops`` already joined them."""
+    return ops if "api_start_ns" in ops.columns else attach_launch_calls(trace, ops)
+
+
 def attach_launch_calls(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """``ops`` plus the launching call: tid, api_start_ns, api_end_ns (-1 when the call is not in the
     trace) and api_name (categorical, NaN when missing)."""

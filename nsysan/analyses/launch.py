@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.frames import category_mask
+from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
 
@@ -19,10 +20,7 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """Kernels and graph launches with their launching API call. Columns: start_ns, end_ns, gpu_ns,
     device_id, stream_id, pid, tid, correlation_id, name, op, api_name, api_start_ns, api_end_ns, api_ns,
     queue_ns, launch_dominated, is_graph. Operations whose API call is not in the trace are dropped."""
-    if "api_start_ns" not in ops.columns:
-        from nsysan.analyses.join import attach_launch_calls
-
-        ops = attach_launch_calls(trace, ops)
+    ops = with_launch_calls(trace, ops)
     keep = ops["op"].isin(["kernel", "graph"]).to_numpy() & (ops["api_start_ns"].to_numpy() >= 0)
     j = ops.loc[keep]
     graph_api = category_mask(j["api_name"], lambda s: s.startswith(("cudaGraphLaunch", "cuGraphLaunch")))

@@ -18,16 +18,14 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.intervals import RangeMinMax
+from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
 
 def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """Every GPU op with its launching call's thread and API start (join on pid + correlation id),
     sorted by (pid, tid, api_start_ns, correlation_id)."""
-    if "api_start_ns" not in ops.columns:
-        from nsysan.analyses.join import attach_launch_calls
-
-        ops = attach_launch_calls(trace, ops)
+    ops = with_launch_calls(trace, ops)
     j = ops.loc[ops["api_start_ns"].to_numpy() >= 0, ["pid", "correlation_id", "start_ns", "end_ns", "op", "tid",
                                                        "api_start_ns"]]
     order = np.lexsort((j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(),

@@ -48,6 +48,7 @@ class Strings:
         if table.num_rows == 0:
             self.categories = np.array([], dtype=object)
             self.code_of_id = np.full(1, -1, dtype=np.int64)
+            self.index = pd.Index(self.categories, dtype=object)
             return
         ids = table.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
         col = table.column("value")
@@ -57,6 +58,7 @@ class Strings:
         values = np.where(pd.isna(values), "", values).astype(object)
         uniq, inverse = np.unique(values.astype(str), return_inverse=True)
         self.categories = uniq.astype(object)
+        self.index = pd.Index(self.categories, dtype=object)  # shared by every resolved column
         size = int(ids.max()) + 1 if len(ids) else 1
         self.code_of_id = np.full(max(size, 1), -1, dtype=np.int64)
         valid = ids >= 0
@@ -69,12 +71,6 @@ class Strings:
         codes[ok] = self.code_of_id[ids[ok]]
         cat = pd.Categorical.from_codes(codes, categories=self.index, validate=False)
         return prune_categories(cat) if prune else cat
-
-    @property
-    def index(self) -> pd.Index:
-        if not hasattr(self, "_index"):
-            self._index = pd.Index(self.categories, dtype=object)
-        return self._index
 
 
 def prune_categories(cat: pd.Categorical) -> pd.Categorical:
@@ -295,7 +291,6 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     """See ``open_trace``."""
     workers = workers or min(4, os.cpu_count() or 1)
     _memory.tune_allocator()
-    path = Path(path)
     warnings: list[str] = []
     for side in ("-wal", "-journal"):
         if path.with_name(path.name + side).exists():
