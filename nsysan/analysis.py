@@ -40,6 +40,7 @@ class Analysis:
     kernels: pd.DataFrame
     kernel_configs: pd.DataFrame
     cuda_api: pd.DataFrame
+    osrt: pd.DataFrame
     memcpy: pd.DataFrame
     memset: pd.DataFrame
     nvtx_ranges: pd.DataFrame
@@ -90,7 +91,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
     a = Analysis(
         trace=trace, params=p, capture=capture, steady=steady, ops=ops,
         kernels=summaries.kernel_summary(trace), kernel_configs=summaries.kernel_config_summary(trace),
-        cuda_api=summaries.api_summary(trace), memcpy=summaries.memcpy_summary(trace),
+        cuda_api=summaries.api_summary(trace), osrt=summaries.osrt_summary(trace), memcpy=summaries.memcpy_summary(trace),
         memset=summaries.memset_summary(trace), nvtx_ranges=rg, nvtx=nvtx.range_summary(rg),
         launches=lau, launch_summary=launch.launch_summary(lau), launch_per_kernel=launch.per_kernel(lau),
         busy_capture=gpu.device_busy(ops, capture), busy_steady=gpu.device_busy(ops, steady),

@@ -20,14 +20,59 @@ from nsysan.errors import (
 )
 
 
+GPU_FIXTURES = [n for n in FIXTURE_NAMES if n != "cpu_nsys2022"]
+
+
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_fixture_loads_and_passes_self_check(name, load):
     trace = load(name)
     assert trace.self_check() == []
-    assert trace.meta.nsys_version == "2025.3.2.0" or trace.meta.nsys_version.startswith("2025.3")
+    assert trace.kernels["start_ns"].dtype == "int64"
+    assert trace.nvtx["start_ns"].dtype == "int64"
+
+
+@pytest.mark.parametrize("name", GPU_FIXTURES)
+def test_gpu_fixture_recorded_on_the_h200(name, load):
+    trace = load(name)
+    assert trace.meta.nsys_version.startswith("2025.3")
     assert len(trace.kernels) + len(trace.graph_launches) > 0
     assert len(trace.gpus) == 1 and trace.gpus["name"].iloc[0] == "NVIDIA H200"
-    assert trace.kernels["start_ns"].dtype == "int64"
+
+
+def test_own_nsys_2022_export(load):
+    """The 2022 schema from a capture of our own (workloads/cpu/record_nsys2022.sh): EXPORT_META_DATA,
+    NVTX text inline or through a registered string in a named domain, categories, marks, a start/end
+    range, OS runtime calls, and no CUDA tables at all (each an empty typed table)."""
+    t = load("cpu_nsys2022")
+    assert t.meta.nsys_version == "2022.4.2.1"
+    assert "EXPORT_META_DATA" in t.meta.tables and "META_DATA_EXPORT" not in t.meta.tables
+    assert t.self_check() == []
+    assert len(t.kernels) == len(t.memcpy) == len(t.cuda_api) == len(t.gpus) == 0
+    assert list(t.kernels.columns)[:2] == ["start_ns", "end_ns"]
+    nv = t.nvtx
+    assert nv.loc[nv["style"] == "PushPop", "name"].value_counts().to_dict() == {
+        "infer": 3, "nsysan.cpu:preprocess": 3, "Print Result": 3, "setup": 1, "Total Elapsed Time(3 batches)": 1}
+    assert set(nv.loc[nv["domain"] == "nsysan.cpu", "text"]) == {"preprocess"}  # registered string (textId)
+    assert nv.loc[nv["style"] == "StartEnd", "name"].tolist() == ["teardown (start/end)"]
+    assert sorted(nv.loc[nv["style"] == "Mark", "name"]) == ["done", 'flush <io> & "quotes"']
+    # every preprocess range nests inside an infer range on the same thread
+    inf = nv.loc[nv["name"] == "infer"]
+    for _, r in nv.loc[nv["text"] == "preprocess"].iterrows():
+        assert ((inf["start_ns"] <= r["start_ns"]) & (inf["end_ns"] >= r["end_ns"])).sum() == 1
+    # OS runtime: traced calls only (eventClass 27), not the profiler's started/finished markers
+    assert set(t.osrt["name"]) == {"nanosleep", "open", "write", "fflush"}
+    assert (t.osrt["tid"] > 0).all() and (t.osrt["dur_ns"] > 0).all()
+
+
+def test_own_nsys_2022_export_analyses_end_to_end(fixture_dir, tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["analyze", str(fixture_dir / "cpu_nsys2022.sqlite"), "--json", str(out), "--quiet"]) == 0
+    import json
+
+    d = json.loads(out.read_text())
+    assert d["iterations"]["range"] == "infer" and len(d["iterations"]["per_iteration"]) == 3
+    assert {r["name"] for r in d["os_runtime"]["by_name"]} == {"nanosleep", "open", "write", "fflush"}
+    assert d["kernels"]["by_name"] == [] and d["findings"] == []
 
 
 def test_ids_decoded_in_one_place(load):

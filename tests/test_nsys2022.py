@@ -1,7 +1,7 @@
 """Live parity with Debian's Nsight Systems 2022.4 (``../shared/tools/install-nsys2022.sh``).
 
 Its ``nsys stats`` runs on any export (it cannot trace CUDA 13 programs, but reads our 2025 exports).
-Each fixture is copied, the five summary reports run once on the copy, and every row is compared with
+Each fixture is copied, the six summary reports run once on the copy, and every row is compared with
 nsysan's. Skipped cleanly when that nsys is not installed (set ``NSYSAN_NSYS2022`` to its path, or put
 ``nsys2022`` on PATH).
 
@@ -29,7 +29,7 @@ from test_parity import compare
 NSYS = os.environ.get("NSYSAN_NSYS2022") or shutil.which("nsys2022")
 pytestmark = pytest.mark.skipif(not NSYS, reason="Debian nsys 2022.4 not installed "
                                 "(run ../shared/tools/install-nsys2022.sh)")
-REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum"]
+REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]
 _runs: dict[str, dict[str, pd.DataFrame]] = {}
 
 
@@ -84,4 +84,5 @@ def test_summaries_match_nsys_2022(name, fixture_dir, tmp_path_factory, load):
     if len(nv):
         nv = nv.assign(key=nv["Range"] + "|" + nv["Style"])
     rows += check(ours.assign(key=ours["name"] + "|" + ours["style"]), nv, "key", "key", "Instances")
+    rows += check(summaries.osrt_summary(trace), ref["osrtsum"], "name", "Name", "Num Calls")
     assert rows > 0

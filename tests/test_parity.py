@@ -102,3 +102,9 @@ def test_nvtx_gpu_projection_matches_nvtx_gpu_proj_sum(name, load):
         assert rng in ours.index, rng
         assert int(ours.loc[rng, "gpu_ops"]) == int(row["Total GPU Ops"]), rng
         assert abs(int(ours.loc[rng, "proj_total_ns"]) - int(row["Total Proj Time (ns)"])) <= 1, rng
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_osrt_matches_osrt_sum(name, load):
+    theirs = ref(name, "osrt_sum")
+    compare(summaries.osrt_summary(load(name)), theirs, "name", "Name", "Num Calls")

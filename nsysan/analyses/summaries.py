@@ -76,6 +76,12 @@ def api_summary(trace: Trace) -> pd.DataFrame:
     return with_share(duration_stats(trace.cuda_api, ["name"]))
 
 
+def osrt_summary(trace: Trace) -> pd.DataFrame:
+    """Per OS runtime function (libc calls nsys traced with ``-t osrt``, above its duration threshold):
+    stats of the call duration. Same rows as ``nsys stats -r osrt_sum``."""
+    return with_share(duration_stats(trace.osrt, ["name"]))
+
+
 MEMCPY_LABEL = {
     "HtoD": "Host-to-Device", "DtoH": "Device-to-Host", "DtoD": "Device-to-Device", "HtoH": "Host-to-Host",
     "PtoP": "Peer-to-Peer", "HtoA": "Host-to-Array", "AtoH": "Array-to-Host", "AtoA": "Array-to-Array",

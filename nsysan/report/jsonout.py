@@ -68,6 +68,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
         "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit)},
         "cuda_api": {"by_name": records(a.cuda_api, limit)},
+        "os_runtime": {"by_name": records(a.osrt, limit)},
         "memcpy": {"by_kind": records(a.memcpy)},
         "memset": {"by_kind": records(a.memset)},
         "nvtx": {"by_name": records(a.nvtx, limit),
@@ -111,7 +112,8 @@ def to_csv(df: pd.DataFrame) -> str:
 
 
 def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
-    return {"kernels": a.kernels, "kernel_configs": a.kernel_configs, "cuda_api": a.cuda_api, "memcpy": a.memcpy,
+    return {"kernels": a.kernels, "kernel_configs": a.kernel_configs, "cuda_api": a.cuda_api, "os_runtime": a.osrt,
+            "memcpy": a.memcpy,
             "memset": a.memset, "nvtx": a.nvtx, "launches": a.launch_per_kernel, "overlap": a.overlap,
             "gpu_busy": a.busy_capture, "gaps": a.gaps.drop(columns=["breakdown"], errors="ignore"),
             "iterations": a.iterations.table,

@@ -229,6 +229,8 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     tables = [
         _table("kernels", "Kernels", a.kernels, _stat_cols([("Name", "name", None)])),
         _table("api", "CUDA API", a.cuda_api, _stat_cols([("Name", "name", None)])),
+        _table("osrt", "OS runtime calls", a.osrt, _stat_cols([("Function", "name", None)]),
+               note="libc calls traced by nsys -t osrt (only calls longer than its --osrt-threshold)."),
         _table("memcpy", "Memory copies", a.memcpy, _stat_cols([("Kind", "kind", None)]) + [
             ("Bytes", "total_bytes", fmt_bytes), ("Throughput", "throughput_bytes_per_s", fmt_rate),
             ("Pageable", "pageable_count", lambda v: f"{int(v):,}"), ("Pinned", "pinned_count", lambda v: f"{int(v):,}")]),

@@ -29,6 +29,8 @@ class TableSpec:
     sources: tuple[str, ...]  # candidate nsys tables, first present wins
     columns: tuple[Col, ...]
     required: tuple[str, ...] = ()  # source columns without which the table is unusable
+    # (source column, value): keep only rows where that column equals the value, when the column exists
+    keep_only: tuple[str, int] | None = None
 
 
 def C(name: str, *sources: str, dtype: DType = "int64", default: int | None = None, extra: bool = False) -> Col:
@@ -94,7 +96,9 @@ OSRT = TableSpec("osrt", ("OSRT_API",), (
     C("start_ns", "start"), C("end_ns", "end"), C("global_tid", "globalTid", default=0),
     C("name", "nameId", dtype="name"), X("return_value", "returnValue", dtype="Int64"),
     X("nesting_level", "nestingLevel", default=0),
-), required=("start", "end", "nameId"))
+    # eventClass 27 is a traced call; 31/32 are "OS runtime libraries profiling started/finished"
+    # markers on the profiler's own thread, which nsys' osrt_sum leaves out too.
+), required=("start", "end", "nameId"), keep_only=("eventClass", 27))
 
 NVTX_RAW = TableSpec("nvtx_raw", ("NVTX_EVENTS",), (
     C("start_ns", "start"), C("end_ns", "end", dtype="Int64"), C("event_type", "eventType", default=0),
@@ -177,6 +181,11 @@ def build_select(spec: TableSpec, table: str, present: tuple[str, ...], *, all_c
         else:
             parts.append(f"NULL AS {col.name}")
     sql = f'SELECT {", ".join(parts)} FROM "{table}"'
+    where = []
+    if spec.keep_only is not None and spec.keep_only[0] in present:
+        where.append(f'"{spec.keep_only[0]}" = {int(spec.keep_only[1])}')
     if rowid_range is not None:
-        sql += f" WHERE rowid >= {int(rowid_range[0])} AND rowid < {int(rowid_range[1])}"
+        where.append(f"rowid >= {int(rowid_range[0])} AND rowid < {int(rowid_range[1])}")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
     return sql
