@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -113,13 +114,49 @@ def test_write_locked_and_being_written(fixture_dir, tmp_path):
         holder.close()
 
 
-@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root reads any file")
+def _as_nobody(argv: list[str]) -> tuple[int, str]:
+    """Run the CLI in a forked child that dropped root to uid/gid 65534, so that file permissions
+    apply (root reads any file). nsysan is already imported, so the child needs no access to /root."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 99
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            sys.stderr = os.fdopen(w, "w")
+            code = main(argv)
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        err = f.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), err
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions")
 def test_unreadable_file(fixture_dir, tmp_path, capsys):
-    p = tmp_path / "noperm.sqlite"
-    shutil.copy(fixture_dir / f"{SRC}.sqlite", p)
-    p.chmod(0)
-    assert main(["analyze", str(p), "--no-html", "-q"]) == 4
-    assert "permission denied" in capsys.readouterr().err
+    if os.geteuid() == 0:  # a world-traversable folder, a file nobody may read, checked as user nobody
+        d = Path(tempfile.mkdtemp(prefix="nsysan-noperm-"))
+        d.chmod(0o755)
+        p = d / "noperm.sqlite"
+        shutil.copy(fixture_dir / f"{SRC}.sqlite", p)
+        p.chmod(0)
+        try:
+            code, err = _as_nobody(["analyze", str(p), "--no-html", "-q"])
+        finally:
+            shutil.rmtree(d)
+    else:
+        p = tmp_path / "noperm.sqlite"
+        shutil.copy(fixture_dir / f"{SRC}.sqlite", p)
+        p.chmod(0)
+        code, err = main(["analyze", str(p), "--no-html", "-q"]), capsys.readouterr().err
+    assert code == 4, err
+    assert "permission denied" in err.lower() and "noperm.sqlite" in err
 
 
 def test_no_traceback_from_the_command_line_on_garbage(tmp_path):
