@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from nsysan.analyses import gaps as gaps_mod
-from nsysan.analyses import gpu, launch, nvtx, summaries
+from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.trace.model import Trace
@@ -58,6 +58,8 @@ class Analysis:
     gaps: pd.DataFrame
     gap_summary: dict[str, Any]
     iterations: Iterations
+    nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
+    nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
     findings: list[Any] = field(default_factory=list)
     rule_log: list[dict[str, Any]] = field(default_factory=list)
 
@@ -104,6 +106,8 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         from nsysan.rules import run_rules
 
         a.findings, a.rule_log = run_rules(a, rule_config or {})
+    a.nsys_instances = nsys_rules.instances(trace)
+    a.nsys_rules = nsys_rules.cross_check(a.nsys_instances, steady, {f.rule for f in a.findings})
     return a
 
 

@@ -194,7 +194,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--disable: unknown rule(s) {', '.join(unknown)}")
         rule_config["_disabled"] = {r: True for r in args.disable}
-    many = len(args.traces) > 1
+    many = len(args.traces) > 1 or bool(args.scheduler)
     if many and (args.json or args.html or args.csv):
         if not args.out_dir:
             raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
@@ -218,6 +218,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if not args.quiet:
             _print_summary(res)
         return 0
+    results, failed = _run_many(jobs, args)
+    _print_cross(results)
+    if args.out_dir:
+        summary = Path(args.out_dir) / "summary.json"
+        write_atomic(summary, json.dumps(cross_summary(results), indent=1, default=str) + "\n", force=args.force)
+        print(f"wrote {summary}")
+    return 1 if failed else 0
+
+
+def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> tuple[list[dict[str, Any]], int]:
+    """Several traces: local processes, or one task each on a Dask cluster (``--scheduler``)."""
+    if args.scheduler:
+        from nsysan import cluster
+
+        results, errors = cluster.run(args.scheduler, jobs, timeout_s=args.scheduler_timeout)
+        for e in errors:
+            print(f"nsysan: {e['error']}", file=sys.stderr)
+        return results, len(errors)
     from concurrent.futures import ProcessPoolExecutor
 
     results, failed = [], 0
@@ -230,25 +248,36 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             except NsysanError as e:
                 failed += 1
                 print(f"nsysan: {e}", file=sys.stderr)
-    _print_cross(results)
-    return 1 if failed else 0
+    return results, failed
 
 
-def _print_cross(results: list[dict[str, Any]]) -> None:
-    """Per-trace (per-rank) busy/idle, steady-state p50 and stragglers (p50 > 1.2 x the median)."""
+def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-trace (per-rank) busy/idle, steady-state p50, slowest kernel and stragglers (p50 > 1.2 x
+    the median p50), as JSON (``--out-dir``/summary.json)."""
     import statistics
-
-    from nsysan.units import fmt_ns, fmt_pct
 
     p50s = [r["p50_ns"] for r in results if r.get("p50_ns")]
     med = statistics.median(p50s) if p50s else None
-    print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
+    rows = []
     for r in results:
-        busy = fmt_pct(r["busy"][0][1]) if r["busy"] else "-"
-        top = r["findings"][0][0] if r["findings"] else "-"
-        straggler = " STRAGGLER" if med and r.get("p50_ns") and r["p50_ns"] > 1.2 * med else ""
-        print(f"{Path(r['trace']).name[:40]:40s} {fmt_ns(r.get('p50_ns')):>10s} {busy:>9s} {top:30s} "
-              f"{str(r['slowest_kernel'])[:60]}{straggler}")
+        rows.append({"trace": r["trace"], "p50_ns": r.get("p50_ns"), "iterations": r.get("iterations"),
+                     "busy": [{"device_id": d, "busy_frac": round(f, 4), "idle_ns": i} for d, f, i in r["busy"]],
+                     "top_finding": r["findings"][0][0] if r["findings"] else None,
+                     "slowest_kernel": r["slowest_kernel"],
+                     "straggler": bool(med and r.get("p50_ns") and r["p50_ns"] > 1.2 * med)})
+    return {"schema": "nsysan.cross/1", "median_p50_ns": med, "straggler_rule": "p50 > 1.2 x median p50",
+            "traces": rows}
+
+
+def _print_cross(results: list[dict[str, Any]]) -> None:
+    """The cross-trace table: per trace (rank) p50, GPU busy, top finding, slowest kernel, stragglers."""
+    from nsysan.units import fmt_ns, fmt_pct
+
+    print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
+    for r in cross_summary(results)["traces"]:
+        busy = fmt_pct(r["busy"][0]["busy_frac"]) if r["busy"] else "-"
+        print(f"{Path(r['trace']).name[:40]:40s} {fmt_ns(r['p50_ns']):>10s} {busy:>9s} {r['top_finding'] or '-':30s} "
+              f"{str(r['slowest_kernel'])[:60]}{' STRAGGLER' if r['straggler'] else ''}")
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -491,6 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-events", type=int, default=200_000_000, help="refuse traces with more events "
                    "(default 200M)")
     a.add_argument("--jobs", type=int, default=0, help="parallel processes for several traces")
+    a.add_argument("--scheduler", metavar="ADDRESS", help="run each trace as a task on this Dask distributed "
+                   "scheduler (tcp://host:8786); traces and --out-dir must be on a filesystem the workers share")
+    a.add_argument("--scheduler-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to try to reach the scheduler (default 30)")
     a.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     a.set_defaults(fn=cmd_analyze)

@@ -46,6 +46,8 @@ def memcpy(rows: list[tuple[int, int, int, str, int]], *, corr_start: int = 1000
                          "src_kind": np.array([r[4] if r[3] == "HtoD" else 2 for r in rows], np.int64),
                          "dst_kind": np.array([r[4] if r[3] == "DtoH" else 2 for r in rows], np.int64),
                          "graph_node_id": pd.array([pd.NA] * n, dtype="Int64"), "copy_count": 1,
+                         "src_device_id": pd.array([pd.NA] * n, dtype="Int64"),
+                         "dst_device_id": pd.array([pd.NA] * n, dtype="Int64"),
                          "pid": np.full(n, PID, np.int64),
                          "kind": pd.array(kinds, dtype="string"),
                          "host_mem": pd.array(["Pageable" if r[4] == 0 else "Pinned" for r in rows], dtype="string")})

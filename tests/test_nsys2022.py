@@ -86,3 +86,56 @@ def test_summaries_match_nsys_2022(name, fixture_dir, tmp_path_factory, load):
     rows += check(ours.assign(key=ours["name"] + "|" + ours["style"]), nv, "key", "key", "Instances")
     rows += check(summaries.osrt_summary(trace), ref["osrtsum"], "name", "Name", "Num Calls")
     assert rows > 0
+
+
+# --- nsys analyze -------------------------------------------------------------------------------
+_analyze_runs: dict[str, dict[str, pd.DataFrame]] = {}
+ANALYZE = {"cuda_memcpy_async": "cuda-async-memcpy", "cuda_memcpy_sync": "cuda-sync-memcpy",
+           "cuda_memset_sync": "cuda-sync-memset", "cuda_api_sync": "cuda-sync-api", "gpu_gaps": "gpu-starv",
+           "gpu_time_util": "gpu-low-util"}
+
+
+def analyze_rows(fixture_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> dict[str, pd.DataFrame]:
+    """All rows of nsys 2022.4's six CUDA rules (``rows=-1`` lifts its 50-row default) on a copy."""
+    if name not in _analyze_runs:
+        d = tmp_path_factory.mktemp(f"n22a-{name}")
+        copy = d / f"{name}.sqlite"
+        shutil.copy(fixture_dir / f"{name}.sqlite", copy)
+        before = hashlib.sha256(copy.read_bytes()).hexdigest()
+        args = [a for r in ANALYZE.values() for a in ("-r", f"{r}:rows=-1")]
+        subprocess.run([NSYS, "analyze", "-q", *args, "-f", "csv", "-o", str(d / "a"), str(copy)],
+                       check=True, capture_output=True, timeout=300)
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == before
+        out = {}
+        for ours, theirs in ANALYZE.items():
+            p = d / f"a_{theirs}_rows=-1.csv"
+            out[ours] = pd.read_csv(p) if p.exists() and p.stat().st_size else pd.DataFrame()
+        _analyze_runs[name] = out
+    return _analyze_runs[name]
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_everything_nsys_analyze_reports_nsysan_finds(name, fixture_dir, tmp_path_factory, analysis):
+    """Each instance nsys 2022.4 ``analyze`` lists is in nsysan's ``nsys_analyze`` cross-check (and so in
+    the JSON and the report, with the nsysan rule that judges it or why it is reported apart)."""
+    ref = analyze_rows(fixture_dir, tmp_path_factory, name)
+    a = analysis(name)
+    found = a.nsys_instances
+    for rule in ("cuda_memcpy_async", "cuda_memcpy_sync", "cuda_memset_sync", "cuda_api_sync", "gpu_gaps"):
+        theirs = ref[rule]
+        ours = found[rule]
+        pairs_theirs = sorted(zip(theirs["Start (ns)"], theirs["Duration (ns)"])) if len(theirs) else []
+        assert sorted(zip(ours["start_ns"], ours["dur_ns"])) == pairs_theirs, rule
+    # gpu_time_util: same chunks; nsysan's union busy time is at most nsys' summed busy time (which
+    # can pass 100% and includes profiler overhead), so every region nsys flags lies inside one of ours
+    theirs, ours = ref["gpu_time_util"], found["gpu_time_util"]
+    for _, r in theirs.iterrows():
+        s, e = int(r["Start (ns)"]), int(r["Start (ns)"]) + int(r["Duration (ns)"])
+        inside = ours.loc[(ours["pid"] == r["PID"]) & (ours["device_id"] == r["Device ID"])
+                          & (ours["start_ns"] <= s) & (ours["start_ns"] + ours["dur_ns"] >= e)]
+        assert len(inside) == 1, (s, e)
+        assert float(inside["util_pct"].iloc[0]) <= float(r["In-Use (%)"]) + 0.05
+    table = a.nsys_rules.set_index("nsys_rule")
+    for rule in ANALYZE:
+        assert int(table.loc[rule, "count"]) == len(found[rule])
+        assert table.loc[rule, "verdict"]

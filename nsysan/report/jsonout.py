@@ -86,6 +86,11 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                        "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
                        "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table)},
         "findings": [f.to_dict() for f in a.findings],
+        "nsys_analyze": {"rules": records(a.nsys_rules),
+                         "instances": {k: records(v.nlargest(10, "dur_ns")) for k, v in a.nsys_instances.items()},
+                         "note": "what nsys analyze (2022.4 rules, 2023+ names) would list on this trace, split into "
+                                 "the steady state and the time outside it, with the nsysan rules that judge it; "
+                                 "instances: the 10 longest per rule"},
         "rules": _clean(a.rule_log),
     }
     return _clean(out)
@@ -116,6 +121,6 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             "memcpy": a.memcpy,
             "memset": a.memset, "nvtx": a.nvtx, "launches": a.launch_per_kernel, "overlap": a.overlap,
             "gpu_busy": a.busy_capture, "gaps": a.gaps.drop(columns=["breakdown"], errors="ignore"),
-            "iterations": a.iterations.table,
+            "iterations": a.iterations.table, "nsys_analyze": a.nsys_rules,
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}

@@ -252,6 +252,12 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             ("GPU projection", "gpu_proj_ns", fmt_ns), ("GPU after range end", "gpu_after_end_ns", fmt_ns),
             ("Warm-up", "warmup", lambda v: "yes" if v else "")]) if len(it) else
         Table("iterations", "Iterations", [], [], [], "No repeated NVTX range found (use --iteration-range NAME)."),
+        _table("nsys", "nsys analyze, cross-checked", a.nsys_rules, [
+            ("nsys rule", "nsys_rule", None), ("What", "what", None), ("Count", "count", lambda v: f"{int(v):,}"),
+            ("Total", "total_ns", fmt_ns), ("In steady state", "steady_count", lambda v: f"{int(v):,}"),
+            ("Outside (one-time)", "outside_count", lambda v: f"{int(v):,}"), ("nsysan", "verdict", None)],
+            note="What nsys analyze would list on this trace (its own definitions), where it falls, and which "
+                 "nsysan rule judges it. Setup, warm-up and teardown are reported apart, not ranked."),
     ]
     rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
     capture = [(k, v) for k, v in m.capture] if show_env else []

@@ -73,6 +73,7 @@ MEMCPY = TableSpec("memcpy", ("CUPTI_ACTIVITY_KIND_MEMCPY",), (
     C("bytes", "bytes", default=0), C("copy_kind", "copyKind", default=0),
     C("src_kind", "srcKind", default=7), C("dst_kind", "dstKind", default=7),
     C("graph_node_id", "graphNodeId", dtype="Int64"), C("copy_count", "copyCount", default=1),
+    C("src_device_id", "srcDeviceId", dtype="Int64"), C("dst_device_id", "dstDeviceId", dtype="Int64"),
 ), required=("start", "end"))
 
 MEMSET = TableSpec("memset", ("CUPTI_ACTIVITY_KIND_MEMSET",), (
