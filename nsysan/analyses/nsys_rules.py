@@ -114,13 +114,16 @@ def _low_util(ops: pd.DataFrame, chunks: int, util_pct: float) -> pd.DataFrame:
         if size <= 0:
             continue
         us, ue = iv.merge(s, e)
+        cum = np.concatenate([[0], np.cumsum(ue - us)])
+        edges = np.minimum(lo + np.arange(chunks + 1, dtype=np.int64) * size, hi)
+        k = np.searchsorted(us, edges, side="right")  # merged intervals starting at or before each edge
+        covered = cum[k] - np.where(k > 0, np.maximum(0, ue[np.maximum(k - 1, 0)] - edges), 0)  # busy before edge
         run: list[tuple[int, int, float]] = []
-        for k in range(chunks):
-            cs = lo + k * size
-            ce = min(cs + size, hi)
+        for c in range(chunks):
+            cs, ce = int(edges[c]), int(edges[c + 1])
             if cs >= ce:
                 break
-            busy = iv.total(*iv.clip(us, ue, cs, ce))
+            busy = int(covered[c + 1] - covered[c])
             pct = 100.0 * busy / (ce - cs)
             if pct < util_pct:
                 run.append((cs, ce, pct))
