@@ -200,7 +200,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
         info.append((str(r["name"]), f"{fmt_ns(r['cpu_ns'])} CPU, {fmt_ns(r['with_gpu_ns'])} with GPU work"))
     findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
                             _evidence(f.evidence)) for f in a.findings]
-    kmax = float(a.kernels["total_ns"].max()) if len(a.kernels) else 1.0
+    kmax = (float(a.kernels["total_ns"].max()) if len(a.kernels) else 0.0) or 1.0  # all-zero durations happen
     kernel_bars = [Bar(str(r["name"])[:140], f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})",
                        float(r["total_ns"]) / kmax) for _, r in a.kernels.head(15).iterrows()]
     it = a.iterations.table
