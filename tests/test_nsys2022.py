@@ -33,20 +33,28 @@ REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsu
 _runs: dict[str, dict[str, pd.DataFrame]] = {}
 
 
+def run_on_copy(fixture_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str, cmd: str,
+                args: list[str], csvs: dict[str, str]) -> dict[str, pd.DataFrame]:
+    """Run ``nsys CMD ARGS -f csv -o DIR/r COPY`` on a copy of a fixture; check nsys left the copy
+    byte-identical; read each CSV ``DIR/r_<csvs[key]>.csv`` (an empty file: no rows) under ``key``."""
+    d = tmp_path_factory.mktemp(f"n22-{cmd}-{name}")
+    copy = d / f"{name}.sqlite"
+    shutil.copy(fixture_dir / f"{name}.sqlite", copy)
+    before = hashlib.sha256(copy.read_bytes()).hexdigest()
+    subprocess.run([NSYS, cmd, "-q", *args, "-f", "csv", "-o", str(d / "r"), str(copy)],
+                   check=True, capture_output=True, timeout=300)
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == before  # nsys 2022 does not write either
+    out = {}
+    for key, stem in csvs.items():
+        p = d / f"r_{stem}.csv"
+        out[key] = pd.read_csv(p) if p.exists() and p.stat().st_size else pd.DataFrame()
+    return out
+
+
 def stats(fixture_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> dict[str, pd.DataFrame]:
     if name not in _runs:
-        d = tmp_path_factory.mktemp(f"n22-{name}")
-        copy = d / f"{name}.sqlite"
-        shutil.copy(fixture_dir / f"{name}.sqlite", copy)
-        before = hashlib.sha256(copy.read_bytes()).hexdigest()
-        subprocess.run([NSYS, "stats", "-q", "-r", ",".join(REPORTS), "-f", "csv", "-o", str(d / "r"), str(copy)],
-                       check=True, capture_output=True, timeout=300)
-        assert hashlib.sha256(copy.read_bytes()).hexdigest() == before  # nsys 2022 does not write either
-        out = {}
-        for r in REPORTS:
-            p = d / f"r_{r}.csv"
-            out[r] = pd.read_csv(p) if p.exists() and p.stat().st_size else pd.DataFrame()
-        _runs[name] = out
+        _runs[name] = run_on_copy(fixture_dir, tmp_path_factory, name, "stats", ["-r", ",".join(REPORTS)],
+                                  {r: r for r in REPORTS})
     return _runs[name]
 
 
@@ -98,19 +106,9 @@ ANALYZE = {"cuda_memcpy_async": "cuda-async-memcpy", "cuda_memcpy_sync": "cuda-s
 def analyze_rows(fixture_dir: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> dict[str, pd.DataFrame]:
     """All rows of nsys 2022.4's six CUDA rules (``rows=-1`` lifts its 50-row default) on a copy."""
     if name not in _analyze_runs:
-        d = tmp_path_factory.mktemp(f"n22a-{name}")
-        copy = d / f"{name}.sqlite"
-        shutil.copy(fixture_dir / f"{name}.sqlite", copy)
-        before = hashlib.sha256(copy.read_bytes()).hexdigest()
         args = [a for r in ANALYZE.values() for a in ("-r", f"{r}:rows=-1")]
-        subprocess.run([NSYS, "analyze", "-q", *args, "-f", "csv", "-o", str(d / "a"), str(copy)],
-                       check=True, capture_output=True, timeout=300)
-        assert hashlib.sha256(copy.read_bytes()).hexdigest() == before
-        out = {}
-        for ours, theirs in ANALYZE.items():
-            p = d / f"a_{theirs}_rows=-1.csv"
-            out[ours] = pd.read_csv(p) if p.exists() and p.stat().st_size else pd.DataFrame()
-        _analyze_runs[name] = out
+        _analyze_runs[name] = run_on_copy(fixture_dir, tmp_path_factory, name, "analyze", args,
+                                          {ours: f"{theirs}_rows=-1" for ours, theirs in ANALYZE.items()})
     return _analyze_runs[name]
 
 

@@ -27,6 +27,15 @@ static void spin_ms(double ms) {
     } while ((t.tv_sec - t0.tv_sec) * 1e3 + (t.tv_nsec - t0.tv_nsec) / 1e6 < ms);
 }
 
+static nvtxEventAttributes_t ascii_attrs(const char *msg) {
+    nvtxEventAttributes_t a = {0};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = msg;
+    return a;
+}
+
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -49,13 +58,9 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "Total Elapsed Time(%d batches)", batches);
     nvtxRangePushA(title);
     for (int b = 0; b < batches; ++b) {
-        nvtxEventAttributes_t a = {0};
-        a.version = NVTX_VERSION;
-        a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+        nvtxEventAttributes_t a = ascii_attrs("infer");
         a.colorType = NVTX_COLOR_ARGB;
         a.color = 0xff00a0ff;
-        a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-        a.message.ascii = "infer";
         nvtxRangePushEx(&a);
 
         nvtxEventAttributes_t p = {0};
@@ -86,12 +91,8 @@ int main(int argc, char **argv) {
 
     nvtxMarkA("done");
     nvtxRangeId_t r = nvtxRangeStartA("teardown (start/end)");
-    nvtxEventAttributes_t c = {0};
-    c.version = NVTX_VERSION;
-    c.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    nvtxEventAttributes_t c = ascii_attrs("flush <io> & \"quotes\"");
     c.category = 7;
-    c.messageType = NVTX_MESSAGE_TYPE_ASCII;
-    c.message.ascii = "flush <io> & \"quotes\"";
     nvtxMarkEx(&c);
     free(buf);
     sleep_ms(1);
