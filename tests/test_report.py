@@ -119,3 +119,22 @@ def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
 def test_profile_reports_missing_nsys(capsys, tmp_path):
     assert main(["profile", "--nsys", str(tmp_path / "nsys"), "--", "true"]) == 10
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_json_sorted_keys_one_section_per_line(analysis):
+    from nsysan.report.jsonout import to_json
+
+    text = to_json(analysis("ladder_overlap"))
+    unsorted = []
+
+    def hook(pairs):
+        keys = [k for k, _ in pairs]
+        if keys != sorted(keys):
+            unsorted.append(keys)
+        return dict(pairs)
+
+    d = json.loads(text, object_pairs_hook=hook)
+    assert unsorted == []
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and len(lines) == len(d) + 2
+    assert [ln.split('"')[1] for ln in lines[1:-1]] == sorted(d)

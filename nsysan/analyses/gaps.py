@@ -40,27 +40,38 @@ class ThreadActivity:
     def __init__(self, trace: Trace) -> None:
         nv = trace.nvtx.loc[(trace.nvtx["style"] != "Mark") & trace.nvtx["end_ns"].notna()]
         nv = nv.assign(end_ns=nv["end_ns"].astype("int64"))
-        self._sources = [(s, df) for s, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv))
-                         if len(df)]
-        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self._sources = []
+        for source, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv)):
+            if len(df) == 0:
+                continue
+            # rows grouped by thread once (a stable sort of packed pid/tid keys): a thread's rows are
+            # then one binary search away, however many threads the explained gaps touch
+            key = (df["pid"].to_numpy().astype(np.int64) << 24) | df["tid"].to_numpy().astype(np.int64)
+            order = np.argsort(key, kind="stable")
+            self._sources.append((source, df, key[order], order))
+        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, iv.OverlapIndex,
+                                                      np.ndarray, np.ndarray]]] = {}
 
     def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, iv.OverlapIndex,
                                                          np.ndarray, np.ndarray]]:
         key = (pid, tid)
         if key not in self._parts:
             parts = []
-            for source, df in self._sources:
-                idx = np.flatnonzero((df["tid"].to_numpy() == tid) & (df["pid"].to_numpy() == pid))
+            packed = (pid << 24) | tid
+            for source, df, sorted_keys, order in self._sources:
+                a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
+                idx = np.sort(order[a:b])
                 if len(idx) == 0:
                     continue
                 st = df["start_ns"].to_numpy()[idx]
-                order = np.argsort(st, kind="stable")
-                st, en = st[order], df["end_ns"].to_numpy()[idx][order]
+                order_st = np.argsort(st, kind="stable")
+                st, en = st[order_st], df["end_ns"].to_numpy()[idx][order_st]
                 col = df["name"].array
                 if isinstance(col, pd.Categorical):  # codes per row; strings only for the categories
-                    codes, cats = np.asarray(col.codes)[idx][order], np.asarray(col.categories, dtype=object)
+                    codes, cats = np.asarray(col.codes)[idx][order_st], np.asarray(col.categories, dtype=object)
                 else:
-                    cats, codes = np.unique(np.asarray(col, dtype=object)[idx][order].astype(str), return_inverse=True)
+                    cats, codes = np.unique(np.asarray(col, dtype=object)[idx][order_st].astype(str),
+                                            return_inverse=True)
                 parts.append((source, st, en, iv.OverlapIndex(st, en), codes.astype(np.int64), cats.astype(str)))
             self._parts[key] = parts
         return self._parts[key]
@@ -150,7 +161,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
         top = api_items[0] if api_items and int(api_items[0]["ns"]) > span / 2 else (
             nvtx_items[0] if nvtx_items else (items[0] if items else None))
         activity[i] = f"{top['source']}:{top['name']}" if top else "untraced CPU work"
-    api_name = pd.Categorical(out["api_name"].to_numpy())
+    api_name = out["api_name"].array  # categorical already: no round trip through Python strings
     act_cats = sorted(set(activity.values()) | {""})
     act_codes = np.zeros(len(out), dtype=np.int32)
     for i, v in activity.items():

@@ -27,6 +27,16 @@ def merge(starts: Array, ends: Array) -> tuple[Array, Array]:
 
 def total(starts: Array, ends: Array) -> int:
     """Length of the union."""
+    if len(starts) <= 16:  # tiny sets (per-gap look-ups): a Python sweep beats numpy's call overhead
+        acc, cur_s, cur_e = 0, None, None
+        for a, b in sorted(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist())):
+            if cur_e is None or a > cur_e:
+                if cur_e is not None:
+                    acc += cur_e - cur_s
+                cur_s, cur_e = a, b
+            elif b > cur_e:
+                cur_e = b
+        return int(acc + (cur_e - cur_s if cur_e is not None else 0))
     ms, me = merge(starts, ends)
     return int((me - ms).sum())
 
@@ -153,8 +163,11 @@ class OverlapIndex:
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.asarray(ends, dtype=np.int64)
         dur = np.maximum(ends - starts, 1)
-        cls = np.floor(np.log2(dur.astype(np.float64))).astype(np.int64)
-        order = np.lexsort((starts, cls))
+        cls = np.floor(np.log2(dur.astype(np.float64))).astype(np.int8)  # 0..63
+        if starts.size < 2 or bool((starts[1:] >= starts[:-1]).all()):
+            order = np.argsort(cls, kind="stable")  # already in start order: a radix sort on the class
+        else:
+            order = np.lexsort((starts, cls))
         self._starts, self._ends = starts, ends
         self._buckets: list[tuple[int, np.ndarray, np.ndarray]] = []
         sorted_cls = cls[order]

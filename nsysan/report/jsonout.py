@@ -43,7 +43,7 @@ def records(df: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
     if df is None or len(df) == 0:
         return []
     d = df if limit is None else df.head(limit)
-    return [_clean(r) for r in d.to_dict("records")]
+    return d.to_dict("records")  # numpy scalars, NaN: cleaned once, with the rest, by analysis_to_dict
 
 
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
@@ -97,7 +97,15 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
 
 
 def to_json(a: Any, *, show_env: bool = False) -> str:
-    return json.dumps(analysis_to_dict(a, show_env=show_env), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+    return dumps(analysis_to_dict(a, show_env=show_env))
+
+
+def dumps(d: dict[str, Any]) -> str:
+    """Sorted keys, one top-level section per line. ``json.dumps(indent=...)`` falls back to the pure
+    Python encoder (1.1 s for a 1.5 MB report); each section goes through the C encoder instead."""
+    body = ",\n".join(f"{json.dumps(str(k))}: {json.dumps(d[k], sort_keys=True, ensure_ascii=False)}"
+                      for k in sorted(d))
+    return "{\n" + body + "\n}\n"
 
 
 def csv_safe(v: Any) -> Any:

@@ -111,6 +111,19 @@ def _evidence(ev: tuple[Any, ...]) -> Table | None:
     return Table("", "", cols, rows, keys)
 
 
+def _groups(df: pd.DataFrame, k1: str, k2: str) -> list[tuple[tuple[int, int], np.ndarray]]:
+    """Row positions per (k1, k2) of two integer columns, keys ascending, rows in table order: one
+    stable sort, no sub-DataFrames (pandas' groupby iterator costs 0.4 s on 2.4M API calls)."""
+    if len(df) == 0:
+        return []
+    a, b = df[k1].to_numpy().astype(np.int64), df[k2].to_numpy().astype(np.int64)
+    order = np.lexsort((b, a))
+    a_s, b_s = a[order], b[order]
+    cut = np.flatnonzero((np.diff(a_s) != 0) | (np.diff(b_s) != 0)) + 1
+    first = np.concatenate([[0], cut])
+    return [((int(a_s[i]), int(b_s[i])), rows) for i, rows in zip(first, np.split(order, cut))]
+
+
 def _timeline(a: Any) -> dict[str, Any]:
     """Lanes for the canvas timeline, times relative to the capture start (ns)."""
     t0 = a.capture.start_ns
@@ -125,17 +138,19 @@ def _timeline(a: Any) -> dict[str, Any]:
         return name_ix[n]
 
     kind_code = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
-    for (dev, stream), d in a.ops.groupby(["device_id", "stream_id"], sort=True):
-        s = (d["start_ns"].to_numpy() - t0)
-        e = (d["end_ns"].to_numpy() - t0)
+    ops = a.ops
+    for (dev, stream), rows in _groups(ops, "device_id", "stream_id"):
+        s = ops["start_ns"].to_numpy()[rows] - t0
+        e = ops["end_ns"].to_numpy()[rows] - t0
         lane: dict[str, Any] = {"label": f"GPU {dev} stream {stream}", "group": "gpu"}
-        if len(d) > MAX_TIMELINE_OPS:  # aggregate: busy fraction per bin
+        if len(rows) > MAX_TIMELINE_OPS:  # aggregate: busy fraction per bin
             edges = np.linspace(s.min(), e.max(), MAX_TIMELINE_OPS + 1)
             ms, me = iv.merge(s, e)
             cov = iv.coverage_in_bins(ms, me, edges.astype(np.int64))
             lane["bins"] = {"start": int(edges[0]), "width": float(edges[1] - edges[0]),
                             "busy": np.round(cov / max(edges[1] - edges[0], 1), 3).tolist()}
         else:
+            d = ops.iloc[rows]
             kinds = d["op"].map(kind_code).fillna(0).astype(int).to_numpy()
             sub = np.where(d["kind"].to_numpy() == "DtoH", 4, kinds)
             lane["ops"] = np.column_stack([s, e, sub, [nid(str(x)) for x in d["name"]]]).astype(np.int64).tolist()
@@ -155,9 +170,14 @@ def _timeline(a: Any) -> dict[str, Any]:
                               for r in d.itertuples()]})
     api = a.trace.cuda_api
     if len(api):
-        threads = api.loc[api["pid"].isin(a.ops["pid"].unique())] if len(a.ops) else api
-        for (pid, tid), d in threads.groupby(["pid", "tid"], sort=True):
-            d = d.nlargest(MAX_TIMELINE_OPS, "dur_ns") if len(d) > MAX_TIMELINE_OPS else d
+        gpu_pids = np.unique(a.ops["pid"].to_numpy()) if len(a.ops) else None
+        dur = api["dur_ns"].to_numpy()
+        for (pid, tid), rows in _groups(api, "pid", "tid"):
+            if gpu_pids is not None and pid not in gpu_pids:
+                continue
+            if len(rows) > MAX_TIMELINE_OPS:  # the longest calls of this thread, in time order
+                rows = np.sort(rows[np.argpartition(-dur[rows], MAX_TIMELINE_OPS)[:MAX_TIMELINE_OPS]])
+            d = api.iloc[rows]
             lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
                           "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 7, nid(str(r.name))]
                                   for r in d.itertuples()]})
