@@ -89,6 +89,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
     its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor)
     steady = its.steady if its.steady is not None else capture
     lau = launch.launches(trace, ops)
+    busy = gpu.Busy(ops)
     gp = gaps_mod.idle_gaps(trace, ops, capture, min_gap_ns=p.min_gap_ns, launch_gap_ns=p.launch_gap_ns)
     a = Analysis(
         trace=trace, params=p, capture=capture, steady=steady, ops=ops,
@@ -96,10 +97,10 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         cuda_api=summaries.api_summary(trace), osrt=summaries.osrt_summary(trace), memcpy=summaries.memcpy_summary(trace),
         memset=summaries.memset_summary(trace), nvtx_ranges=rg, nvtx=nvtx.range_summary(rg),
         launches=lau, launch_summary=launch.launch_summary(lau), launch_per_kernel=launch.per_kernel(lau),
-        busy_capture=gpu.device_busy(ops, capture), busy_steady=gpu.device_busy(ops, steady),
-        utilization=gpu.utilization_series(ops, capture, bins=p.utilization_bins),
-        concurrency=gpu.concurrency(ops, capture), overlap=gpu.copy_compute_overlap(ops, steady),
-        stream_pairs=gpu.stream_pair_overlap(ops, steady), owned=owned, gaps=gp,
+        busy_capture=gpu.device_busy(ops, capture, busy), busy_steady=gpu.device_busy(ops, steady, busy),
+        utilization=gpu.utilization_series(ops, capture, bins=p.utilization_bins, busy=busy),
+        concurrency=gpu.concurrency(ops, capture, busy), overlap=gpu.copy_compute_overlap(ops, steady, busy),
+        stream_pairs=gpu.stream_pair_overlap(ops, steady, busy=busy), owned=owned, gaps=gp,
         gap_summary=gaps_mod.gap_summary(gp, capture), iterations=its,
     )
     if rules:

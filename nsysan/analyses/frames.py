@@ -25,3 +25,20 @@ def name_in(values: pd.Series, names: Iterable[str]) -> np.ndarray:
     """Rows whose value is one of ``names`` (exact match)."""
     wanted = frozenset(names)
     return category_mask(values, lambda s: s in wanted)
+
+
+def group_rows(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """Row positions per distinct combination of integer key arrays, keys ascending, rows in their
+    original order: one stable sort, no sub-DataFrames (pandas' groupby iterator builds one frame per
+    group, 0.4 s on 2.4M rows)."""
+    if len(keys) == 0 or len(keys[0]) == 0:
+        return []
+    ks = [np.asarray(k).astype(np.int64, copy=False) for k in keys]
+    order = np.lexsort(ks[::-1])
+    sorted_keys = [k[order] for k in ks]
+    change = np.zeros(len(order) - 1, dtype=bool)
+    for k in sorted_keys:
+        change |= k[1:] != k[:-1]
+    cut = np.flatnonzero(change) + 1
+    first = np.concatenate([[0], cut])
+    return [(tuple(int(k[i]) for k in sorted_keys), rows) for i, rows in zip(first, np.split(order, cut))]

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import group_rows
 
 
 @dataclass(frozen=True)
@@ -31,36 +32,89 @@ class Window:
         return {"start_ns": self.start_ns, "end_ns": self.end_ns, "dur_ns": self.dur_ns, "label": self.label}
 
 
-def _clip(df: pd.DataFrame, w: Window) -> tuple[np.ndarray, np.ndarray]:
-    return iv.clip(df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), w.start_ns, w.end_ns)
+Intervals = tuple[np.ndarray, np.ndarray]
+COMPUTE_OPS = ("kernel", "graph")
 
 
-def device_busy(ops: pd.DataFrame, window: Window) -> pd.DataFrame:
+class Busy:
+    """Merged busy intervals of the GPU ops, built once (the ops are grouped with one sort and each
+    group merged once) and clipped to any window: clipping a merged set keeps it merged, so the
+    capture and steady-state numbers, concurrency, overlap and the plots share one pass.
+
+    ``per_pid_dev[(pid, dev)]``: {"all", "compute", "memcpy", "memset"} intervals plus ops/streams
+    counts; ``per_dev[dev]``: {"all", "compute", "memcpy", "memcpy:<kind>"};
+    ``per_stream[(dev, stream)]``: intervals.
+    """
+
+    def __init__(self, ops: pd.DataFrame) -> None:
+        self.per_pid_dev: dict[tuple[int, int], dict[str, object]] = {}
+        self.per_dev: dict[int, dict[str, Intervals]] = {}
+        self.per_stream: dict[tuple[int, int], Intervals] = {}
+        if len(ops) == 0:
+            return
+        st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+        op = ops["op"].to_numpy().astype(str) if not isinstance(ops["op"].dtype, pd.CategoricalDtype) \
+            else np.asarray(ops["op"].astype(str))
+        is_compute = np.isin(op, COMPUTE_OPS)
+        is_copy, is_memset = op == "memcpy", op == "memset"
+        kind = ops["kind"].astype(str).to_numpy() if "kind" in ops else np.full(len(ops), "", dtype=object)
+        dev_all, stream_all = ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()
+
+        def merged(rows: np.ndarray) -> Intervals:
+            return iv.merge(st[rows], en[rows])  # rows ascending: ops sorted by start stay sorted
+
+        for (pid, dev), rows in group_rows(ops["pid"].to_numpy(), dev_all):
+            self.per_pid_dev[(pid, dev)] = {
+                "all": merged(rows), "compute": merged(rows[is_compute[rows]]),
+                "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]]),
+                "ops": len(rows), "streams": int(len(np.unique(stream_all[rows])))}
+        for (dev,), rows in group_rows(dev_all):
+            d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]),
+                 "memcpy": merged(rows[is_copy[rows]])}
+            copy_rows = rows[is_copy[rows]]
+            for k in sorted(set(kind[copy_rows].tolist())):
+                d[f"memcpy:{k}"] = merged(copy_rows[kind[copy_rows] == k])
+            self.per_dev[dev] = d
+        for (dev, stream), rows in group_rows(dev_all, stream_all):
+            self.per_stream[(dev, stream)] = merged(rows)
+
+
+def _in(ivs: Intervals, w: Window) -> Intervals:
+    return iv.clip(ivs[0], ivs[1], w.start_ns, w.end_ns)
+
+
+def _len(ivs: Intervals) -> int:
+    return int((ivs[1] - ivs[0]).sum())
+
+
+def device_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
     """Per (pid, device_id): busy_ns (union of all GPU ops), compute_ns (kernels + graphs),
     copy_ns (memcpy), memset_ns, idle_ns = window - busy, busy_frac, and ops count, in ``window``."""
+    b = busy or Busy(ops)
     rows = []
-    for (pid, dev), d in ops.groupby(["pid", "device_id"], sort=True):
-        busy = iv.total(*_clip(d, window))
-        compute = iv.total(*_clip(d.loc[d["op"].isin(["kernel", "graph"])], window))
-        copy = iv.total(*_clip(d.loc[d["op"] == "memcpy"], window))
-        memset = iv.total(*_clip(d.loc[d["op"] == "memset"], window))
+    for (pid, dev), d in sorted(b.per_pid_dev.items()):
+        total = _len(_in(d["all"], window))  # type: ignore[arg-type]
         dur = window.dur_ns
-        rows.append({"pid": int(pid), "device_id": int(dev), "ops": len(d), "busy_ns": busy, "compute_ns": compute,
-                     "copy_ns": copy, "memset_ns": memset, "idle_ns": max(0, dur - busy),
-                     "busy_frac": busy / dur if dur else 0.0, "streams": int(d["stream_id"].nunique())})
+        rows.append({"pid": pid, "device_id": dev, "ops": d["ops"], "busy_ns": total,
+                     "compute_ns": _len(_in(d["compute"], window)),  # type: ignore[arg-type]
+                     "copy_ns": _len(_in(d["memcpy"], window)),  # type: ignore[arg-type]
+                     "memset_ns": _len(_in(d["memset"], window)),  # type: ignore[arg-type]
+                     "idle_ns": max(0, dur - total), "busy_frac": total / dur if dur else 0.0,
+                     "streams": d["streams"]})
     return pd.DataFrame(rows, columns=["pid", "device_id", "ops", "busy_ns", "compute_ns", "copy_ns", "memset_ns",
                                        "idle_ns", "busy_frac", "streams"])
 
 
-def utilization_series(ops: pd.DataFrame, window: Window, *, bins: int = 200) -> pd.DataFrame:
+def utilization_series(ops: pd.DataFrame, window: Window, *, bins: int = 200, busy: Busy | None = None) -> pd.DataFrame:
     """Busy fraction of each device in ``bins`` equal time bins over ``window`` (a plot series).
     Columns: device_id, bin_start_ns, bin_end_ns, busy_frac (0..1)."""
     if window.dur_ns <= 0 or len(ops) == 0:
         return pd.DataFrame(columns=["device_id", "bin_start_ns", "bin_end_ns", "busy_frac"])
+    b = busy or Busy(ops)
     edges = np.linspace(window.start_ns, window.end_ns, bins + 1).round().astype(np.int64)
     frames = []
-    for dev, d in ops.groupby("device_id", sort=True):
-        ms, me = iv.merge(*_clip(d, window))
+    for dev, d in sorted(b.per_dev.items()):
+        ms, me = _in(d["all"], window)
         cov = iv.coverage_in_bins(ms, me, edges)
         width = np.diff(edges)
         frames.append(pd.DataFrame({"device_id": int(dev), "bin_start_ns": edges[:-1], "bin_end_ns": edges[1:],
@@ -68,37 +122,35 @@ def utilization_series(ops: pd.DataFrame, window: Window, *, bins: int = 200) ->
     return pd.concat(frames, ignore_index=True)
 
 
-def concurrency(ops: pd.DataFrame, window: Window) -> pd.DataFrame:
+def concurrency(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
     """Per device: the most streams busy at once, and the time-weighted mean number of busy streams
     while the device is busy (each stream's own activity merged first)."""
+    b = busy or Busy(ops)
     rows = []
-    for dev, d in ops.groupby("device_id", sort=True):
-        ss, ee = [], []
-        for _, sd in d.groupby("stream_id", sort=True):
-            ms, me = iv.merge(*_clip(sd, window))
-            ss.append(ms)
-            ee.append(me)
-        mx, mean = iv.max_depth(np.concatenate(ss), np.concatenate(ee)) if ss else (0, 0.0)
+    for dev in sorted(b.per_dev):
+        parts = [_in(ivs, window) for (d, _), ivs in sorted(b.per_stream.items()) if d == dev]
+        ss = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
+        ee = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
+        mx, mean = iv.max_depth(ss, ee) if len(ss) else (0, 0.0)
         rows.append({"device_id": int(dev), "max_streams": mx, "mean_streams_when_busy": round(mean, 3),
-                     "streams_used": int(d["stream_id"].nunique())})
+                     "streams_used": len(parts)})
     return pd.DataFrame(rows, columns=["device_id", "max_streams", "mean_streams_when_busy", "streams_used"])
 
 
-def copy_compute_overlap(ops: pd.DataFrame, window: Window) -> pd.DataFrame:
+def copy_compute_overlap(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
     """Per device and copy direction (``all`` plus each memcpy kind): copy_ns (union of copies),
     compute_ns (union of kernels/graphs), overlap_ns (both at once), overlap_frac_of_copy, and the
     copy-engine and compute busy fractions of the window."""
+    b = busy or Busy(ops)
     rows = []
-    for dev, d in ops.groupby("device_id", sort=True):
-        compute = iv.merge(*_clip(d.loc[d["op"].isin(["kernel", "graph"])], window))
-        comp_ns = int((compute[1] - compute[0]).sum())
-        copies = d.loc[d["op"] == "memcpy"]
-        groups = [("all", copies)] + [(str(k), c) for k, c in copies.groupby("kind", sort=True)]
-        for kind, c in groups:
-            cp = iv.merge(*_clip(c, window))
-            cp_ns = int((cp[1] - cp[0]).sum())
-            ov = iv.intersect(cp, compute)
-            ov_ns = int((ov[1] - ov[0]).sum())
+    for dev, d in sorted(b.per_dev.items()):
+        compute = _in(d["compute"], window)
+        comp_ns = _len(compute)
+        groups = [("all", d["memcpy"])] + [(k.split(":", 1)[1], v) for k, v in d.items() if k.startswith("memcpy:")]
+        for kind, ivs in groups:
+            cp = _in(ivs, window)
+            cp_ns = _len(cp)
+            ov_ns = _len(iv.intersect(cp, compute))
             rows.append({"device_id": int(dev), "direction": kind, "copy_ns": cp_ns, "compute_ns": comp_ns,
                          "overlap_ns": ov_ns, "overlap_frac_of_copy": ov_ns / cp_ns if cp_ns else 0.0,
                          "copy_busy_frac": cp_ns / window.dur_ns if window.dur_ns else 0.0,
@@ -107,20 +159,20 @@ def copy_compute_overlap(ops: pd.DataFrame, window: Window) -> pd.DataFrame:
                                        "overlap_frac_of_copy", "copy_busy_frac", "compute_busy_frac"])
 
 
-def stream_pair_overlap(ops: pd.DataFrame, window: Window, *, top: int = 20) -> pd.DataFrame:
+def stream_pair_overlap(ops: pd.DataFrame, window: Window, *, top: int = 20, busy: Busy | None = None) -> pd.DataFrame:
     """Time two streams of one device were busy at the same moment, for the ``top`` pairs."""
+    b = busy or Busy(ops)
     rows = []
-    for dev, d in ops.groupby("device_id", sort=True):
-        merged = {int(s): iv.merge(*_clip(sd, window)) for s, sd in d.groupby("stream_id", sort=True)}
+    for dev in sorted(b.per_dev):
+        merged = {s: _in(ivs, window) for (d, s), ivs in b.per_stream.items() if d == dev}
         keys = sorted(merged)
         if len(keys) > 64:  # bound the quadratic pairing; busiest streams first
-            keys = sorted(keys, key=lambda s: -int((merged[s][1] - merged[s][0]).sum()))[:64]
+            keys = sorted(keys, key=lambda s: -_len(merged[s]))[:64]
         for i, a in enumerate(keys):
-            for b in keys[i + 1:]:
-                ov = iv.intersect(merged[a], merged[b])
-                ns = int((ov[1] - ov[0]).sum())
+            for c in keys[i + 1:]:
+                ns = _len(iv.intersect(merged[a], merged[c]))
                 if ns:
-                    rows.append({"device_id": int(dev), "stream_a": a, "stream_b": b, "overlap_ns": ns})
+                    rows.append({"device_id": int(dev), "stream_a": a, "stream_b": c, "overlap_ns": ns})
     out = pd.DataFrame(rows, columns=["device_id", "stream_a", "stream_b", "overlap_ns"])
     return out.sort_values(["overlap_ns", "device_id", "stream_a", "stream_b"], ascending=[False, True, True, True],
                            kind="stable").head(top).reset_index(drop=True)
