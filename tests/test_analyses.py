@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+import pandas as pd
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import factories as F
@@ -135,3 +136,19 @@ def test_first_match_equals_merge_with_first_duplicate(table, queries):
     for (pid, corr), idx in zip(q.tolist(), got.tolist()):
         hits = [i for i, (p, c) in enumerate(t.tolist()) if p == pid and c == corr]
         assert idx == (hits[0] if hits else -1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c<>", "d"]), st.sampled_from([1, 2]),
+                          st.integers(0, 10**9)), min_size=1, max_size=80))
+def test_sorted_stats_equal_pandas_groupby(rows):
+    """The sort-based summary path gives pandas' numbers (count, sum, mean, median, min, max, std)."""
+    from nsysan.analyses import summaries
+
+    df = pd.DataFrame({"name": pd.Categorical([r[0] for r in rows]), "cfg": pd.Categorical([r[1] for r in rows]),
+                       "dur_ns": np.array([r[2] for r in rows], dtype=np.int64)})
+    fast = summaries.duration_stats(df, ["name", "cfg"])
+    slow = summaries.duration_stats(df.astype({"name": str, "cfg": str}), ["name", "cfg"])
+    assert fast[["name", "cfg"]].values.tolist() == slow[["name", "cfg"]].values.tolist()
+    for c in summaries.STAT_COLUMNS:
+        np.testing.assert_allclose(fast[c].to_numpy(float), slow[c].to_numpy(float), rtol=1e-9, atol=1e-6)

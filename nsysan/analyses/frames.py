@@ -34,6 +34,8 @@ def group_rows(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
     if len(keys) == 0 or len(keys[0]) == 0:
         return []
     ks = [np.asarray(k).astype(np.int64, copy=False) for k in keys]
+    if all(bool((k == k[0]).all()) for k in ks):  # one group (one process, one device): no sort
+        return [(tuple(int(k[0]) for k in ks), np.arange(len(ks[0])))]
     order = np.lexsort(ks[::-1])
     sorted_keys = [k[order] for k in ks]
     change = np.zeros(len(order) - 1, dtype=bool)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import group_rows
+from nsysan.analyses.frames import group_rows, name_in
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,9 @@ class Busy:
         if len(ops) == 0:
             return
         st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-        op = ops["op"].to_numpy().astype(str) if not isinstance(ops["op"].dtype, pd.CategoricalDtype) \
-            else np.asarray(ops["op"].astype(str))
-        is_compute = np.isin(op, COMPUTE_OPS)
-        is_copy, is_memset = op == "memcpy", op == "memset"
-        kind = ops["kind"].astype(str).to_numpy() if "kind" in ops else np.full(len(ops), "", dtype=object)
+        is_compute = name_in(ops["op"], COMPUTE_OPS)  # per category, not per row
+        is_copy, is_memset = name_in(ops["op"], ("memcpy",)), name_in(ops["op"], ("memset",))
+        kind = ops["kind"] if "kind" in ops else pd.Series(pd.Categorical([""] * len(ops)))
         dev_all, stream_all = ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()
 
         def merged(rows: np.ndarray) -> Intervals:
@@ -72,8 +70,9 @@ class Busy:
             d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]),
                  "memcpy": merged(rows[is_copy[rows]])}
             copy_rows = rows[is_copy[rows]]
-            for k in sorted(set(kind[copy_rows].tolist())):
-                d[f"memcpy:{k}"] = merged(copy_rows[kind[copy_rows] == k])
+            copy_kind = kind.iloc[copy_rows].astype(str).to_numpy()  # copies are few: strings are fine
+            for k in sorted(set(copy_kind.tolist())):
+                d[f"memcpy:{k}"] = merged(copy_rows[copy_kind == k])
             self.per_dev[dev] = d
         for (dev, stream), rows in group_rows(dev_all, stream_all):
             self.per_stream[(dev, stream)] = merged(rows)

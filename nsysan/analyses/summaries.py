@@ -17,15 +17,63 @@ def duration_stats(df: pd.DataFrame, keys: list[str], dur: str = "dur_ns") -> pd
     if len(df) == 0:
         return pd.DataFrame({**{k: pd.Series(dtype=object) for k in keys},
                              **{c: pd.Series(dtype="float64") for c in STAT_COLUMNS}})
-    g = df.groupby(keys, sort=True, observed=True, dropna=False)[dur]
-    out = g.agg(count="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min", max_ns="max",
-                std_ns="std").reset_index()
-    out = out.assign(std_ns=out["std_ns"].fillna(0.0))
-    for k in keys:
-        if isinstance(out[k].dtype, pd.CategoricalDtype):
-            out[k] = out[k].astype(str)
+    out = _stats_by_sorting(df, keys, dur)
+    if out is None:
+        g = df.groupby(keys, sort=True, observed=True, dropna=False)[dur]
+        out = g.agg(count="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min", max_ns="max",
+                    std_ns="std").reset_index()
+        out = out.assign(std_ns=out["std_ns"].fillna(0.0))
+        for k in keys:
+            if isinstance(out[k].dtype, pd.CategoricalDtype):
+                out[k] = out[k].astype(str)
     return out.sort_values(["total_ns", *keys], ascending=[False, *([True] * len(keys))],
                            kind="stable").reset_index(drop=True)
+
+
+_DUR_BITS = 40  # durations below 2^40 ns (18 minutes) share an int64 with the group code
+
+
+def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFrame | None:
+    """The same statistics from one ``np.sort`` of (group code << 40 | duration): each group's values
+    come out contiguous and ordered, so min, max and median are positions and count, sum and the
+    squared deviations are ``reduceat``s. Used when every key is categorical without missing values
+    and durations fit; returns None otherwise (pandas group-by then)."""
+    cats = [df[k].array for k in keys]
+    if not all(isinstance(c, pd.Categorical) for c in cats):
+        return None
+    codes = [np.asarray(c.codes, dtype=np.int64) for c in cats]
+    d = df[dur].to_numpy()
+    if d.dtype.kind not in "iu" or any(bool((c < 0).any()) for c in codes):
+        return None
+    if int(d.min()) < 0 or int(d.max()) >= 1 << _DUR_BITS:
+        return None
+    sizes = [max(len(c.categories), 1) for c in cats]
+    raw = codes[0]
+    for c, n in zip(codes[1:], sizes[1:]):
+        raw = raw * n + c  # mixed radix: decoded below
+    uniq, group = np.unique(raw, return_inverse=True)  # dense group codes, in key order
+    if len(uniq) >= 1 << (63 - _DUR_BITS):
+        return None
+    v_sorted = np.sort((group.astype(np.int64) << _DUR_BITS) | d.astype(np.int64))
+    g = v_sorted >> _DUR_BITS
+    v = v_sorted & ((1 << _DUR_BITS) - 1)
+    start = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+    count = np.diff(np.append(start, len(v)))
+    total = np.add.reduceat(v, start)
+    mean = total / count
+    lo_mid, hi_mid = start + (count - 1) // 2, start + count // 2
+    med = (v[lo_mid] + v[hi_mid]) / 2
+    dev = v - np.repeat(mean, count)
+    ss = np.add.reduceat(dev * dev, start)
+    std = np.where(count > 1, np.sqrt(ss / np.maximum(count - 1, 1)), 0.0)
+    out = {}
+    rest = uniq[g[start]]
+    for k, c, n in zip(reversed(keys), reversed(cats), reversed(sizes)):
+        out[k] = np.asarray(c.categories.astype(str), dtype=object)[rest % n]
+        rest = rest // n
+    return pd.DataFrame({**{k: out[k] for k in keys}, "count": count, "total_ns": total, "avg_ns": mean,
+                         "med_ns": med, "min_ns": v[start], "max_ns": v[np.append(start[1:], len(v)) - 1],
+                         "std_ns": std})
 
 
 def with_share(df: pd.DataFrame) -> pd.DataFrame:
