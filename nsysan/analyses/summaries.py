@@ -51,9 +51,12 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
     raw = codes[0]
     for c, n in zip(codes[1:], sizes[1:]):
         raw = raw * n + c  # mixed radix: decoded below
-    uniq, group = np.unique(raw, return_inverse=True)  # dense group codes, in key order
-    if len(uniq) >= 1 << (63 - _DUR_BITS):
-        return None
+    if int(raw.max()) < 1 << (63 - _DUR_BITS):
+        group, uniq = raw, None  # the mixed-radix code itself is small enough to be the group code
+    else:
+        group, uniq = pd.factorize(raw)  # hashing, no sort; order is restored by the final sort
+        if len(uniq) >= 1 << (63 - _DUR_BITS):
+            return None
     v_sorted = np.sort((group.astype(np.int64) << _DUR_BITS) | d.astype(np.int64))
     g = v_sorted >> _DUR_BITS
     v = v_sorted & ((1 << _DUR_BITS) - 1)
@@ -67,7 +70,7 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
     ss = np.add.reduceat(dev * dev, start)
     std = np.where(count > 1, np.sqrt(ss / np.maximum(count - 1, 1)), 0.0)
     out = {}
-    rest = uniq[g[start]]
+    rest = g[start] if uniq is None else np.asarray(uniq)[g[start]]
     for k, c, n in zip(reversed(keys), reversed(cats), reversed(sizes)):
         out[k] = np.asarray(c.categories.astype(str), dtype=object)[rest % n]
         rest = rest // n
