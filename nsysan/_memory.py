@@ -5,12 +5,18 @@ first large free, so later big arrays come from a heap that does not shrink, and
 gets an arena of its own) and Arrow's pool. ``tune_allocator`` fixes glibc's mmap threshold (large
 arrays are mmapped and returned to the OS when freed) and caps arenas; ``release`` hands Arrow's
 cached blocks back. Both are no-ops where unsupported.
+
+Arrow's default pool (mimalloc in the wheels) keeps the pages of freed conversion buffers: on a
+245 MB trace the process held 752 MB after loading with it and 510 MB with the system allocator,
+at the same speed. So ``tune_allocator`` makes the system allocator Arrow's default pool, unless
+the user chose one with ``ARROW_DEFAULT_MEMORY_POOL``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 _M_MMAP_THRESHOLD = -3
@@ -29,6 +35,13 @@ def tune_allocator() -> None:
         libc.mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
         pass
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        try:
+            import pyarrow as pa
+
+            pa.set_memory_pool(pa.system_memory_pool())
+        except Exception:  # noqa: BLE001 - best effort
+            pass
 
 
 def release() -> None:

@@ -60,19 +60,21 @@ class ThreadActivity:
             packed = (pid << 24) | tid
             for source, df, sorted_keys, order in self._sources:
                 a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
-                idx = np.sort(order[a:b])
-                if len(idx) == 0:
+                if b == a:
                     continue
-                st = df["start_ns"].to_numpy()[idx]
-                order_st = np.argsort(st, kind="stable")
-                st, en = st[order_st], df["end_ns"].to_numpy()[idx][order_st]
+                # a single submitting thread owns the whole table: use its (start-sorted) columns as
+                # they are instead of copying millions of rows
+                idx = slice(None) if b - a == len(df) else np.sort(order[a:b])
+                st, en = df["start_ns"].to_numpy()[idx], df["end_ns"].to_numpy()[idx]
                 col = df["name"].array
                 if isinstance(col, pd.Categorical):  # codes per row; strings only for the categories
-                    codes, cats = np.asarray(col.codes)[idx][order_st], np.asarray(col.categories, dtype=object)
+                    codes, cats = np.asarray(col.codes)[idx], np.asarray(col.categories, dtype=object)
                 else:
-                    cats, codes = np.unique(np.asarray(col, dtype=object)[idx][order_st].astype(str),
-                                            return_inverse=True)
-                parts.append((source, st, en, iv.OverlapIndex(st, en), codes.astype(np.int64), cats.astype(str)))
+                    cats, codes = np.unique(np.asarray(col, dtype=object)[idx].astype(str), return_inverse=True)
+                if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
+                    order_st = np.argsort(st, kind="stable")
+                    st, en, codes = st[order_st], en[order_st], codes[order_st]
+                parts.append((source, st, en, iv.OverlapIndex(st, en), np.asarray(codes), cats.astype(str)))
             self._parts[key] = parts
         return self._parts[key]
 
