@@ -152,3 +152,21 @@ def test_sorted_stats_equal_pandas_groupby(rows):
     assert fast[["name", "cfg"]].values.tolist() == slow[["name", "cfg"]].values.tolist()
     for c in summaries.STAT_COLUMNS:
         np.testing.assert_allclose(fast[c].to_numpy(float), slow[c].to_numpy(float), rtol=1e-9, atol=1e-6)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1000, 1000), st.integers(-1000, 1000)), min_size=1, max_size=60),
+       st.lists(st.tuples(st.integers(0, 59), st.integers(1, 60)), min_size=1, max_size=30),
+       st.sampled_from([1, 2, 4, 7, 512]))
+def test_range_min_max_equals_brute_force(values, queries, block):
+    """NVTX projections use RangeMinMax: spanning queries, inner blocks and in-block queries."""
+    from nsysan.analyses.intervals import RangeMinMax
+
+    lo_v = np.array([v[0] for v in values], dtype=np.int64)
+    hi_v = np.array([v[1] for v in values], dtype=np.int64)
+    q = [(a % len(values), min(len(values), a % len(values) + n)) for a, n in queries]
+    lo = np.array([a for a, _ in q], dtype=np.int64)
+    hi = np.array([b for _, b in q], dtype=np.int64)
+    mn, mx = RangeMinMax(lo_v, hi_v, block=block).query(lo, hi)
+    assert mn.tolist() == [int(lo_v[a:b].min()) for a, b in q]
+    assert mx.tolist() == [int(hi_v[a:b].max()) for a, b in q]

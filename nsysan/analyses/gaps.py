@@ -47,6 +47,9 @@ class ThreadActivity:
             # rows grouped by thread once (a stable sort of packed pid/tid keys): a thread's rows are
             # then one binary search away, however many threads the explained gaps touch
             key = (df["pid"].to_numpy().astype(np.int64) << 24) | df["tid"].to_numpy().astype(np.int64)
+            if bool((key == key[0]).all()):  # one thread (the usual submitter): nothing to sort
+                self._sources.append((source, df, key[:1], None))
+                continue
             order = np.argsort(key, kind="stable")
             self._sources.append((source, df, key[order], order))
         self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, iv.OverlapIndex,
@@ -59,7 +62,10 @@ class ThreadActivity:
             parts = []
             packed = (pid << 24) | tid
             for source, df, sorted_keys, order in self._sources:
-                a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
+                if order is None:  # a single-thread source
+                    a, b = (0, len(df)) if int(sorted_keys[0]) == packed else (0, 0)
+                else:
+                    a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
                 if b == a:
                     continue
                 # a single submitting thread owns the whole table: use its (start-sorted) columns as
@@ -135,7 +141,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
             "next_op", "activity", "breakdown"]
     if not parts or sum(len(p) for p in parts) == 0:
         return pd.DataFrame(columns=cols)
-    out = pd.concat(parts, ignore_index=True)
+    out = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
     api_start = out["api_start_ns"].to_numpy()
     has_api = api_start >= 0
     causes = np.array(CAUSES, dtype=object)
@@ -175,6 +181,8 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
                      api_name=api_name.add_categories([""]).fillna("") if "" not in api_name.categories
                      else api_name.fillna(""))
     order = np.lexsort((out["device_id"].to_numpy(), o_start))
+    if bool((order[1:] > order[:-1]).all()):  # one device: already in order, no copy
+        return out[cols]
     return out[cols].take(order).reset_index(drop=True)
 
 

@@ -58,8 +58,20 @@ class Busy:
         kind = ops["kind"] if "kind" in ops else pd.Series(pd.Categorical([""] * len(ops)))
         dev_all, stream_all = ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()
 
+        memo: dict[tuple[int, int, int], tuple[np.ndarray, Intervals]] = {}
+
         def merged(rows: np.ndarray) -> Intervals:
-            return iv.merge(st[rows], en[rows])  # rows ascending: ops sorted by start stay sorted
+            """rows ascending (ops sorted by start stay sorted). The same row set (one process, one
+            device, one stream, kernels only: common) is merged once and its arrays shared."""
+            if len(rows) == 0:
+                return iv.merge(st[rows], en[rows])
+            key = (len(rows), int(rows[0]), int(rows[-1]))
+            hit = memo.get(key)
+            if hit is not None and np.array_equal(hit[0], rows):
+                return hit[1]
+            out = iv.merge(st[rows], en[rows])
+            memo[key] = (rows, out)
+            return out
 
         for (pid, dev), rows in group_rows(ops["pid"].to_numpy(), dev_all):
             self.per_pid_dev[(pid, dev)] = {

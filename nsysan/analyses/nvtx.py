@@ -82,7 +82,8 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
         rows = by_thread.get(key)
         if rows is None:
             continue
-        o = owned.iloc[rows]  # owned is sorted by (pid, tid, api_start_ns), so each slice is too
+        # owned is sorted by (pid, tid, api_start_ns), so each slice is too; one thread: no copy
+        o = owned if len(rows) == len(owned) else owned.iloc[rows]
         api_start = o["api_start_ns"].to_numpy()
         corr = o["correlation_id"].to_numpy()
         first = np.ones(len(o), dtype=np.int64)  # one launch = one correlation id (graph nodes share it)
