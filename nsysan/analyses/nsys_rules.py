@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import category_mask
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import attach_launch_calls
 from nsysan.trace.model import Trace
@@ -64,16 +65,11 @@ class NsysRuleParams:
 
 
 def _api_like(names: pd.Series, prefix: str, *, with_: str | None = None, without: str | None = None) -> np.ndarray:
-    """nsys' ``value LIKE 'prefix%'`` (+ ``LIKE '%with_%'`` / ``NOT LIKE '%without%'``): case-insensitive."""
-    cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
-    low = pd.Series(cat.cat.categories.astype(str), dtype=object).str.lower()
-    m = low.str.startswith(prefix.lower())
-    if with_:
-        m &= low.str.contains(with_.lower(), regex=False)
-    if without:
-        m &= ~low.str.contains(without.lower(), regex=False)
-    hit = np.append(m.to_numpy(bool), False)  # code -1 (no name) -> False
-    return hit[np.asarray(cat.cat.codes)]  # matched per category, then looked up per row
+    """nsys' ``value LIKE 'prefix%'`` (+ ``LIKE '%with_%'`` / ``NOT LIKE '%without%'``): case-insensitive,
+    tested once per distinct name."""
+    p, w, wo = prefix.lower(), (with_ or "").lower(), (without or "").lower()
+    return category_mask(names, lambda s: s.lower().startswith(p) and w in s.lower()
+                         and not (wo and wo in s.lower()))
 
 
 def _frame(df: pd.DataFrame, name: Any = None) -> pd.DataFrame:
