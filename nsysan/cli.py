@@ -141,7 +141,9 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "busy": [(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
             "window": a.steady.label, "window_ns": a.steady.dur_ns, "nsys": trace.meta.nsys_version,
             "slowest_kernel": (a.kernels.iloc[0]["name"] if len(a.kernels) else None),
-            "warnings": list(trace.meta.warnings)}
+            "warnings": list(trace.meta.warnings),
+            "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
+                           a.nsys_rules.to_dict("records") if r["count"]]}
 
 
 def _print_summary(res: dict[str, Any]) -> None:
@@ -165,6 +167,10 @@ def _print_summary(res: dict[str, Any]) -> None:
         for rule_id, sev, impact, msg in res["findings"]:
             table.add_row(fmt_ns(impact), rule_id, sev, Text(msg))
         console.print(table)
+        if res.get("nsys_rules"):
+            listed = ", ".join(f"{rule} {n:,} ({k:,} in steady state)" for rule, n, k in res["nsys_rules"])
+            console.print(Text(f"nsys analyze would list: {listed} (where, and which rule judges it: the "
+                               f"report's cross-check table, JSON nsys_analyze)"))
         for w in res["warnings"]:
             console.print(Text(f"warning: {w}", style="yellow"))
         for out in res["outputs"]:
