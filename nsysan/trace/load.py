@@ -130,6 +130,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         elif isinstance(first, np.ndarray) or getattr(first, "dtype", None) is not None and first.dtype.kind in "iuf" \
                 and not isinstance(first.dtype, pd.api.extensions.ExtensionDtype):
             data[c] = np.concatenate([np.asarray(p) for p in parts])
+        elif all(p.dtype == first.dtype for p in parts):  # e.g. nullable Int64, string: one array copy
+            data[c] = type(first)._concat_same_type(parts)
         else:
             data[c] = pd.concat([pd.Series(p) for p in parts], ignore_index=True).array
     frames.clear()
