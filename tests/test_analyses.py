@@ -170,3 +170,26 @@ def test_range_min_max_equals_brute_force(values, queries, block):
     mn, mx = RangeMinMax(lo_v, hi_v, block=block).query(lo, hi)
     assert mn.tolist() == [int(lo_v[a:b].min()) for a, b in q]
     assert mx.tolist() == [int(hi_v[a:b].max()) for a, b in q]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 400), st.sampled_from(["a", "b", "cudaX"])),
+                min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 2000)), min_size=1, max_size=12),
+       st.booleans())
+def test_gap_breakdown_batched_equals_one_window_at_a_time(calls, windows, disjoint):
+    """ThreadActivity.items_many (binary search over non-overlapping calls, all gaps at once) gives the
+    same breakdown as items() per window (overlap index), for disjoint and overlapping calls."""
+    import factories as f
+    from nsysan.analyses.gaps import ThreadActivity
+
+    rows, t = [], 0
+    for start, dur, name in sorted(calls):
+        s = max(start, t) if disjoint else start
+        rows.append((s, s + dur, name, len(rows) + 1))
+        t = s + dur
+    trace = f.make_trace(cuda_api=f.api(sorted(rows)))
+    ws = [(a, a + n) for a, n in windows]
+    batched = ThreadActivity(trace).items_many(f.PID, f.PID, ws)
+    one = ThreadActivity(trace)
+    assert batched == [one.items(f.PID, f.PID, a, b) for a, b in ws]

@@ -52,11 +52,12 @@ class ThreadActivity:
                 continue
             order = np.argsort(key, kind="stable")
             self._sources.append((source, df, key[order], order))
-        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, iv.OverlapIndex,
-                                                      np.ndarray, np.ndarray]]] = {}
+        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self._disjoint: dict[tuple[tuple[int, int], str], bool] = {}
+        self._indexes: dict[tuple[tuple[int, int], str], iv.OverlapIndex] = {}
 
-    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, iv.OverlapIndex,
-                                                         np.ndarray, np.ndarray]]:
+    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per source: start-sorted starts, ends, name codes and the code -> name table of one thread."""
         key = (pid, tid)
         if key not in self._parts:
             parts = []
@@ -80,15 +81,57 @@ class ThreadActivity:
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
-                parts.append((source, st, en, iv.OverlapIndex(st, en), np.asarray(codes), cats.astype(str)))
+                disjoint = source != "nvtx" and (st.size < 2 or bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all()))
+                self._disjoint[(key, source)] = disjoint
+                parts.append((source, st, en, np.asarray(codes), cats.astype(str)))
             self._parts[key] = parts
         return self._parts[key]
 
-    def items(self, pid: int, tid: int, lo: int, hi: int) -> list[dict[str, object]]:
+    def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
+        """``items`` for many windows of one thread. Sources whose calls never overlap on this thread
+        (the usual CUDA API and OS runtime case) are done for all windows at once: the calls in each
+        window are one binary search away (starts and ends are both sorted), clipped, and summed per
+        (window, name) with one ``bincount``; others go window by window."""
+        acc: list[dict[tuple[str, int], int]] = [{} for _ in windows]
+        lo = np.array([w[0] for w in windows], dtype=np.int64)
+        hi = np.array([w[1] for w in windows], dtype=np.int64)
+        names: dict[str, np.ndarray] = {}
+        for source, st, en, codes, cats in self._thread(pid, tid):
+            names[source] = cats
+            if not self._disjoint.get(((pid, tid), source), False):
+                continue
+            i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
+            i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
+            k = np.maximum(i1 - i0, 0)
+            n = int(k.sum())
+            if n == 0:
+                continue
+            win = np.repeat(np.arange(len(windows)), k)
+            idx = np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
+            dur = np.minimum(en[idx], hi[win]) - np.maximum(st[idx], lo[win])
+            width = len(cats) + 1
+            keys, inv = np.unique(win * width + (codes[idx].astype(np.int64) + 1), return_inverse=True)
+            sums = np.bincount(inv, weights=dur).astype(np.int64)
+            for key, v in zip(keys.tolist(), sums.tolist()):
+                acc[key // width][(source, key % width - 1)] = v
+        out = []
+        for w, (a, b) in enumerate(windows):
+            items = [{"source": src, "name": str(names[src][c]) if c >= 0 else "", "ns": int(v)}
+                     for (src, c), v in acc[w].items() if v > 0]
+            items += self.items(pid, tid, a, b, skip_disjoint=True)
+            out.append(sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"]))))  # type: ignore[call-overload]
+        return out
+
+    def items(self, pid: int, tid: int, lo: int, hi: int, *, skip_disjoint: bool = False) -> list[dict[str, object]]:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         out: list[dict[str, object]] = []
-        for source, st, en, index, codes, cats in self._thread(pid, tid):
+        for source, st, en, codes, cats in self._thread(pid, tid):
+            if skip_disjoint and self._disjoint.get(((pid, tid), source), False):
+                continue
+            index = self._indexes.get(((pid, tid), source))
+            if index is None:  # built on first use: disjoint sources batched by items_many never need one
+                index = self._indexes[((pid, tid), source)] = iv.OverlapIndex(st, en)
             sel = index.query(lo, hi)
             if sel.size == 0:
                 continue
@@ -153,10 +196,18 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     explain = host[np.argsort(-out["gap_ns"].to_numpy()[host], kind="stable")[:explain_top]]
     activity_index = ThreadActivity(trace) if len(explain) else None
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
+    windows = {int(i): (int(o_start[i]), int(min(api_start[i], o_end[i]))) for i in explain}
+    explained: dict[int, list[dict[str, object]]] = {}
+    by_thread: dict[tuple[int, int], list[int]] = {}
     for i in explain:
-        lo, hi = int(o_start[i]), int(min(api_start[i], o_end[i]))
+        by_thread.setdefault((int(o_pid[i]), int(o_tid[i])), []).append(int(i))
+    for (pid, tid), gaps_of_thread in by_thread.items():
         assert activity_index is not None
-        items = activity_index.items(int(o_pid[i]), int(o_tid[i]), lo, hi)
+        got = activity_index.items_many(pid, tid, [windows[i] for i in gaps_of_thread])
+        explained.update(zip(gaps_of_thread, got))
+    for i in explain:
+        lo, hi = windows[int(i)]
+        items = explained[int(i)]
         span = max(hi - lo, 1)
         api_items = [x for x in items if x["source"] == "cuda_api"]
         sync_ns = sum(int(x["ns"]) for x in api_items if str(x["name"]).startswith(SYNC_APIS))
