@@ -107,7 +107,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         from nsysan.rules import run_rules
 
         a.findings, a.rule_log = run_rules(a, rule_config or {})
-    a.nsys_instances = nsys_rules.instances(trace)
+    a.nsys_instances = nsys_rules.instances(trace, ops=ops)
     a.nsys_rules = nsys_rules.cross_check(a.nsys_instances, steady, {f.rule for f in a.findings})
     return a
 

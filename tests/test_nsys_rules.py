@@ -13,20 +13,26 @@ from nsysan.analyses import nsys_rules
 from nsysan.analyses.gpu import Window
 
 
+def brute_chunks(s: np.ndarray, e: np.ndarray, chunks: int) -> list[tuple[int, int, float]]:
+    """nsys' equal chunks over [first start, last end), each with its union busy percentage."""
+    lo, hi = int(s.min()), int(e.max())
+    size = int(np.ceil((hi - lo) / chunks))
+    out = []
+    for c in range(chunks):
+        cs, ce = lo + c * size, min(lo + (c + 1) * size, hi)
+        if cs >= ce:
+            break
+        out.append((cs, ce, 100.0 * iv.total(*iv.clip(s, e, cs, ce)) / (ce - cs)))
+    return out
+
+
 def test_low_util_chunks_match_brute_force_union():
     rng = np.random.default_rng(7)
     s = np.sort(rng.integers(0, 10_000_000, 400))
     e = s + rng.integers(1, 40_000, 400)
     ops = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": 1, "device_id": 0})
     got = nsys_rules._low_util(ops, 30, 50.0)
-    lo, hi = int(s.min()), int(e.max())
-    size = int(np.ceil((hi - lo) / 30))
-    low = []
-    for c in range(30):
-        cs, ce = lo + c * size, min(lo + (c + 1) * size, hi)
-        if cs < ce and 100.0 * iv.total(*iv.clip(s, e, cs, ce)) / (ce - cs) < 50:
-            low.append((cs, ce))
-    covered = sum(ce - cs for cs, ce in low)
+    covered = sum(ce - cs for cs, ce, pct in brute_chunks(s, e, 30) if pct < 50)
     assert int(got["dur_ns"].sum()) == covered and covered > 0
 
 
@@ -39,13 +45,7 @@ def test_low_util_never_misses_a_chunk(rows, chunks):
     ops = pd.DataFrame({"start_ns": s, "end_ns": e, "pid": 1, "device_id": 0})
     got = nsys_rules._low_util(ops, chunks, 50.0)
     assert (got["util_pct"] < 50).all()
-    lo, hi = int(s.min()), int(e.max())
-    size = int(np.ceil((hi - lo) / chunks))
-    for c in range(chunks):
-        cs, ce = lo + c * size, min(lo + (c + 1) * size, hi)
-        if cs >= ce:
-            break
-        pct = 100.0 * iv.total(*iv.clip(s, e, cs, ce)) / (ce - cs)
+    for cs, ce, pct in brute_chunks(s, e, chunks):
         inside = ((got["start_ns"] <= cs) & (got["start_ns"] + got["dur_ns"] >= ce)).any()
         assert inside == (pct < 50), (cs, ce, pct)
 

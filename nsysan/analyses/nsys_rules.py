@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import category_mask
+from nsysan.analyses.frames import category_mask, name_in
 from nsysan.analyses.gpu import Window
-from nsysan.analyses.join import attach_launch_calls
+from nsysan.analyses.join import first_match, pack_keys
 from nsysan.trace.model import Trace
 
 # nsys rule (2023+ name) -> (2022 CLI name, nsysan rules that judge the same problem, what it is)
@@ -81,13 +81,22 @@ def _frame(df: pd.DataFrame, name: Any = None) -> pd.DataFrame:
                          "name": (df[name].astype(str).to_numpy() if name else np.full(len(df), "", object))})
 
 
-def _gpu_ops(trace: Trace) -> pd.DataFrame:
-    cols = ["start_ns", "end_ns", "pid", "device_id"]
-    parts = [t[cols] for t in (trace.kernels, trace.memcpy, trace.memset) if len(t)]
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    ops = pd.concat(parts, ignore_index=True)
-    return ops.loc[ops["start_ns"] > 0]
+def _gpu_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """nsys' GPU ops: kernels, copies and memsets (not whole-graph launches), with ``start > 0``."""
+    keep = ~name_in(ops["op"], ("graph",)) & (ops["start_ns"].to_numpy() > 0)
+    return ops.loc[keep, ["start_ns", "end_ns", "pid", "device_id"]]
+
+
+def _with_api_name(table: pd.DataFrame, ops: pd.DataFrame, op: str) -> pd.DataFrame:
+    """``table`` (copies or memsets) with the launching call's name, taken from the join ``gpu_ops``
+    already made (matched on process and correlation id within that op's few rows)."""
+    sub = ops.loc[name_in(ops["op"], (op,))]
+    idx = first_match(pack_keys(sub["pid"].to_numpy(), sub["correlation_id"].to_numpy()),
+                      pack_keys(table["pid"].to_numpy(), table["correlation_id"].to_numpy()))
+    names = sub["api_name"].array
+    codes = np.where(idx >= 0, np.asarray(names.codes)[np.maximum(idx, 0)], -1) if len(sub) else \
+        np.full(len(table), -1)
+    return table.assign(api_name=pd.Categorical.from_codes(codes, categories=names.categories, validate=False))
 
 
 def _gaps(ops: pd.DataFrame, gap_ns: int) -> pd.DataFrame:
@@ -139,12 +148,18 @@ def _merge(run: list[tuple[int, int, float]], pid: Any, dev: Any) -> tuple[int, 
     return (run[0][0], run[-1][1] - run[0][0], int(pid), int(dev), "", round(avg, 1))
 
 
-def instances(trace: Trace, params: NsysRuleParams | None = None) -> dict[str, pd.DataFrame]:
+def instances(trace: Trace, params: NsysRuleParams | None = None,
+              ops: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """Per nsys rule, its instances over the whole trace: start_ns, dur_ns, pid, device_id, name
-    (the API, for call-based rules), plus util_pct for ``gpu_time_util``."""
+    (the API, for call-based rules), plus util_pct for ``gpu_time_util``. ``ops`` is
+    ``summaries.gpu_ops(trace)`` when the caller has it (its launch join is reused)."""
     p = params or NsysRuleParams()
+    if ops is None:
+        from nsysan.analyses.summaries import gpu_ops
+
+        ops = gpu_ops(trace)
     out: dict[str, pd.DataFrame] = {}
-    m = attach_launch_calls(trace, trace.memcpy) if len(trace.memcpy) else trace.memcpy.assign(api_name=None)
+    m = _with_api_name(trace.memcpy, ops, "memcpy") if len(trace.memcpy) else trace.memcpy.assign(api_name=None)
     if len(m):
         pageable = (m["src_kind"].to_numpy() == 0) | (m["dst_kind"].to_numpy() == 0)
         is_async = _api_like(m["api_name"], "cudaMemcpy", with_="async")
@@ -161,7 +176,7 @@ def instances(trace: Trace, params: NsysRuleParams | None = None) -> dict[str, p
         out["cuda_memcpy_async"] = out["cuda_memcpy_sync"] = _frame(m)
     ms = trace.memset
     if len(ms):
-        ms = attach_launch_calls(trace, ms)
+        ms = _with_api_name(ms, ops, "memset")
         sel = _api_like(ms["api_name"], "cudaMemset", without="async") & ms["mem_kind"].isin([1, 4]).to_numpy(bool)
         out["cuda_memset_sync"] = _frame(ms.loc[sel], "api_name")
     else:
@@ -170,9 +185,9 @@ def instances(trace: Trace, params: NsysRuleParams | None = None) -> dict[str, p
     sel = _api_like(api["name"], "cudaDeviceSynchronize") | _api_like(api["name"], "cudaStreamSynchronize") \
         if len(api) else np.zeros(0, bool)
     out["cuda_api_sync"] = _frame(api.loc[sel], "name") if len(api) else _frame(api)
-    ops = _gpu_ops(trace)
-    out["gpu_gaps"] = _gaps(ops, p.gap_ns)
-    out["gpu_time_util"] = _low_util(ops, p.chunks, p.util_pct)
+    nsys_ops = _gpu_ops(ops)
+    out["gpu_gaps"] = _gaps(nsys_ops, p.gap_ns)
+    out["gpu_time_util"] = _low_util(nsys_ops, p.chunks, p.util_pct)
     return out
 
 
