@@ -195,6 +195,18 @@ def test_generated_exports_load_exactly(spec, tmp_path_factory):
     finally:
         load_mod.SLICE_ROWS = old
     frames_equal(whole, sliced)
+    # the direct b-tree reader (or its fallback, for the rows it declines) equals SQLite's own reading
+    old_reader = os.environ.get("NSYSAN_READER")
+    os.environ["NSYSAN_READER"] = "sqlite"
+    try:
+        through_sqlite = nsysan.open_trace(path, workers=1)
+    finally:
+        if old_reader is None:
+            del os.environ["NSYSAN_READER"]
+        else:
+            os.environ["NSYSAN_READER"] = old_reader
+    frames_equal(whole, through_sqlite)
+    assert whole.meta.warnings == through_sqlite.meta.warnings
     a = nsysan.analyze(whole)
     busy = a.busy_capture
     if len(busy):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ import pyarrow as pa
 
 from nsysan import _memory
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
+from nsysan.trace import direct
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
@@ -158,7 +161,8 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             if col.dtype != "float64":
                 arr = arr.cast(pa.int64(), safe=False)  # REAL stored in an integer column: truncate
         if col.dtype == "name":
-            ids = arr.fill_null(-1).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+            ids = (arr.fill_null(-1) if arr.null_count else arr).cast(pa.int64(), safe=False).to_numpy(
+                zero_copy_only=False)
             data[col.name] = strings.resolve(ids, prune=False)
         elif col.dtype == "Int64":
             data[col.name] = pd.array(arr.cast(pa.int64(), safe=False).to_pandas(types_mapper=pd.ArrowDtype)
@@ -169,7 +173,9 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             # a missing or non-numeric time must not become 0 (a call from the epoch): mark it, and
             # _finish_intervals drops the row with a warning
             fill = col.default if col.default is not None else (MISSING if col.name in ("start_ns", "end_ns") else 0)
-            data[col.name] = arr.fill_null(fill).cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+            if arr.null_count:
+                arr = arr.fill_null(fill)
+            data[col.name] = arr.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
     return pd.DataFrame(data, copy=False)
 
 
@@ -288,6 +294,18 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
                                      "file is fine, please report this") from e
 
 
+def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -> list[tuple[str, str]]:
+    """SELECTs for one table: rowid slices of the event tables (read in parallel), else one."""
+    slices = db.rowid_slices(src, SLICE_ROWS) if spec.name in INTERVAL_TABLES else None
+    return [(spec.name, S.build_select(spec, src, db.caps.columns(src), all_columns=all_columns, rowid_range=rng))
+            for rng in slices or [None]]
+
+
+def _to_table_frame(key: str, table: pa.Table, *, specs: dict[str, S.TableSpec], strings: Strings,
+                    all_columns: bool) -> pd.DataFrame:
+    return _to_frame(table, specs[key], strings, all_columns)
+
+
 def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all_columns: bool,
                 workers: int | None) -> Trace:
     """See ``open_trace``."""
@@ -314,8 +332,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 raise ResourceLimitError(
                     f"{path}: {n:,} events exceed the limit of {max_rows:,}",
                     hint="raise it with --max-events, or export a time window (nsys export --times ...)")
-        queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
+        queries: list[tuple[str, Any]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
         specs: dict[str, S.TableSpec] = {}
+        sources: dict[str, str] = {}
         for spec in steps:
             src = next((t for t in spec.sources if caps.has(t)), None)
             if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
@@ -323,12 +342,18 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             specs[spec.name] = spec
             if src is None or not all(caps.has(src, c) for c in spec.required):
                 continue
-            slices = db.rowid_slices(src, SLICE_ROWS) if spec.name in INTERVAL_TABLES else None
-            for rng in slices or [None]:
-                queries.append((spec.name, S.build_select(spec, src, caps.columns(src), all_columns=all_columns,
-                                                          rowid_range=rng)))
+            sources[spec.name] = src
+            if spec.name in INTERVAL_TABLES:
+                found = db.direct_plan(src, S.select_outputs(spec, caps.columns(src), all_columns=all_columns),
+                                       spec.keep_only)
+                if found is not None:
+                    plan, leaf_rows = found
+                    for part in direct.split(leaf_rows, SLICE_ROWS):
+                        queries.append((spec.name, functools.partial(db.direct_read, plan, part)))
+                    continue
+            queries += _sql_queries(db, spec, src, all_columns)
         # biggest first, so the threads finish together (StringIds stays first: it is read alone)
-        queries[1:] = sorted(queries[1:], key=lambda q: 0 if "WHERE rowid" in q[1] else 1)
+        queries[1:] = sorted(queries[1:], key=lambda q: 0 if callable(q[1]) or "WHERE rowid" in q[1] else 1)
         done = 0
 
         def tick(name: str) -> None:
@@ -341,8 +366,15 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         strings = Strings(db.arrow(queries.pop(0)[1]))
         tick("strings")
         # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
-        tables = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
-                               convert=lambda key, t: _to_frame(t, specs[key], strings, all_columns))
+        convert = functools.partial(_to_table_frame, specs=specs, strings=strings, all_columns=all_columns)
+        tables = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"), convert=convert)
+        # the direct reader declined a part (e.g. a REAL in an integer column): SQLite reads that table
+        redo = [name for name, parts in tables.items() if any(p is None for p in parts)]
+        for name in redo:
+            tables.pop(name)
+        if redo:
+            again = [q for name in redo for q in _sql_queries(db, specs[name], sources[name], all_columns)]
+            tables.update(db.arrow_many(again, workers, convert=convert))
         _memory.release()
         frames: dict[str, pd.DataFrame] = {}
         for name, spec in specs.items():

@@ -167,20 +167,30 @@ def columns(spec: TableSpec, all_columns: bool) -> tuple[Col, ...]:
     return tuple(c for c in spec.columns if all_columns or not c.extra)
 
 
+def select_outputs(spec: TableSpec, present: tuple[str, ...], *,
+                   all_columns: bool = True) -> list[tuple[str, str | None, int | None]]:
+    """Per output column: (name, the first of its source columns that ``present`` has, or None, and
+    the literal to use when there is none). The SQL and the direct reader both read this plan."""
+    out = []
+    for col in columns(spec, all_columns):
+        src = next((s for s in col.sources if s in present), None)
+        out.append((col.name, src, None if src is not None else col.default))
+    return out
+
+
 def build_select(spec: TableSpec, table: str, present: tuple[str, ...], *, all_columns: bool = True,
                  rowid_range: tuple[int, int] | None = None) -> str:
     """SELECT for ``spec`` against ``table`` whose columns are ``present``. Names are quoted and come
     only from this module and the file's own schema (never from user input). ``rowid_range`` reads
     one slice [lo, hi) of the table (a rowid range scan), so big tables can be read in parallel."""
     parts = []
-    for col in columns(spec, all_columns):
-        src = next((s for s in col.sources if s in present), None)
+    for alias, src, default in select_outputs(spec, present, all_columns=all_columns):
         if src is not None:
-            parts.append(f'"{src}" AS {col.name}')
-        elif col.default is not None:
-            parts.append(f"{int(col.default)} AS {col.name}")
+            parts.append(f'"{src}" AS {alias}')
+        elif default is not None:
+            parts.append(f"{int(default)} AS {alias}")
         else:
-            parts.append(f"NULL AS {col.name}")
+            parts.append(f"NULL AS {alias}")
     sql = f'SELECT {", ".join(parts)} FROM "{table}"'
     where = []
     if spec.keep_only is not None and spec.keep_only[0] in present:

@@ -1,0 +1,395 @@
+/* Direct reader for the integer columns of an SQLite rowid table (nsys' big event tables).
+ *
+ * SQLite's own row loop (sqlite3_step + one sqlite3_column_* call per value, then the ADBC driver's
+ * Arrow builders) costs about 1.5 us per kernel row; the data itself is a few varints per row. This
+ * module walks the table's b-tree pages straight from the file (pread on a read-only descriptor: the
+ * trace is never mapped writable, never locked, never written) and decodes the wanted fields of each
+ * record into int64 columns, with the GIL released.
+ *
+ * It handles exactly the common case and refuses everything else with `Unsupported`, so the caller
+ * reads that table through SQLite instead:
+ *   - a value that is not an integer or NULL in a wanted column (REAL, TEXT, BLOB),
+ *   - a record that spills to overflow pages,
+ *   - a b-tree page that is not a table page (WITHOUT ROWID tables, damaged files).
+ * A page number outside the file, a loop in the b-tree, or a cell that points outside its page is
+ * reported as `Unsupported` too: SQLite then reads the file and reports the damage in its own words.
+ *
+ * File format: https://www.sqlite.org/fileformat2.html (b-tree pages, cells, record format, varints).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static PyObject *Unsupported;
+
+#define MAX_DEPTH 64
+
+typedef struct {
+    int fd;
+    uint32_t page_size;   /* bytes per page */
+    uint32_t usable;      /* page_size - reserved bytes */
+    uint64_t n_pages;     /* pages in the file */
+    const char *err;      /* first problem found (static string) */
+    uint32_t err_page;
+} Reader;
+
+static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* SQLite varint: 1-9 bytes, big-endian 7-bit groups, the 9th byte contributes 8 bits.
+ * Returns the number of bytes read, 0 if it runs past `end`. */
+static inline int varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        if (p + i >= end) return 0;
+        v = (v << 7) | (p[i] & 0x7f);
+        if (!(p[i] & 0x80)) { *out = v; return i + 1; }
+    }
+    if (p + 8 >= end) return 0;
+    *out = (v << 8) | p[8];
+    return 9;
+}
+
+static int read_page(Reader *r, uint32_t pgno, uint8_t *buf) {
+    if (pgno < 1 || pgno > r->n_pages) { r->err = "page number outside the file"; r->err_page = pgno; return -1; }
+    off_t off = (off_t)(pgno - 1) * r->page_size;
+    size_t got = 0;
+    while (got < r->page_size) {
+        ssize_t n = pread(r->fd, buf + got, r->page_size - got, off + (off_t)got);
+        if (n < 0) { if (errno == EINTR) continue; r->err = "read error"; r->err_page = pgno; return -1; }
+        if (n == 0) { r->err = "file shorter than its pages"; r->err_page = pgno; return -1; }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* Leaf pages of the table b-tree rooted at `root`, in rowid order, as (page number, cell count)
+ * pairs. Returns a malloc'd array of 2 * count values. */
+static uint32_t *collect_leaves(Reader *r, uint32_t root, size_t *count) {
+    size_t cap = 1024, n = 0;
+    uint32_t *out = malloc(2 * cap * sizeof(uint32_t));  /* (page, cells) pairs */
+    uint8_t *page = malloc(r->page_size);
+    /* explicit stack of (interior page copy, next cell index) */
+    uint8_t *stack_pages = malloc((size_t)MAX_DEPTH * r->page_size);
+    int stack_next[MAX_DEPTH];
+    uint32_t stack_pgno[MAX_DEPTH];
+    int depth = 0;
+    uint64_t visited = 0;
+    if (!out || !page || !stack_pages) { r->err = "out of memory"; goto fail; }
+
+    uint32_t pgno = root;
+    for (;;) {
+        /* descend from pgno */
+        if (++visited > r->n_pages) { r->err = "b-tree loop"; r->err_page = pgno; goto fail; }
+        if (read_page(r, pgno, page) < 0) goto fail;
+        uint32_t hdr = pgno == 1 ? 100 : 0;
+        uint8_t kind = page[hdr];
+        if (kind == 0x0D) {
+            if (n == cap) {
+                cap *= 2;
+                uint32_t *grown = realloc(out, 2 * cap * sizeof(uint32_t));
+                if (!grown) { r->err = "out of memory"; goto fail; }
+                out = grown;
+            }
+            out[2 * n] = pgno;
+            out[2 * n + 1] = be16(page + hdr + 3);
+            n++;
+        } else if (kind == 0x05) {
+            if (depth == MAX_DEPTH) { r->err = "b-tree too deep"; r->err_page = pgno; goto fail; }
+            memcpy(stack_pages + (size_t)depth * r->page_size, page, r->page_size);
+            stack_next[depth] = 0;
+            stack_pgno[depth] = pgno;
+            depth++;
+        } else {
+            r->err = "not a table b-tree page"; r->err_page = pgno; goto fail;
+        }
+        /* next child: pop finished interior pages */
+        for (;;) {
+            if (depth == 0) goto done;
+            uint8_t *ip = stack_pages + (size_t)(depth - 1) * r->page_size;
+            uint32_t ih = stack_pgno[depth - 1] == 1 ? 100 : 0;
+            uint32_t ncells = be16(ip + ih + 3);
+            int i = stack_next[depth - 1]++;
+            if ((uint32_t)i < ncells) {
+                uint32_t ptr_at = ih + 12 + 2 * (uint32_t)i;
+                if (ptr_at + 2 > r->usable) { r->err = "cell pointer outside the page"; r->err_page = stack_pgno[depth - 1]; goto fail; }
+                uint32_t cell = be16(ip + ptr_at);
+                if (cell + 4 > r->usable) { r->err = "cell outside the page"; r->err_page = stack_pgno[depth - 1]; goto fail; }
+                pgno = be32(ip + cell);
+                break;
+            }
+            if ((uint32_t)i == ncells) { pgno = be32(ip + ih + 8); break; }
+            depth--;
+        }
+    }
+done:
+    free(page);
+    free(stack_pages);
+    *count = n;
+    return out;
+fail:
+    free(out);
+    free(page);
+    free(stack_pages);
+    return NULL;
+}
+
+typedef struct {
+    Reader r;
+    const uint32_t *leaves;
+    size_t n_leaves;
+    int n_fields;          /* highest wanted record field + 1 */
+    const int *field_out;  /* per record field: output column or -1 */
+    int rowid_out;         /* output column that takes the rowid, or -1 */
+    int n_out;
+    int64_t **data;
+    uint8_t **valid;       /* 1 = value present, 0 = NULL */
+    size_t n_rows;         /* rows written */
+    size_t capacity;
+    int unsupported;       /* 1: a value type or layout this reader does not handle */
+} Job;
+
+/* body bytes of serial types 0-11 (10 and 11 are reserved) */
+static const uint8_t SERIAL_SIZE[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0};
+
+static int decode_leaves(Job *j) {
+    Reader *r = &j->r;
+    uint8_t *page = malloc(r->page_size);
+    if (!page) { r->err = "out of memory"; return -1; }
+    const uint32_t max_local = r->usable - 35;
+    size_t row = 0;
+    for (size_t li = 0; li < j->n_leaves; li++) {
+        uint32_t pgno = j->leaves[2 * li];
+        if (read_page(r, pgno, page) < 0) goto fail;
+        uint32_t hdr = pgno == 1 ? 100 : 0;
+        if (page[hdr] != 0x0D) { r->err = "not a table leaf page"; r->err_page = pgno; goto fail; }
+        uint32_t ncells = be16(page + hdr + 3);
+        const uint8_t *end = page + r->usable;
+        for (uint32_t c = 0; c < ncells; c++) {
+            uint32_t ptr_at = hdr + 8 + 2 * c;
+            if (ptr_at + 2 > r->usable) { r->err = "cell pointer outside the page"; r->err_page = pgno; goto fail; }
+            uint32_t cell = be16(page + ptr_at);
+            if (cell >= r->usable) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
+            const uint8_t *p = page + cell;
+            uint64_t payload, rowid, hsize;
+            int k = varint(p, end, &payload);
+            if (!k) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
+            p += k;
+            k = varint(p, end, &rowid);
+            if (!k) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
+            p += k;
+            if (payload > max_local) { j->unsupported = 1; r->err = "record spills to overflow pages"; goto fail; }
+            if (p + payload > end) { r->err = "record outside the page"; r->err_page = pgno; goto fail; }
+            const uint8_t *rec_end = p + payload;
+            k = varint(p, rec_end, &hsize);
+            if (!k || hsize > payload) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
+            const uint8_t *hp = p + k, *hend = p + hsize, *body = p + hsize;
+            if (row >= j->capacity) { r->err = "more cells than counted"; r->err_page = pgno; goto fail; }
+            for (int o = 0; o < j->n_out; o++) { j->valid[o][row] = 0; j->data[o][row] = 0; }
+            for (int f = 0; f < j->n_fields && hp < hend; f++) {
+                uint64_t st;
+                if (*hp < 0x80) {
+                    st = *hp++;  /* nearly every serial type is one byte */
+                } else {
+                    k = varint(hp, hend, &st);
+                    if (!k) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
+                    hp += k;
+                }
+                uint64_t size;
+                if (st < 12) {
+                    if (st == 10 || st == 11) { r->err = "reserved serial type"; r->err_page = pgno; goto fail; }
+                    size = SERIAL_SIZE[st];
+                } else {
+                    size = (st - 12) / 2;
+                }
+                if (body + size > rec_end) { r->err = "record body outside the record"; r->err_page = pgno; goto fail; }
+                int o = j->field_out[f];
+                if (o >= 0) {
+                    int64_t v = 0;
+                    if (st >= 1 && st <= 6) {
+                        uint64_t u = body[0];
+                        for (uint64_t b = 1; b < size; b++) u = (u << 8) | body[b];
+                        unsigned shift = (unsigned)(64 - 8 * size);
+                        v = shift ? (int64_t)(u << shift) >> shift : (int64_t)u; /* sign-extend */
+                        j->valid[o][row] = 1;
+                    } else if (st == 8 || st == 9) {
+                        v = (int64_t)(st - 8);
+                        j->valid[o][row] = 1;
+                    } else if (st != 0) {  /* REAL, TEXT or BLOB: not for this reader */
+                        j->unsupported = 1;
+                        r->err = "a value that is not an integer";
+                        goto fail;
+                    }
+                    j->data[o][row] = v;
+                }
+                body += size;
+            }
+            if (j->rowid_out >= 0) {
+                j->data[j->rowid_out][row] = (int64_t)rowid;
+                j->valid[j->rowid_out][row] = 1;
+            }
+            row++;
+        }
+    }
+    free(page);
+    j->n_rows = row;
+    return 0;
+fail:
+    free(page);
+    return -1;
+}
+
+static int reader_init(Reader *r, int fd, Py_ssize_t page_size, Py_ssize_t reserved, Py_ssize_t file_size) {
+    if (page_size < 512 || page_size > 65536 || (page_size & (page_size - 1)) || reserved < 0 || reserved > 255
+        || page_size - reserved < 480) {
+        PyErr_SetString(Unsupported, "unexpected page size");
+        return -1;
+    }
+    r->fd = fd;
+    r->page_size = (uint32_t)page_size;
+    r->usable = (uint32_t)(page_size - reserved);
+    r->n_pages = (uint64_t)file_size / (uint64_t)page_size;
+    r->err = NULL;
+    r->err_page = 0;
+    return 0;
+}
+
+static PyObject *raise_reader(Reader *r) {
+    if (r->err_page)
+        PyErr_Format(Unsupported, "%s (page %u)", r->err, r->err_page);
+    else
+        PyErr_SetString(Unsupported, r->err ? r->err : "unreadable b-tree");
+    return NULL;
+}
+
+/* leaves(fd, page_size, reserved, file_size, root) -> bytes of native uint32 (page, cells) pairs */
+static PyObject *py_leaves(PyObject *self, PyObject *args) {
+    int fd;
+    Py_ssize_t page_size, reserved, file_size, root;
+    if (!PyArg_ParseTuple(args, "innnn", &fd, &page_size, &reserved, &file_size, &root)) return NULL;
+    Reader r;
+    if (reader_init(&r, fd, page_size, reserved, file_size) < 0) return NULL;
+    if (root < 1 || (uint64_t)root > r.n_pages) { PyErr_SetString(Unsupported, "root page outside the file"); return NULL; }
+    size_t n = 0;
+    uint32_t *leaves;
+    Py_BEGIN_ALLOW_THREADS
+    leaves = collect_leaves(&r, (uint32_t)root, &n);
+    Py_END_ALLOW_THREADS
+    if (!leaves) return raise_reader(&r);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)leaves, (Py_ssize_t)(2 * n * sizeof(uint32_t)));
+    free(leaves);
+    return out;
+}
+
+/* decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, n_out)
+ *   leaves: a slice of what leaves() returned (the cell counts size the output)
+ *   fields: tuple, per record field index, of the output column it fills (-1: skip)
+ * -> (n_rows, [(int64 data bytes, uint8 validity bytes), ...])  one pair per output column */
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    int fd, rowid_out, n_out;
+    Py_ssize_t page_size, reserved, file_size;
+    Py_buffer leaves_buf;
+    PyObject *fields;
+    if (!PyArg_ParseTuple(args, "innny*O!ii", &fd, &page_size, &reserved, &file_size, &leaves_buf,
+                          &PyTuple_Type, &fields, &rowid_out, &n_out))
+        return NULL;
+    PyObject *result = NULL, *cols = NULL;
+    int *field_out = NULL;
+    int64_t **data = NULL;
+    uint8_t **valid = NULL;
+    PyObject **data_obj = NULL, **valid_obj = NULL;
+    Job j;
+    memset(&j, 0, sizeof j);
+    if (reader_init(&j.r, fd, page_size, reserved, file_size) < 0) goto out;
+    if (n_out < 0 || n_out > 4096 || rowid_out >= n_out) { PyErr_SetString(PyExc_ValueError, "bad column count"); goto out; }
+    Py_ssize_t n_fields = PyTuple_GET_SIZE(fields);
+    field_out = malloc(sizeof(int) * (size_t)(n_fields ? n_fields : 1));
+    if (!field_out) { PyErr_NoMemory(); goto out; }
+    for (Py_ssize_t i = 0; i < n_fields; i++) {
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(fields, i));
+        if (v == -1 && PyErr_Occurred()) goto out;
+        if (v >= n_out || v < -1) { PyErr_SetString(PyExc_ValueError, "bad output column"); goto out; }
+        field_out[i] = (int)v;
+    }
+    size_t n_leaves = (size_t)leaves_buf.len / (2 * sizeof(uint32_t));
+    size_t capacity = 0;
+    int rc;
+    for (size_t i = 0; i < n_leaves; i++) capacity += ((const uint32_t *)leaves_buf.buf)[2 * i + 1];
+    data = calloc((size_t)(n_out ? n_out : 1), sizeof *data);
+    valid = calloc((size_t)(n_out ? n_out : 1), sizeof *valid);
+    data_obj = calloc((size_t)(n_out ? n_out : 1), sizeof *data_obj);
+    valid_obj = calloc((size_t)(n_out ? n_out : 1), sizeof *valid_obj);
+    if (!data || !valid || !data_obj || !valid_obj) { PyErr_NoMemory(); goto out; }
+    for (int o = 0; o < n_out; o++) {
+        data_obj[o] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(capacity * sizeof(int64_t)));
+        valid_obj[o] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)capacity);
+        if (!data_obj[o] || !valid_obj[o]) goto out;
+        data[o] = (int64_t *)PyBytes_AS_STRING(data_obj[o]);
+        valid[o] = (uint8_t *)PyBytes_AS_STRING(valid_obj[o]);
+    }
+    j.leaves = (const uint32_t *)leaves_buf.buf;
+    j.n_leaves = n_leaves;
+    j.n_fields = (int)n_fields;
+    j.field_out = field_out;
+    j.rowid_out = rowid_out;
+    j.n_out = n_out;
+    j.data = data;
+    j.valid = valid;
+    j.capacity = capacity;
+    Py_BEGIN_ALLOW_THREADS
+    rc = decode_leaves(&j);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) { raise_reader(&j.r); goto out; }
+    cols = PyList_New(n_out);
+    if (!cols) goto out;
+    for (int o = 0; o < n_out; o++) {
+        if (j.n_rows != capacity) {  /* cannot happen (rows == cells), but never hand out unset memory */
+            if (_PyBytes_Resize(&data_obj[o], (Py_ssize_t)(j.n_rows * sizeof(int64_t))) < 0) goto out;
+            if (_PyBytes_Resize(&valid_obj[o], (Py_ssize_t)j.n_rows) < 0) goto out;
+        }
+        PyObject *pair = PyTuple_Pack(2, data_obj[o], valid_obj[o]);
+        if (!pair) goto out;
+        PyList_SET_ITEM(cols, o, pair);
+    }
+    result = Py_BuildValue("(nO)", (Py_ssize_t)j.n_rows, cols);
+out:
+    PyBuffer_Release(&leaves_buf);
+    Py_XDECREF(cols);
+    if (data_obj) for (int o = 0; o < n_out; o++) Py_XDECREF(data_obj[o]);
+    if (valid_obj) for (int o = 0; o < n_out; o++) Py_XDECREF(valid_obj[o]);
+    free(data_obj);
+    free(valid_obj);
+    free(data);
+    free(valid);
+    free(field_out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
+    {"decode", py_decode, METH_VARARGS,
+     "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, n_out) -> (rows, [(data, valid), ...])"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_btree", "Direct reader for SQLite table b-trees.", -1, methods};
+
+PyMODINIT_FUNC PyInit__btree(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Unsupported = PyErr_NewException("nsysan.trace._btree.Unsupported", PyExc_ValueError, NULL);
+    if (!Unsupported || PyModule_AddObject(m, "Unsupported", Unsupported) < 0) {
+        Py_XDECREF(Unsupported);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(Unsupported);
+    return m;
+}

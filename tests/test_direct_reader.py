@@ -1,0 +1,309 @@
+"""The direct b-tree reader (nsysan.trace.direct + the _btree extension) against SQLite's own reading.
+
+Every check compares with what SQLite returns for the same file, so the reader can only be a faster
+way to the same frames: on every fixture and the public corpus, on hand-built tables that exercise
+each record encoding, and on hypothesis-generated integer tables with random page sizes. Files it
+must not decode (REAL/TEXT values, overflow pages, WITHOUT ROWID, damage) are declined and SQLite
+reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nsysan
+from nsysan.errors import CorruptTraceError
+from nsysan.trace import direct
+from nsysan.trace import schema as S
+from nsysan.trace.db import Database
+from nsysan.trace.model import INTERVAL_TABLES
+
+from conftest import CORPUS, FIXTURE_NAMES
+
+pytestmark = pytest.mark.skipif(not direct.available(), reason="the _btree extension is not built here")
+
+
+def _through_sqlite(path: Path, **kw):
+    old = os.environ.get("NSYSAN_READER")
+    os.environ["NSYSAN_READER"] = "sqlite"
+    try:
+        return nsysan.open_trace(path, **kw)
+    finally:
+        if old is None:
+            del os.environ["NSYSAN_READER"]
+        else:
+            os.environ["NSYSAN_READER"] = old
+
+
+def _direct_tables(path: Path) -> dict[str, str]:
+    """Which event tables the direct reader reads from this file: name -> 'direct' | 'declined'."""
+    out = {}
+    with Database(path) as db:
+        for spec in S.ALL_SPECS:
+            if spec.name not in INTERVAL_TABLES:
+                continue
+            src = next((t for t in spec.sources if db.caps.has(t)), None)
+            if src is None:
+                continue
+            found = db.direct_plan(src, S.select_outputs(spec, db.caps.columns(src)), spec.keep_only)
+            out[spec.name] = "none" if found is None else ("direct" if db.direct_read(*found) is not None
+                                                           else "declined")
+    return out
+
+
+def _same_trace(path: Path) -> None:
+    a = nsysan.open_trace(path, all_columns=True)
+    b = _through_sqlite(path, all_columns=True)
+    for name in INTERVAL_TABLES:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=f"{path.name}:{name}")
+    assert a.meta.warnings == b.meta.warnings
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_frames_identical(fixture_dir, name):
+    path = fixture_dir / f"{name}.sqlite"
+    used = _direct_tables(path)
+    assert used and set(used.values()) == {"direct"}, used  # the fast path is really taken
+    _same_trace(path)
+
+
+CORPUS_FILES = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
+
+
+@pytest.mark.skipif(not CORPUS_FILES, reason="public corpus not present (../shared)")
+def test_corpus_frames_identical():
+    """41 exports from nsys 2020.3 to 2026.2: the direct reader takes every event table and agrees."""
+    counts = {"direct": 0}
+    for path in CORPUS_FILES:
+        for how in _direct_tables(path).values():
+            counts[how] = counts.get(how, 0) + 1
+        _same_trace(path)
+    assert counts == {"direct": counts["direct"]} and counts["direct"] > 100, counts
+
+
+# -- hand-built tables -------------------------------------------------------------------------------
+
+KERNEL_DDL = """CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+  deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+  demangledName INTEGER, shortName INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER,
+  blockY INTEGER, blockZ INTEGER, graphNodeId INTEGER, note TEXT)"""
+
+
+def _export(path: Path, rows: list[tuple], *, page_size: int = 4096, ddl: str = KERNEL_DDL,
+            after: list[str] = ()) -> Path:
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA page_size = {page_size}")
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("INSERT INTO StringIds VALUES (1, 'k')")
+    con.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT)")
+    con.execute(ddl)
+    cols = ddl.split("(", 1)[1].count(",") + 1
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * cols)})", rows)
+    for sql in after:
+        con.execute(sql)
+    con.commit()
+    con.close()
+    return path
+
+
+def _row(i: int, **kw) -> tuple:
+    base = dict(start=1000 + 10 * i, end=1005 + 10 * i, deviceId=0, contextId=1, streamId=7, correlationId=i,
+                globalPid=(1 << 24) * 42, demangledName=1, shortName=1, gridX=1, gridY=1, gridZ=1, blockX=32,
+                blockY=1, blockZ=1, graphNodeId=None, note=None)
+    base.update(kw)
+    return tuple(base.values())
+
+
+def test_every_integer_encoding(tmp_path):
+    """Values that SQLite stores in 0, 1, 2, 3, 4, 6 and 8 bytes (and the 0/1 constants), signed,
+    NULLs, a 64 KiB page size: the frames equal SQLite's."""
+    edge = [0, 1, -1, 127, -128, 128, 255, 32767, -32768, 2**23 - 1, -(2**23), 2**31 - 1, -(2**31),
+            2**47 - 1, -(2**47), 2**63 - 1, -(2**63)]
+    rows = [_row(i, correlationId=v, streamId=v, graphNodeId=None if i % 3 else v) for i, v in enumerate(edge)]
+    for page_size in (512, 65536):
+        path = _export(tmp_path / f"e{page_size}.sqlite", rows, page_size=page_size)
+        assert _direct_tables(path) == {"kernels": "direct"}
+        _same_trace(path)
+        t = nsysan.open_trace(path)
+        assert sorted(t.kernels["correlation_id"].tolist()) == sorted(edge)
+
+
+def test_deep_btree_many_leaves(tmp_path):
+    """512-byte pages: a b-tree three interior levels deep; rowid order and every row kept, also
+    when the leaves are split in many small parts read on several threads."""
+    rows = [_row(i, correlationId=i * 7919) for i in range(20_000)]
+    path = _export(tmp_path / "deep.sqlite", rows, page_size=512)
+    with Database(path) as db:
+        p, leaf_rows = db.direct_plan("CUPTI_ACTIVITY_KIND_KERNEL", [("c", "correlationId", None)], None)
+        assert len(leaf_rows) > 500
+        parts = direct.split(leaf_rows, 777)
+        assert np.array_equal(np.concatenate(parts), leaf_rows)
+        got = np.concatenate([db.direct_read(p, part).column("c").to_numpy() for part in parts])
+    assert got.tolist() == [i * 7919 for i in range(20_000)]
+    _same_trace(path)
+
+
+def test_added_column_short_records(tmp_path):
+    """Rows written before ALTER TABLE ADD COLUMN have fewer fields: the new column reads as NULL."""
+    ddl = KERNEL_DDL.replace(", graphNodeId INTEGER, note TEXT", ", note TEXT")
+    rows = [_row(i)[:-2] + (None,) for i in range(5)]
+    path = _export(tmp_path / "alter.sqlite", rows, ddl=ddl,
+                   after=["ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN graphNodeId INTEGER",
+                          "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, correlationId, demangledName, "
+                          "graphNodeId) VALUES (5000, 5001, 99, 1, 12)"])
+    assert _direct_tables(path) == {"kernels": "direct"}
+    _same_trace(path)
+    g = nsysan.open_trace(path).kernels["graph_node_id"]
+    assert g.isna().sum() == 5 and g.dropna().tolist() == [12]
+
+
+def test_a_column_default_is_left_to_sqlite(tmp_path):
+    ddl = KERNEL_DDL.replace("streamId INTEGER", "streamId INTEGER DEFAULT 7")
+    path = _export(tmp_path / "dflt.sqlite", [_row(i) for i in range(3)], ddl=ddl)
+    assert _direct_tables(path) == {"kernels": "none"}
+    _same_trace(path)
+
+
+@pytest.mark.parametrize("value", [1.5, "abc", b"\x00\x01"])
+def test_non_integer_values_are_declined(tmp_path, value):
+    """A REAL, TEXT or BLOB in a wanted column: the direct reader declines and SQLite's path decides
+    (a REAL is truncated, text that is not a number drops the row with a warning, a blob is damage)."""
+    rows = [_row(i) for i in range(4)] + [_row(4, start=value)]
+    path = _export(tmp_path / "mixed.sqlite", rows)
+    assert _direct_tables(path) == {"kernels": "declined"}
+    if isinstance(value, bytes):
+        for read in (nsysan.open_trace, _through_sqlite):
+            with pytest.raises(CorruptTraceError):
+                read(path)
+    else:
+        _same_trace(path)
+
+
+def test_numeric_text_is_stored_as_an_integer(tmp_path):
+    """SQLite's INTEGER affinity stores '12' as the integer 12: the direct reader reads it."""
+    path = _export(tmp_path / "aff.sqlite", [_row(i) for i in range(4)] + [_row(4, correlationId="12")])
+    assert _direct_tables(path) == {"kernels": "direct"}
+    _same_trace(path)
+    assert 12 in nsysan.open_trace(path).kernels["correlation_id"].tolist()
+
+
+def test_text_in_an_unread_column_is_fine(tmp_path):
+    rows = [_row(i, note="x" * 50) for i in range(10)]
+    path = _export(tmp_path / "note.sqlite", rows)
+    assert _direct_tables(path) == {"kernels": "direct"}
+    _same_trace(path)
+
+
+def test_overflow_pages_are_declined(tmp_path):
+    """A row longer than a page spills to overflow pages: declined, read by SQLite, same frames."""
+    rows = [_row(i) for i in range(10)] + [_row(10, note="y" * 10_000)]
+    path = _export(tmp_path / "overflow.sqlite", rows)
+    assert _direct_tables(path) == {"kernels": "declined"}
+    _same_trace(path)
+
+
+def test_without_rowid_is_left_to_sqlite(tmp_path):
+    ddl = KERNEL_DDL.replace("start INTEGER NOT NULL", "start INTEGER NOT NULL PRIMARY KEY")[:-1] + ") WITHOUT ROWID"
+    path = _export(tmp_path / "wr.sqlite", [_row(i) for i in range(5)], ddl=ddl)
+    assert _direct_tables(path) == {"kernels": "none"}
+    _same_trace(path)
+
+
+def test_keep_only_filter_and_null_filter_values(tmp_path):
+    """OSRT keeps eventClass 27 only; a NULL eventClass is not 27 (as in SQL)."""
+    con = sqlite3.connect(tmp_path / "o.sqlite")
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("INSERT INTO StringIds VALUES (1, 'read'), (2, 'write')")
+    con.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER)")
+    con.execute("CREATE TABLE OSRT_API (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER, "
+                "globalTid INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER, nestingLevel INTEGER, "
+                "callchainId INTEGER)")
+    con.executemany("INSERT INTO OSRT_API VALUES (?,?,?,?,?,?,?,?)",
+                    [(i * 10, i * 10 + 5, [27, 31, None, 27][i % 4], 7, 1 + i % 2, 0, 0, 0) for i in range(40)])
+    con.commit()
+    con.close()
+    path = tmp_path / "o.sqlite"
+    assert _direct_tables(path) == {"osrt": "direct"}
+    _same_trace(path)
+    assert len(nsysan.open_trace(path).osrt) == 20
+
+
+def test_damaged_page_falls_back_to_sqlite_and_its_error(tmp_path):
+    """A leaf page whose type byte is destroyed: the direct reader declines, SQLite reports the
+    damage as a CorruptTraceError, the copy of the user's file is never modified."""
+    path = _export(tmp_path / "dmg.sqlite", [_row(i) for i in range(2000)])
+    with Database(path) as db:
+        _, leaf_rows = db.direct_plan("CUPTI_ACTIVITY_KIND_KERNEL", [("s", "start", None)], None)
+    victim = int(leaf_rows[len(leaf_rows) // 2, 0])
+    data = bytearray(path.read_bytes())
+    data[(victim - 1) * 4096] = 0x42
+    path.write_bytes(bytes(data))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert _direct_tables(path)["kernels"] in ("none", "declined")  # found while listing leaves, or later
+    with pytest.raises(CorruptTraceError):
+        nsysan.open_trace(path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_truncated_file_is_declined(tmp_path):
+    path = _export(tmp_path / "cut.sqlite", [_row(i) for i in range(3000)])
+    cut = tmp_path / "cut2.sqlite"
+    shutil.copyfile(path, cut)
+    with cut.open("r+b") as f:
+        f.truncate(cut.stat().st_size - 3 * 4096)
+    with pytest.raises(CorruptTraceError):  # SQLite notices first here: the schema page count is wrong
+        _direct_tables(cut)
+    with pytest.raises(CorruptTraceError):
+        nsysan.open_trace(cut)
+    with Database(path) as db:  # the reader itself refuses pages past the end of the file
+        p, leaf_rows = db.direct_plan("CUPTI_ACTIVITY_KIND_KERNEL", [("s", "start", None)], None)
+        too_far = leaf_rows.copy()
+        too_far[-1, 0] = path.stat().st_size // 4096 + 5
+        assert db.direct_read(p, too_far) is None
+        assert db.direct_read(p, leaf_rows) is not None
+
+
+def test_switch_off_with_environment(tmp_path, monkeypatch):
+    path = _export(tmp_path / "env.sqlite", [_row(i) for i in range(3)])
+    monkeypatch.setenv("NSYSAN_READER", "sqlite")
+    assert _direct_tables(path) == {"kernels": "none"}
+
+
+@settings(max_examples=int(os.environ.get("NSYSAN_GEN_N", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(page_size=st.sampled_from([512, 1024, 4096, 65536]),
+       values=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+                                 st.integers(0, 2**40)), min_size=0, max_size=400),
+       slots=st.integers(1, 50))
+def test_generated_integer_tables(tmp_path_factory, page_size, values, slots):
+    """Random int64 values (any size, NULLs), random page sizes, random part sizes: every part
+    decodes to exactly what SQLite's SELECT returns, in the same order."""
+    path = tmp_path_factory.mktemp("gen") / "g.sqlite"
+    rows = [_row(i, correlationId=a, graphNodeId=b, globalPid=c) for i, (a, b, c) in enumerate(values)]
+    _export(path, rows, page_size=page_size)
+    outs = [("c", "correlationId", None), ("g", "graphNodeId", None), ("p", "globalPid", None),
+            ("missing", None, 3), ("nothing", None, None)]
+    with Database(path) as db:
+        p, leaf_rows = db.direct_plan("CUPTI_ACTIVITY_KIND_KERNEL", outs, None)
+        parts = [db.direct_read(p, part) for part in direct.split(leaf_rows, slots)]
+    import pyarrow as pa
+
+    got = pa.concat_tables(parts)
+    con = sqlite3.connect(path)
+    want = con.execute("SELECT correlationId, graphNodeId, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    con.close()
+    assert got.column("c").to_pylist() == [w[0] for w in want]
+    assert got.column("g").to_pylist() == [w[1] for w in want]
+    assert got.column("p").to_pylist() == [w[2] for w in want]
+    assert got.column("missing").to_pylist() == [3] * len(want)
+    assert got.column("nothing").null_count == len(want)
