@@ -30,19 +30,29 @@ class RuleContext:
         return self.a.trace
 
 
-def run_rules(analysis: Any, config: dict[str, dict[str, Any]]) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """Run every rule; returns findings sorted by impact (desc) then rule id, and a log of what ran."""
+def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
+              pool: Any = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """Run every rule; returns findings sorted by impact (desc) then rule id, and a log of what ran.
+    Rules only read the analysis, so with an executor (``pool.submit``) they run concurrently; the
+    findings and the log do not depend on it."""
     ctx = RuleContext(analysis)
-    findings: list[Finding] = []
-    log: list[dict[str, Any]] = []
     disabled = set(config.get("_disabled", {}))
+    started = []
     for rid in sorted(REGISTRY):
         r = REGISTRY[rid]
         if rid in disabled:
-            log.append({"rule": rid, "status": "disabled"})
+            started.append((rid, None, None))
             continue
         params = {**r.thresholds, **config.get(rid, {})}
-        got = list(r.fn(ctx, **params))
+        job = (lambda fn=r.fn, kw=params: list(fn(ctx, **kw)))
+        started.append((rid, params, pool.submit(job) if pool is not None else job))
+    findings: list[Finding] = []
+    log: list[dict[str, Any]] = []
+    for rid, params, job in started:
+        if job is None:
+            log.append({"rule": rid, "status": "disabled"})
+            continue
+        got = job.result() if pool is not None else job()
         findings += got
         log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
     findings.sort(key=lambda f: (-f.impact_ns, -int(f.severity), f.rule))
