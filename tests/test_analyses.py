@@ -193,3 +193,47 @@ def test_gap_breakdown_batched_equals_one_window_at_a_time(calls, windows, disjo
     batched = ThreadActivity(trace).items_many(f.PID, f.PID, ws)
     one = ThreadActivity(trace)
     assert batched == [one.items(f.PID, f.PID, a, b) for a, b in ws]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 400), st.sampled_from(["a", "b", "cudaX"])),
+                min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 900), st.sampled_from(["r1", "r2", "r3"])),
+                min_size=0, max_size=20),
+       st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 1500)), min_size=1, max_size=8))
+def test_gap_breakdown_equals_its_definition(calls, ranges, windows):
+    """Gap breakdown against its definition, one nanosecond at a time: a CUDA API name gets every
+    ns of the window in which one of its calls runs (the union per name; calls may overlap), and NVTX
+    time goes to the innermost range (the latest-starting one open, ties to the later row). Both the
+    batched path (disjoint layers, innermost segments) and the one-window path must agree with it."""
+    import factories as f
+    from nsysan.analyses.gaps import ThreadActivity
+
+    api_rows = sorted((s, s + d, name, i + 1) for i, (s, d, name) in enumerate(calls))
+    nv_rows = [(s, s + d, name) for s, d, name in ranges]
+    trace = f.make_trace(cuda_api=f.api(api_rows), nvtx=f.nvtx(nv_rows) if nv_rows else f.nvtx([(0, 1, "x")]).iloc[0:0])
+    nv = trace.nvtx
+    ns, ne, nn = nv["start_ns"].tolist(), [int(x) for x in nv["end_ns"]], nv["name"].tolist()
+    ws = [(a, a + n) for a, n in windows]
+    want = []
+    for lo, hi in ws:
+        acc: dict[tuple[str, str], int] = {}
+        for t in range(lo, hi):
+            for name in {n for s, e, n, _ in api_rows if s <= t < e}:
+                acc[("cuda_api", name)] = acc.get(("cuda_api", name), 0) + 1
+            owner = max((i for i in range(len(ns)) if ns[i] <= t < ne[i]), default=None)
+            if owner is not None:
+                acc[("nvtx", nn[owner])] = acc.get(("nvtx", nn[owner]), 0) + 1
+        want.append(acc)
+    import nsysan.analyses.gaps as gaps_mod
+
+    for limit in (gaps_mod.INNERMOST_MAX, 0):  # 0: NVTX through the per-window sweep instead
+        old, gaps_mod.INNERMOST_MAX = gaps_mod.INNERMOST_MAX, limit
+        try:
+            batched = ThreadActivity(trace).items_many(f.PID, f.PID, ws)
+            one = ThreadActivity(trace)
+            for w, (lo, hi), got in zip(want, ws, batched):
+                assert {(x["source"], x["name"]): x["ns"] for x in got} == w
+                assert one.items(f.PID, f.PID, lo, hi) == got
+        finally:
+            gaps_mod.INNERMOST_MAX = old

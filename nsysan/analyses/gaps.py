@@ -31,6 +31,8 @@ BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEve
                       "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
 CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
+Layer = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
+INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 
 
 class ThreadActivity:
@@ -52,12 +54,13 @@ class ThreadActivity:
                 continue
             order = np.argsort(key, kind="stable")
             self._sources.append((source, df, key[order], order))
-        self._parts: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
-        self._disjoint: dict[tuple[tuple[int, int], str], bool] = {}
-        self._indexes: dict[tuple[tuple[int, int], str], iv.OverlapIndex] = {}
+        self._parts: dict[tuple[int, int], list[Layer]] = {}
+        self._indexes: dict[tuple[tuple[int, int], int], iv.OverlapIndex] = {}
 
-    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Per source: start-sorted starts, ends, name codes and the code -> name table of one thread."""
+    def _thread(self, pid: int, tid: int) -> list[Layer]:
+        """Layers of one thread's activity: (source, start-sorted starts, ends, name codes, the code ->
+        name table, batched). A batched layer is disjoint and holds all the calls of its names, so a
+        name's time in a window is a plain clipped sum (``items_many`` does all windows at once)."""
         key = (pid, tid)
         if key not in self._parts:
             parts = []
@@ -81,9 +84,27 @@ class ThreadActivity:
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
-                disjoint = source != "nvtx" and (st.size < 2 or bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all()))
-                self._disjoint[(key, source)] = disjoint
-                parts.append((source, st, en, np.asarray(codes), cats.astype(str)))
+                cats = cats.astype(str)
+                overlapping = st.size > 1 and not bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all())
+                if not overlapping:
+                    parts.append((source, st, en, np.asarray(codes), cats, True))
+                elif source == "nvtx" and st.size <= INNERMOST_MAX:
+                    # nested ranges as the disjoint segments of their innermost range: the batched
+                    # path then gives the same per-name totals as the per-window sweep
+                    st, en, owner = iv.innermost(st, en)
+                    parts.append((source, st, en, np.asarray(codes)[owner], cats, True))
+                elif source != "nvtx":
+                    # calls that overlap (nested OS runtime calls): time per name is the union of
+                    # that name's calls, so each name's calls are merged once into a disjoint layer
+                    codes = np.asarray(codes)
+                    order = np.argsort(codes, kind="stable")
+                    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+                    for rows in np.split(order, cuts):
+                        rows = np.sort(rows)
+                        ms, me = iv.merge(st[rows], en[rows])
+                        parts.append((source, ms, me, np.full(len(ms), codes[rows[0]]), cats, True))
+                else:
+                    parts.append((source, st, en, np.asarray(codes), cats, False))
             self._parts[key] = parts
         return self._parts[key]
 
@@ -96,9 +117,9 @@ class ThreadActivity:
         lo = np.array([w[0] for w in windows], dtype=np.int64)
         hi = np.array([w[1] for w in windows], dtype=np.int64)
         names: dict[str, np.ndarray] = {}
-        for source, st, en, codes, cats in self._thread(pid, tid):
+        for layer, (source, st, en, codes, cats, batched) in enumerate(self._thread(pid, tid)):
             names[source] = cats
-            if not self._disjoint.get(((pid, tid), source), False):
+            if not batched:
                 continue
             i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
             i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
@@ -113,7 +134,8 @@ class ThreadActivity:
             keys, inv = np.unique(win * width + (codes[idx].astype(np.int64) + 1), return_inverse=True)
             sums = np.bincount(inv, weights=dur).astype(np.int64)
             for key, v in zip(keys.tolist(), sums.tolist()):
-                acc[key // width][(source, key % width - 1)] = v
+                item = (source, key % width - 1)  # a name lives in one layer of its source
+                acc[key // width][item] = acc[key // width].get(item, 0) + v
         out = []
         for w, (a, b) in enumerate(windows):
             items = [{"source": src, "name": str(names[src][c]) if c >= 0 else "", "ns": int(v)}
@@ -126,12 +148,12 @@ class ThreadActivity:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         out: list[dict[str, object]] = []
-        for source, st, en, codes, cats in self._thread(pid, tid):
-            if skip_disjoint and self._disjoint.get(((pid, tid), source), False):
+        for layer, (source, st, en, codes, cats, batched) in enumerate(self._thread(pid, tid)):
+            if skip_disjoint and batched:
                 continue
-            index = self._indexes.get(((pid, tid), source))
-            if index is None:  # built on first use: disjoint sources batched by items_many never need one
-                index = self._indexes[((pid, tid), source)] = iv.OverlapIndex(st, en)
+            index = self._indexes.get(((pid, tid), layer))
+            if index is None:  # built on first use: layers batched by items_many never need one
+                index = self._indexes[((pid, tid), layer)] = iv.OverlapIndex(st, en)
             sel = index.query(lo, hi)
             if sel.size == 0:
                 continue

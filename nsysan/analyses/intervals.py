@@ -42,6 +42,49 @@ def total(starts: Array, ends: Array) -> int:
     return int((me - ms).sum())
 
 
+def innermost(starts: Array, ends: Array) -> tuple[Array, Array, Array]:
+    """Disjoint segments (starts, ends, owner) covering the union of possibly nested intervals, each
+    owned by the latest-starting interval open over it (ties: the later index). ``starts`` must be
+    sorted. Time attributed per owner equals each interval's length minus what later-starting
+    intervals cover of it: the "innermost NVTX range" rule, as one sweep instead of one per window."""
+    import heapq
+
+    st = np.asarray(starts, dtype=np.int64)
+    en = np.asarray(ends, dtype=np.int64)
+    n = st.size
+    if n == 0:
+        return st.copy(), en.copy(), np.empty(0, dtype=np.int64)
+    bounds = np.unique(np.concatenate([st, en])).tolist()
+    st_l, en_l = st.tolist(), en.tolist()
+    by_end = np.argsort(en, kind="stable").tolist()
+    closed = [False] * n
+    heap: list[int] = []
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_o: list[int] = []
+    i = j = 0
+    for b in range(len(bounds) - 1):
+        t = bounds[b]
+        while i < n and st_l[i] <= t:
+            heapq.heappush(heap, -i)
+            i += 1
+        while j < n and en_l[by_end[j]] <= t:
+            closed[by_end[j]] = True
+            j += 1
+        while heap and closed[-heap[0]]:
+            heapq.heappop(heap)
+        if not heap:
+            continue
+        owner, nxt = -heap[0], bounds[b + 1]
+        if out_o and out_o[-1] == owner and out_e[-1] == t:
+            out_e[-1] = nxt
+        else:
+            out_s.append(t)
+            out_e.append(nxt)
+            out_o.append(owner)
+    return (np.array(out_s, dtype=np.int64), np.array(out_e, dtype=np.int64), np.array(out_o, dtype=np.int64))
+
+
 def clip(starts: Array, ends: Array, lo: int, hi: int) -> tuple[Array, Array]:
     """Intervals clipped to [lo, hi); empty ones dropped."""
     s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)

@@ -17,32 +17,51 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from nsysan.rules._base import Finding, Severity, finding, rule, top_records
-from nsysan.rules._helpers import steady
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("launch-bound", "Kernel launches cost more than the kernels", min_kernels=100, min_dominated_frac=0.3,
       max_kernel_ns=50_000)
 def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_ns: int) -> Iterator[Finding]:
-    lau = steady(ctx.a.launches, ctx)
-    plain = lau.loc[~lau["is_graph"]]
-    graphs = lau.loc[lau["is_graph"]]
-    if len(plain) < min_kernels:
+    # masks over the launch frame (a million rows on big traces): only the dominated launches'
+    # few needed columns are ever copied
+    lau, w = ctx.a.launches, ctx.window
+    if len(lau) == 0:
         return
-    dom = plain.loc[plain["launch_dominated"] & (plain["gpu_ns"] <= max_kernel_ns)]
-    frac = len(dom) / len(plain)
+    inside = (lau["start_ns"].to_numpy() < w.end_ns) & (lau["end_ns"].to_numpy() > w.start_ns)
+    is_graph = lau["is_graph"].to_numpy(dtype=bool)
+    n_plain, n_graphs = int((inside & ~is_graph).sum()), int((inside & is_graph).sum())
+    if n_plain < min_kernels:
+        return
+    gpu_ns, api_ns = lau["gpu_ns"].to_numpy(), lau["api_ns"].to_numpy()
+    dom = np.flatnonzero(inside & ~is_graph & lau["launch_dominated"].to_numpy(dtype=bool) & (gpu_ns <= max_kernel_ns))
+    frac = len(dom) / n_plain
     if frac < min_dominated_frac:
         return
-    saving = int((dom["api_ns"] - dom["gpu_ns"]).clip(lower=0).sum())
+    saving = int(np.clip(api_ns[dom] - gpu_ns[dom], 0, None).sum())
     gaps = ctx.a.gaps
-    idle = int(gaps.loc[(gaps["start_ns"] >= ctx.window.start_ns) & (gaps["end_ns"] <= ctx.window.end_ns)]["gap_ns"].sum())
+    within = (gaps["start_ns"].to_numpy() >= w.start_ns) & (gaps["end_ns"].to_numpy() <= w.end_ns)
+    idle = int(gaps["gap_ns"].to_numpy()[within].sum())
     idle += int(ctx.a.busy_steady["idle_ns"].sum()) if len(gaps) == 0 else 0
     impact = min(saving, idle) if idle else saving
-    graph_note = (f" {len(graphs)} CUDA Graph launches are already used for part of the work." if len(graphs) else "")
+    graph_note = (f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else "")
+    cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
+    top = lau[cols].iloc[_largest_first(api_ns, dom, 10)]
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact,
-                  message=f"{len(dom)} of {len(plain)} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
-                          f"to launch (median {fmt_ns(dom['api_ns'].median())}) than to run (median "
-                          f"{fmt_ns(dom['gpu_ns'].median())}).{graph_note}",
-                  evidence=top_records(dom.assign(name=dom["name"].str.slice(0, 160)), "api_ns", 10,
-                                       ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]))
+                  message=f"{len(dom)} of {n_plain} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
+                          f"to launch (median {fmt_ns(np.median(api_ns[dom]))}) than to run (median "
+                          f"{fmt_ns(np.median(gpu_ns[dom]))}).{graph_note}",
+                  evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
+
+
+def _largest_first(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` rows with the largest values, largest first, ties in row order (``nlargest``'s
+    keep="first"), without sorting all of them."""
+    v = values[rows]
+    if len(v) > n:
+        cut = np.partition(v, len(v) - n)[len(v) - n]
+        rows, v = rows[v >= cut], v[v >= cut]
+    return rows[np.argsort(-v, kind="stable")[:n]]

@@ -271,6 +271,7 @@ static PyObject *raise_reader(Reader *r) {
 
 /* leaves(fd, page_size, reserved, file_size, root) -> bytes of native uint32 (page, cells) pairs */
 static PyObject *py_leaves(PyObject *self, PyObject *args) {
+    (void)self;
     int fd;
     Py_ssize_t page_size, reserved, file_size, root;
     if (!PyArg_ParseTuple(args, "innnn", &fd, &page_size, &reserved, &file_size, &root)) return NULL;
@@ -288,84 +289,81 @@ static PyObject *py_leaves(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, n_out)
- *   leaves: a slice of what leaves() returned (the cell counts size the output)
+/* decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs) -> rows
+ *   leaves: a slice of what leaves() returned (its cell counts are the rows it holds)
  *   fields: tuple, per record field index, of the output column it fills (-1: skip)
- * -> (n_rows, [(int64 data bytes, uint8 validity bytes), ...])  one pair per output column */
+ *   outputs: list, per output column, of a (data, valid) pair of writable buffers: int64 and uint8,
+ *            each exactly as long as the leaves' cell count (slices of the caller's whole-table
+ *            arrays, so parts decoded on several threads need no concatenation) */
 static PyObject *py_decode(PyObject *self, PyObject *args) {
-    int fd, rowid_out, n_out;
+    (void)self;
+    int fd, rowid_out;
     Py_ssize_t page_size, reserved, file_size;
     Py_buffer leaves_buf;
-    PyObject *fields;
-    if (!PyArg_ParseTuple(args, "innny*O!ii", &fd, &page_size, &reserved, &file_size, &leaves_buf,
-                          &PyTuple_Type, &fields, &rowid_out, &n_out))
+    PyObject *fields, *outputs;
+    if (!PyArg_ParseTuple(args, "innny*O!iO!", &fd, &page_size, &reserved, &file_size, &leaves_buf,
+                          &PyTuple_Type, &fields, &rowid_out, &PyList_Type, &outputs))
         return NULL;
-    PyObject *result = NULL, *cols = NULL;
+    PyObject *result = NULL;
     int *field_out = NULL;
     int64_t **data = NULL;
     uint8_t **valid = NULL;
-    PyObject **data_obj = NULL, **valid_obj = NULL;
+    Py_buffer *views = NULL;
+    int n_views = 0;
     Job j;
     memset(&j, 0, sizeof j);
-    if (reader_init(&j.r, fd, page_size, reserved, file_size) < 0) goto out;
-    if (n_out < 0 || n_out > 4096 || rowid_out >= n_out) { PyErr_SetString(PyExc_ValueError, "bad column count"); goto out; }
+    Py_ssize_t n_out = PyList_GET_SIZE(outputs);
     Py_ssize_t n_fields = PyTuple_GET_SIZE(fields);
+    size_t n_leaves = (size_t)leaves_buf.len / (2 * sizeof(uint32_t));
+    size_t capacity = 0;
+    for (size_t i = 0; i < n_leaves; i++) capacity += ((const uint32_t *)leaves_buf.buf)[2 * i + 1];
+    if (reader_init(&j.r, fd, page_size, reserved, file_size) < 0) goto out;
+    if (n_out > 4096 || rowid_out >= n_out) { PyErr_SetString(PyExc_ValueError, "bad column count"); goto out; }
     field_out = malloc(sizeof(int) * (size_t)(n_fields ? n_fields : 1));
-    if (!field_out) { PyErr_NoMemory(); goto out; }
+    data = calloc((size_t)(n_out ? n_out : 1), sizeof *data);
+    valid = calloc((size_t)(n_out ? n_out : 1), sizeof *valid);
+    views = calloc((size_t)(2 * n_out + 1), sizeof *views);
+    if (!field_out || !data || !valid || !views) { PyErr_NoMemory(); goto out; }
     for (Py_ssize_t i = 0; i < n_fields; i++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(fields, i));
         if (v == -1 && PyErr_Occurred()) goto out;
         if (v >= n_out || v < -1) { PyErr_SetString(PyExc_ValueError, "bad output column"); goto out; }
         field_out[i] = (int)v;
     }
-    size_t n_leaves = (size_t)leaves_buf.len / (2 * sizeof(uint32_t));
-    size_t capacity = 0;
-    int rc;
-    for (size_t i = 0; i < n_leaves; i++) capacity += ((const uint32_t *)leaves_buf.buf)[2 * i + 1];
-    data = calloc((size_t)(n_out ? n_out : 1), sizeof *data);
-    valid = calloc((size_t)(n_out ? n_out : 1), sizeof *valid);
-    data_obj = calloc((size_t)(n_out ? n_out : 1), sizeof *data_obj);
-    valid_obj = calloc((size_t)(n_out ? n_out : 1), sizeof *valid_obj);
-    if (!data || !valid || !data_obj || !valid_obj) { PyErr_NoMemory(); goto out; }
-    for (int o = 0; o < n_out; o++) {
-        data_obj[o] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(capacity * sizeof(int64_t)));
-        valid_obj[o] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)capacity);
-        if (!data_obj[o] || !valid_obj[o]) goto out;
-        data[o] = (int64_t *)PyBytes_AS_STRING(data_obj[o]);
-        valid[o] = (uint8_t *)PyBytes_AS_STRING(valid_obj[o]);
+    for (Py_ssize_t o = 0; o < n_out; o++) {
+        PyObject *pair = PyList_GET_ITEM(outputs, o);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) { PyErr_SetString(PyExc_TypeError, "outputs: (data, valid) pairs"); goto out; }
+        for (int k = 0; k < 2; k++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, k), &views[n_views], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
+            n_views++;
+        }
+        if ((size_t)views[n_views - 2].len != capacity * sizeof(int64_t) || (size_t)views[n_views - 1].len != capacity) {
+            PyErr_SetString(PyExc_ValueError, "output buffer size does not match the leaves' cell count");
+            goto out;
+        }
+        data[o] = (int64_t *)views[n_views - 2].buf;
+        valid[o] = (uint8_t *)views[n_views - 1].buf;
     }
     j.leaves = (const uint32_t *)leaves_buf.buf;
     j.n_leaves = n_leaves;
     j.n_fields = (int)n_fields;
     j.field_out = field_out;
     j.rowid_out = rowid_out;
-    j.n_out = n_out;
+    j.n_out = (int)n_out;
     j.data = data;
     j.valid = valid;
     j.capacity = capacity;
+    int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = decode_leaves(&j);
     Py_END_ALLOW_THREADS
     if (rc < 0) { raise_reader(&j.r); goto out; }
-    cols = PyList_New(n_out);
-    if (!cols) goto out;
-    for (int o = 0; o < n_out; o++) {
-        if (j.n_rows != capacity) {  /* cannot happen (rows == cells), but never hand out unset memory */
-            if (_PyBytes_Resize(&data_obj[o], (Py_ssize_t)(j.n_rows * sizeof(int64_t))) < 0) goto out;
-            if (_PyBytes_Resize(&valid_obj[o], (Py_ssize_t)j.n_rows) < 0) goto out;
-        }
-        PyObject *pair = PyTuple_Pack(2, data_obj[o], valid_obj[o]);
-        if (!pair) goto out;
-        PyList_SET_ITEM(cols, o, pair);
-    }
-    result = Py_BuildValue("(nO)", (Py_ssize_t)j.n_rows, cols);
+    if (j.n_rows != capacity) { PyErr_SetString(Unsupported, "fewer rows than cells"); goto out; }
+    result = PyLong_FromSize_t(j.n_rows);
 out:
+    for (int v = 0; v < n_views; v++) PyBuffer_Release(&views[v]);
     PyBuffer_Release(&leaves_buf);
-    Py_XDECREF(cols);
-    if (data_obj) for (int o = 0; o < n_out; o++) Py_XDECREF(data_obj[o]);
-    if (valid_obj) for (int o = 0; o < n_out; o++) Py_XDECREF(valid_obj[o]);
-    free(data_obj);
-    free(valid_obj);
+    free(views);
     free(data);
     free(valid);
     free(field_out);
@@ -375,11 +373,12 @@ out:
 static PyMethodDef methods[] = {
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
-     "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, n_out) -> (rows, [(data, valid), ...])"},
+     "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs) -> rows"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_btree", "Direct reader for SQLite table b-trees.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_btree", "Direct reader for SQLite table b-trees.", -1, methods,
+                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__btree(void) {
     PyObject *m = PyModule_Create(&module);
@@ -391,5 +390,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
+    if (PyModule_AddIntConstant(m, "VERSION", 2) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -297,11 +297,28 @@ class Database:
 
     def direct_read(self, p: direct.Plan, leaf_rows: np.ndarray) -> pa.Table | None:
         """Decode those leaf pages; None if the direct reader meets something it does not handle."""
-        assert self._direct is not None
+        return self.direct_read_many({"t": (p, leaf_rows)}, workers=1).get("t")
+
+    def direct_read_many(self, plans: dict[str, tuple[direct.Plan, np.ndarray]], workers: int,
+                         rows_per_part: int = 400_000) -> dict[str, pa.Table | None]:
+        """Several tables at once: their parts decode on ``workers`` threads, each into its rows of
+        the table's own arrays. None for a table the direct reader declines (SQLite reads it)."""
+        assert self._direct is not None or not plans
+        out: dict[str, pa.Table | None] = {}
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsysan-direct") if workers > 1 else None
         try:
-            return direct.read(self._direct, p, leaf_rows)
-        except (OSError, direct.Unsupported):
-            return None
+            pending = {name: direct.start(self._direct, p, leaves, rows_per_part=rows_per_part,
+                                          submit=pool.submit if pool else None)
+                       for name, (p, leaves) in plans.items()}
+            for name, job in pending.items():
+                try:
+                    out[name] = direct.finish(job)
+                except (OSError, direct.Unsupported):
+                    out[name] = None
+        finally:
+            if pool is not None:
+                pool.shutdown()
+        return out
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Small queries through sqlite3."""

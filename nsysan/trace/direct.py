@@ -13,7 +13,7 @@ It is a fast path, never the only path. ``plan`` returns None, and the caller us
   part of the primary key or has a declared default (a record shorter than the schema takes it);
 * the file header is not a plain SQLite 3 header.
 
-``read`` raises ``Unsupported`` when it meets something it does not decode (a REAL, TEXT or BLOB in
+``read`` (or ``start`` + ``finish``) raises ``Unsupported`` when it meets something it does not decode (a REAL, TEXT or BLOB in
 a wanted column, a record spilling to overflow pages, a damaged page); the caller then reads the
 whole table through SQLite, which also reports damage in its own words. A test checks that both
 paths give identical frames on every fixture, the public corpus and generated exports.
@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +41,8 @@ Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else Val
 
 def available() -> bool:
     """True when the extension is importable and not switched off with ``NSYSAN_READER=sqlite``."""
-    return _btree is not None and os.environ.get("NSYSAN_READER", "").lower() != "sqlite"
+    return (_btree is not None and getattr(_btree, "VERSION", 0) == 2  # a stale build of older source: unused
+            and os.environ.get("NSYSAN_READER", "").lower() != "sqlite")
 
 
 @dataclass(frozen=True)
@@ -126,15 +130,61 @@ def split(leaf_rows: np.ndarray, rows_per_part: int) -> list[np.ndarray]:
     return [part for part in np.split(leaf_rows, np.unique(cuts)) if len(part)]
 
 
-def read(file: File, p: Plan, leaf_rows: np.ndarray) -> pa.Table:
-    """Decode the rows on ``leaf_rows`` into the same Arrow table the SQL path would return."""
+def read(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | None = None,
+         submit: Callable[..., Future[Any]] | None = None) -> pa.Table:
+    """Decode the rows on ``leaf_rows`` into the same Arrow table the SQL path would return. With
+    ``submit`` (an executor's), slices of about ``rows_per_part`` rows decode concurrently, each
+    into its own rows of the whole-table arrays. Raises ``Unsupported``."""
+    return finish(start(file, p, leaf_rows, rows_per_part=rows_per_part, submit=submit))
+
+
+@dataclass
+class Pending:
+    plan: Plan
+    data: list[np.ndarray]
+    valid: list[np.ndarray]
+    futures: list[Future[Any]]
+
+
+def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | None = None,
+          submit: Callable[..., Future[Any]] | None = None) -> Pending:
+    """Allocate the table's columns and start decoding its parts (``finish`` waits for them)."""
     assert _btree is not None
-    n, cols = _btree.decode(file.fd, file.page_size, file.reserved, file.size,
-                            np.ascontiguousarray(leaf_rows).tobytes(), p.fields, -1, len(p.slots))
+    counts = leaf_rows[:, 1].astype(np.int64) if len(leaf_rows) else np.zeros(0, np.int64)
+    total = int(counts.sum())
+    data = [np.empty(total, dtype=np.int64) for _ in p.slots]
+    valid = [np.empty(total, dtype=np.uint8) for _ in p.slots]
+    parts = split(leaf_rows, rows_per_part or max(total, 1))
+    futures: list[Future[Any]] = []
+    row = 0
+    for part in parts:
+        n = int(part[:, 1].sum(dtype=np.int64)) if len(part) else 0
+        outputs = [(d[row:row + n], v[row:row + n]) for d, v in zip(data, valid)]
+        args = (file.fd, file.page_size, file.reserved, file.size, np.ascontiguousarray(part).tobytes(), p.fields,
+                -1, outputs)
+        if submit is None:
+            f: Future[Any] = Future()
+            try:
+                f.set_result(_btree.decode(*args))
+            except Exception as e:  # noqa: BLE001 - re-raised by finish()
+                f.set_exception(e)
+            futures.append(f)
+        else:
+            futures.append(submit(_btree.decode, *args))
+        row += n
+    return Pending(p, data, valid, futures)
+
+
+def finish(pending: Pending) -> pa.Table:
+    """Wait for the parts and build the table (keep_only filter, defaults, NULLs). Raises
+    ``Unsupported`` if any part was declined."""
+    for f in pending.futures:
+        f.result()
+    p = pending.plan
     values = {}
-    for src, (data, valid) in zip(p.slots, cols):
-        v = np.frombuffer(valid, dtype=np.uint8)
-        values[src] = (np.frombuffer(data, dtype=np.int64), None if v.all() else v == 0)
+    for src, d, v in zip(p.slots, pending.data, pending.valid):
+        values[src] = (d, None if v.all() else v == 0)
+    n = len(pending.data[0]) if pending.data else 0
     keep = None
     if p.keep_only is not None:
         d, null = values[p.keep_only[0]]

@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from pathlib import Path
 
@@ -198,13 +199,14 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
     if missing.any():
         warnings.append(f"{name}: dropped {int(missing.sum())} row(s) with a missing or non-numeric start/end")
         df = df.loc[~missing]
-    bad = df["end_ns"] < df["start_ns"]
+    bad = df["end_ns"].to_numpy() < df["start_ns"].to_numpy()
     if bad.any():
         warnings.append(f"{name}: dropped {int(bad.sum())} row(s) whose end is before their start")
         df = df.loc[~bad]
-    df = df.assign(dur_ns=df["end_ns"] - df["start_ns"])
-    if not df["start_ns"].is_monotonic_increasing:
-        df = df.sort_values("start_ns", kind="stable")
+    st = df["start_ns"].to_numpy()
+    df = df.assign(dur_ns=df["end_ns"].to_numpy() - st)
+    if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
+        df = df.take(np.argsort(st, kind="stable"))  # a few late rows (OS runtime): timsort is near linear
     return df.reset_index(drop=True)
 
 
@@ -332,9 +334,10 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 raise ResourceLimitError(
                     f"{path}: {n:,} events exceed the limit of {max_rows:,}",
                     hint="raise it with --max-events, or export a time window (nsys export --times ...)")
-        queries: list[tuple[str, Any]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
+        queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
         specs: dict[str, S.TableSpec] = {}
         sources: dict[str, str] = {}
+        direct_plans: dict[str, tuple[direct.Plan, np.ndarray]] = {}
         for spec in steps:
             src = next((t for t in spec.sources if caps.has(t)), None)
             if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
@@ -347,13 +350,11 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 found = db.direct_plan(src, S.select_outputs(spec, caps.columns(src), all_columns=all_columns),
                                        spec.keep_only)
                 if found is not None:
-                    plan, leaf_rows = found
-                    for part in direct.split(leaf_rows, SLICE_ROWS):
-                        queries.append((spec.name, functools.partial(db.direct_read, plan, part)))
+                    direct_plans[spec.name] = found
                     continue
             queries += _sql_queries(db, spec, src, all_columns)
         # biggest first, so the threads finish together (StringIds stays first: it is read alone)
-        queries[1:] = sorted(queries[1:], key=lambda q: 0 if callable(q[1]) or "WHERE rowid" in q[1] else 1)
+        queries[1:] = sorted(queries[1:], key=lambda q: 0 if "WHERE rowid" in q[1] else 1)
         done = 0
 
         def tick(name: str) -> None:
@@ -362,26 +363,50 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             if progress:
                 progress(name, done, total_steps)
 
-        total_steps = len(queries) + len(specs)
+        total_steps = len(queries) + len(direct_plans) + len(specs)
         strings = Strings(db.arrow(queries.pop(0)[1]))
         tick("strings")
+        raw = db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS)
+        for name, t in raw.items():
+            if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
+                queries += _sql_queries(db, specs[name], sources[name], all_columns)
+            tick(f"read {name}")
         # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
         convert = functools.partial(_to_table_frame, specs=specs, strings=strings, all_columns=all_columns)
-        tables = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"), convert=convert)
-        # the direct reader declined a part (e.g. a REAL in an integer column): SQLite reads that table
-        redo = [name for name, parts in tables.items() if any(p is None for p in parts)]
-        for name in redo:
-            tables.pop(name)
-        if redo:
-            again = [q for name in redo for q in _sql_queries(db, specs[name], sources[name], all_columns)]
-            tables.update(db.arrow_many(again, workers, convert=convert))
+        tables: dict[str, list[Any]] = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
+                                                     convert=convert)
         _memory.release()
+
+        def build(name: str) -> tuple[pd.DataFrame, list[str]]:
+            """One table's frame: slices joined, ids decoded; event tables also lose their invalid
+            rows (with a warning), gain durations and are sorted by start."""
+            spec = specs[name]
+            whole = raw.pop(name, None)
+            parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
+                or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
+            df = _decode_ids(_concat(parts))
+            notes: list[str] = []
+            if name in INTERVAL_TABLES:
+                df = _finish_intervals(name, df, notes)
+            return df, notes
+
         frames: dict[str, pd.DataFrame] = {}
-        for name, spec in specs.items():
-            parts = tables.pop(name, None) or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
-            frames[name] = _decode_ids(_concat(parts))
-            del parts
-            tick(name)
+        built: dict[str, tuple[pd.DataFrame, list[str]]] = {}
+        names = sorted(specs, key=lambda n: n not in INTERVAL_TABLES)  # the big ones first
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsysan-build") as pool:
+                for name, fut in [(n, pool.submit(build, n)) for n in names]:
+                    built[name] = fut.result()
+                    tick(name)
+        else:
+            for name in names:
+                built[name] = build(name)
+                tick(name)
+        for name in specs:
+            frames[name] = built[name][0]
+        for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first
+            warnings += built[name][1]
+        del built
         meta, meta_source = _meta_rows(db)
         capture: tuple[tuple[str, str], ...] = ()
         if caps.has("META_DATA_CAPTURE", "name"):
@@ -392,8 +417,6 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             if rows and rows[0][0] is not None and rows[0][1] is not None:
                 window = (int(rows[0][0]), int(rows[0][1]))
 
-    for name in INTERVAL_TABLES:
-        frames[name] = _finish_intervals(name, frames[name], warnings)
     api_names = map_categories(frames["cuda_api"]["name"], lambda s: _VERSION_SUFFIX.sub("", s))
     frames["cuda_api"] = frames["cuda_api"].assign(
         name=api_names,
