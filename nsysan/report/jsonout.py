@@ -16,7 +16,13 @@ import pandas as pd
 SCHEMA = "nsysan.analysis/1"
 
 
+class _Clean(list):  # type: ignore[type-arg]
+    """Records already cleaned column by column (``records``): ``_clean`` passes them through."""
+
+
 def _clean(v: Any, key: str = "") -> Any:
+    if type(v) is _Clean:
+        return v
     if isinstance(v, dict):
         return {str(k): _clean(x, str(k)) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -39,18 +45,34 @@ def _clean(v: Any, key: str = "") -> Any:
     return v
 
 
+def _column(key: str, s: pd.Series) -> list[Any]:
+    """One column as JSON-ready Python values, exactly as ``_clean`` turns each cell (numpy ints and
+    bools to Python, NaN to None, floats rounded), but without a type check per cell."""
+    dt = s.dtype
+    if not isinstance(dt, pd.api.extensions.ExtensionDtype) and dt.kind in "iub":
+        return s.to_numpy().tolist()
+    if not isinstance(dt, pd.api.extensions.ExtensionDtype) and dt.kind == "f":
+        as_int = key.endswith("_ns") or key in ("bytes", "total_bytes")
+        return [None if math.isnan(f) or math.isinf(f) else (int(round(f)) if as_int else round(f, 6))
+                for f in s.to_numpy().tolist()]
+    return [_clean(v, key) for v in s.tolist()]
+
+
 def records(df: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts (cleaned column by column: a 5,000-iteration table is 60,000 cells)."""
     if df is None or len(df) == 0:
         return []
     d = df if limit is None else df.head(limit)
-    return d.to_dict("records")  # numpy scalars, NaN: cleaned once, with the rest, by analysis_to_dict
+    keys = [str(c) for c in d.columns]
+    cols = [_column(k, d.iloc[:, i]) for i, k in enumerate(keys)]
+    return _Clean(dict(zip(keys, row)) for row in zip(*cols))
 
 
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
     t = a.trace
     m = t.meta
     gpus = records(t.gpus[["device_id", "name", "sm_count", "total_memory_bytes", "compute_major", "compute_minor"]])
-    procs = sorted(set(a.ops["pid"].tolist()) | set(t.cuda_api["pid"].unique().tolist()))
+    procs = sorted(set(np.unique(a.ops["pid"].to_numpy()).tolist()) | set(np.unique(t.cuda_api["pid"].to_numpy()).tolist()))
     pnames = dict(zip(t.processes["pid"].tolist(), t.processes["name"].astype(str).tolist())) if len(t.processes) else {}
     trace: dict[str, Any] = {
         "path": Path(m.path).name, "nsys_version": m.nsys_version, "schema_version": m.schema_version,

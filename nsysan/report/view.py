@@ -137,25 +137,28 @@ def _timeline(a: Any) -> dict[str, Any]:
             cov = iv.coverage_in_bins(ms, me, edges.astype(np.int64))
             lane["bins"] = {"start": int(edges[0]), "width": float(edges[1] - edges[0]),
                             "busy": np.round(cov / max(edges[1] - edges[0], 1), 3).tolist()}
-        else:
-            d = ops.iloc[rows]
-            kinds = d["op"].map(kind_code).fillna(0).astype(int).to_numpy()
-            sub = np.where(d["kind"].to_numpy() == "DtoH", 4, kinds)
-            lane["ops"] = np.column_stack([s, e, sub, [nid(str(x)) for x in d["name"]]]).astype(np.int64).tolist()
+        else:  # columns taken by row number: no copy of the whole ops frame per lane
+            kinds = np.array([kind_code.get(str(x), 0) for x in ops["op"].array.take(rows)], dtype=np.int64)
+            sub = np.where(ops["kind"].array.take(rows).astype(object) == "DtoH", 4, kinds)
+            lane["ops"] = np.column_stack([s, e, sub, [nid(str(x)) for x in ops["name"].array.take(rows)]]
+                                          ).astype(np.int64).tolist()
         lanes.append(lane)
     g = a.gaps
     if len(g):
         gg = g.nlargest(MAX_TIMELINE_OPS, "gap_ns")
         lanes.append({"label": "GPU idle gaps", "group": "gaps",
-                      "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 5,
-                               nid(f"idle {fmt_ns(r.gap_ns)}: {r.cause}" + (f" ({r.activity})" if r.activity else ""))]
-                              for r in gg.itertuples()]})
+                      "ops": [[s_, e_, 5, nid(f"idle {fmt_ns(n_)}: {c_}" + (f" ({a_})" if a_ else ""))]
+                              for s_, e_, n_, c_, a_ in zip((gg["start_ns"].to_numpy() - t0).tolist(),
+                                                            (gg["end_ns"].to_numpy() - t0).tolist(),
+                                                            gg["gap_ns"].tolist(), list(gg["cause"].array),
+                                                            list(gg["activity"].array))]})
     rg = a.nvtx_ranges
     for (pid, tid), d in rg.groupby(["pid", "tid"], sort=True):
         d = d.head(MAX_TIMELINE_OPS)
         lanes.append({"label": f"NVTX {pid}/{tid}", "group": "nvtx",
-                      "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 6, nid(str(r.name)), int(r.depth)]
-                              for r in d.itertuples()]})
+                      "ops": [[int(s_ - t0), int(e_ - t0), 6, nid(str(n_)), int(k_)]
+                              for s_, e_, n_, k_ in zip(d["start_ns"].tolist(), d["end_ns"].tolist(),
+                                                        list(d["name"].array), d["depth"].tolist())]})
     api = a.trace.cuda_api
     if len(api):
         gpu_pids = np.unique(a.ops["pid"].to_numpy()) if len(a.ops) else None
@@ -165,10 +168,11 @@ def _timeline(a: Any) -> dict[str, Any]:
                 continue
             if len(rows) > MAX_TIMELINE_OPS:  # the longest calls of this thread, in time order
                 rows = np.sort(rows[np.argpartition(-dur[rows], MAX_TIMELINE_OPS)[:MAX_TIMELINE_OPS]])
-            d = api.iloc[rows]
             lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
-                          "ops": [[int(r.start_ns - t0), int(r.end_ns - t0), 7, nid(str(r.name))]
-                                  for r in d.itertuples()]})
+                          "ops": [[s_, e_, 7, nid(str(n_))]
+                                  for s_, e_, n_ in zip((api["start_ns"].to_numpy()[rows] - t0).tolist(),
+                                                        (api["end_ns"].to_numpy()[rows] - t0).tolist(),
+                                                        api["name"].array.take(rows))]})
     return {"t0": int(t0), "span": int(a.capture.dur_ns), "lanes": lanes, "names": names}
 
 
