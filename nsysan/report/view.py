@@ -163,16 +163,20 @@ def _timeline(a: Any) -> dict[str, Any]:
     if len(api):
         gpu_pids = np.unique(a.ops["pid"].to_numpy()) if len(a.ops) else None
         dur = api["dur_ns"].to_numpy()
+        api_cat = api["name"].array
+        if not isinstance(api_cat, pd.Categorical):  # loaded traces always have one; hand-built frames may not
+            api_cat = pd.Categorical(np.asarray(api["name"].astype(str), dtype=object))
+        api_names = [str(c) for c in api_cat.categories]  # a row's name: its category's string
         for (pid, tid), rows in group_rows(api["pid"].to_numpy(), api["tid"].to_numpy()):
             if gpu_pids is not None and pid not in gpu_pids:
                 continue
             if len(rows) > MAX_TIMELINE_OPS:  # the longest calls of this thread, in time order
                 rows = np.sort(rows[np.argpartition(-dur[rows], MAX_TIMELINE_OPS)[:MAX_TIMELINE_OPS]])
             lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
-                          "ops": [[s_, e_, 7, nid(str(n_))]
-                                  for s_, e_, n_ in zip((api["start_ns"].to_numpy()[rows] - t0).tolist(),
+                          "ops": [[s_, e_, 7, nid(api_names[c_] if c_ >= 0 else "nan")]
+                                  for s_, e_, c_ in zip((api["start_ns"].to_numpy()[rows] - t0).tolist(),
                                                         (api["end_ns"].to_numpy()[rows] - t0).tolist(),
-                                                        api["name"].array.take(rows))]})
+                                                        np.asarray(api_cat.codes)[rows].tolist())]})
     return {"t0": int(t0), "span": int(a.capture.dur_ns), "lanes": lanes, "names": names}
 
 
