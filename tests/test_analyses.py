@@ -113,18 +113,6 @@ def test_iterations_detect_warmup_and_steady_stats():
     assert a.steady.start_ns == 10_000 and a.steady.label == "steady state"
 
 
-@given(st.lists(st.tuples(st.integers(0, 5_000), st.integers(0, 3_000)), max_size=80),
-       st.integers(0, 6_000), st.integers(0, 3_000))
-def test_overlap_index_matches_brute_force(rows, lo, width):
-    starts = np.array(sorted(r[0] for r in rows), dtype=np.int64)
-    durs = np.array([r[1] for r in rows], dtype=np.int64)
-    ends = starts + durs
-    hi = lo + width
-    got = iv.OverlapIndex(starts, ends).query(lo, hi)
-    want = np.flatnonzero((starts < hi) & (ends > lo))
-    assert got.tolist() == want.tolist()
-
-
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), max_size=60),
        st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), max_size=30))
 def test_first_match_equals_merge_with_first_duplicate(table, queries):
@@ -179,7 +167,7 @@ def test_range_min_max_equals_brute_force(values, queries, block):
        st.booleans())
 def test_gap_breakdown_batched_equals_one_window_at_a_time(calls, windows, disjoint):
     """ThreadActivity.items_many (binary search over non-overlapping calls, all gaps at once) gives the
-    same breakdown as items() per window (overlap index), for disjoint and overlapping calls."""
+    same breakdown as items() one window at a time, for disjoint and overlapping calls."""
     import factories as f
     from nsysan.analyses.gaps import ThreadActivity
 
@@ -227,8 +215,11 @@ def test_gap_breakdown_equals_its_definition(calls, ranges, windows):
         want.append(acc)
     import nsysan.analyses.gaps as gaps_mod
 
-    for limit in (gaps_mod.INNERMOST_MAX, 0):  # 0: NVTX through the per-window sweep instead
+    # INNERMOST_MAX 0: NVTX through the per-window sweep; REACH_MAX_SHARE: candidate calls found
+    # through the running maximum of ends, or every call tested
+    for limit, share in ((gaps_mod.INNERMOST_MAX, 1e9), (0, 0.0), (gaps_mod.INNERMOST_MAX, 0.0)):
         old, gaps_mod.INNERMOST_MAX = gaps_mod.INNERMOST_MAX, limit
+        old_share, gaps_mod.REACH_MAX_SHARE = gaps_mod.REACH_MAX_SHARE, share
         try:
             batched = ThreadActivity(trace).items_many(f.PID, f.PID, ws)
             one = ThreadActivity(trace)
@@ -237,3 +228,4 @@ def test_gap_breakdown_equals_its_definition(calls, ranges, windows):
                 assert one.items(f.PID, f.PID, lo, hi) == got
         finally:
             gaps_mod.INNERMOST_MAX = old
+            gaps_mod.REACH_MAX_SHARE = old_share

@@ -32,12 +32,13 @@ BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEve
 CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
 Layer = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
-INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
+INNERMOST_MAX = 200_000
+REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 
 
 class ThreadActivity:
-    """Per-thread CUDA API, OS runtime and NVTX intervals, indexed lazily (only threads that submitted
-    the work ending an explained gap) for clipped look-ups in O(log n + k) per gap."""
+    """Per-thread CUDA API, OS runtime and NVTX intervals, found lazily (only threads that submitted
+    the work ending an explained gap) and cut down to the calls that touch the gaps looked at."""
 
     def __init__(self, trace: Trace) -> None:
         nv = trace.nvtx.loc[(trace.nvtx["style"] != "Mark") & trace.nvtx["end_ns"].notna()]
@@ -46,23 +47,24 @@ class ThreadActivity:
         for source, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv)):
             if len(df) == 0:
                 continue
+            pid, tid = df["pid"].to_numpy(), df["tid"].to_numpy()
+            if bool((pid == pid[0]).all()) and bool((tid == tid[0]).all()):
+                # one thread (the usual submitter): nothing to sort
+                key0 = (np.int64(pid[0]) << 24) | np.int64(tid[0])
+                self._sources.append((source, df, np.array([key0], dtype=np.int64), None))
+                continue
             # rows grouped by thread once (a stable sort of packed pid/tid keys): a thread's rows are
             # then one binary search away, however many threads the explained gaps touch
-            key = (df["pid"].to_numpy().astype(np.int64) << 24) | df["tid"].to_numpy().astype(np.int64)
-            if bool((key == key[0]).all()):  # one thread (the usual submitter): nothing to sort
-                self._sources.append((source, df, key[:1], None))
-                continue
+            key = (pid.astype(np.int64) << 24) | tid.astype(np.int64)
             order = np.argsort(key, kind="stable")
             self._sources.append((source, df, key[order], order))
-        self._parts: dict[tuple[int, int], list[Layer]] = {}
-        self._indexes: dict[tuple[tuple[int, int], int], iv.OverlapIndex] = {}
+        self._rows: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
 
-    def _thread(self, pid: int, tid: int) -> list[Layer]:
-        """Layers of one thread's activity: (source, start-sorted starts, ends, name codes, the code ->
-        name table, batched). A batched layer is disjoint and holds all the calls of its names, so a
-        name's time in a window is a plain clipped sum (``items_many`` does all windows at once)."""
+    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per source: start-sorted starts, ends, name codes, the code -> name table and the running
+        maximum of ends, for one thread."""
         key = (pid, tid)
-        if key not in self._parts:
+        if key not in self._rows:
             parts = []
             packed = (pid << 24) | tid
             for source, df, sorted_keys, order in self._sources:
@@ -84,40 +86,70 @@ class ThreadActivity:
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
-                cats = cats.astype(str)
-                overlapping = st.size > 1 and not bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all())
-                if not overlapping:
-                    parts.append((source, st, en, np.asarray(codes), cats, True))
-                elif source == "nvtx" and st.size <= INNERMOST_MAX:
-                    # nested ranges as the disjoint segments of their innermost range: the batched
-                    # path then gives the same per-name totals as the per-window sweep
-                    st, en, owner = iv.innermost(st, en)
-                    parts.append((source, st, en, np.asarray(codes)[owner], cats, True))
-                elif source != "nvtx":
-                    # calls that overlap (nested OS runtime calls): time per name is the union of
-                    # that name's calls, so each name's calls are merged once into a disjoint layer
-                    codes = np.asarray(codes)
-                    order = np.argsort(codes, kind="stable")
-                    cuts = np.flatnonzero(np.diff(codes[order])) + 1
-                    for rows in np.split(order, cuts):
-                        rows = np.sort(rows)
-                        ms, me = iv.merge(st[rows], en[rows])
-                        parts.append((source, ms, me, np.full(len(ms), codes[rows[0]]), cats, True))
-                else:
-                    parts.append((source, st, en, np.asarray(codes), cats, False))
-            self._parts[key] = parts
-        return self._parts[key]
+                # running maximum of ends: the calls before searchsorted(reach, lo) all end by lo
+                parts.append((source, st, en, np.asarray(codes), cats.astype(str), np.maximum.accumulate(en)))
+            self._rows[key] = parts
+        return self._rows[key]
+
+    def _layers(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> list[Layer]:
+        """The thread's calls that overlap any of the windows [lo, hi), as layers: (source, starts,
+        ends, name codes, code -> name table, batched). A batched layer is disjoint and holds all the
+        (relevant) calls of its names, so a name's time in a window is a plain clipped sum. Calls
+        touching no window cannot change any window's numbers, so they are left out first."""
+        wl, wh = iv.merge(lo, hi)
+        layers: list[Layer] = []
+        for source, st, en, codes, cats, reach in self._thread(pid, tid):
+            # candidates per window: from the first call that may still run at its start to the
+            # last starting before its end (O(log n) each), then the exact overlap test
+            i0 = np.searchsorted(reach, wl, side="right")
+            i1 = np.searchsorted(st, wh, side="left")
+            k = np.maximum(i1 - i0, 0)
+            n = int(k.sum())
+            if n == 0:
+                continue
+            if n <= len(st) * REACH_MAX_SHARE:
+                rows = np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
+                rows = np.unique(rows[en[rows] > np.repeat(wl, k)])
+            else:  # a long call early on keeps the running maximum high: test every call instead
+                j = np.minimum(np.searchsorted(wh, st, side="right"), len(wh) - 1)  # first window ending after st
+                rows = np.flatnonzero((st < wh[j]) & (wl[j] < en))
+            if rows.size == 0:
+                continue
+            st, en, codes = st[rows], en[rows], codes[rows]
+            overlapping = st.size > 1 and not bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all())
+            if not overlapping:
+                layers.append((source, st, en, codes, cats, True))
+            elif source == "nvtx" and st.size <= INNERMOST_MAX:
+                # nested ranges as the disjoint segments of their innermost range: the batched path
+                # then gives the same per-name totals as the per-window sweep
+                st, en, owner = iv.innermost(st, en)
+                layers.append((source, st, en, codes[owner], cats, True))
+            elif source != "nvtx":
+                # calls that overlap (nested OS runtime calls): time per name is the union of that
+                # name's calls, so each name's calls are merged into one disjoint layer
+                order = np.argsort(codes, kind="stable")
+                cuts = np.flatnonzero(np.diff(codes[order])) + 1
+                for part in np.split(order, cuts):
+                    part = np.sort(part)
+                    ms, me = iv.merge(st[part], en[part])
+                    layers.append((source, ms, me, np.full(len(ms), codes[part[0]]), cats, True))
+            else:
+                layers.append((source, st, en, codes, cats, False))
+        return layers
 
     def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
-        """``items`` for many windows of one thread. Sources whose calls never overlap on this thread
-        (the usual CUDA API and OS runtime case) are done for all windows at once: the calls in each
-        window are one binary search away (starts and ends are both sorted), clipped, and summed per
-        (window, name) with one ``bincount``; others go window by window."""
+        """``items`` for many windows of one thread. Batched layers (calls that never overlap, each
+        name's merged calls, innermost NVTX segments) are done for all windows at once: the calls in
+        each window are one binary search away (starts and ends are both sorted), clipped, and summed
+        per (window, name) with one ``bincount``; others go window by window."""
+        if not windows:
+            return []
         acc: list[dict[tuple[str, int], int]] = [{} for _ in windows]
         lo = np.array([w[0] for w in windows], dtype=np.int64)
         hi = np.array([w[1] for w in windows], dtype=np.int64)
         names: dict[str, np.ndarray] = {}
-        for layer, (source, st, en, codes, cats, batched) in enumerate(self._thread(pid, tid)):
+        layers = self._layers(pid, tid, lo, hi)
+        for source, st, en, codes, cats, batched in layers:
             names[source] = cats
             if not batched:
                 continue
@@ -136,45 +168,48 @@ class ThreadActivity:
             for key, v in zip(keys.tolist(), sums.tolist()):
                 item = (source, key % width - 1)  # a name lives in one layer of its source
                 acc[key // width][item] = acc[key // width].get(item, 0) + v
+        unbatched = [layer for layer in layers if not layer[5]]
         out = []
         for w, (a, b) in enumerate(windows):
             items = [{"source": src, "name": str(names[src][c]) if c >= 0 else "", "ns": int(v)}
                      for (src, c), v in acc[w].items() if v > 0]
-            items += self.items(pid, tid, a, b, skip_disjoint=True)
+            items += _window_items(unbatched, a, b)
             out.append(sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"]))))  # type: ignore[call-overload]
         return out
 
-    def items(self, pid: int, tid: int, lo: int, hi: int, *, skip_disjoint: bool = False) -> list[dict[str, object]]:
+    def items(self, pid: int, tid: int, lo: int, hi: int) -> list[dict[str, object]]:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
-        out: list[dict[str, object]] = []
-        for layer, (source, st, en, codes, cats, batched) in enumerate(self._thread(pid, tid)):
-            if skip_disjoint and batched:
-                continue
-            index = self._indexes.get(((pid, tid), layer))
-            if index is None:  # built on first use: layers batched by items_many never need one
-                index = self._indexes[((pid, tid), layer)] = iv.OverlapIndex(st, en)
-            sel = index.query(lo, hi)
-            if sel.size == 0:
-                continue
-            s, e = np.clip(st[sel], lo, hi), np.clip(en[sel], lo, hi)
-            nm = codes[sel]
-            acc: dict[int, int] = {}
-            if source == "nvtx":
-                for k in range(s.size):
-                    inner = iv.total(*iv.clip(s[k + 1:], e[k + 1:], int(s[k]), int(e[k])))
-                    acc[int(nm[k])] = acc.get(int(nm[k]), 0) + int(e[k] - s[k]) - inner
-            elif s.size < 2 or bool((s[1:] >= np.maximum.accumulate(e)[:-1]).all()):
-                # disjoint calls (the common case on one thread): the union per name is a plain sum
-                u, inv = np.unique(nm, return_inverse=True)
-                acc = dict(zip(u.tolist(), np.bincount(inv, weights=e - s).astype(np.int64).tolist()))
-            else:
-                for code in np.unique(nm):
-                    m = nm == code
-                    acc[int(code)] = iv.total(s[m], e[m])
-            out += [{"source": source, "name": str(cats[k]) if k >= 0 else "", "ns": int(v)}
-                    for k, v in acc.items() if v > 0]
-        return sorted(out, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))  # type: ignore[call-overload]
+        return self.items_many(pid, tid, [(lo, hi)])[0]
+
+
+def _longest_first(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` rows with the largest values, largest first, ties in row order (a stable sort of
+    all of them would give the same), without sorting them all."""
+    v = values[rows]
+    if len(v) > n > 0:
+        cut = np.partition(v, len(v) - n)[len(v) - n]
+        rows, v = rows[v >= cut], v[v >= cut]
+    return rows[np.argsort(-v, kind="stable")[:n]]
+
+
+def _window_items(layers: list[Layer], lo: int, hi: int) -> list[dict[str, object]]:
+    """Time per (source, name) in [lo, hi) for layers the batched path does not take (more nested
+    NVTX ranges than ``INNERMOST_MAX``): a sweep per range, innermost range first."""
+    out: list[dict[str, object]] = []
+    for source, st, en, codes, cats, _ in layers:
+        sel = np.flatnonzero((st < hi) & (en > lo))
+        if sel.size == 0:
+            continue
+        s, e = np.clip(st[sel], lo, hi), np.clip(en[sel], lo, hi)
+        nm = codes[sel]
+        acc: dict[int, int] = {}
+        for k in range(s.size):
+            inner = iv.total(*iv.clip(s[k + 1:], e[k + 1:], int(s[k]), int(e[k])))
+            acc[int(nm[k])] = acc.get(int(nm[k]), 0) + int(e[k] - s[k]) - inner
+        out += [{"source": source, "name": str(cats[k]) if k >= 0 else "", "ns": int(v)}
+                for k, v in acc.items() if v > 0]
+    return out
 
 
 def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: int = 10_000,
@@ -185,7 +220,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     ops = with_launch_calls(trace, ops)
     parts = []
     dev_all = ops["device_id"].to_numpy()
-    for dev in np.unique(dev_all):
+    for dev in (dev_all[:1] if len(dev_all) and bool((dev_all == dev_all[0]).all()) else np.unique(dev_all)):
         sel = (dev_all == dev) & (ops["end_ns"].to_numpy() > window.start_ns) & (ops["start_ns"].to_numpy() < window.end_ns)
         rows = np.flatnonzero(sel)
         if len(rows) < 2:
@@ -215,7 +250,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     activity: dict[int, str] = {}
     breakdown = np.empty(len(out), dtype=object)  # None except for explained gaps: no per-gap lists
     host = np.flatnonzero(cause == 0)
-    explain = host[np.argsort(-out["gap_ns"].to_numpy()[host], kind="stable")[:explain_top]]
+    explain = _longest_first(out["gap_ns"].to_numpy(), host, explain_top)
     activity_index = ThreadActivity(trace) if len(explain) else None
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
     windows = {int(i): (int(o_start[i]), int(min(api_start[i], o_end[i]))) for i in explain}
