@@ -229,3 +229,15 @@ def test_gap_breakdown_equals_its_definition(calls, ranges, windows):
         finally:
             gaps_mod.INNERMOST_MAX = old
             gaps_mod.REACH_MAX_SHARE = old_share
+
+
+@given(st.lists(st.tuples(st.integers(-50, 400), st.integers(0, 60)), min_size=1, max_size=40))
+def test_max_depth_equals_counting_each_instant(rows):
+    """Most intervals open at once and the mean while any is open, against counting per ns."""
+    s = np.array([a for a, _ in rows], dtype=np.int64)
+    e = s + np.array([d for _, d in rows], dtype=np.int64)
+    depth = [int(((s <= t) & (t < e)).sum()) for t in range(-50, 461)]
+    busy = sum(1 for d in depth if d > 0)
+    mx, mean = iv.max_depth(s, e)
+    assert mx == max(depth)
+    assert abs(mean - (sum(depth) / busy if busy else 0.0)) < 1e-9

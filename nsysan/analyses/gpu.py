@@ -77,7 +77,7 @@ class Busy:
             self.per_pid_dev[(pid, dev)] = {
                 "all": merged(rows), "compute": merged(rows[is_compute[rows]]),
                 "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]]),
-                "ops": len(rows), "streams": int(len(np.unique(stream_all[rows])))}
+                "ops": len(rows), "streams": _distinct(stream_all[rows])}
         for (dev,), rows in group_rows(dev_all):
             d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]),
                  "memcpy": merged(rows[is_copy[rows]])}
@@ -88,6 +88,12 @@ class Busy:
             self.per_dev[dev] = d
         for (dev, stream), rows in group_rows(dev_all, stream_all):
             self.per_stream[(dev, stream)] = merged(rows)
+
+
+def _distinct(values: np.ndarray) -> int:
+    if len(values) == 0:
+        return 0
+    return 1 if bool((values == values[0]).all()) else int(len(np.unique(values)))
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:
@@ -142,7 +148,10 @@ def concurrency(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> 
         parts = [_in(ivs, window) for (d, _), ivs in sorted(b.per_stream.items()) if d == dev]
         ss = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
         ee = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
-        mx, mean = iv.max_depth(ss, ee) if len(ss) else (0, 0.0)
+        if len(parts) == 1:  # one stream, merged: never more than one interval open at a time
+            mx, mean = (1 if len(ss) else 0), (1.0 if int((ee - ss).sum()) > 0 else 0.0)
+        else:
+            mx, mean = iv.max_depth(ss, ee) if len(ss) else (0, 0.0)
         rows.append({"device_id": int(dev), "max_streams": mx, "mean_streams_when_busy": round(mean, 3),
                      "streams_used": len(parts)})
     return pd.DataFrame(rows, columns=["device_id", "max_streams", "mean_streams_when_busy", "streams_used"])
