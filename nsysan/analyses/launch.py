@@ -39,33 +39,78 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
 
 def launch_summary(lau: pd.DataFrame) -> dict[str, object]:
     """Totals over launches, split into ordinary launches and graph launches."""
+    graph = lau["is_graph"].to_numpy(dtype=bool)
+    api, gpu_, queue = (lau[c].to_numpy() for c in ("api_ns", "gpu_ns", "queue_ns"))
+    dominated = lau["launch_dominated"].to_numpy(dtype=bool)
 
-    def part(d: pd.DataFrame) -> dict[str, object]:
-        if len(d) == 0:
+    def part(mask: np.ndarray) -> dict[str, object]:
+        n = int(mask.sum())
+        if n == 0:
             return {"count": 0}
+        a, g, d = api[mask], gpu_[mask], dominated[mask]
         return {
-            "count": int(len(d)),
-            "api_total_ns": int(d["api_ns"].sum()),
-            "api_med_ns": int(round(float(d["api_ns"].median()))),
-            "gpu_total_ns": int(d["gpu_ns"].sum()),
-            "gpu_med_ns": int(round(float(d["gpu_ns"].median()))),
-            "queue_med_ns": int(round(float(d["queue_ns"].median()))),
-            "launch_dominated_count": int(d["launch_dominated"].sum()),
-            "launch_dominated_frac": float(d["launch_dominated"].mean()),
+            "count": n,
+            "api_total_ns": int(a.sum()),
+            "api_med_ns": int(round(float(np.median(a)))),
+            "gpu_total_ns": int(g.sum()),
+            "gpu_med_ns": int(round(float(np.median(g)))),
+            "queue_med_ns": int(round(float(np.median(queue[mask])))),
+            "launch_dominated_count": int(d.sum()),
+            "launch_dominated_frac": float(d.mean()),
         }
 
-    return {"kernels": part(lau.loc[~lau["is_graph"]]), "graphs": part(lau.loc[lau["is_graph"]])}
+    return {"kernels": part(~graph), "graphs": part(graph)}
+
+
+PER_KERNEL_COLUMNS = ["api_name", "name", "count", "api_med_ns", "queue_med_ns", "gpu_med_ns", "launch_dominated_frac"]
 
 
 def per_kernel(lau: pd.DataFrame) -> pd.DataFrame:
     """Per (api_name, kernel name): count, median API/queue/GPU times, share launch-dominated."""
     if len(lau) == 0:
-        return pd.DataFrame(columns=["api_name", "name", "count", "api_med_ns", "queue_med_ns", "gpu_med_ns",
-                                     "launch_dominated_frac"])
-    g = lau.groupby(["api_name", "name"], sort=True, observed=True)
-    out = g.agg(count=("gpu_ns", "size"), api_med_ns=("api_ns", "median"), queue_med_ns=("queue_ns", "median"),
-                gpu_med_ns=("gpu_ns", "median"), launch_dominated_frac=("launch_dominated", "mean")).reset_index()
+        return pd.DataFrame(columns=PER_KERNEL_COLUMNS)
+    out = _per_kernel_by_codes(lau)
+    if out is None:
+        g = lau.groupby(["api_name", "name"], sort=True, observed=True)
+        out = g.agg(count=("gpu_ns", "size"), api_med_ns=("api_ns", "median"), queue_med_ns=("queue_ns", "median"),
+                    gpu_med_ns=("gpu_ns", "median"), launch_dominated_frac=("launch_dominated", "mean")).reset_index()
     return out.sort_values(["count", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
+    """``per_kernel``'s group-by on the categorical codes: rows grouped by one stable radix sort of
+    small group ids, medians by selection inside each group. None when the keys are not both
+    categorical or there are too many groups (pandas then groups)."""
+    an, kn = lau["api_name"].array, lau["name"].array
+    if not (isinstance(an, pd.Categorical) and isinstance(kn, pd.Categorical)):
+        return None
+    a, b = np.asarray(an.codes, dtype=np.int64), np.asarray(kn.codes, dtype=np.int64)
+    rows = np.flatnonzero((a >= 0) & (b >= 0))  # a missing key leaves the row out, as groupby does
+    key = a[rows] * max(len(kn.categories), 1) + b[rows]
+    span = max(len(an.categories), 1) * max(len(kn.categories), 1)
+    if span <= 1 << 22:  # a dense table of the (api, name) combinations: no hashing or sort
+        present = np.bincount(key, minlength=span) > 0
+        uniq = np.flatnonzero(present)
+        gid = (np.cumsum(present) - 1)[key]
+    else:
+        uniq, gid = np.unique(key, return_inverse=True)
+    if len(uniq) > 4096:
+        return None
+    order = rows[np.argsort(gid.astype(np.int16), kind="stable")]  # radix sort: linear
+    counts = np.bincount(gid, minlength=len(uniq))
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+
+    def medians(col: str) -> np.ndarray:
+        v = lau[col].to_numpy()[order]
+        return np.array([np.median(v[bounds[i]:bounds[i + 1]]) for i in range(len(uniq))], dtype=np.float64)
+
+    dom = lau["launch_dominated"].to_numpy(dtype=bool)[order].astype(np.float64)
+    frac = np.add.reduceat(dom, bounds[:-1]) / counts
+    return pd.DataFrame({
+        "api_name": pd.Categorical.from_codes(uniq // max(len(kn.categories), 1), dtype=an.dtype),
+        "name": pd.Categorical.from_codes(uniq % max(len(kn.categories), 1), dtype=kn.dtype),
+        "count": counts.astype(np.int64), "api_med_ns": medians("api_ns"), "queue_med_ns": medians("queue_ns"),
+        "gpu_med_ns": medians("gpu_ns"), "launch_dominated_frac": frac})
 
 
 def median_int(values: pd.Series) -> int:
