@@ -241,3 +241,25 @@ def test_max_depth_equals_counting_each_instant(rows):
     mx, mean = iv.max_depth(s, e)
     assert mx == max(depth)
     assert abs(mean - (sum(depth) / busy if busy else 0.0)) < 1e-9
+
+
+@given(st.lists(st.tuples(st.sampled_from(["cudaLaunchKernel", "cuLaunchKernel", None]),
+                          st.sampled_from(["k1", "k2", "k3", None]), st.integers(0, 10_000), st.integers(0, 10_000),
+                          st.integers(-500, 500)), min_size=1, max_size=60))
+def test_per_kernel_by_codes_equals_pandas_groupby(rows):
+    """The launch table per (API, kernel) from category codes equals pandas' group-by (medians,
+    counts, launch-dominated share, group order; rows with a missing key left out)."""
+    from nsysan.analyses import launch
+
+    lau = pd.DataFrame({
+        "api_name": pd.Categorical([r[0] for r in rows], categories=["cuLaunchKernel", "cudaLaunchKernel", "unused"]),
+        "name": pd.Categorical([r[1] for r in rows], categories=["k1", "k2", "k3"]),
+        "api_ns": np.array([r[2] for r in rows], dtype=np.int64), "gpu_ns": np.array([r[3] for r in rows], np.int64),
+        "queue_ns": np.array([r[4] for r in rows], dtype=np.int64)})
+    lau = lau.assign(launch_dominated=lau["api_ns"] > lau["gpu_ns"])
+    got = launch.per_kernel(lau)
+    g = lau.groupby(["api_name", "name"], sort=True, observed=True)
+    want = g.agg(count=("gpu_ns", "size"), api_med_ns=("api_ns", "median"), queue_med_ns=("queue_ns", "median"),
+                 gpu_med_ns=("gpu_ns", "median"), launch_dominated_frac=("launch_dominated", "mean")).reset_index()
+    want = want.sort_values(["count", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)
