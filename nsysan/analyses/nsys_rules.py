@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import category_mask, name_in
+from nsysan.analyses.frames import category_mask, group_rows, name_in
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import first_match, pack_keys
 from nsysan.trace.model import Trace
@@ -84,7 +84,8 @@ def _frame(df: pd.DataFrame, name: Any = None) -> pd.DataFrame:
 def _gpu_ops(ops: pd.DataFrame) -> pd.DataFrame:
     """nsys' GPU ops: kernels, copies and memsets (not whole-graph launches), with ``start > 0``."""
     keep = ~name_in(ops["op"], ("graph",)) & (ops["start_ns"].to_numpy() > 0)
-    return ops.loc[keep, ["start_ns", "end_ns", "pid", "device_id"]]
+    cols = ["start_ns", "end_ns", "pid", "device_id"]
+    return ops[cols] if bool(keep.all()) else ops.loc[keep, cols]
 
 
 def _with_api_name(table: pd.DataFrame, ops: pd.DataFrame, op: str) -> pd.DataFrame:
@@ -99,11 +100,21 @@ def _with_api_name(table: pd.DataFrame, ops: pd.DataFrame, op: str) -> pd.DataFr
     return table.assign(api_name=pd.Categorical.from_codes(codes, categories=names.categories, validate=False))
 
 
+def _per_process_device(ops: pd.DataFrame) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """(pid, device, starts, ends) per process and device, in key order, rows in frame order."""
+    st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    return [(pid, dev, st if len(rows) == len(st) else st[rows], en if len(rows) == len(en) else en[rows])
+            for (pid, dev), rows in group_rows(ops["pid"].to_numpy(), ops["device_id"].to_numpy())]
+
+
+def _sorted(v: np.ndarray) -> np.ndarray:
+    return v if v.size < 2 or bool((v[1:] >= v[:-1]).all()) else np.sort(v)
+
+
 def _gaps(ops: pd.DataFrame, gap_ns: int) -> pd.DataFrame:
     rows = []
-    for (pid, dev), g in ops.groupby(["pid", "device_id"], sort=True):
-        s = np.sort(g["start_ns"].to_numpy())
-        e = np.sort(g["end_ns"].to_numpy())
+    for pid, dev, st, en in _per_process_device(ops):
+        s, e = _sorted(st), _sorted(en)
         d = s[1:] - e[:-1]
         for i in np.flatnonzero(d > gap_ns):
             rows.append((int(e[i]), int(d[i]), int(pid), int(dev), ""))
@@ -112,8 +123,7 @@ def _gaps(ops: pd.DataFrame, gap_ns: int) -> pd.DataFrame:
 
 def _low_util(ops: pd.DataFrame, chunks: int, util_pct: float) -> pd.DataFrame:
     rows = []
-    for (pid, dev), g in ops.groupby(["pid", "device_id"], sort=True):
-        s, e = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
+    for pid, dev, s, e in _per_process_device(ops):
         lo, hi = int(s.min()), int(e.max())
         size = int(np.ceil((hi - lo) / chunks))
         if size <= 0:
