@@ -97,11 +97,18 @@ def kernel_config_summary(trace: Trace) -> pd.DataFrame:
         return with_share(duration_stats(k.assign(grid=pd.Series(dtype=str), block=pd.Series(dtype=str)),
                                          ["name", "grid", "block"]))
     # group on integer codes of each distinct (grid, block) shape; format the few distinct ones
+    # (the codes only group rows: the output is ordered by the formatted shapes, not by code)
     combined = np.zeros(len(k), dtype=np.int64)
     for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
-        codes, uniq = pd.factorize(k[c].to_numpy(dtype=np.int64))
-        # factorize after each step, so the combined code stays below the number of rows
-        combined = pd.factorize(combined * len(uniq) + codes)[0].astype(np.int64)
+        v = k[c].to_numpy(dtype=np.int64)
+        if bool((v == v[0]).all()):  # most dimensions are the same for every launch
+            continue
+        codes, uniq = pd.factorize(v)
+        # mixed radix while it fits, then re-factorized: the combined code stays below the row count
+        combined = combined * len(uniq) + codes
+        if int(combined.max()) >= len(k):
+            combined = pd.factorize(combined)[0].astype(np.int64)
+    combined = pd.factorize(combined)[0].astype(np.int64)
     first_row = np.zeros(int(combined.max()) + 1, dtype=np.int64)  # one row of each shape
     first_row[combined[::-1]] = np.arange(len(combined) - 1, -1, -1)
     dims = np.stack([k[c].to_numpy(dtype=np.int64)[first_row] for c in
