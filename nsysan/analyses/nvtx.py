@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import group_rows
 from nsysan.analyses.intervals import RangeMinMax
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -28,9 +29,24 @@ def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     ops = with_launch_calls(trace, ops)
     j = ops.loc[ops["api_start_ns"].to_numpy() >= 0, ["pid", "correlation_id", "start_ns", "end_ns", "op", "tid",
                                                        "api_start_ns"]]
-    order = np.lexsort((j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(),
-                        j["pid"].to_numpy()))
-    return j.take(order).reset_index(drop=True)
+    keys = (j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(), j["pid"].to_numpy())
+    if _lexsorted(keys):  # one submitting thread launching in order: the usual case, no sort or copy
+        return j.reset_index(drop=True)
+    return j.take(np.lexsort(keys)).reset_index(drop=True)
+
+
+def _lexsorted(keys: tuple[np.ndarray, ...]) -> bool:
+    """Whether rows are already in ``np.lexsort(keys)`` order (last key primary)."""
+    n = len(keys[0])
+    if n < 2:
+        return True
+    ok = np.ones(n - 1, dtype=bool)  # rows i, i+1 in order given the keys checked so far
+    tied = np.ones(n - 1, dtype=bool)  # ... and equal on them
+    for k in keys[::-1]:
+        a, b = k[:-1], k[1:]
+        ok &= ~tied | (a <= b)
+        tied &= a == b
+    return bool(ok.all())
 
 
 def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -77,7 +93,7 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
     p_end = np.full(n, -1, dtype=np.int64)
     if owned is None:
         owned = owned_ops(trace, ops)
-    by_thread = owned.groupby(["pid", "tid"], sort=False).indices
+    by_thread = dict(group_rows(owned["pid"].to_numpy(), owned["tid"].to_numpy()))
     for key, idx in r.groupby(["pid", "tid"], sort=False).indices.items():
         rows = by_thread.get(key)
         if rows is None:
