@@ -12,12 +12,21 @@ __version__ = "0.1.0"
 
 from typing import Any
 
-from nsysan.trace import Trace, TraceMeta, open_trace
+
+def __getattr__(name: str) -> Any:
+    # imported on first use (PEP 562): ``nsysan --version`` and the start of ``nsysan analyze`` do
+    # not pay for pandas, and the trace can start loading while it is imported
+    if name in ("Trace", "TraceMeta", "open_trace"):
+        from nsysan import trace
+
+        return getattr(trace, name)
+    raise AttributeError(f"module 'nsysan' has no attribute {name!r}")
 
 
-def analyze(trace: Trace | str, **kwargs: Any) -> Any:
+def analyze(trace: Any, **kwargs: Any) -> Any:
     """Run every analysis and rule on a trace (or a path). See ``nsysan.analysis.analyze``."""
     from nsysan.analysis import analyze as _analyze
+    from nsysan.trace import Trace, open_trace
 
     if not isinstance(trace, Trace):
         trace = open_trace(trace)

@@ -54,3 +54,13 @@ def test_golden(name, analysis):
     assert path.exists(), f"no golden file for {name}: run NSYSAN_UPDATE_GOLDEN=1 pytest tests/test_golden.py"
     want = json.loads(path.read_text())
     assert got == want
+
+
+@pytest.mark.parametrize("name", ["ladder_overlap", "timing", "launch_eager"])
+def test_threads_do_not_change_the_output(name, load):
+    """Analyses and rules on 4 threads give the JSON of a run without threads, byte for byte."""
+    import nsysan
+    from nsysan.report import jsonout
+
+    trace = load(name)
+    assert jsonout.to_json(nsysan.analyze(trace, workers=4)) == jsonout.to_json(nsysan.analyze(trace, workers=1))

@@ -22,7 +22,7 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     queue_ns, launch_dominated, is_graph. Operations whose API call is not in the trace are dropped."""
     ops = with_launch_calls(trace, ops)
     keep = ops["op"].isin(["kernel", "graph"]).to_numpy() & (ops["api_start_ns"].to_numpy() >= 0)
-    j = ops.loc[keep]
+    j = ops if bool(keep.all()) else ops.loc[keep]  # all kept (the usual case): columns shared, no copy
     graph_api = category_mask(j["api_name"], lambda s: s.startswith(("cudaGraphLaunch", "cuGraphLaunch")))
     j = j.assign(gpu_ns=j["dur_ns"], api_ns=j["api_end_ns"] - j["api_start_ns"],
                  queue_ns=j["start_ns"] - j["api_start_ns"])

@@ -27,8 +27,9 @@ def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """Every GPU op with its launching call's thread and API start (join on pid + correlation id),
     sorted by (pid, tid, api_start_ns, correlation_id)."""
     ops = with_launch_calls(trace, ops)
-    j = ops.loc[ops["api_start_ns"].to_numpy() >= 0, ["pid", "correlation_id", "start_ns", "end_ns", "op", "tid",
-                                                       "api_start_ns"]]
+    cols = ["pid", "correlation_id", "start_ns", "end_ns", "op", "tid", "api_start_ns"]
+    found = ops["api_start_ns"].to_numpy() >= 0
+    j = ops[cols] if bool(found.all()) else ops.loc[found, cols]  # all found: columns shared, no copy
     keys = (j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(), j["pid"].to_numpy())
     if _lexsorted(keys):  # one submitting thread launching in order: the usual case, no sort or copy
         return j.reset_index(drop=True)

@@ -36,7 +36,7 @@ from nsysan.errors import (
     TraceNotFoundError,
     TraceUnreadableError,
 )
-from nsysan.trace import direct
+from nsysan.trace import direct, prefetch
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -128,17 +128,12 @@ class Database:
         >= 3.16). SQLAlchemy's inspector is the fallback: importing it costs ~0.3 s, a tenth of the
         whole budget for a 200 MB trace, so it is not on the common path."""
         try:
-            rows = self._sqlite.execute(
-                "SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
-                "WHERE m.type IN ('table', 'view') ORDER BY m.name, p.cid").fetchall()
+            tables = prefetch.table_columns(self._sqlite)
         except sqlite3.DatabaseError as e:
             if "no such table" not in str(e).lower() and "pragma_table_info" not in str(e).lower():
                 raise _translate(self.path, e) from e
             return self._describe_sqlalchemy()
-        tables: dict[str, list[str]] = {}
-        for t, c in rows:
-            tables.setdefault(str(t), []).append(str(c))
-        return self._check_nsys({k: tuple(v) for k, v in tables.items()})
+        return self._check_nsys(tables)
 
     def _describe_sqlalchemy(self) -> Caps:
         import sqlalchemy as sa

@@ -63,7 +63,7 @@ class TraceMeta:
         return max(0, self.end_ns - self.start_ns)
 
 
-INTERVAL_TABLES = ("kernels", "graph_launches", "memcpy", "memset", "sync", "cuda_api", "osrt")
+from nsysan.trace.schema import INTERVAL_TABLES  # noqa: E402 - re-exported: the event tables
 
 
 @dataclass(frozen=True, slots=True)

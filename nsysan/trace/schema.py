@@ -146,6 +146,9 @@ GPU_MEMORY_USAGE = TableSpec("gpu_memory_usage", ("CUDA_GPU_MEMORY_USAGE_EVENTS"
     C("operation", "memoryOperationType", default=0), C("correlation_id", "correlationId", default=0),
 ), required=("start",))
 
+# the event tables (start/end intervals): read by the direct reader when possible, checked and sorted
+INTERVAL_TABLES = ("kernels", "graph_launches", "memcpy", "memset", "sync", "cuda_api", "osrt")
+
 ALL_SPECS = (KERNELS, GRAPH_LAUNCHES, MEMCPY, MEMSET, SYNC, CUDA_API, OSRT, NVTX_RAW, THREADS, PROCESSES,
              GPUS, STREAMS, GPU_MEMORY_USAGE)
 
