@@ -238,13 +238,17 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
                               "op": pd.Categorical([]), "name": pd.Categorical([]),
                               "bytes": pd.Series(dtype="int64"), "kind": pd.Categorical([])})
         return attach_launch_calls(trace, empty)
-    data = {c: np.concatenate([p[c].to_numpy(dtype=np.int64) for p in parts]) for c in [*cols, "bytes"]}
+    if len(parts) == 1:  # one kind of op (kernels only: common): its columns as they are, no copies
+        data = {c: parts[0][c].to_numpy(dtype=np.int64) for c in [*cols, "bytes"]}
+    else:
+        data = {c: np.concatenate([p[c].to_numpy(dtype=np.int64) for p in parts]) for c in [*cols, "bytes"]}
     op_names = [o for o, _ in ops_]
     op_codes = np.concatenate([np.full(n, i, dtype=np.int8) for i, (_, n) in enumerate(ops_)])
     frame = pd.DataFrame({
         **{c: data[c] for c in cols},
         "op": pd.Categorical.from_codes(op_codes, categories=pd.Index(op_names, dtype=object), validate=False),
-        "name": union_categoricals(names), "bytes": data["bytes"], "kind": union_categoricals(kinds),
+        "name": names[0] if len(names) == 1 else union_categoricals(names), "bytes": data["bytes"],
+        "kind": kinds[0] if len(kinds) == 1 else union_categoricals(kinds),
     }, copy=False)
     order = np.lexsort((data["end_ns"], data["start_ns"]))
     if not (order[1:] > order[:-1]).all():

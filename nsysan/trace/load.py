@@ -166,8 +166,13 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
                 zero_copy_only=False)
             data[col.name] = strings.resolve(ids, prune=False)
         elif col.dtype == "Int64":
-            data[col.name] = pd.array(arr.cast(pa.int64(), safe=False).to_pandas(types_mapper=pd.ArrowDtype)
-                                      .astype("Int64") if n else [], dtype="Int64")
+            # values and validity straight from the Arrow buffers (no detour through ArrowDtype)
+            ints = arr.cast(pa.int64(), safe=False)
+            if isinstance(ints, pa.ChunkedArray):
+                ints = ints.combine_chunks()
+            mask = ints.is_null().to_numpy(zero_copy_only=False) if ints.null_count else np.zeros(n, dtype=bool)
+            values = (ints.fill_null(0) if ints.null_count else ints).to_numpy(zero_copy_only=False)
+            data[col.name] = pd.arrays.IntegerArray(values.astype(np.int64, copy=False), mask)
         elif col.dtype == "float64":
             data[col.name] = arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         else:
