@@ -274,3 +274,14 @@ def test_lexsorted_check_agrees_with_lexsort(rows):
     assert _lexsorted(keys) == bool((order == np.arange(len(rows))).all() or
                                     all(tuple(k[order][i] for k in keys) == tuple(k[i] for k in keys)
                                         for i in range(len(rows))))
+
+
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 40)), max_size=40), st.integers(-20, 560),
+       st.integers(0, 600))
+def test_clip_merged_equals_clip(rows, lo, width):
+    """The slice-based clip of merged intervals equals the general clip (zero-length ones dropped)."""
+    ms, me = iv.merge(np.array([a for a, _ in rows], dtype=np.int64),
+                      np.array([a + d for a, d in rows], dtype=np.int64))
+    want = iv.clip(ms, me, lo, lo + width)
+    got = iv.clip_merged(ms, me, lo, lo + width)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

@@ -97,7 +97,7 @@ def _distinct(values: np.ndarray) -> int:
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:
-    return iv.clip(ivs[0], ivs[1], w.start_ns, w.end_ns)
+    return iv.clip_merged(ivs[0], ivs[1], w.start_ns, w.end_ns)  # Busy's intervals are all merged
 
 
 def _len(ivs: Intervals) -> int:

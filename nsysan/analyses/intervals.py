@@ -93,6 +93,27 @@ def clip(starts: Array, ends: Array, lo: int, hi: int) -> tuple[Array, Array]:
     return s[keep], e[keep]
 
 
+def clip_merged(starts: Array, ends: Array, lo: int, hi: int) -> tuple[Array, Array]:
+    """``clip`` for merged intervals (sorted, disjoint, as ``merge`` returns them): the intervals
+    overlapping the window are one slice (two binary searches), and only its first start and last
+    end can need clipping. A view when nothing is cut: no pass over a million intervals per window."""
+    s, e = np.asarray(starts), np.asarray(ends)
+    i0 = int(np.searchsorted(e, lo, side="right"))  # first interval ending after lo
+    i1 = int(np.searchsorted(s, hi, side="left"))  # first interval starting at or after hi
+    if i1 <= i0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    s, e = s[i0:i1], e[i0:i1]
+    if not bool((e > s).all()):  # zero-length intervals (0 ns ops): clip() drops them
+        return clip(s, e, lo, hi)
+    if s[0] < lo:
+        s = s.copy()
+        s[0] = lo
+    if e[-1] > hi:
+        e = e.copy()
+        e[-1] = hi
+    return s, e
+
+
 def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
     """Intersection of two *merged* interval sets (each sorted and disjoint)."""
     a_s, a_e = a
