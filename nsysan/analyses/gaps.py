@@ -222,10 +222,14 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     dev_all = ops["device_id"].to_numpy()
     for dev in (dev_all[:1] if len(dev_all) and bool((dev_all == dev_all[0]).all()) else np.unique(dev_all)):
         sel = (dev_all == dev) & (ops["end_ns"].to_numpy() > window.start_ns) & (ops["start_ns"].to_numpy() < window.end_ns)
-        rows = np.flatnonzero(sel)
+        if bool(sel.all()):  # one device, every op in the window: the columns as they are
+            rows = np.arange(len(sel))
+            st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+        else:
+            rows = np.flatnonzero(sel)
+            st, en = ops["start_ns"].to_numpy()[rows], ops["end_ns"].to_numpy()[rows]
         if len(rows) < 2:
             continue
-        st, en = ops["start_ns"].to_numpy()[rows], ops["end_ns"].to_numpy()[rows]
         ms, me = iv.merge(st, en)
         gs, ge = iv.gaps(ms, me)
         keep = (ge - gs) >= min_gap_ns
@@ -288,8 +292,10 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
                      tid=np.where(has_api, o_tid, -1),
                      api_name=api_name.add_categories([""]).fillna("") if "" not in api_name.categories
                      else api_name.fillna(""))
+    if len(parts) == 1 and bool((o_start[1:] >= o_start[:-1]).all()):  # one device: in order already
+        return out[cols]
     order = np.lexsort((out["device_id"].to_numpy(), o_start))
-    if bool((order[1:] > order[:-1]).all()):  # one device: already in order, no copy
+    if bool((order[1:] > order[:-1]).all()):
         return out[cols]
     return out[cols].take(order).reset_index(drop=True)
 
