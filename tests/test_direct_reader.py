@@ -82,7 +82,7 @@ CORPUS_FILES = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
 
 @pytest.mark.skipif(not CORPUS_FILES, reason="public corpus not present (../shared)")
 def test_corpus_frames_identical():
-    """41 exports from nsys 2020.3 to 2026.2: the direct reader takes every event table and agrees."""
+    """The public exports (nsys 2020.3 to 2026.2): the direct reader takes every event table and agrees."""
     counts = {"direct": 0}
     for path in CORPUS_FILES:
         for how in _direct_tables(path).values():
