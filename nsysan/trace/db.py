@@ -188,21 +188,16 @@ class Database:
         step = -(-(int(hi) - int(lo) + 1) // parts)
         return [(int(lo) + i * step, int(lo) + (i + 1) * step) for i in range(parts)]
 
-    def arrow_many(self, queries: list[tuple[str, str | Callable[[], pa.Table | None]]], workers: int,
+    def arrow_many(self, queries: list[tuple[str, str]], workers: int,
                    on_done: Callable[[str], None] | None = None,
                    convert: Callable[[str, pa.Table], Any] | None = None) -> dict[str, list[Any]]:
         """Run ``(key, sql)`` queries on ``workers`` threads, each with its own read-only connection
-        (SQLite and ADBC release the GIL while stepping rows). Results per key keep query order.
-        A query may also be a callable returning a table (the direct reader), or None when it could
-        not read its part; None is passed through unconverted."""
-        def finish(key: str, t: pa.Table | None) -> Any:
-            return convert(key, t) if convert and t is not None else t
-
+        (SQLite and ADBC release the GIL while stepping rows). Results per key keep query order."""
         if workers <= 1 or len(queries) <= 1:
             out: dict[str, list[pa.Table]] = {}
             for key, sql in queries:
-                t = sql() if callable(sql) else self.arrow(sql)
-                out.setdefault(key, []).append(finish(key, t))
+                t = self.arrow(sql)
+                out.setdefault(key, []).append(convert(key, t) if convert else t)
                 if on_done:
                     on_done(key)
             return out
@@ -226,11 +221,10 @@ class Database:
                     opened.append((local.adbc, local.sqlite))
             return local.adbc, local.sqlite
 
-        def run(key: str, sql: str | Callable[[], pa.Table | None]) -> Any:
-            if callable(sql):
-                return finish(key, sql())
+        def run(key: str, sql: str) -> Any:
             adbc_conn, sq = conns()
-            return finish(key, self._arrow(sql, (), adbc_conn, sq))
+            t = self._arrow(sql, (), adbc_conn, sq)
+            return convert(key, t) if convert else t
 
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsysan-read") as pool:

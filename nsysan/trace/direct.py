@@ -13,7 +13,7 @@ It is a fast path, never the only path. ``plan`` returns None, and the caller us
   part of the primary key or has a declared default (a record shorter than the schema takes it);
 * the file header is not a plain SQLite 3 header.
 
-``read`` (or ``start`` + ``finish``) raises ``Unsupported`` when it meets something it does not decode (a REAL, TEXT or BLOB in
+``start`` + ``finish`` raise ``Unsupported`` when it meets something it does not decode (a REAL, TEXT or BLOB in
 a wanted column, a record spilling to overflow pages, a damaged page); the caller then reads the
 whole table through SQLite, which also reports damage in its own words. A test checks that both
 paths give identical frames on every fixture, the public corpus and generated exports.
@@ -127,14 +127,6 @@ def split(leaf_rows: np.ndarray, rows_per_part: int) -> list[np.ndarray]:
     cum = np.cumsum(leaf_rows[:, 1], dtype=np.int64)
     cuts = np.searchsorted(cum, [total * i // parts for i in range(1, parts)], side="right")
     return [part for part in np.split(leaf_rows, np.unique(cuts)) if len(part)]
-
-
-def read(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | None = None,
-         submit: Callable[..., Future[Any]] | None = None) -> Any:
-    """Decode the rows on ``leaf_rows`` into the same Arrow table the SQL path would return. With
-    ``submit`` (an executor's), slices of about ``rows_per_part`` rows decode concurrently, each
-    into its own rows of the whole-table arrays. Raises ``Unsupported``."""
-    return finish(start(file, p, leaf_rows, rows_per_part=rows_per_part, submit=submit))
 
 
 @dataclass
