@@ -212,7 +212,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         # decode the big tables on background threads (C, no GIL) while pandas is being imported
         from nsysan.trace import prefetch
 
-        prefetch.start(args.traces[0])
+        prefetch.start(args.traces[0], max_rows=args.max_events)
     jobs = []
     for t in args.traces:
         o = dict(base)

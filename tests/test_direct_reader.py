@@ -361,3 +361,16 @@ def test_cli_prefetches_and_writes_the_same_json(fixture_dir, tmp_path):
     assert main(["analyze", str(fixture_dir / "ladder_baseline.sqlite"), "--json", str(out), "--no-html", "-q"]) == 0
     ref = jsonout.to_json(nsysan.analyze(nsysan.open_trace(fixture_dir / "ladder_baseline.sqlite")))
     assert out.read_text() == ref
+
+
+def test_prefetch_respects_the_event_limit(fixture_dir, tmp_path):
+    """Over --max-events nothing is decoded ahead: open_trace refuses the trace with its own error."""
+    from nsysan.errors import ResourceLimitError
+    from nsysan.trace import prefetch
+
+    path = tmp_path / "limit.sqlite"
+    shutil.copyfile(fixture_dir / "launch_eager.sqlite", path)
+    assert prefetch.start(path, max_rows=100) is False
+    assert prefetch.take(path, False) is None
+    with pytest.raises(ResourceLimitError):
+        nsysan.open_trace(path, max_rows=100)

@@ -67,10 +67,14 @@ def _key(path: str | os.PathLike[str], all_columns: bool) -> tuple[Any, ...]:
     return (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, bool(all_columns))
 
 
-def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: int | None = None) -> bool:
-    """Begin decoding the event tables of ``path`` in the background. True if it started."""
+def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: int | None = None,
+          max_rows: int | None = None) -> bool:
+    """Begin decoding the event tables of ``path`` in the background. True if it started. Nothing
+    starts when the tables hold more than ``max_rows`` rows: ``open_trace`` then refuses the trace
+    with its clear error before any memory is spent (the row counts come from the page headers)."""
     if not direct.available() or os.environ.get("NSYSAN_PREFETCH", "1") == "0":
         return False
+    file: direct.File | None = None
     try:
         key = _key(path, all_columns)
         uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro&immutable=1"
@@ -88,7 +92,13 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
                     plans[name] = (p, direct.leaves(file, p))
         finally:
             con.close()
+        rows = sum(int(leaves[:, 1].sum(dtype="int64")) for _, leaves in plans.values())
+        if not plans or (max_rows is not None and rows > max_rows):
+            file.close()
+            return False
     except (OSError, sqlite3.Error, direct.Unsupported, ValueError):
+        if file is not None:
+            file.close()
         return False
     pool = ThreadPoolExecutor(max_workers=workers or max(1, min(4, os.cpu_count() or 1)),
                               thread_name_prefix="nsysan-prefetch")
