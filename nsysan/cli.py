@@ -238,6 +238,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _set_threads(n: str) -> None:
+    os.environ["NSYSAN_THREADS"] = n
+
+
 def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> tuple[list[dict[str, Any]], int]:
     """Several traces: local processes, or one task each on a Dask cluster (``--scheduler``)."""
     if args.scheduler:
@@ -251,7 +255,9 @@ def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) 
 
     results, failed = [], 0
     workers = args.jobs or min(len(jobs), os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # each process analyses on its share of the cores
+    threads = os.environ.get("NSYSAN_THREADS") or str(max(1, (os.cpu_count() or 1) // workers))
+    with ProcessPoolExecutor(max_workers=workers, initializer=_set_threads, initargs=(threads,)) as pool:
         futs = [(t, pool.submit(analyze_one, t, o)) for t, o in jobs]
         for t, f in futs:
             try:
