@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 try:
     from nsysan.trace import _btree
@@ -166,11 +167,9 @@ def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | No
     return Pending(p, data, valid, futures)
 
 
-def finish(pending: Pending) -> Any:
+def finish(pending: Pending) -> pa.Table:
     """Wait for the parts and build the Arrow table (keep_only filter, defaults, NULLs). Raises
     ``Unsupported`` if any part was declined."""
-    import pyarrow as pa  # here, not at import: the prefetch starts before pyarrow and pandas load
-
     for f in pending.futures:
         f.result()
     p = pending.plan
@@ -185,7 +184,7 @@ def finish(pending: Pending) -> Any:
         if null is not None:
             keep &= ~null
         n = int(keep.sum())
-    out: dict[str, Any] = {}
+    out: dict[str, pa.Array] = {}
     for alias, src, default in p.outputs:
         if src is None:
             out[alias] = pa.nulls(n, pa.int64()) if default is None else pa.array(np.full(n, default, np.int64))

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from nsysan import _memory
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
-from nsysan.trace import direct, prefetch
+from nsysan.trace import direct
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
@@ -371,21 +371,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         total_steps = len(queries) + len(direct_plans) + len(specs)
         strings = Strings(db.arrow(queries.pop(0)[1]))
         tick("strings")
-        # tables the CLI began decoding before pandas was imported (prefetch), if the plan is the same
-        raw: dict[str, pa.Table | None] = {}
-        early = prefetch.take(path, all_columns)
-        if early is not None:
-            try:
-                for name, (p, job) in early.jobs.items():
-                    if direct_plans.get(name, (None,))[0] == p:
-                        try:
-                            raw[name] = direct.finish(job)
-                        except (OSError, direct.Unsupported):
-                            raw[name] = None
-                        del direct_plans[name]
-            finally:
-                early.close()
-        raw.update(db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS))
+        raw = db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS)
         for name, t in raw.items():
             if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
                 queries += _sql_queries(db, specs[name], sources[name], all_columns)
