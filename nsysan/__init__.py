@@ -14,8 +14,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    # imported on first use (PEP 562): ``nsysan --version`` and the start of ``nsysan analyze`` do
-    # not pay for pandas, and the trace can start loading while it is imported
+    # imported on first use (PEP 562): ``nsysan --version`` and argument errors do not pay for pandas
     if name in ("Trace", "TraceMeta", "open_trace"):
         from nsysan import trace
 

@@ -8,13 +8,12 @@ in the README (schema ``nsysan.analysis/1``). Windows: ``capture`` is the whole 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from nsysan._executor import threads
 from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window
@@ -81,24 +80,6 @@ def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
     return Window(0, 0, "empty")
 
 
-class _Inline:
-    """An executor that runs each task when it is submitted (``workers=1``: no threads at all)."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
-        f: Future[Any] = Future()
-        try:
-            f.set_result(fn(*args, **kwargs))
-        except BaseException as e:  # noqa: BLE001 - re-raised by .result(), as a pool would
-            f.set_exception(e)
-        return f
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def default_workers() -> int:
     """Analysis threads: the CPU count (at most 4), or ``NSYSAN_THREADS``."""
     env = os.environ.get("NSYSAN_THREADS", "")
@@ -152,8 +133,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
     ops = summaries.gpu_ops(trace)
     capture = _capture_window(trace, ops)
     n = workers or default_workers()
-    pool: Any = ThreadPoolExecutor(max_workers=n, thread_name_prefix="nsysan-analyze") if n > 1 else _Inline()
-    with pool:
+    with threads(n, "nsysan-analyze") as pool:
         # longest first, so the threads finish together
         gaps_f = pool.submit(_gaps, trace, ops, capture, p)
         launch_f = pool.submit(_launches, trace, ops)

@@ -51,7 +51,7 @@ def write_atomic(path: Path, text: str, *, force: bool) -> None:
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, dict[str, Any]]:
-    if not items:  # no rules import (and so no pandas import) before the trace starts loading
+    if not items:  # nothing to check: no need to import the rules (and pandas) here
         return {}
     from nsysan.rules import REGISTRY
 

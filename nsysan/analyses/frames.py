@@ -44,3 +44,19 @@ def group_rows(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
     cut = np.flatnonzero(change) + 1
     first = np.concatenate([[0], cut])
     return [(tuple(int(k[i]) for k in sorted_keys), rows) for i, rows in zip(first, np.split(order, cut))]
+
+
+def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``values[rows]`` for distinct ascending ``rows`` (as ``group_rows`` gives them); the array
+    itself, not a copy, when the rows are all of them (one process, one device: the common case)."""
+    return values if len(rows) == len(values) else values[rows]
+
+
+def top_rows(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` of ``rows`` with the largest ``values``, largest first, ties in row order (as a
+    stable sort of all of them, or ``nlargest(keep="first")``), without sorting them all."""
+    v = values[rows]
+    if len(v) > n > 0:
+        cut = np.partition(v, len(v) - n)[len(v) - n]
+        rows, v = rows[v >= cut], v[v >= cut]
+    return rows[np.argsort(-v, kind="stable")[:n]]

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import rows_of, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -32,8 +33,8 @@ BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEve
 CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
 Layer = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
-INNERMOST_MAX = 200_000
-REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
+INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
+REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead
 
 
 class ThreadActivity:
@@ -108,8 +109,8 @@ class ThreadActivity:
             if n == 0:
                 continue
             if n <= len(st) * REACH_MAX_SHARE:
-                rows = np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
-                rows = np.unique(rows[en[rows] > np.repeat(wl, k)])
+                win, rows = _spans(i0, i1)
+                rows = np.unique(rows[en[rows] > wl[win]])
             else:  # a long call early on keeps the running maximum high: test every call instead
                 j = np.minimum(np.searchsorted(wh, st, side="right"), len(wh) - 1)  # first window ending after st
                 rows = np.flatnonzero((st < wh[j]) & (wl[j] < en))
@@ -155,12 +156,9 @@ class ThreadActivity:
                 continue
             i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
             i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
-            k = np.maximum(i1 - i0, 0)
-            n = int(k.sum())
-            if n == 0:
+            win, idx = _spans(i0, i1)
+            if idx.size == 0:
                 continue
-            win = np.repeat(np.arange(len(windows)), k)
-            idx = np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
             dur = np.minimum(en[idx], hi[win]) - np.maximum(st[idx], lo[win])
             width = len(cats) + 1
             keys, inv = np.unique(win * width + (codes[idx].astype(np.int64) + 1), return_inverse=True)
@@ -183,14 +181,11 @@ class ThreadActivity:
         return self.items_many(pid, tid, [(lo, hi)])[0]
 
 
-def _longest_first(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """The ``n`` rows with the largest values, largest first, ties in row order (a stable sort of
-    all of them would give the same), without sorting them all."""
-    v = values[rows]
-    if len(v) > n > 0:
-        cut = np.partition(v, len(v) - n)[len(v) - n]
-        rows, v = rows[v >= cut], v[v >= cut]
-    return rows[np.argsort(-v, kind="stable")[:n]]
+def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every index in each range [i0[w], i1[w]) (empty where i1 <= i0), with its range number w."""
+    k = np.maximum(i1 - i0, 0)
+    n = int(k.sum())
+    return np.repeat(np.arange(len(k)), k), np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
 
 
 def _window_items(layers: list[Layer], lo: int, hi: int) -> list[dict[str, object]]:
@@ -222,12 +217,8 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     dev_all = ops["device_id"].to_numpy()
     for dev in (dev_all[:1] if len(dev_all) and bool((dev_all == dev_all[0]).all()) else np.unique(dev_all)):
         sel = (dev_all == dev) & (ops["end_ns"].to_numpy() > window.start_ns) & (ops["start_ns"].to_numpy() < window.end_ns)
-        if bool(sel.all()):  # one device, every op in the window: the columns as they are
-            rows = np.arange(len(sel))
-            st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-        else:
-            rows = np.flatnonzero(sel)
-            st, en = ops["start_ns"].to_numpy()[rows], ops["end_ns"].to_numpy()[rows]
+        rows = np.flatnonzero(sel)
+        st, en = rows_of(ops["start_ns"].to_numpy(), rows), rows_of(ops["end_ns"].to_numpy(), rows)
         if len(rows) < 2:
             continue
         ms, me = iv.merge(st, en)
@@ -254,7 +245,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     activity: dict[int, str] = {}
     breakdown = np.empty(len(out), dtype=object)  # None except for explained gaps: no per-gap lists
     host = np.flatnonzero(cause == 0)
-    explain = _longest_first(out["gap_ns"].to_numpy(), host, explain_top)
+    explain = top_rows(out["gap_ns"].to_numpy(), host, explain_top)
     activity_index = ThreadActivity(trace) if len(explain) else None
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
     windows = {int(i): (int(o_start[i]), int(min(api_start[i], o_end[i]))) for i in explain}

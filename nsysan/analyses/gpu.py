@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import group_rows, name_in
+from nsysan.analyses.frames import group_rows, name_in, rows_of
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,7 @@ class Busy:
             hit = memo.get(key)
             if hit is not None and np.array_equal(hit[0], rows):
                 return hit[1]
-            every = len(rows) == len(st)  # rows are distinct and ascending: all of them, in order
-            out = iv.merge(st, en) if every else iv.merge(st[rows], en[rows])
+            out = iv.merge(rows_of(st, rows), rows_of(en, rows))
             memo[key] = (rows, out)
             return out
 

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import category_mask, group_rows, name_in
+from nsysan.analyses.frames import category_mask, group_rows, name_in, rows_of
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import first_match, pack_keys
 from nsysan.trace.model import Trace
@@ -103,7 +103,7 @@ def _with_api_name(table: pd.DataFrame, ops: pd.DataFrame, op: str) -> pd.DataFr
 def _per_process_device(ops: pd.DataFrame) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
     """(pid, device, starts, ends) per process and device, in key order, rows in frame order."""
     st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    return [(pid, dev, st if len(rows) == len(st) else st[rows], en if len(rows) == len(en) else en[rows])
+    return [(pid, dev, rows_of(st, rows), rows_of(en, rows))
             for (pid, dev), rows in group_rows(ops["pid"].to_numpy(), ops["device_id"].to_numpy())]
 
 

@@ -11,6 +11,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
+from nsysan._executor import Inline
 from nsysan.rules._base import REGISTRY, Finding, Rule, Severity, rule
 
 for _m in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
@@ -37,6 +38,7 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
     findings and the log do not depend on it."""
     ctx = RuleContext(analysis)
     disabled = set(config.get("_disabled", {}))
+    pool = pool or Inline()
     started = []
     for rid in sorted(REGISTRY):
         r = REGISTRY[rid]
@@ -44,15 +46,14 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
             started.append((rid, None, None))
             continue
         params = {**r.thresholds, **config.get(rid, {})}
-        job = (lambda fn=r.fn, kw=params: list(fn(ctx, **kw)))
-        started.append((rid, params, pool.submit(job) if pool is not None else job))
+        started.append((rid, params, pool.submit(lambda fn=r.fn, kw=params: list(fn(ctx, **kw)))))
     findings: list[Finding] = []
     log: list[dict[str, Any]] = []
     for rid, params, job in started:
         if job is None:
             log.append({"rule": rid, "status": "disabled"})
             continue
-        got = job.result() if pool is not None else job()
+        got = job.result()
         findings += got
         log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
     findings.sort(key=lambda f: (-f.impact_ns, -int(f.severity), f.rule))

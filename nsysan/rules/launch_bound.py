@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from nsysan.analyses.frames import top_rows
 from nsysan.rules._base import Finding, Severity, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -49,19 +50,10 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     impact = min(saving, idle) if idle else saving
     graph_note = (f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else "")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
-    top = lau[cols].iloc[_largest_first(api_ns, dom, 10)]
+    top = lau[cols].iloc[top_rows(api_ns, dom, 10)]
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact,
                   message=f"{len(dom)} of {n_plain} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
                           f"to launch (median {fmt_ns(np.median(api_ns[dom]))}) than to run (median "
                           f"{fmt_ns(np.median(gpu_ns[dom]))}).{graph_note}",
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
 
-
-def _largest_first(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """The ``n`` rows with the largest values, largest first, ties in row order (``nlargest``'s
-    keep="first"), without sorting all of them."""
-    v = values[rows]
-    if len(v) > n:
-        cut = np.partition(v, len(v) - n)[len(v) - n]
-        rows, v = rows[v >= cut], v[v >= cut]
-    return rows[np.argsort(-v, kind="stable")[:n]]

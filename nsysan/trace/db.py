@@ -36,6 +36,7 @@ from nsysan.errors import (
     TraceNotFoundError,
     TraceUnreadableError,
 )
+from nsysan._executor import threads
 from nsysan.trace import direct
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -303,19 +304,14 @@ class Database:
         the table's own arrays. None for a table the direct reader declines (SQLite reads it)."""
         assert self._direct is not None or not plans
         out: dict[str, pa.Table | None] = {}
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsysan-direct") if workers > 1 else None
-        try:
-            pending = {name: direct.start(self._direct, p, leaves, rows_per_part=rows_per_part,
-                                          submit=pool.submit if pool else None)
+        with threads(workers, "nsysan-direct") as pool:
+            pending = {name: direct.start(self._direct, p, leaves, rows_per_part=rows_per_part, submit=pool.submit)
                        for name, (p, leaves) in plans.items()}
             for name, job in pending.items():
                 try:
                     out[name] = direct.finish(job)
                 except (OSError, direct.Unsupported):
                     out[name] = None
-        finally:
-            if pool is not None:
-                pool.shutdown()
         return out
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

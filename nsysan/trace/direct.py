@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from nsysan._executor import Inline
+
 try:
     from nsysan.trace import _btree
-except ImportError:  # built optionally (pyproject ext-modules, optional = true)
+except ImportError:  # built optionally (the build hook in nsysan/trace/_build.py)
     _btree = None  # type: ignore[assignment]
 
 Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else ValueError
@@ -154,15 +156,7 @@ def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | No
         outputs = [(d[row:row + n], v[row:row + n]) for d, v in zip(data, valid)]
         args = (file.fd, file.page_size, file.reserved, file.size, np.ascontiguousarray(part).tobytes(), p.fields,
                 -1, outputs)
-        if submit is None:
-            f: Future[Any] = Future()
-            try:
-                f.set_result(_btree.decode(*args))
-            except Exception as e:  # noqa: BLE001 - re-raised by finish()
-                f.set_exception(e)
-            futures.append(f)
-        else:
-            futures.append(submit(_btree.decode, *args))
+        futures.append((submit or Inline().submit)(_btree.decode, *args))
         row += n
     return Pending(p, data, valid, futures)
 

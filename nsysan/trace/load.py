@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 
 from nsysan import _memory
+from nsysan._executor import threads
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import direct
 from nsysan.trace import schema as S
@@ -172,7 +171,7 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
                 ints = ints.combine_chunks()
             mask = ints.is_null().to_numpy(zero_copy_only=False) if ints.null_count else np.zeros(n, dtype=bool)
             values = (ints.fill_null(0) if ints.null_count else ints).to_numpy(zero_copy_only=False)
-            data[col.name] = pd.arrays.IntegerArray(values.astype(np.int64, copy=False), mask)
+            data[col.name] = pd.arrays.IntegerArray(values, mask)
         elif col.dtype == "float64":
             data[col.name] = arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         else:
@@ -308,11 +307,6 @@ def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -
             for rng in slices or [None]]
 
 
-def _to_table_frame(key: str, table: pa.Table, *, specs: dict[str, S.TableSpec], strings: Strings,
-                    all_columns: bool) -> pd.DataFrame:
-    return _to_frame(table, specs[key], strings, all_columns)
-
-
 def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all_columns: bool,
                 workers: int | None) -> Trace:
     """See ``open_trace``."""
@@ -377,7 +371,10 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 queries += _sql_queries(db, specs[name], sources[name], all_columns)
             tick(f"read {name}")
         # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
-        convert = functools.partial(_to_table_frame, specs=specs, strings=strings, all_columns=all_columns)
+
+        def convert(key: str, t: pa.Table) -> pd.DataFrame:
+            return _to_frame(t, specs[key], strings, all_columns)
+
         tables: dict[str, list[Any]] = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
                                                      convert=convert)
         _memory.release()
@@ -398,14 +395,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         frames: dict[str, pd.DataFrame] = {}
         built: dict[str, tuple[pd.DataFrame, list[str]]] = {}
         names = sorted(specs, key=lambda n: n not in INTERVAL_TABLES)  # the big ones first
-        if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsysan-build") as pool:
-                for name, fut in [(n, pool.submit(build, n)) for n in names]:
-                    built[name] = fut.result()
-                    tick(name)
-        else:
-            for name in names:
-                built[name] = build(name)
+        with threads(workers, "nsysan-build") as pool:
+            for name, fut in [(n, pool.submit(build, n)) for n in names]:
+                built[name] = fut.result()
                 tick(name)
         for name in specs:
             frames[name] = built[name][0]
