@@ -285,3 +285,25 @@ def test_clip_merged_equals_clip(rows, lo, width):
     want = iv.clip(ms, me, lo, lo + width)
     got = iv.clip_merged(ms, me, lo, lo + width)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 1), st.integers(0, 40)), max_size=60),
+       st.integers(1, 3))
+def test_group_rows_equals_pandas_groupby(rows, nkeys):
+    """Groups (keys ascending, rows in order) equal pandas' group-by, whether group_rows takes the
+    mask path (few combinations) or the sort path (many: the third key has up to 41 values)."""
+    from nsysan.analyses.frames import distinct, group_rows
+
+    keys = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(nkeys)]
+    got = [(k, r.tolist()) for k, r in group_rows(*keys)]
+    if not rows:
+        assert got == []
+        return
+    df = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)})
+    want = [((k,) if not isinstance(k, tuple) else tuple(k), g.tolist())
+            for k, g in df.groupby([f"k{i}" for i in range(nkeys)], sort=True).indices.items()]
+    want = sorted(want)
+    assert got == [(tuple(int(x) for x in k), r) for k, r in want]
+    for k in keys:
+        assert distinct(k).tolist() == np.unique(k).tolist()

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import rows_of, top_rows
+from nsysan.analyses.frames import distinct, rows_of, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -215,7 +215,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     ops = with_launch_calls(trace, ops)
     parts = []
     dev_all = ops["device_id"].to_numpy()
-    for dev in (dev_all[:1] if len(dev_all) and bool((dev_all == dev_all[0]).all()) else np.unique(dev_all)):
+    for dev in distinct(dev_all):
         sel = (dev_all == dev) & (ops["end_ns"].to_numpy() > window.start_ns) & (ops["start_ns"].to_numpy() < window.end_ns)
         rows = np.flatnonzero(sel)
         st, en = rows_of(ops["start_ns"].to_numpy(), rows), rows_of(ops["end_ns"].to_numpy(), rows)

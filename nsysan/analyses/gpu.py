@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import group_rows, name_in, rows_of
+from nsysan.analyses.frames import distinct, group_rows, name_in, rows_of
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,7 @@ class Busy:
 
 
 def _distinct(values: np.ndarray) -> int:
-    if len(values) == 0:
-        return 0
-    return 1 if bool((values == values[0]).all()) else int(len(np.unique(values)))
+    return len(distinct(values))
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:

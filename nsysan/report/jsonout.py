@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import distinct
+
 SCHEMA = "nsysan.analysis/1"
 
 
@@ -21,8 +23,11 @@ class _Clean(list):  # type: ignore[type-arg]
 
 
 def _clean(v: Any, key: str = "") -> Any:
-    if type(v) is _Clean:
+    t = type(v)
+    if t is str or t is int or t is _Clean:  # already JSON-ready: most leaves of nested records
         return v
+    if t is float and not (key.endswith("_ns") or key in ("bytes", "total_bytes")):
+        return round(v, 6) if math.isfinite(v) else None
     if isinstance(v, dict):
         return {str(k): _clean(x, str(k)) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -72,7 +77,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
     t = a.trace
     m = t.meta
     gpus = records(t.gpus[["device_id", "name", "sm_count", "total_memory_bytes", "compute_major", "compute_minor"]])
-    procs = sorted(set(np.unique(a.ops["pid"].to_numpy()).tolist()) | set(np.unique(t.cuda_api["pid"].to_numpy()).tolist()))
+    procs = sorted(set(distinct(a.ops["pid"].to_numpy()).tolist()) | set(distinct(t.cuda_api["pid"].to_numpy()).tolist()))
     pnames = dict(zip(t.processes["pid"].tolist(), t.processes["name"].astype(str).tolist())) if len(t.processes) else {}
     trace: dict[str, Any] = {
         "path": Path(m.path).name, "nsys_version": m.nsys_version, "schema_version": m.schema_version,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import group_rows
+from nsysan.analyses.frames import distinct, group_rows
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
 MAX_TIMELINE_OPS = 20_000  # per lane beyond this, ops are aggregated into bins
@@ -125,6 +126,17 @@ def _timeline(a: Any) -> dict[str, Any]:
             names.append(n[:300])
         return name_ix[n]
 
+    def first_seen_ids(codes: np.ndarray, text: Callable[[int], str] | list[str]) -> np.ndarray:
+        """Name ids of rows given a code per row and the text of a code, assigned in order of first
+        appearance (as calling ``nid`` row by row would), with one ``nid`` call per distinct code."""
+        if len(codes) == 0:
+            return np.zeros(0, dtype=np.int64)
+        u, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+        lut = np.empty(len(u), dtype=np.int64)
+        for j in np.argsort(first, kind="stable").tolist():
+            lut[j] = nid(text[int(u[j])] if isinstance(text, list) else text(int(u[j])))
+        return lut[inv.reshape(-1)]
+
     kind_code = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
     ops = a.ops
     for (dev, stream), rows in group_rows(ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()):
@@ -138,20 +150,33 @@ def _timeline(a: Any) -> dict[str, Any]:
             lane["bins"] = {"start": int(edges[0]), "width": float(edges[1] - edges[0]),
                             "busy": np.round(cov / max(edges[1] - edges[0], 1), 3).tolist()}
         else:  # columns taken by row number: no copy of the whole ops frame per lane
-            kinds = np.array([kind_code.get(str(x), 0) for x in ops["op"].array.take(rows)], dtype=np.int64)
-            sub = np.where(ops["kind"].array.take(rows).astype(object) == "DtoH", 4, kinds)
-            lane["ops"] = np.column_stack([s, e, sub, [nid(str(x)) for x in ops["name"].array.take(rows)]]
+            op_codes, op_text = _text_codes(ops["op"], rows)
+            dir_codes, dir_text = _text_codes(ops["kind"], rows)
+            name_codes, name_text = _text_codes(ops["name"], rows)
+            kinds = np.array([kind_code.get(t, 0) for t in op_text], dtype=np.int64)[op_codes]
+            sub = np.where(np.array([t == "DtoH" for t in dir_text], dtype=bool)[dir_codes], 4, kinds)
+            lane["ops"] = np.column_stack([s, e, sub, first_seen_ids(name_codes, name_text)]
                                           ).astype(np.int64).tolist()
         lanes.append(lane)
     g = a.gaps
     if len(g):
         gg = g.nlargest(MAX_TIMELINE_OPS, "gap_ns")
+        # a label per distinct (length, cause, activity), not per gap
+        lens, len_codes = np.unique(gg["gap_ns"].to_numpy(), return_inverse=True)
+        cause_codes, cause_text = _text_codes(gg["cause"])
+        act_codes, act_text = _text_codes(gg["activity"])
+        na, nc = len(act_text), len(cause_text)
+        key = (len_codes.reshape(-1) * nc + cause_codes) * na + act_codes
+
+        def gap_label(k: int) -> str:
+            act = act_text[k % na]
+            return f"idle {fmt_ns(int(lens[k // na // nc]))}: {cause_text[k // na % nc]}" + (f" ({act})" if act else "")
+
         lanes.append({"label": "GPU idle gaps", "group": "gaps",
-                      "ops": [[s_, e_, 5, nid(f"idle {fmt_ns(n_)}: {c_}" + (f" ({a_})" if a_ else ""))]
-                              for s_, e_, n_, c_, a_ in zip((gg["start_ns"].to_numpy() - t0).tolist(),
-                                                            (gg["end_ns"].to_numpy() - t0).tolist(),
-                                                            gg["gap_ns"].tolist(), list(gg["cause"].array),
-                                                            list(gg["activity"].array))]})
+                      "ops": np.column_stack([gg["start_ns"].to_numpy() - t0, gg["end_ns"].to_numpy() - t0,
+                                              np.full(len(gg), 5, dtype=np.int64),
+                                              first_seen_ids(key, gap_label)]
+                                             ).astype(np.int64).tolist()})
     rg = a.nvtx_ranges
     for (pid, tid), d in rg.groupby(["pid", "tid"], sort=True):
         d = d.head(MAX_TIMELINE_OPS)
@@ -161,23 +186,34 @@ def _timeline(a: Any) -> dict[str, Any]:
                                                         list(d["name"].array), d["depth"].tolist())]})
     api = a.trace.cuda_api
     if len(api):
-        gpu_pids = np.unique(a.ops["pid"].to_numpy()) if len(a.ops) else None
+        gpu_pids = distinct(a.ops["pid"].to_numpy()) if len(a.ops) else None
         dur = api["dur_ns"].to_numpy()
-        api_cat = api["name"].array
-        if not isinstance(api_cat, pd.Categorical):  # loaded traces always have one; hand-built frames may not
-            api_cat = pd.Categorical(np.asarray(api["name"].astype(str), dtype=object))
-        api_names = [str(c) for c in api_cat.categories]  # a row's name: its category's string
         for (pid, tid), rows in group_rows(api["pid"].to_numpy(), api["tid"].to_numpy()):
             if gpu_pids is not None and pid not in gpu_pids:
                 continue
             if len(rows) > MAX_TIMELINE_OPS:  # the longest calls of this thread, in time order
                 rows = np.sort(rows[np.argpartition(-dur[rows], MAX_TIMELINE_OPS)[:MAX_TIMELINE_OPS]])
             lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
-                          "ops": [[s_, e_, 7, nid(api_names[c_] if c_ >= 0 else "nan")]
-                                  for s_, e_, c_ in zip((api["start_ns"].to_numpy()[rows] - t0).tolist(),
-                                                        (api["end_ns"].to_numpy()[rows] - t0).tolist(),
-                                                        np.asarray(api_cat.codes)[rows].tolist())]})
+                          "ops": np.column_stack([api["start_ns"].to_numpy()[rows] - t0,
+                                                  api["end_ns"].to_numpy()[rows] - t0,
+                                                  np.full(len(rows), 7, dtype=np.int64),
+                                                  first_seen_ids(*_text_codes(api["name"], rows))]
+                                                 ).astype(np.int64).tolist()})
     return {"t0": int(t0), "span": int(a.capture.dur_ns), "lanes": lanes, "names": names}
+
+
+def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+    """A code per row (of ``rows``, default all) and the text of each code (``str`` of the value,
+    ``"nan"`` for a missing one): a categorical column's own codes, else codes of the values' text."""
+    arr = values.array
+    if isinstance(arr, pd.Categorical):
+        texts = [str(c) for c in arr.categories] + ["nan"]
+        codes = np.asarray(arr.codes)
+        codes = (codes if rows is None else codes[rows]).astype(np.int64)
+        return np.where(codes < 0, len(texts) - 1, codes), texts
+    taken = arr if rows is None else arr.take(rows)
+    uniq, codes = np.unique(np.array([str(v) for v in taken], dtype=object), return_inverse=True)
+    return codes.reshape(-1).astype(np.int64), [str(u) for u in uniq]
 
 
 def _polyline(xs: np.ndarray, ys: np.ndarray, w: float, h: float, ymax: float) -> str:
