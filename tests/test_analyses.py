@@ -126,6 +126,16 @@ def test_first_match_equals_merge_with_first_duplicate(table, queries):
         assert idx == (hits[0] if hits else -1)
 
 
+@given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(-5, 60), max_size=30))
+def test_first_match_one_process(table, queries):
+    """One process: the direct-address path (distinct keys) or the sort path (a key twice)."""
+    from nsysan.analyses.join import first_match, pack_keys
+
+    t, q = np.array(table, dtype=np.int64), np.array(queries, dtype=np.int64)
+    got = first_match(pack_keys(np.ones_like(t), t), pack_keys(np.ones_like(q), q))
+    assert got.tolist() == [table.index(c) if c in table else -1 for c in queries]
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c<>", "d"]), st.sampled_from([1, 2]),
                           st.integers(0, 10**9)), min_size=1, max_size=80))

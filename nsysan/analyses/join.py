@@ -2,8 +2,9 @@
 
 The join key is (process, correlation id): correlation ids are unique only within a process. Where
 a corrupt export repeats a key, the first call (in trace order) wins, as a ``drop_duplicates`` would.
-The API table is sorted by start time and correlation ids grow with time, so the stable sort below
-runs over nearly sorted keys (timsort: close to linear).
+Where the keys of the table are dense (one process: correlation ids count up), the match is a
+direct-address table (linear); else a stable sort of the keys, which are nearly sorted (the API
+table is sorted by start time and correlation ids grow with time: timsort is close to linear).
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ def first_match(table_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
     """Index into ``table_keys`` of the first row equal to each query key, or -1."""
     if len(table_keys) == 0 or len(query_keys) == 0:
         return np.full(len(query_keys), -1, dtype=np.int64)
+    lo, hi = int(table_keys.min()), int(table_keys.max())
+    if hi - lo < 8 * len(table_keys) + 1024 and len(table_keys) < 2**31:
+        # dense keys (one process: CUPTI's correlation ids span 3.7-4.5 times the traced calls in our
+        # traces): a direct-address table, 4 bytes a slot
+        slot = np.full(hi - lo + 1, -1, dtype=np.int32)
+        rows = np.arange(len(table_keys), dtype=np.int32)
+        slot[table_keys - lo] = rows
+        if bool((slot[table_keys - lo] == rows).all()):  # no key twice (else: the sort below)
+            inside = (query_keys >= lo) & (query_keys <= hi)
+            if bool(inside.all()):
+                return slot[query_keys - lo].astype(np.int64)
+            return np.where(inside, slot[np.where(inside, query_keys - lo, 0)], -1).astype(np.int64)
     order = np.argsort(table_keys, kind="stable")
     sk = table_keys[order]
     pos = np.searchsorted(sk, query_keys, side="left")
@@ -43,16 +56,19 @@ def attach_launch_calls(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     idx = first_match(pack_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy()),
                       pack_keys(ops["pid"].to_numpy(), ops["correlation_id"].to_numpy()))
     ok = idx >= 0
-    safe = np.where(ok, idx, 0)
+    every = bool(ok.all())  # the common case: every launching call is in the trace
+    safe = idx if every else np.where(ok, idx, 0)
 
     def take(col: str) -> np.ndarray:
         if len(api) == 0:
             return np.full(len(ops), -1, dtype=np.int64)
-        return np.where(ok, api[col].to_numpy()[safe], -1)
+        values = api[col].to_numpy()[safe]
+        return values if every else np.where(ok, values, -1)
 
     if len(api):
         names = api["name"].array
-        codes = np.where(ok, np.asarray(names.codes)[safe], -1)
+        codes = np.asarray(names.codes)[safe]
+        codes = codes if every else np.where(ok, codes, -1)
         api_name = pd.Categorical.from_codes(codes, categories=names.categories, validate=False)
     else:
         api_name = pd.Categorical.from_codes(np.full(len(ops), -1), categories=pd.Index([], dtype=object))
