@@ -317,3 +317,20 @@ def test_group_rows_equals_pandas_groupby(rows, nkeys):
     assert got == [(tuple(int(x) for x in k), r) for k, r in want]
     for k in keys:
         assert distinct(k).tolist() == np.unique(k).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["host", "sync", "dependency", None]), st.integers(0, 1000)), max_size=40),
+       st.booleans())
+def test_gap_causes_equal_pandas_groupby(rows, categorical):
+    """gpu-low-util's idle time per cause equals pandas' group-by sum, largest first, empty causes
+    and missing ones left out, whether the cause column is categorical or not."""
+    from nsysan.rules.gpu_low_util import _by_cause
+
+    causes = [r[0] for r in rows]
+    gaps = pd.DataFrame({"cause": pd.Categorical(causes, categories=["host", "sync", "dependency", "launch"])
+                         if categorical else pd.Series(causes, dtype=object),
+                         "gap_ns": np.array([r[1] for r in rows], dtype=np.int64)})
+    want = gaps.groupby("cause")["gap_ns"].sum()
+    want = want[gaps.groupby("cause")["gap_ns"].count() > 0].sort_values(ascending=False, kind="stable")
+    assert _by_cause(gaps, np.arange(len(rows))) == [(str(c), int(v)) for c, v in want.items()]

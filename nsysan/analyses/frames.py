@@ -15,11 +15,13 @@ def category_mask(values: pd.Series, pred: Callable[[str], bool]) -> np.ndarray:
     per distinct value (a 2.4M-row API table has a few dozen names), not once per row."""
     arr = values.array if isinstance(values, pd.Series) else values
     if isinstance(arr, pd.Categorical):
-        cats = np.fromiter((bool(pred(str(c))) for c in arr.categories), dtype=bool, count=len(arr.categories))
+        # one entry per category plus a last False one, which a missing value's code (-1) picks
+        lut = np.zeros(len(arr.categories) + 1, dtype=bool)
+        lut[:-1] = np.fromiter((bool(pred(str(c))) for c in arr.categories), dtype=bool, count=len(arr.categories))
         codes = np.asarray(arr.codes)
-        if len(cats) == 0:
+        if not lut.any():  # no name matches (the usual answer for a rule's API list): no pass over the rows
             return np.zeros(len(codes), dtype=bool)
-        return np.where(codes >= 0, cats[np.clip(codes, 0, None)], False)
+        return lut[codes]
     return np.fromiter((bool(pred(str(v))) for v in values), dtype=bool, count=len(values))
 
 

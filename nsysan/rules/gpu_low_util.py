@@ -16,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -24,18 +27,38 @@ from nsysan.units import fmt_ns, fmt_pct
 def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
     w = ctx.window
     gaps = ctx.a.gaps
-    g = gaps.loc[(gaps["start_ns"] >= w.start_ns) & (gaps["end_ns"] <= w.end_ns)] if len(gaps) else gaps
+    inside = ((gaps["start_ns"].to_numpy() >= w.start_ns) & (gaps["end_ns"].to_numpy() <= w.end_ns)
+              if len(gaps) else np.zeros(0, dtype=bool))
     for _, r in ctx.a.busy_steady.iterrows():
         if r["busy_frac"] >= max_busy_frac or w.dur_ns == 0:
             continue
         target_idle = (1 - max_busy_frac) * w.dur_ns
         impact = int(max(0, r["idle_ns"] - target_idle))
-        dg = g.loc[g["device_id"] == r["device_id"]] if len(g) else g
-        causes = dg.groupby("cause")["gap_ns"].sum().sort_values(ascending=False) if len(dg) else {}
-        cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in causes.items()) or "no gaps above the threshold"
+        rows = np.flatnonzero(inside & (gaps["device_id"].to_numpy() == r["device_id"])) if len(gaps) else inside
+        cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in _by_cause(gaps, rows)) or "no gaps above the threshold"
         yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=impact,
                       message=f"Device {int(r['device_id'])} was busy {fmt_pct(r['busy_frac'])} of the "
                               f"{fmt_ns(w.dur_ns)} {w.label} ({fmt_ns(r['idle_ns'])} idle). Idle gaps by cause: "
                               f"{cause_text}.",
                       evidence=({"device_id": int(r["device_id"]), "busy_ns": int(r["busy_ns"]),
                                  "idle_ns": int(r["idle_ns"]), "busy_frac": round(float(r["busy_frac"]), 4)},))
+
+
+def _by_cause(gaps: pd.DataFrame, rows: np.ndarray) -> list[tuple[str, int]]:
+    """Idle time per cause of the gaps ``rows``, largest first (ties in cause order), causes without
+    gaps left out: pandas' group-by sum, from the category codes when the column has them."""
+    if len(rows) == 0:
+        return []
+    cause = gaps["cause"].array
+    if not isinstance(cause, pd.Categorical):
+        sums = gaps.iloc[rows].groupby("cause")["gap_ns"].sum()
+        return [(str(c), int(v)) for c, v in sums.sort_values(ascending=False, kind="stable").items()]
+    codes = np.asarray(cause.codes)[rows]
+    known = codes >= 0  # a missing cause is no group (pandas drops it)
+    ns = gaps["gap_ns"].to_numpy()[rows][known]
+    codes = codes[known].astype(np.int64)
+    n = len(cause.categories)
+    counts = np.bincount(codes, minlength=n)
+    sums = np.bincount(codes, weights=ns, minlength=n).astype(np.int64)  # exact below 2^53 ns (104 days)
+    order = [i for i in np.argsort(-sums, kind="stable").tolist() if counts[i] > 0]
+    return [(str(cause.categories[i]), int(sums[i])) for i in order]
