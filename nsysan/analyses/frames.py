@@ -31,6 +31,7 @@ def name_in(values: pd.Series, names: Iterable[str]) -> np.ndarray:
     return category_mask(values, lambda s: s in wanted)
 
 
+DENSE_RANGE = 1 << 16  # distinct() counts integers whose range is at most this
 FEW_GROUPS = 16  # up to this many key combinations, group_rows uses masks instead of a sort
 
 
@@ -68,12 +69,19 @@ def group_rows(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values, as ``np.unique``, but one comparison pass when they are all equal
-    (one process, one device, one thread: the common case), not a sort or hash of millions."""
+    """Sorted distinct values, as ``np.unique``, without a sort or hash of millions: one comparison
+    pass when they are all equal (one process, one device, one thread: the common case), a count
+    when they are integers in a small range."""
     v = np.asarray(values)
-    if len(v) == 0 or not bool((v == v[0]).all()):
+    if len(v) == 0:
         return np.unique(v)
-    return v[:1].copy()
+    if bool((v == v[0]).all()):
+        return v[:1].copy()
+    if v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo <= DENSE_RANGE:  # small ids (streams, devices, threads of one process): a count
+            return (np.flatnonzero(np.bincount((v - lo).astype(np.intp, copy=False))) + lo).astype(v.dtype)
+    return np.unique(v)
 
 
 def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

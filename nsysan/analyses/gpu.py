@@ -144,12 +144,13 @@ def concurrency(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> 
     rows = []
     for dev in sorted(b.per_dev):
         parts = [_in(ivs, window) for (d, _), ivs in sorted(b.per_stream.items()) if d == dev]
-        ss = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
-        ee = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
         if len(parts) == 1:  # one stream, merged: never more than one interval open at a time
-            mx, mean = (1 if len(ss) else 0), (1.0 if int((ee - ss).sum()) > 0 else 0.0)
+            mx, mean = (1 if len(parts[0][0]) else 0), (1.0 if _len(parts[0]) > 0 else 0.0)
         else:
-            mx, mean = iv.max_depth(ss, ee) if len(ss) else (0, 0.0)
+            # time-weighted mean depth = the streams' busy time over the time any is busy (their
+            # union: the device's merged ops); the most open at once from a merge of the streams
+            union = _len(_in(b.per_dev[dev]["all"], window))  # type: ignore[arg-type]
+            mx, mean = iv.max_open(parts), (sum(_len(p) for p in parts) / union if union else 0.0)
         rows.append({"device_id": int(dev), "max_streams": mx, "mean_streams_when_busy": round(mean, 3),
                      "streams_used": len(parts)})
     return pd.DataFrame(rows, columns=["device_id", "max_streams", "mean_streams_when_busy", "streams_used"])

@@ -120,18 +120,28 @@ def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Ar
     b_s, b_e = b
     if a_s.size == 0 or b_s.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    # Sweep: coverage count over the sorted boundary points.
-    pts = np.concatenate([a_s, a_e, b_s, b_e])
-    delta = np.concatenate([np.ones(a_s.size, np.int64), -np.ones(a_e.size, np.int64),
-                            np.ones(b_s.size, np.int64), -np.ones(b_e.size, np.int64)])
-    order = np.lexsort((delta, pts))  # at equal times, ends (-1) before starts (+1)
-    pts, delta = pts[order], delta[order]
-    cover = np.cumsum(delta)
-    on = cover == 2
-    seg_start = pts[:-1][on[:-1]]
-    seg_end = pts[1:][on[:-1]]
+    # sweep: coverage count over the boundary points, ends before starts at equal times
+    keys = sweep_keys([a, b])
+    pts = keys >> 1
+    on = np.cumsum((keys & 1) * 2 - 1)[:-1] == 2
+    seg_start = pts[:-1][on]
+    seg_end = pts[1:][on]
     keep = seg_end > seg_start
     return seg_start[keep], seg_end[keep]
+
+
+def sweep_keys(sets: list[tuple[Array, Array]]) -> Array:
+    """The boundary points of interval sets as sorted ``point << 1 | is_start`` keys (at equal
+    points ends sort before starts; times stay far below 2^62 ns). Each set's keys, interleaved,
+    are already in order when the set is merged (sorted, disjoint), so the sort is a merge of
+    sorted runs (timsort), not a sort of all points."""
+    keys = []
+    for s, e in sets:
+        k = np.empty(2 * len(s), dtype=np.int64)
+        k[0::2] = np.asarray(s, dtype=np.int64) << 1 | 1
+        k[1::2] = np.asarray(e, dtype=np.int64) << 1
+        keys.append(k)
+    return np.sort(np.concatenate(keys), kind="stable") if keys else np.empty(0, dtype=np.int64)
 
 
 def subtract_total(a: tuple[Array, Array], b: tuple[Array, Array]) -> int:
@@ -165,23 +175,11 @@ def coverage_in_bins(ms: Array, me: Array, edges: Array) -> Array:
     return np.diff(c)
 
 
-def max_depth(starts: Array, ends: Array) -> tuple[int, float]:
-    """Maximum number of simultaneously open intervals, and the time-weighted mean while any is open."""
-    s = np.asarray(starts, dtype=np.int64)
-    e = np.asarray(ends, dtype=np.int64)
-    if s.size == 0:
-        return 0, 0.0
-    # one sort of (point << 1 | is_start): at equal points ends come first, as in a sort by
-    # (point, delta); times stay far below 2^62 ns
-    keys = np.sort(np.concatenate([s << 1 | 1, e << 1]))
-    pts = keys >> 1
-    delta = (keys & 1) * 2 - 1
-    depth = np.cumsum(delta)
-    widths = np.diff(pts)
-    d = depth[:-1]
-    busy = widths[d > 0].sum()
-    mean = float((widths * d).sum() / busy) if busy else 0.0
-    return int(depth.max()), mean
+def max_open(runs: list[tuple[Array, Array]]) -> int:
+    """Most intervals open at once over sets of disjoint, sorted intervals (one merged set per
+    stream): a sweep over their ``sweep_keys``."""
+    keys = sweep_keys(runs)
+    return int(np.cumsum((keys & 1) * 2 - 1).max()) if len(keys) else 0
 
 
 class RangeMinMax:
