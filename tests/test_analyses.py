@@ -349,3 +349,22 @@ def test_gap_causes_equal_pandas_groupby(rows, categorical):
     want = gaps.groupby("cause")["gap_ns"].sum()
     want = want[gaps.groupby("cause")["gap_ns"].count() > 0].sort_values(ascending=False, kind="stable")
     assert _by_cause(gaps, np.arange(len(rows))) == [(str(c), int(v)) for c, v in want.items()]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "a", "b<", "c", None]), st.integers(0, 10_000)), max_size=40),
+       st.booleans(), st.sampled_from([None, ""]))
+def test_count_sum_equals_pandas_groupby(rows, categorical, skip):
+    from nsysan.analyses.frames import count_sum
+
+    keys = [r[0] for r in rows]
+    df = pd.DataFrame({"k": pd.Categorical(keys, categories=["", "a", "b<", "c", "unused"]) if categorical
+                       else pd.Series(keys, dtype=object), "v": np.array([r[1] for r in rows], dtype=np.int64)})
+    sub = df if skip is None else df.loc[df["k"] != skip]
+    want = sub.groupby("k", sort=True)["v"].agg(["count", "sum"])
+    got = count_sum(df["k"], df["v"], skip=skip)
+    assert [str(k) for k in got.index] == [str(k) for k in want.index]
+    assert got["count"].tolist() == want["count"].tolist() and got["sum"].tolist() == want["sum"].tolist()
+    # the same order after the sort the callers make
+    assert list(got.sort_values("sum", ascending=False).index.astype(str)) == \
+        list(want.sort_values("sum", ascending=False).index.astype(str))

@@ -98,3 +98,32 @@ def top_rows(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
         cut = np.partition(v, len(v) - n)[len(v) - n]
         rows, v = rows[v >= cut], v[v >= cut]
     return rows[np.argsort(-v, kind="stable")[:n]]
+
+
+def count_sum(keys: pd.Series, values: pd.Series, skip: str | None = None,
+              rows: np.ndarray | None = None) -> pd.DataFrame:
+    """``count`` and ``sum`` of integer ``values`` per key, as pandas' ``groupby(keys, sort=True)
+    [values].agg(["count", "sum"])`` (observed keys only, missing keys dropped), over ``rows``
+    (default all), rows whose key is ``skip`` left out. For a categorical key, from its codes: one
+    pass, no sub-frames."""
+    if rows is not None:
+        keys, values = keys.iloc[rows], values.iloc[rows]
+    arr = keys.array
+    if not isinstance(arr, pd.Categorical):
+        keep = (keys != skip).to_numpy() if skip is not None else slice(None)
+        frame = pd.DataFrame({"key": keys.to_numpy()[keep], "v": values.to_numpy()[keep]})
+        out = frame.groupby("key", sort=True)["v"].agg(["count", "sum"])
+        out.index.name = keys.name
+        return out
+    codes = np.asarray(arr.codes).astype(np.intp)
+    v = values.to_numpy()
+    n = len(arr.categories)
+    known = codes >= 0
+    if skip is not None and skip in arr.categories:
+        known &= codes != arr.categories.get_loc(skip)
+    codes, v = codes[known], v[known]
+    counts = np.bincount(codes, minlength=n)
+    sums = np.bincount(codes, weights=v, minlength=n).astype(np.int64)  # exact below 2^53
+    seen = np.flatnonzero(counts)
+    return pd.DataFrame({"count": counts[seen], "sum": sums[seen]},
+                        index=pd.CategoricalIndex(arr.categories[seen], categories=arr.categories, name=keys.name))

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import distinct, rows_of, top_rows
+from nsysan.analyses.frames import count_sum, distinct, rows_of, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -295,9 +295,9 @@ def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:
     """Totals by cause, and the activities that cost the most idle time."""
     if len(gaps) == 0:
         return {"count": 0, "total_ns": 0, "by_cause": {}, "by_activity": []}
-    by_cause = {str(k): {"count": int(len(g)), "total_ns": int(g["gap_ns"].sum())}
-                for k, g in gaps.groupby("cause", sort=True)}
-    act = gaps.loc[gaps["activity"] != ""].groupby("activity", sort=True)["gap_ns"].agg(["count", "sum"])
+    by_cause = {str(k): {"count": int(v["count"]), "total_ns": int(v["sum"])}
+                for k, v in count_sum(gaps["cause"], gaps["gap_ns"]).iterrows()}
+    act = count_sum(gaps["activity"], gaps["gap_ns"], skip="")
     by_activity = [{"activity": str(k), "count": int(v["count"]), "total_ns": int(v["sum"])}
                    for k, v in act.sort_values("sum", ascending=False).head(20).iterrows()]
     return {"count": int(len(gaps)), "total_ns": int(gaps["gap_ns"].sum()), "by_cause": by_cause,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import count_sum
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -46,19 +47,8 @@ def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
 
 def _by_cause(gaps: pd.DataFrame, rows: np.ndarray) -> list[tuple[str, int]]:
     """Idle time per cause of the gaps ``rows``, largest first (ties in cause order), causes without
-    gaps left out: pandas' group-by sum, from the category codes when the column has them."""
+    gaps left out."""
     if len(rows) == 0:
         return []
-    cause = gaps["cause"].array
-    if not isinstance(cause, pd.Categorical):
-        sums = gaps.iloc[rows].groupby("cause")["gap_ns"].sum()
-        return [(str(c), int(v)) for c, v in sums.sort_values(ascending=False, kind="stable").items()]
-    codes = np.asarray(cause.codes)[rows]
-    known = codes >= 0  # a missing cause is no group (pandas drops it)
-    ns = gaps["gap_ns"].to_numpy()[rows][known]
-    codes = codes[known].astype(np.int64)
-    n = len(cause.categories)
-    counts = np.bincount(codes, minlength=n)
-    sums = np.bincount(codes, weights=ns, minlength=n).astype(np.int64)  # exact below 2^53 ns (104 days)
-    order = [i for i in np.argsort(-sums, kind="stable").tolist() if counts[i] > 0]
-    return [(str(cause.categories[i]), int(sums[i])) for i in order]
+    sums = count_sum(gaps["cause"], gaps["gap_ns"], rows=rows)["sum"]
+    return [(str(c), int(v)) for c, v in sums.sort_values(ascending=False, kind="stable").items()]
