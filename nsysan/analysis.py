@@ -130,18 +130,19 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
     (default: ``default_workers()``): their numpy sorts, searches and ufuncs release the GIL, and on
     2 cores the analyses take about half the time. The result does not depend on ``workers``."""
     p = params or Params()
-    ops = summaries.gpu_ops(trace)
-    capture = _capture_window(trace, ops)
     n = workers or default_workers()
     with threads(n, "nsysan-analyze") as pool:
+        # the summaries need no GPU-op table: they run while this thread builds it
+        sums_f = pool.submit(_summaries, trace)
+        config_f = pool.submit(summaries.kernel_config_summary, trace)
+        ops = summaries.gpu_ops(trace)
+        capture = _capture_window(trace, ops)
         # longest first, so the threads finish together
         gaps_f = pool.submit(_gaps, trace, ops, capture, p)
         launch_f = pool.submit(_launches, trace, ops)
         busy_f = pool.submit(_busy, ops, capture, p)
-        config_f = pool.submit(summaries.kernel_config_summary, trace)
         nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
         nvtx_f = pool.submit(_nvtx, trace, ops, p)
-        sums_f = pool.submit(_summaries, trace)
         owned, rg, its, nvtx_summary = nvtx_f.result()
         steady = its.steady if its.steady is not None else capture
         busy, busy_capture, utilization, concurrency = busy_f.result()
