@@ -63,15 +63,18 @@ class Strings:
         self.categories = uniq.astype(object)
         self.index = pd.Index(self.categories, dtype=object)  # shared by every resolved column
         size = int(ids.max()) + 1 if len(ids) else 1
-        self.code_of_id = np.full(max(size, 1), -1, dtype=np.int64)
+        self.code_of_id = np.full(max(size, 1), -1, dtype=_code_dtype(len(uniq)))
         valid = ids >= 0
         self.code_of_id[ids[valid]] = inverse[valid]
 
     def resolve(self, ids: np.ndarray, *, prune: bool = True) -> pd.Categorical:
         ids = np.asarray(ids)
-        codes = np.full(len(ids), -1, dtype=np.int64)
-        ok = (ids >= 0) & (ids < len(self.code_of_id))
-        codes[ok] = self.code_of_id[ids[ok]]
+        if len(ids) and int(ids.min()) >= 0 and int(ids.max()) < len(self.code_of_id):
+            codes = self.code_of_id[ids]  # every id known (the usual case): one gather
+        else:
+            codes = np.full(len(ids), -1, dtype=self.code_of_id.dtype)
+            ok = (ids >= 0) & (ids < len(self.code_of_id))
+            codes[ok] = self.code_of_id[ids[ok]]
         cat = pd.Categorical.from_codes(codes, categories=self.index, validate=False)
         return prune_categories(cat) if prune else cat
 
@@ -80,15 +83,23 @@ def prune_categories(cat: pd.Categorical) -> pd.Categorical:
     """Drop unused categories (a bincount over the codes: faster than pandas' own for big tables)."""
     codes = np.asarray(cat.codes)
     ncat = len(cat.categories)
-    if ncat == 0:
-        return cat
-    used = np.bincount(codes[codes >= 0], minlength=ncat) > 0
+    if ncat == 0 or len(codes) == 0:
+        return cat if ncat == 0 else pd.Categorical.from_codes(codes, categories=cat.categories[:0], validate=False)
+    used = np.bincount(codes if int(codes.min()) >= 0 else codes[codes >= 0], minlength=ncat) > 0
     if used.all():
         return cat
-    remap = np.full(ncat, -1, dtype=np.int64)
-    remap[used] = np.arange(int(used.sum()))
-    new_codes = np.where(codes >= 0, remap[np.clip(codes, 0, None)], -1)
-    return pd.Categorical.from_codes(new_codes, categories=cat.categories[used], validate=False)
+    n_used = int(used.sum())
+    remap = np.full(ncat + 1, -1, dtype=_code_dtype(n_used))  # the last entry: a missing value's code, -1
+    remap[:-1][used] = np.arange(n_used)
+    return pd.Categorical.from_codes(remap[codes], categories=cat.categories[used], validate=False)
+
+
+def _code_dtype(n_categories: int) -> type:
+    """The smallest signed integer type for codes of ``n_categories`` (as pandas stores them)."""
+    for t in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(t).max:
+            return t
+    return np.int64
 
     def lookup(self, ident: int) -> str | None:
         if 0 <= ident < len(self.code_of_id) and self.code_of_id[ident] >= 0:
@@ -103,9 +114,10 @@ def map_categories(values: pd.Series, fn: Callable[[str], str]) -> pd.Series:
     if len(new) == 0:
         return values
     uniq, inverse = np.unique(new.astype(str), return_inverse=True)
-    codes = cat.codes.to_numpy()
-    mapped = np.where(codes >= 0, inverse[np.clip(codes, 0, None)], -1)
-    return pd.Series(pd.Categorical.from_codes(mapped, categories=pd.Index(uniq, dtype=object)),
+    lut = np.full(len(inverse) + 1, -1, dtype=_code_dtype(len(uniq)))  # the last entry: a missing value's
+    lut[:-1] = inverse.reshape(-1)
+    mapped = lut[cat.codes.to_numpy()]
+    return pd.Series(pd.Categorical.from_codes(mapped, categories=pd.Index(uniq, dtype=object), validate=False),
                      index=values.index, name=values.name)
 
 
