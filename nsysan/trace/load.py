@@ -6,8 +6,9 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -226,6 +227,26 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
     return df.reset_index(drop=True)
 
 
+def _finish_cuda_api(api: pd.DataFrame) -> pd.DataFrame:
+    """API names without their version suffix (``cuLaunchKernel_v2`` -> ``cuLaunchKernel``), and
+    their layer (runtime or driver)."""
+    names = map_categories(api["name"], lambda s: _VERSION_SUFFIX.sub("", s))
+    return api.assign(name=names,
+                      api_layer=map_categories(names, lambda s: "runtime" if s.startswith("cuda") else "driver"))
+
+
+def _finish_memcpy(m: pd.DataFrame) -> pd.DataFrame:
+    """Copy direction by name, and the host side's memory kind (pageable, pinned, ...)."""
+    kinds = m["copy_kind"].map(S.COPY_KIND).fillna("Unknown")
+    host_side = np.where(m["copy_kind"].isin((1, 3)), m["src_kind"],
+                         np.where(m["copy_kind"].isin((2, 4)), m["dst_kind"], -1))
+    return m.assign(kind=kinds.astype("string"),
+                    host_mem=pd.Series(host_side, index=m.index).map(S.MEM_KIND).fillna("").astype("string"))
+
+
+_FINISH: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {"cuda_api": _finish_cuda_api, "memcpy": _finish_memcpy}
+
+
 def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
     """Ranges and marks with resolved text and domain name (``domain:text`` as nsys labels them)."""
     raw = raw.loc[raw["start_ns"].to_numpy() != MISSING]
@@ -375,9 +396,13 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 progress(name, done, total_steps)
 
         total_steps = len(queries) + len(direct_plans) + len(specs)
-        strings = Strings(db.arrow(queries.pop(0)[1]))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
+            # the string table (and the first SQL read's driver start-up, 45 ms) while the event
+            # tables decode
+            strings_f = side.submit(lambda sql: Strings(db.arrow(sql)), queries.pop(0)[1])
+            raw = db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS)
+            strings = strings_f.result()
         tick("strings")
-        raw = db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS)
         for name, t in raw.items():
             if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
                 queries += _sql_queries(db, specs[name], sources[name], all_columns)
@@ -402,6 +427,10 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             notes: list[str] = []
             if name in INTERVAL_TABLES:
                 df = _finish_intervals(name, df, notes)
+            if name == "nvtx_raw":
+                df = _nvtx(df, strings)
+            elif name in _FINISH:
+                df = _FINISH[name](df)
             return df, notes
 
         frames: dict[str, pd.DataFrame] = {}
@@ -426,19 +455,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             if rows and rows[0][0] is not None and rows[0][1] is not None:
                 window = (int(rows[0][0]), int(rows[0][1]))
 
-    api_names = map_categories(frames["cuda_api"]["name"], lambda s: _VERSION_SUFFIX.sub("", s))
-    frames["cuda_api"] = frames["cuda_api"].assign(
-        name=api_names,
-        api_layer=map_categories(api_names, lambda s: "runtime" if s.startswith("cuda") else "driver"),
-    )
-    m = frames["memcpy"]
-    kinds = m["copy_kind"].map(S.COPY_KIND).fillna("Unknown")
-    host_side = np.where(m["copy_kind"].isin((1, 3)), m["src_kind"],
-                         np.where(m["copy_kind"].isin((2, 4)), m["dst_kind"], -1))
-    frames["memcpy"] = m.assign(kind=kinds.astype("string"),
-                                host_mem=pd.Series(host_side, index=m.index).map(S.MEM_KIND).fillna("")
-                                .astype("string"))
-    frames["nvtx"] = _nvtx(frames.pop("nvtx_raw"), strings)
+    frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
     n_cut = sum(1 for v in strings.categories if str(v).endswith(CUT_MARK))
     n_cut += int(frames["nvtx"]["text"].fillna("").str.endswith(CUT_MARK).sum())
     if n_cut:
