@@ -292,11 +292,11 @@ def test_per_kernel_by_codes_equals_pandas_groupby(rows):
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 3)), max_size=25))
 def test_lexsorted_check_agrees_with_lexsort(rows):
-    from nsysan.analyses.nvtx import _lexsorted
+    from nsysan.analyses.frames import lexsorted
 
     keys = tuple(np.array([r[i] for r in rows], dtype=np.int64) for i in range(3))
     order = np.lexsort(keys) if rows else np.array([], dtype=np.int64)
-    assert _lexsorted(keys) == bool((order == np.arange(len(rows))).all() or
+    assert lexsorted(keys) == bool((order == np.arange(len(rows))).all() or
                                     all(tuple(k[order][i] for k in keys) == tuple(k[i] for k in keys)
                                         for i in range(len(rows))))
 

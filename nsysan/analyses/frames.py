@@ -68,6 +68,20 @@ def group_rows(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
     return [(tuple(int(k[i]) for k in sorted_keys), rows) for i, rows in zip(first, np.split(order, cut))]
 
 
+def lexsorted(keys: tuple[np.ndarray, ...]) -> bool:
+    """Whether rows are already in ``np.lexsort(keys)`` order (last key primary)."""
+    n = len(keys[0])
+    if n < 2:
+        return True
+    ok = np.ones(n - 1, dtype=bool)  # rows i, i+1 in order given the keys checked so far
+    tied = np.ones(n - 1, dtype=bool)  # ... and equal on them
+    for k in keys[::-1]:
+        a, b = k[:-1], k[1:]
+        ok &= ~tied | (a <= b)
+        tied &= a == b
+    return bool(ok.all())
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values, as ``np.unique``, without a sort or hash of millions: one comparison
     pass when they are all equal (one process, one device, one thread: the common case), a count

@@ -77,7 +77,7 @@ class Busy:
             self.per_pid_dev[(pid, dev)] = {
                 "all": merged(rows), "compute": merged(rows[is_compute[rows]]),
                 "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]]),
-                "ops": len(rows), "streams": _distinct(stream_all[rows])}
+                "ops": len(rows), "streams": len(distinct(rows_of(stream_all, rows)))}
         for (dev,), rows in group_rows(dev_all):
             d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]),
                  "memcpy": merged(rows[is_copy[rows]])}
@@ -88,10 +88,6 @@ class Busy:
             self.per_dev[dev] = d
         for (dev, stream), rows in group_rows(dev_all, stream_all):
             self.per_stream[(dev, stream)] = merged(rows)
-
-
-def _distinct(values: np.ndarray) -> int:
-    return len(distinct(values))
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import category_mask
+from nsysan.analyses.frames import category_mask, name_in
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
@@ -21,7 +21,7 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     device_id, stream_id, pid, tid, correlation_id, name, op, api_name, api_start_ns, api_end_ns, api_ns,
     queue_ns, launch_dominated, is_graph. Operations whose API call is not in the trace are dropped."""
     ops = with_launch_calls(trace, ops)
-    keep = ops["op"].isin(["kernel", "graph"]).to_numpy() & (ops["api_start_ns"].to_numpy() >= 0)
+    keep = name_in(ops["op"], ("kernel", "graph")) & (ops["api_start_ns"].to_numpy() >= 0)
     j = ops if bool(keep.all()) else ops.loc[keep]  # all kept (the usual case): columns shared, no copy
     graph_api = category_mask(j["api_name"], lambda s: s.startswith(("cudaGraphLaunch", "cuGraphLaunch")))
     j = j.assign(gpu_ns=j["dur_ns"], api_ns=j["api_end_ns"] - j["api_start_ns"],

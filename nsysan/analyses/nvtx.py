@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import group_rows
+from nsysan.analyses.frames import group_rows, lexsorted
 from nsysan.analyses.intervals import RangeMinMax
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -31,23 +31,9 @@ def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     found = ops["api_start_ns"].to_numpy() >= 0
     j = ops[cols] if bool(found.all()) else ops.loc[found, cols]  # all found: columns shared, no copy
     keys = (j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(), j["pid"].to_numpy())
-    if _lexsorted(keys):  # one submitting thread launching in order: the usual case, no sort or copy
+    if lexsorted(keys):  # one submitting thread launching in order: the usual case, no sort or copy
         return j.reset_index(drop=True)
     return j.take(np.lexsort(keys)).reset_index(drop=True)
-
-
-def _lexsorted(keys: tuple[np.ndarray, ...]) -> bool:
-    """Whether rows are already in ``np.lexsort(keys)`` order (last key primary)."""
-    n = len(keys[0])
-    if n < 2:
-        return True
-    ok = np.ones(n - 1, dtype=bool)  # rows i, i+1 in order given the keys checked so far
-    tied = np.ones(n - 1, dtype=bool)  # ... and equal on them
-    for k in keys[::-1]:
-        a, b = k[:-1], k[1:]
-        ok &= ~tied | (a <= b)
-        tied &= a == b
-    return bool(ok.all())
 
 
 def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

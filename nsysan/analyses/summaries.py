@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import lexsorted
 from nsysan.trace.model import Trace
 
 STAT_COLUMNS = ["count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
@@ -250,7 +251,6 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
         "name": names[0] if len(names) == 1 else union_categoricals(names), "bytes": data["bytes"],
         "kind": kinds[0] if len(kinds) == 1 else union_categoricals(kinds),
     }, copy=False)
-    order = np.lexsort((data["end_ns"], data["start_ns"]))
-    if not (order[1:] > order[:-1]).all():
-        frame = frame.take(order)
+    if not lexsorted((data["end_ns"], data["start_ns"])):  # kernels only come sorted: no sort then
+        frame = frame.take(np.lexsort((data["end_ns"], data["start_ns"])))
     return attach_launch_calls(trace, frame.reset_index(drop=True))
