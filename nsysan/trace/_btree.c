@@ -57,18 +57,21 @@ static inline int varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
     return 9;
 }
 
-static int read_page(Reader *r, uint32_t pgno, uint8_t *buf) {
+/* The first `len` bytes of page `pgno` (the whole page: read_page). */
+static int read_head(Reader *r, uint32_t pgno, uint8_t *buf, size_t len) {
     if (pgno < 1 || pgno > r->n_pages) { r->err = "page number outside the file"; r->err_page = pgno; return -1; }
     off_t off = (off_t)(pgno - 1) * r->page_size;
     size_t got = 0;
-    while (got < r->page_size) {
-        ssize_t n = pread(r->fd, buf + got, r->page_size - got, off + (off_t)got);
+    while (got < len) {
+        ssize_t n = pread(r->fd, buf + got, len - got, off + (off_t)got);
         if (n < 0) { if (errno == EINTR) continue; r->err = "read error"; r->err_page = pgno; return -1; }
         if (n == 0) { r->err = "file shorter than its pages"; r->err_page = pgno; return -1; }
         got += (size_t)n;
     }
     return 0;
 }
+
+static int read_page(Reader *r, uint32_t pgno, uint8_t *buf) { return read_head(r, pgno, buf, r->page_size); }
 
 /* Leaf pages of the table b-tree rooted at `root`, in rowid order, as (page number, cell count)
  * pairs. Returns a malloc'd array of 2 * count values. */
@@ -88,9 +91,11 @@ static uint32_t *collect_leaves(Reader *r, uint32_t root, size_t *count) {
     for (;;) {
         /* descend from pgno */
         if (++visited > r->n_pages) { r->err = "b-tree loop"; r->err_page = pgno; goto fail; }
-        if (read_page(r, pgno, page) < 0) goto fail;
         uint32_t hdr = pgno == 1 ? 100 : 0;
+        /* a leaf's cell count is in its 8-byte header: the rest of the page is read when decoded */
+        if (read_head(r, pgno, page, hdr + 12) < 0) goto fail;
         uint8_t kind = page[hdr];
+        if (kind == 0x05 && read_page(r, pgno, page) < 0) goto fail;
         if (kind == 0x0D) {
             if (n == cap) {
                 cap *= 2;
