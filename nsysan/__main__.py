@@ -1,5 +1,3 @@
-import sys
+from nsysan.cli import run
 
-from nsysan.cli import main
-
-sys.exit(main())
+run()

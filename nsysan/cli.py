@@ -607,5 +607,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run() -> None:
+    """The console entry point: ``main``, then an immediate exit. The outputs are written and
+    closed by then; the interpreter's own shutdown (module teardown, the rest of a ~1 GB heap freed
+    object by object) took 0.2 s after a 245 MB trace, for nothing."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (nsysan ... | head): nothing more to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
