@@ -167,6 +167,20 @@ def test_no_traceback_from_the_command_line_on_garbage(tmp_path):
     assert r.returncode in (4, 5, 6, 7) and "Traceback" not in r.stderr and str(p) in r.stderr
 
 
+def test_command_line_output_complete_and_closed_pipe_quiet():
+    """The console entry point exits straight after main: what it printed is all there (flushed),
+    and a reader that stops early (| head) costs neither a traceback nor a failure code."""
+    r = subprocess.run([sys.executable, "-m", "nsysan", "rules"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.count("\n") > 20 and r.stdout.rstrip().splitlines()[-1].strip()
+    p = subprocess.Popen([sys.executable, "-m", "nsysan", "rules"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(10)
+    p.stdout.close()  # the reader goes away mid-output
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0 and "Traceback" not in err
+
+
 def fuzz(src: Path, workdir: Path, n: int, seed: int) -> dict[str, int]:
     """Flip random bytes (headers, b-tree pages, records) in copies of a real export; every run must end in
     an analysis or an NsysanError. Returns counts per outcome."""
