@@ -137,12 +137,13 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         config_f = pool.submit(summaries.kernel_config_summary, trace)
         ops = summaries.gpu_ops(trace)
         capture = _capture_window(trace, ops)
-        # longest first, so the threads finish together
+        # longest first, so the threads finish together; the NVTX ranges early, as the steady-state
+        # window (their iterations) and the busy intervals start the steady-state analyses
         gaps_f = pool.submit(_gaps, trace, ops, capture, p)
-        launch_f = pool.submit(_launches, trace, ops)
-        busy_f = pool.submit(_busy, ops, capture, p)
-        nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
         nvtx_f = pool.submit(_nvtx, trace, ops, p)
+        busy_f = pool.submit(_busy, ops, capture, p)
+        launch_f = pool.submit(_launches, trace, ops)
+        nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
         owned, rg, its, nvtx_summary = nvtx_f.result()
         steady = its.steady if its.steady is not None else capture
         busy, busy_capture, utilization, concurrency = busy_f.result()
