@@ -29,19 +29,29 @@ _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 MMAP_THRESHOLD = 32 << 20  # glibc's largest on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 _tuned = False
+_malloc_tuned = False
 
 
-def tune_allocator() -> None:
-    global _tuned
-    if _tuned or not sys.platform.startswith("linux"):
+def tune_malloc() -> None:
+    """glibc's part of ``tune_allocator`` (no import of pyarrow: the prefetch calls it first)."""
+    global _malloc_tuned
+    if _malloc_tuned or not sys.platform.startswith("linux"):
         return
-    _tuned = True
+    _malloc_tuned = True
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         libc.mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
         pass
+
+
+def tune_allocator() -> None:
+    global _tuned
+    tune_malloc()
+    if _tuned or not sys.platform.startswith("linux"):
+        return
+    _tuned = True
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         try:
             import pyarrow as pa

@@ -210,6 +210,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     base = {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
             "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
             "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many}
+    if not many:
+        # decode the big tables on background threads (C, no GIL) while pandas is being imported
+        from nsysan.trace import prefetch
+
+        prefetch.start(args.traces[0], max_rows=args.max_events)
     jobs = []
     for t in args.traces:
         o = dict(base)

@@ -307,3 +307,70 @@ def test_generated_integer_tables(tmp_path_factory, page_size, values, slots):
     assert got.column("p").to_pylist() == [w[2] for w in want]
     assert got.column("missing").to_pylist() == [3] * len(want)
     assert got.column("nothing").null_count == len(want)
+
+
+# -- prefetch: the CLI starts decoding before pandas is imported -----------------------------------
+
+
+def test_prefetch_hands_over_identical_tables(fixture_dir, tmp_path):
+    """A prefetched trace loads to the same frames as a plain load; the prefetch is taken once."""
+    from nsysan.trace import prefetch
+
+    path = tmp_path / "p.sqlite"
+    shutil.copyfile(fixture_dir / "launch_eager.sqlite", path)
+    plain = nsysan.open_trace(path)
+    assert prefetch.start(path)
+    assert prefetch.take(path, False) is not None  # taken: a second take finds nothing
+    assert prefetch.take(path, False) is None
+    assert prefetch.start(path)
+    fetched = nsysan.open_trace(path)
+    assert prefetch.take(path, False) is None  # open_trace took it over
+    for name in INTERVAL_TABLES:
+        pd.testing.assert_frame_equal(getattr(plain, name), getattr(fetched, name))
+
+
+def test_prefetch_of_a_changed_file_is_not_used(fixture_dir, tmp_path):
+    """The prefetch is keyed by path, size, mtime and inode: a file replaced in between is read anew."""
+    from nsysan.trace import prefetch
+
+    path = tmp_path / "c.sqlite"
+    shutil.copyfile(fixture_dir / "launch_graph.sqlite", path)
+    assert prefetch.start(path)
+    shutil.copyfile(fixture_dir / "launch_eager.sqlite", path.with_suffix(".new"))
+    os.replace(path.with_suffix(".new"), path)
+    t = nsysan.open_trace(path)
+    assert len(t.kernels) == len(nsysan.open_trace(fixture_dir / "launch_eager.sqlite").kernels)
+
+
+@pytest.mark.parametrize("content", [b"", b"not sqlite at all", b"SQLite format 3\x00" + b"\x00" * 50])
+def test_prefetch_ignores_what_it_cannot_read(tmp_path, content):
+    from nsysan.trace import prefetch
+
+    path = tmp_path / "bad.sqlite"
+    path.write_bytes(content)
+    assert prefetch.start(path) is False
+    assert prefetch.start(tmp_path / "missing.sqlite") is False
+
+
+def test_cli_prefetches_and_writes_the_same_json(fixture_dir, tmp_path):
+    """``nsysan analyze`` (which prefetches) and the library path give byte-identical JSON."""
+    from nsysan.cli import main
+    from nsysan.report import jsonout
+
+    out = tmp_path / "o.json"
+    assert main(["analyze", str(fixture_dir / "ladder_baseline.sqlite"), "--json", str(out), "--no-html", "-q"]) == 0
+    ref = jsonout.to_json(nsysan.analyze(nsysan.open_trace(fixture_dir / "ladder_baseline.sqlite")))
+    assert out.read_text() == ref
+
+
+def test_prefetch_respects_the_event_limit(fixture_dir, tmp_path):
+    """Over --max-events nothing is decoded ahead: open_trace refuses the trace with its own error."""
+    from nsysan.errors import ResourceLimitError
+    from nsysan.trace import prefetch
+
+    path = tmp_path / "limit.sqlite"
+    shutil.copyfile(fixture_dir / "launch_eager.sqlite", path)
+    assert prefetch.start(path, max_rows=100) is False
+    assert prefetch.take(path, False) is None
+    with pytest.raises(ResourceLimitError):
+        nsysan.open_trace(path, max_rows=100)

@@ -1,7 +1,7 @@
 """The only package that knows SQL and nsys table names: read an export into a typed ``Trace``.
 
-The names are imported on first use (PEP 562): ``nsysan --version`` and argument errors do not pay
-for importing pandas."""
+The names are imported on first use (PEP 562), so ``nsysan.trace.prefetch`` can start reading a
+trace before pandas is imported."""
 
 from __future__ import annotations
 

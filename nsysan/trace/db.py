@@ -37,7 +37,7 @@ from nsysan.errors import (
     TraceUnreadableError,
 )
 from nsysan._executor import threads
-from nsysan.trace import direct
+from nsysan.trace import direct, prefetch
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -93,15 +93,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     return con
 
 
-def _table_columns(con: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
-    """Tables and their columns, in order: one query over ``sqlite_master`` and ``pragma_table_info``."""
-    tables: dict[str, list[str]] = {}
-    for t, c in con.execute("SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
-                            "WHERE m.type IN ('table', 'view') ORDER BY m.name, p.cid").fetchall():
-        tables.setdefault(str(t), []).append(str(c))
-    return {k: tuple(v) for k, v in tables.items()}
-
-
 @dataclass
 class Caps:
     """Which tables and columns the export has (nsys' ``table_checks`` idea)."""
@@ -138,7 +129,7 @@ class Database:
         >= 3.16). SQLAlchemy's inspector is the fallback: importing it costs ~0.3 s, a tenth of the
         whole budget for a 200 MB trace, so it is not on the common path."""
         try:
-            tables = _table_columns(self._sqlite)
+            tables = prefetch.table_columns(self._sqlite)
         except sqlite3.DatabaseError as e:
             if "no such table" not in str(e).lower() and "pragma_table_info" not in str(e).lower():
                 raise _translate(self.path, e) from e

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from nsysan._executor import Inline
 
@@ -161,9 +160,11 @@ def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | No
     return Pending(p, data, valid, futures)
 
 
-def finish(pending: Pending) -> pa.Table:
+def finish(pending: Pending) -> Any:
     """Wait for the parts and build the Arrow table (keep_only filter, defaults, NULLs). Raises
     ``Unsupported`` if any part was declined."""
+    import pyarrow as pa  # here, not at import: the prefetch starts before pyarrow and pandas load
+
     for f in pending.futures:
         f.result()
     p = pending.plan
@@ -178,7 +179,7 @@ def finish(pending: Pending) -> pa.Table:
         if null is not None:
             keep &= ~null
         n = int(keep.sum())
-    out: dict[str, pa.Array] = {}
+    out: dict[str, Any] = {}
     for alias, src, default in p.outputs:
         if src is None:
             out[alias] = pa.nulls(n, pa.int64()) if default is None else pa.array(np.full(n, default, np.int64))

@@ -17,7 +17,7 @@ import pyarrow as pa
 from nsysan import _memory
 from nsysan._executor import threads
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
-from nsysan.trace import direct
+from nsysan.trace import direct, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
@@ -400,7 +400,21 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             # the string table (and the first SQL read's driver start-up, 45 ms) while the event
             # tables decode
             strings_f = side.submit(lambda sql: Strings(db.arrow(sql)), queries.pop(0)[1])
-            raw = db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS)
+            # tables the CLI began decoding before pandas was imported (prefetch), if the plan is the same
+            raw: dict[str, pa.Table | None] = {}
+            early = prefetch.take(path, all_columns)
+            if early is not None:
+                try:
+                    for name, (p, job) in early.jobs.items():
+                        if direct_plans.get(name, (None,))[0] == p:
+                            try:
+                                raw[name] = direct.finish(job)
+                            except (OSError, direct.Unsupported):
+                                raw[name] = None
+                            del direct_plans[name]
+                finally:
+                    early.close()
+            raw.update(db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS))
             strings = strings_f.result()
         tick("strings")
         for name, t in raw.items():

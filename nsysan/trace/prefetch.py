@@ -1,0 +1,124 @@
+"""Start decoding a trace's event tables before pandas is even imported.
+
+``nsysan analyze`` spends its first ~0.6 s importing pandas, pyarrow and numpy on one core. The
+direct reader's decoding runs in C without the GIL, so the CLI starts it first (``start``), on
+background threads, and ``open_trace`` takes the decoded columns over (``take``) instead of reading
+those tables again. It needs only ``sqlite3``, numpy and the extension; anything unusual (not an
+SQLite file, no extension, a damaged page) makes it do nothing, and ``open_trace`` then reads and
+reports as usual. The file is opened read-only, as everywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsysan import _memory
+from nsysan.trace import direct
+from nsysan.trace import schema as S
+
+DESCRIBE_SQL = ("SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+                "WHERE m.type IN ('table', 'view') ORDER BY m.name, p.cid")
+ROWS_PER_PART = 400_000  # as load.SLICE_ROWS: parts decode on several threads
+
+
+def table_columns(con: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
+    """Tables and their columns, in order: one query over ``sqlite_master`` and ``pragma_table_info``."""
+    tables: dict[str, list[str]] = {}
+    for t, c in con.execute(DESCRIBE_SQL).fetchall():
+        tables.setdefault(str(t), []).append(str(c))
+    return {k: tuple(v) for k, v in tables.items()}
+
+
+def event_sources(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[S.TableSpec, str]]:
+    """For each event table nsysan reads: its spec and the export's table that holds it."""
+    out = {}
+    for spec in S.ALL_SPECS:
+        if spec.name not in S.INTERVAL_TABLES:
+            continue
+        src = next((t for t in spec.sources if t in tables), None)
+        if src is not None and all(c in tables[src] for c in spec.required):
+            out[spec.name] = (spec, src)
+    return out
+
+
+@dataclass
+class Prefetched:
+    file: direct.File
+    pool: ThreadPoolExecutor
+    jobs: dict[str, tuple[direct.Plan, direct.Pending]]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.file.close()
+
+
+_lock = threading.Lock()
+_started: dict[tuple[Any, ...], Prefetched] = {}
+
+
+def _key(path: str | os.PathLike[str], all_columns: bool) -> tuple[Any, ...]:
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, bool(all_columns))
+
+
+def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: int | None = None,
+          max_rows: int | None = None) -> bool:
+    """Begin decoding the event tables of ``path`` in the background. True if it started. Nothing
+    starts when the tables hold more than ``max_rows`` rows: ``open_trace`` then refuses the trace
+    with its clear error before any memory is spent (the row counts come from the page headers)."""
+    if not direct.available() or os.environ.get("NSYSAN_PREFETCH", "1") == "0":
+        return False
+    _memory.tune_malloc()  # before the decoded columns are allocated, as open_trace would
+    file: direct.File | None = None
+    try:
+        key = _key(path, all_columns)
+        uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro&immutable=1"
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            tables = table_columns(con)
+            if "StringIds" not in tables:
+                return False
+            file = direct.File(path)
+            plans = {}
+            for name, (spec, src) in event_sources(tables).items():
+                p = direct.plan(con, file, src, S.select_outputs(spec, tables[src], all_columns=all_columns),
+                                spec.keep_only)
+                if p is not None:
+                    plans[name] = (p, direct.leaves(file, p))
+        finally:
+            con.close()
+        rows = sum(int(leaves[:, 1].sum(dtype="int64")) for _, leaves in plans.values())
+        if not plans or (max_rows is not None and rows > max_rows):
+            file.close()
+            return False
+    except (OSError, sqlite3.Error, direct.Unsupported, ValueError):
+        if file is not None:
+            file.close()
+        return False
+    pool = ThreadPoolExecutor(max_workers=workers or max(1, min(4, os.cpu_count() or 1)),
+                              thread_name_prefix="nsysan-prefetch")
+    jobs = {name: (p, direct.start(file, p, leaves, rows_per_part=ROWS_PER_PART, submit=pool.submit))
+            for name, (p, leaves) in plans.items()}
+    with _lock:
+        old = _started.pop(key, None)
+        _started[key] = Prefetched(file, pool, jobs)
+    if old is not None:
+        old.close()
+    return True
+
+
+def take(path: str | os.PathLike[str], all_columns: bool) -> Prefetched | None:
+    """The prefetch started for this very file (same path, size, mtime, inode), handed over once."""
+    try:
+        key = _key(path, all_columns)
+    except OSError:
+        return None
+    with _lock:
+        return _started.pop(key, None)
