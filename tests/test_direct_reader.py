@@ -374,3 +374,35 @@ def test_prefetch_respects_the_event_limit(fixture_dir, tmp_path):
     assert prefetch.take(path, False) is None
     with pytest.raises(ResourceLimitError):
         nsysan.open_trace(path, max_rows=100)
+
+
+@pytest.mark.parametrize("reader", ["direct", "sqlite"])
+def test_event_limit_is_exact(fixture_dir, tmp_path, monkeypatch, reader):
+    """--max-events counts exactly what a count(*) of every event table (and NVTX) gives, whether
+    the counts come from the leaf lists (direct reader) or from rowid bounds then count(*) (SQLite):
+    the limit itself passes, one less refuses, and a prefetch's columns count the same."""
+    from nsysan.errors import ResourceLimitError
+    from nsysan.trace import prefetch
+
+    if reader == "sqlite":
+        monkeypatch.setenv("NSYSAN_READER", "sqlite")
+    path = fixture_dir / "launch_eager.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    n = 0
+    for spec in S.ALL_SPECS:
+        src = next((t for t in spec.sources if t in tables), None)
+        if src and spec.name in INTERVAL_TABLES + ("nvtx_raw",):
+            n += con.execute(f'SELECT count(*) FROM "{src}"').fetchone()[0]
+    con.close()
+    assert len(nsysan.open_trace(path, max_rows=n).kernels) > 0
+    with pytest.raises(ResourceLimitError, match=f"{n:,} events exceed the limit of {n - 1:,}"):
+        nsysan.open_trace(path, max_rows=n - 1)
+    if reader == "direct":
+        copy = tmp_path / "p.sqlite"
+        shutil.copyfile(path, copy)
+        assert prefetch.start(copy, max_rows=n) is True
+        assert len(nsysan.open_trace(copy, max_rows=n).kernels) > 0
+        assert prefetch.start(copy, max_rows=n) is True
+        with pytest.raises(ResourceLimitError, match=f"{n:,} events"):
+            nsysan.open_trace(copy, max_rows=n - 1)

@@ -273,15 +273,16 @@ class Database:
 
     # -- direct reader (nsysan.trace.direct) -----------------------------------------------------
     def direct_plan(self, table: str, outputs: list[tuple[str, str | None, int | None]],
-                    keep_only: tuple[str, int] | None) -> tuple[direct.Plan, np.ndarray] | None:
-        """A direct-read plan for ``table`` and its leaf pages, or None (read it through SQLite)."""
+                    keep_only: tuple[str, int] | None, *, leaves: bool = True) -> tuple[direct.Plan, Any] | None:
+        """A direct-read plan for ``table`` and its leaf pages (None with ``leaves=False``: a
+        prefetch listed them already), or None (read it through SQLite)."""
         if not direct.available():
             return None
         try:
             if self._direct is None:
                 self._direct = direct.File(self.path)
             p = direct.plan(self._sqlite, self._direct, table, outputs, keep_only)
-            return None if p is None else (p, direct.leaves(self._direct, p))
+            return None if p is None else (p, direct.leaves(self._direct, p) if leaves else None)
         except (OSError, sqlite3.Error, direct.Unsupported):
             return None
 

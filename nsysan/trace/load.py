@@ -333,6 +333,30 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
                                      "file is fine, please report this") from e
 
 
+def _check_rows(db: Database, path: Path, max_rows: int, direct_plans: dict[str, tuple[direct.Plan, np.ndarray]],
+                prefetched: dict[str, direct.Pending], sql_tables: list[str]) -> None:
+    """Refuse a trace whose event tables hold more than ``max_rows`` rows. The direct reader's leaf
+    lists (and a prefetch's columns) give exact counts; a table read through SQL is bounded by its
+    rowid span (two b-tree descents) and counted (a scan of every page) only when that bound is
+    not enough to let the trace through."""
+    n = sum(int(leaves[:, 1].sum(dtype=np.int64)) for _, leaves in direct_plans.values())
+    n += sum(len(job.data[0]) if job.data else 0 for job in prefetched.values())
+    bound = 0
+    for src in sql_tables:
+        try:
+            lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+            bound += 0 if lo is None else int(hi) - int(lo) + 1
+        except NsysanError:  # no rowid (WITHOUT ROWID) or an odd table: count it
+            bound = max_rows + 1
+            break
+    if n + bound > max_rows:
+        n += sum(int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0]) for src in sql_tables)
+    if n > max_rows:
+        raise ResourceLimitError(
+            f"{path}: {n:,} events exceed the limit of {max_rows:,}",
+            hint="raise it with --max-events, or export a time window (nsys export --times ...)")
+
+
 def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -> list[tuple[str, str]]:
     """SELECTs for one table: rowid slices of the event tables (read in parallel), else one."""
     slices = db.rowid_slices(src, SLICE_ROWS) if spec.name in INTERVAL_TABLES else None
@@ -356,35 +380,45 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         total_steps = len(steps) + 2
         if progress:
             progress("strings", 0, total_steps)
-        if max_rows is not None:
-            n = 0
-            for spec in steps:
-                src = next((t for t in spec.sources if caps.has(t)), None)
-                if src and spec.name in INTERVAL_TABLES + ("nvtx_raw",):
-                    n += int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
-            if n > max_rows:
-                raise ResourceLimitError(
-                    f"{path}: {n:,} events exceed the limit of {max_rows:,}",
-                    hint="raise it with --max-events, or export a time window (nsys export --times ...)")
-        queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
+        # tables the CLI began decoding before pandas was imported (prefetch), used if the plan is the same
+        early = prefetch.take(path, all_columns)
+        prefetched: dict[str, direct.Pending] = {}
         specs: dict[str, S.TableSpec] = {}
         sources: dict[str, str] = {}
         direct_plans: dict[str, tuple[direct.Plan, np.ndarray]] = {}
-        for spec in steps:
-            src = next((t for t in spec.sources if caps.has(t)), None)
-            if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
-                spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
-            specs[spec.name] = spec
-            if src is None or not all(caps.has(src, c) for c in spec.required):
-                continue
-            sources[spec.name] = src
-            if spec.name in INTERVAL_TABLES:
-                found = db.direct_plan(src, S.select_outputs(spec, caps.columns(src), all_columns=all_columns),
-                                       spec.keep_only)
-                if found is not None:
-                    direct_plans[spec.name] = found
+        by_sql: list[tuple[S.TableSpec, str]] = []
+        try:
+            for spec in steps:
+                src = next((t for t in spec.sources if caps.has(t)), None)
+                if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
+                    spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
+                specs[spec.name] = spec
+                if src is None or not all(caps.has(src, c) for c in spec.required):
                     continue
-            queries += _sql_queries(db, spec, src, all_columns)
+                sources[spec.name] = src
+                if spec.name in INTERVAL_TABLES:
+                    outputs = S.select_outputs(spec, caps.columns(src), all_columns=all_columns)
+                    pre = early.jobs.get(spec.name) if early is not None else None
+                    found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None)
+                    if found is not None and pre is not None and found[0] == pre[0]:
+                        prefetched[spec.name] = pre[1]
+                        continue
+                    if found is not None and pre is not None:  # the prefetch planned otherwise: list the leaves
+                        found = db.direct_plan(src, outputs, spec.keep_only)
+                    if found is not None:
+                        direct_plans[spec.name] = found
+                        continue
+                by_sql.append((spec, src))
+            if max_rows is not None:
+                _check_rows(db, path, max_rows, direct_plans, prefetched,
+                            [src for spec, src in by_sql if spec.name in INTERVAL_TABLES + ("nvtx_raw",)])
+            queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
+            for spec, src in by_sql:
+                queries += _sql_queries(db, spec, src, all_columns)
+        except BaseException:
+            if early is not None:
+                early.close()
+            raise
         # biggest first, so the threads finish together (StringIds stays first: it is read alone)
         queries[1:] = sorted(queries[1:], key=lambda q: 0 if "WHERE rowid" in q[1] else 1)
         done = 0
@@ -400,18 +434,14 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             # the string table (and the first SQL read's driver start-up, 45 ms) while the event
             # tables decode
             strings_f = side.submit(lambda sql: Strings(db.arrow(sql)), queries.pop(0)[1])
-            # tables the CLI began decoding before pandas was imported (prefetch), if the plan is the same
             raw: dict[str, pa.Table | None] = {}
-            early = prefetch.take(path, all_columns)
             if early is not None:
                 try:
-                    for name, (p, job) in early.jobs.items():
-                        if direct_plans.get(name, (None,))[0] == p:
-                            try:
-                                raw[name] = direct.finish(job)
-                            except (OSError, direct.Unsupported):
-                                raw[name] = None
-                            del direct_plans[name]
+                    for name, job in prefetched.items():
+                        try:
+                            raw[name] = direct.finish(job)
+                        except (OSError, direct.Unsupported):
+                            raw[name] = None
                 finally:
                     early.close()
             raw.update(db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS))
