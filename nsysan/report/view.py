@@ -6,9 +6,9 @@ in HTML, and ``tojson`` escapes ``<``, ``>`` and ``&`` in embedded JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -126,7 +126,7 @@ def _timeline(a: Any) -> dict[str, Any]:
             names.append(n[:300])
         return name_ix[n]
 
-    def first_seen_ids(codes: np.ndarray, text: Callable[[int], str] | list[str]) -> np.ndarray:
+    def first_seen_ids(codes: np.ndarray, text: Callable[[int], str]) -> np.ndarray:
         """Name ids of rows given a code per row and the text of a code, assigned in order of first
         appearance (as calling ``nid`` row by row would), with one ``nid`` call per distinct code."""
         if len(codes) == 0:
@@ -134,7 +134,7 @@ def _timeline(a: Any) -> dict[str, Any]:
         u, first, inv = np.unique(codes, return_index=True, return_inverse=True)
         lut = np.empty(len(u), dtype=np.int64)
         for j in np.argsort(first, kind="stable").tolist():
-            lut[j] = nid(text[int(u[j])] if isinstance(text, list) else text(int(u[j])))
+            lut[j] = nid(text(int(u[j])))
         return lut[inv.reshape(-1)]
 
     kind_code = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
@@ -155,7 +155,7 @@ def _timeline(a: Any) -> dict[str, Any]:
             name_codes, name_text = _text_codes(ops["name"], rows)
             kinds = np.array([kind_code.get(t, 0) for t in op_text], dtype=np.int64)[op_codes]
             sub = np.where(np.array([t == "DtoH" for t in dir_text], dtype=bool)[dir_codes], 4, kinds)
-            lane["ops"] = np.column_stack([s, e, sub, first_seen_ids(name_codes, name_text)]
+            lane["ops"] = np.column_stack([s, e, sub, first_seen_ids(name_codes, name_text.__getitem__)]
                                           ).astype(np.int64).tolist()
         lanes.append(lane)
     g = a.gaps
@@ -193,11 +193,12 @@ def _timeline(a: Any) -> dict[str, Any]:
                 continue
             if len(rows) > MAX_TIMELINE_OPS:  # the longest calls of this thread, in time order
                 rows = np.sort(rows[np.argpartition(-dur[rows], MAX_TIMELINE_OPS)[:MAX_TIMELINE_OPS]])
+            name_codes, name_text = _text_codes(api["name"], rows)
             lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
                           "ops": np.column_stack([api["start_ns"].to_numpy()[rows] - t0,
                                                   api["end_ns"].to_numpy()[rows] - t0,
                                                   np.full(len(rows), 7, dtype=np.int64),
-                                                  first_seen_ids(*_text_codes(api["name"], rows))]
+                                                  first_seen_ids(name_codes, name_text.__getitem__)]
                                                  ).astype(np.int64).tolist()})
     return {"t0": int(t0), "span": int(a.capture.dur_ns), "lanes": lanes, "names": names}
 

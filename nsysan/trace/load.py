@@ -102,11 +102,6 @@ def _code_dtype(n_categories: int) -> type:
             return t
     return np.int64
 
-    def lookup(self, ident: int) -> str | None:
-        if 0 <= ident < len(self.code_of_id) and self.code_of_id[ident] >= 0:
-            return str(self.categories[self.code_of_id[ident]])
-        return None
-
 
 def map_categories(values: pd.Series, fn: Callable[[str], str]) -> pd.Series:
     """Apply ``fn`` to each category of a categorical series (fast: once per distinct value)."""
@@ -341,15 +336,15 @@ def _check_rows(db: Database, path: Path, max_rows: int, direct_plans: dict[str,
     not enough to let the trace through."""
     n = sum(int(leaves[:, 1].sum(dtype=np.int64)) for _, leaves in direct_plans.values())
     n += sum(len(job.data[0]) if job.data else 0 for job in prefetched.values())
-    bound = 0
+    bound: int | None = 0
     for src in sql_tables:
         try:
             lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
-            bound += 0 if lo is None else int(hi) - int(lo) + 1
-        except NsysanError:  # no rowid (WITHOUT ROWID) or an odd table: count it
-            bound = max_rows + 1
+        except NsysanError:  # no rowid (WITHOUT ROWID) or an odd table: count them all
+            bound = None
             break
-    if n + bound > max_rows:
+        bound += 0 if lo is None else int(hi) - int(lo) + 1
+    if bound is None or n + bound > max_rows:
         n += sum(int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0]) for src in sql_tables)
     if n > max_rows:
         raise ResourceLimitError(
