@@ -87,8 +87,10 @@ class ThreadActivity:
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
-                # running maximum of ends: the calls before searchsorted(reach, lo) all end by lo
-                parts.append((source, st, en, np.asarray(codes), cats.astype(str), np.maximum.accumulate(en)))
+                # running maximum of ends: the calls before searchsorted(reach, lo) all end by lo;
+                # the ends themselves when they are in order (calls that never nest): no copy
+                reach = en if st.size < 2 or bool((en[1:] >= en[:-1]).all()) else np.maximum.accumulate(en)
+                parts.append((source, st, en, np.asarray(codes), cats.astype(str), reach))
             self._rows[key] = parts
         return self._rows[key]
 
@@ -117,7 +119,8 @@ class ThreadActivity:
             if rows.size == 0:
                 continue
             st, en, codes = st[rows], en[rows], codes[rows]
-            overlapping = st.size > 1 and not bool((st[1:] >= np.maximum.accumulate(en)[:-1]).all())
+            # (start-sorted calls never overlap iff each starts at or after the previous one's end)
+            overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
             if not overlapping:
                 layers.append((source, st, en, codes, cats, True))
             elif source == "nvtx" and st.size <= INNERMOST_MAX:

@@ -122,12 +122,21 @@ def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Ar
         return np.empty(0, np.int64), np.empty(0, np.int64)
     # sweep: coverage count over the boundary points, ends before starts at equal times
     keys = sweep_keys([a, b])
-    pts = keys >> 1
-    on = np.cumsum((keys & 1) * 2 - 1)[:-1] == 2
-    seg_start = pts[:-1][on]
-    seg_end = pts[1:][on]
+    on = _depth(keys)[:-1] == 2
+    keys >>= 1  # the points themselves
+    seg_start = keys[:-1][on]
+    seg_end = keys[1:][on]
     keep = seg_end > seg_start
     return seg_start[keep], seg_end[keep]
+
+
+def _depth(keys: Array) -> Array:
+    """Intervals open after each of the sorted ``sweep_keys`` (+1 at a start, -1 at an end), with one
+    temporary array (these sweeps run over millions of points)."""
+    d = keys & 1
+    d *= 2
+    d -= 1
+    return np.cumsum(d, out=d)
 
 
 def sweep_keys(sets: list[tuple[Array, Array]]) -> Array:
@@ -135,13 +144,16 @@ def sweep_keys(sets: list[tuple[Array, Array]]) -> Array:
     points ends sort before starts; times stay far below 2^62 ns). Each set's keys, interleaved,
     are already in order when the set is merged (sorted, disjoint), so the sort is a merge of
     sorted runs (timsort), not a sort of all points."""
-    keys = []
+    keys = np.empty(2 * sum(len(s) for s, _ in sets), dtype=np.int64)
+    at = 0
     for s, e in sets:
-        k = np.empty(2 * len(s), dtype=np.int64)
-        k[0::2] = np.asarray(s, dtype=np.int64) << 1 | 1
-        k[1::2] = np.asarray(e, dtype=np.int64) << 1
-        keys.append(k)
-    return np.sort(np.concatenate(keys), kind="stable") if keys else np.empty(0, dtype=np.int64)
+        k = keys[at:at + 2 * len(s)]
+        np.left_shift(np.asarray(s, dtype=np.int64), 1, out=k[0::2])
+        k[0::2] |= 1
+        np.left_shift(np.asarray(e, dtype=np.int64), 1, out=k[1::2])
+        at += 2 * len(s)
+    keys.sort(kind="stable")
+    return keys
 
 
 def subtract_total(a: tuple[Array, Array], b: tuple[Array, Array]) -> int:
@@ -179,7 +191,7 @@ def max_open(runs: list[tuple[Array, Array]]) -> int:
     """Most intervals open at once over sets of disjoint, sorted intervals (one merged set per
     stream): a sweep over their ``sweep_keys``."""
     keys = sweep_keys(runs)
-    return int(np.cumsum((keys & 1) * 2 - 1).max()) if len(keys) else 0
+    return int(_depth(keys).max()) if len(keys) else 0
 
 
 class RangeMinMax:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import category_mask, name_in
+from nsysan.analyses.frames import category_mask, lexsorted, name_in
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
@@ -31,9 +31,9 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     cols = ["start_ns", "end_ns", "gpu_ns", "device_id", "stream_id", "pid", "tid", "correlation_id", "name", "op",
             "api_name", "api_start_ns", "api_end_ns", "api_ns", "queue_ns", "launch_dominated", "is_graph"]
     j = j[cols]
-    order = np.lexsort((j["correlation_id"].to_numpy(), j["start_ns"].to_numpy()))
-    if not (order[1:] > order[:-1]).all():
-        j = j.take(order)
+    keys = (j["correlation_id"].to_numpy(), j["start_ns"].to_numpy())
+    if not lexsorted(keys):  # launched in order (the usual case): no sort
+        j = j.take(np.lexsort(keys))
     return j.reset_index(drop=True)
 
 
@@ -47,14 +47,15 @@ def launch_summary(lau: pd.DataFrame) -> dict[str, object]:
         n = int(mask.sum())
         if n == 0:
             return {"count": 0}
-        a, g, d = api[mask], gpu_[mask], dominated[mask]
+        every = n == len(mask)  # no graph launches (the usual case): the columns themselves, no copies
+        a, g, d = (api, gpu_, dominated) if every else (api[mask], gpu_[mask], dominated[mask])
         return {
             "count": n,
             "api_total_ns": int(a.sum()),
             "api_med_ns": int(round(float(np.median(a)))),
             "gpu_total_ns": int(g.sum()),
             "gpu_med_ns": int(round(float(np.median(g)))),
-            "queue_med_ns": int(round(float(np.median(queue[mask])))),
+            "queue_med_ns": int(round(float(np.median(queue if every else queue[mask])))),
             "launch_dominated_count": int(d.sum()),
             "launch_dominated_frac": float(d.mean()),
         }
@@ -84,10 +85,14 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
     an, kn = lau["api_name"].array, lau["name"].array
     if not (isinstance(an, pd.Categorical) and isinstance(kn, pd.Categorical)):
         return None
-    a, b = np.asarray(an.codes, dtype=np.int64), np.asarray(kn.codes, dtype=np.int64)
-    rows = np.flatnonzero((a >= 0) & (b >= 0))  # a missing key leaves the row out, as groupby does
-    key = a[rows] * max(len(kn.categories), 1) + b[rows]
     span = max(len(an.categories), 1) * max(len(kn.categories), 1)
+    kt = np.int32 if span < 1 << 31 else np.int64  # narrow keys: half the memory of these 1M-row temporaries
+    a, b = np.asarray(an.codes).astype(kt), np.asarray(kn.codes).astype(kt)
+    valid = (a >= 0) & (b >= 0)  # a missing key leaves the row out, as groupby does
+    rows = np.arange(len(a)) if bool(valid.all()) else np.flatnonzero(valid)
+    if len(rows) < len(a):
+        a, b = a[rows], b[rows]
+    key = a * kt(max(len(kn.categories), 1)) + b
     if span <= 1 << 22:  # a dense table of the (api, name) combinations: no hashing or sort
         present = np.bincount(key, minlength=span) > 0
         uniq = np.flatnonzero(present)
