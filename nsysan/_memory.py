@@ -10,7 +10,7 @@ each faulted in and zeroed by the kernel, and unmapped when freed. The analyses 
 temporaries of 10-20 MB (one int64 per kernel or API call), and with a 1 MB threshold the
 2-core machine spent 2.0 s of system time on 345,000 page faults on a 245 MB trace. With 32 MB
 those arrays reuse heap memory: 0.8-1.1 s of system time, 4.5 s -> 3.5-3.9 s end to end, and a
-peak of 910-950 MB instead of 860 MB (malloc_trim after the load returns the freed pages).
+peak of about 900 MB instead of 860 MB (malloc_trim after the load returns the freed pages).
 
 Arrow's default pool (mimalloc in the wheels) keeps the pages of freed conversion buffers: on a
 245 MB trace the process held 752 MB after loading with it and 510 MB with the system allocator,
