@@ -216,25 +216,9 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     api_start_ns, next_op, activity (largest item on the submitting thread during the gap),
     breakdown (list of {source, name, ns} for the ``explain_top`` longest gaps), sorted by start."""
     ops = with_launch_calls(trace, ops)
-    parts = []
     dev_all = ops["device_id"].to_numpy()
-    for dev in distinct(dev_all):
-        sel = (dev_all == dev) & (ops["end_ns"].to_numpy() > window.start_ns) & (ops["start_ns"].to_numpy() < window.end_ns)
-        rows = np.flatnonzero(sel)
-        st, en = rows_of(ops["start_ns"].to_numpy(), rows), rows_of(ops["end_ns"].to_numpy(), rows)
-        if len(rows) < 2:
-            continue
-        ms, me = iv.merge(st, en)
-        gs, ge = iv.gaps(ms, me)
-        keep = (ge - gs) >= min_gap_ns
-        gs, ge = gs[keep], ge[keep]
-        nxt = rows[np.searchsorted(st, ge, side="left")]  # the op that ends the gap
-        parts.append(pd.DataFrame({
-            "device_id": int(dev), "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
-            "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
-            "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
-            "api_name": ops["api_name"].array.take(nxt, allow_fill=False),
-            "next_op": ops["name"].array.take(nxt, allow_fill=False)}))
+    parts = [p for p in (_device_gaps(ops, dev_all == dev, int(dev), window, min_gap_ns) for dev in distinct(dev_all))
+             if p is not None]
     cols = ["device_id", "start_ns", "end_ns", "gap_ns", "cause", "pid", "tid", "api_name", "api_start_ns",
             "next_op", "activity", "breakdown"]
     if not parts or sum(len(p) for p in parts) == 0:
@@ -292,6 +276,28 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     if bool((order[1:] > order[:-1]).all()):
         return out[cols]
     return out[cols].take(order).reset_index(drop=True)
+
+
+def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Window,
+                 min_gap_ns: int) -> pd.DataFrame | None:
+    """One device's gaps of at least ``min_gap_ns`` between its merged busy intervals in ``window``,
+    with the op that ends each gap and its launching call (a function of its own: its 1M-row
+    temporaries are gone before the gaps are explained)."""
+    rows = np.flatnonzero(on_device & (ops["end_ns"].to_numpy() > window.start_ns)
+                          & (ops["start_ns"].to_numpy() < window.end_ns))
+    if len(rows) < 2:
+        return None
+    st, en = rows_of(ops["start_ns"].to_numpy(), rows), rows_of(ops["end_ns"].to_numpy(), rows)
+    gs, ge = iv.gaps(*iv.merge(st, en))
+    keep = (ge - gs) >= min_gap_ns
+    gs, ge = gs[keep], ge[keep]
+    nxt = rows[np.searchsorted(st, ge, side="left")]  # the op that ends the gap
+    return pd.DataFrame({
+        "device_id": dev, "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
+        "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
+        "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
+        "api_name": ops["api_name"].array.take(nxt, allow_fill=False),
+        "next_op": ops["name"].array.take(nxt, allow_fill=False)})
 
 
 def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:
