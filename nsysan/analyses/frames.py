@@ -82,6 +82,13 @@ def lexsorted(keys: tuple[np.ndarray, ...]) -> bool:
     return bool(ok.all())
 
 
+def sort_rows(df: pd.DataFrame, keys: tuple[np.ndarray, ...]) -> pd.DataFrame:
+    """``df`` in ``np.lexsort(keys)`` order (last key primary; a stable sort), with a fresh index; no
+    sort or copy of the rows when they are in that order already (the usual case for traces)."""
+    out = df if lexsorted(keys) else df.take(np.lexsort(keys))
+    return out.reset_index(drop=True)
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values, as ``np.unique``, without a sort or hash of millions: one comparison
     pass when they are all equal (one process, one device, one thread: the common case), a count

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import category_mask, lexsorted, name_in
+from nsysan.analyses.frames import category_mask, name_in, sort_rows
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
@@ -31,10 +31,7 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     cols = ["start_ns", "end_ns", "gpu_ns", "device_id", "stream_id", "pid", "tid", "correlation_id", "name", "op",
             "api_name", "api_start_ns", "api_end_ns", "api_ns", "queue_ns", "launch_dominated", "is_graph"]
     j = j[cols]
-    keys = (j["correlation_id"].to_numpy(), j["start_ns"].to_numpy())
-    if not lexsorted(keys):  # launched in order (the usual case): no sort
-        j = j.take(np.lexsort(keys))
-    return j.reset_index(drop=True)
+    return sort_rows(j, (j["correlation_id"].to_numpy(), j["start_ns"].to_numpy()))
 
 
 def launch_summary(lau: pd.DataFrame) -> dict[str, object]:
@@ -89,8 +86,8 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
     kt = np.int32 if span < 1 << 31 else np.int64  # narrow keys: half the memory of these 1M-row temporaries
     a, b = np.asarray(an.codes).astype(kt), np.asarray(kn.codes).astype(kt)
     valid = (a >= 0) & (b >= 0)  # a missing key leaves the row out, as groupby does
-    rows = np.arange(len(a)) if bool(valid.all()) else np.flatnonzero(valid)
-    if len(rows) < len(a):
+    rows = None if bool(valid.all()) else np.flatnonzero(valid)  # None: every row
+    if rows is not None:
         a, b = a[rows], b[rows]
     key = a * kt(max(len(kn.categories), 1)) + b
     if span <= 1 << 22:  # a dense table of the (api, name) combinations: no hashing or sort
@@ -101,7 +98,9 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
         uniq, gid = np.unique(key, return_inverse=True)
     if len(uniq) > 4096:
         return None
-    order = rows[np.argsort(gid.astype(np.int16), kind="stable")]  # radix sort: linear
+    order = np.argsort(gid.astype(np.int16), kind="stable")  # radix sort: linear
+    if rows is not None:
+        order = rows[order]
     counts = np.bincount(gid, minlength=len(uniq))
     bounds = np.concatenate([[0], np.cumsum(counts)])
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import group_rows, lexsorted
+from nsysan.analyses.frames import group_rows, sort_rows
 from nsysan.analyses.intervals import RangeMinMax
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -30,10 +30,8 @@ def owned_ops(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     cols = ["pid", "correlation_id", "start_ns", "end_ns", "op", "tid", "api_start_ns"]
     found = ops["api_start_ns"].to_numpy() >= 0
     j = ops[cols] if bool(found.all()) else ops.loc[found, cols]  # all found: columns shared, no copy
-    keys = (j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(), j["pid"].to_numpy())
-    if lexsorted(keys):  # one submitting thread launching in order: the usual case, no sort or copy
-        return j.reset_index(drop=True)
-    return j.take(np.lexsort(keys)).reset_index(drop=True)
+    return sort_rows(j, (j["correlation_id"].to_numpy(), j["api_start_ns"].to_numpy(), j["tid"].to_numpy(),
+                         j["pid"].to_numpy()))
 
 
 def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import lexsorted
+from nsysan.analyses.frames import sort_rows
 from nsysan.trace.model import Trace
 
 STAT_COLUMNS = ["count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
@@ -251,6 +251,4 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
         "name": names[0] if len(names) == 1 else union_categoricals(names), "bytes": data["bytes"],
         "kind": kinds[0] if len(kinds) == 1 else union_categoricals(kinds),
     }, copy=False)
-    if not lexsorted((data["end_ns"], data["start_ns"])):  # kernels only come sorted: no sort then
-        frame = frame.take(np.lexsort((data["end_ns"], data["start_ns"])))
-    return attach_launch_calls(trace, frame.reset_index(drop=True))
+    return attach_launch_calls(trace, sort_rows(frame, (data["end_ns"], data["start_ns"])))

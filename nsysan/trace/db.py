@@ -291,7 +291,7 @@ class Database:
         return self.direct_read_many({"t": (p, leaf_rows)}, workers=1).get("t")
 
     def direct_read_many(self, plans: dict[str, tuple[direct.Plan, np.ndarray]], workers: int,
-                         rows_per_part: int = 400_000) -> dict[str, pa.Table | None]:
+                         rows_per_part: int = direct.ROWS_PER_PART) -> dict[str, pa.Table | None]:
         """Several tables at once: their parts decode on ``workers`` threads, each into its rows of
         the table's own arrays. None for a table the direct reader declines (SQLite reads it)."""
         assert self._direct is not None or not plans

@@ -37,6 +37,8 @@ try:
 except ImportError:  # built optionally (the build hook in nsysan/trace/_build.py)
     _btree = None  # type: ignore[assignment]
 
+ROWS_PER_PART = 400_000  # rows of a table decoded as one task: slices of a big table decode on several threads
+
 Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else ValueError
 
 

@@ -304,7 +304,7 @@ def _infer_version(caps: object) -> str | None:
     return "2021.x (inferred)"
 
 
-SLICE_ROWS = 400_000
+SLICE_ROWS = 400_000  # rows of an event table per SQL read (rowid slices read on several threads)
 
 
 def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: int | None = None,
@@ -439,7 +439,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                             raw[name] = None
                 finally:
                     early.close()
-            raw.update(db.direct_read_many(direct_plans, workers, rows_per_part=SLICE_ROWS))
+            raw.update(db.direct_read_many(direct_plans, workers))
             strings = strings_f.result()
         tick("strings")
         for name, t in raw.items():

@@ -25,7 +25,6 @@ from nsysan.trace import schema as S
 
 DESCRIBE_SQL = ("SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
                 "WHERE m.type IN ('table', 'view') ORDER BY m.name, p.cid")
-ROWS_PER_PART = 400_000  # as load.SLICE_ROWS: parts decode on several threads
 
 
 def table_columns(con: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
@@ -106,7 +105,7 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
     # from 0.6 to 0.8 s and the load ended later (3 alternating runs: 1.28-1.45 s vs 1.38-1.59 s)
     pool = ThreadPoolExecutor(max_workers=workers or max(1, min(4, (os.cpu_count() or 1) - 1)),
                               thread_name_prefix="nsysan-prefetch")
-    jobs = {name: (p, direct.start(file, p, leaves, rows_per_part=ROWS_PER_PART, submit=pool.submit))
+    jobs = {name: (p, direct.start(file, p, leaves, rows_per_part=direct.ROWS_PER_PART, submit=pool.submit))
             for name, (p, leaves) in plans.items()}
     with _lock:
         old = _started.pop(key, None)
