@@ -1,0 +1,96 @@
+"""Which NVTX ranges come from libraries rather than from the user's own code.
+
+Libraries annotate their internals with NVTX: NCCL (``NCCL`` domain; its network plugin's
+``ncclNetRecvTest()`` polls have no domain), CCCL/cub (``CCCL`` domain, ``cub::...``), cuDNN, cuBLAS,
+libcudf and cuDF's Python layer, RAPIDS' RMM/RAFT/cuML/cuGraph, TensorRT (per-layer ranges and
+``ExecutionContext::...``) and its Myelin runtime, DALI, PyTorch's ``emit_nvtx``/profiler op ranges
+(``aten::add``, ``..., seq = 12``), pyprof/DLProf marker dicts (``{'traceMarker': ...}``,
+``{'mod': ..., 'op': ...}``), and XLA's module/thunk/compile ranges. These ranges are information
+about where time went, never the user's iterations.
+
+``library_of(name, domain)`` names the library (or returns ``None`` for the user's own range);
+``library_mask(names, domains)`` is the vectorised form, evaluated once per distinct name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+# NVTX domains owned by libraries (compared case-insensitively).
+LIBRARY_DOMAINS: dict[str, str] = {
+    "nccl": "NCCL", "cccl": "CCCL", "cub": "CCCL", "thrust": "CCCL", "cudnn": "cuDNN", "cublas": "cuBLAS",
+    "cublaslt": "cuBLAS", "cufft": "cuFFT", "cusparse": "cuSPARSE", "cusolver": "cuSOLVER",
+    "libcudf": "cuDF", "cudf_python": "cuDF", "cudf": "cuDF", "rmm": "RMM", "raft": "RAFT", "cuml": "cuML",
+    "cugraph": "cuGraph", "libcuml": "cuML", "dask_cuda": "Dask-CUDA", "ucx": "UCX", "ucxx": "UCX",
+    "tensorrt": "TensorRT", "myelin": "TensorRT", "myelin-exec": "TensorRT", "dali": "DALI",
+    "nvshmem": "NVSHMEM", "pytorch": "PyTorch", "torch": "PyTorch", "xla": "XLA", "jax": "XLA",
+    "cupy": "CuPy", "nvfuser": "nvFuser", "transformer_engine": "Transformer Engine",
+    "nemo": "NeMo", "megatron": "Megatron", "apex": "Apex", "triton": "Triton", "onnxruntime": "ONNX Runtime",
+}
+
+# Range texts that identify a library whatever their domain (most libraries push into the default one).
+_TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("NCCL", re.compile(r"^(nccl[A-Z]\w*|NCCL[ :])")),
+    ("CCCL", re.compile(r"^(cub|thrust)::")),
+    ("cuDNN", re.compile(r"^cudnn[A-Z]")),
+    ("cuBLAS", re.compile(r"^cublas(Lt)?[A-Z]")),
+    ("PyTorch", re.compile(r"^(aten|c10d|prim|cudnn|mkldnn|profiler|torch)::|, (seq|op_id) = \d+|^autograd::")),
+    ("PyTorch", re.compile(r"^(ProfilerStep#\d+|Optimizer\.(step|zero_grad)#)")),
+    ("pyprof", re.compile(r"^\{'(traceMarker|mod|reprMarkers|callid|seq)'")),
+    ("XLA", re.compile(r"^(XlaModule|Thunk|XlaCompile|XlaExecute|xla::|TSL:|jit_\w+\(|PjRt|TfrtCpu)")),
+    ("TensorRT", re.compile(r"^(ExecutionContext::|IExecutionContext::|Reformatting CopyNode|\{ForeignNode\[|"
+                            r"myelin|enqueueV[23]$|executeV2$)")),
+    ("cuDF", re.compile(r"^libcudf:")),
+    ("RMM", re.compile(r"^rmm::")),
+)
+
+
+def library_of(name: str, domain: str | None = None) -> str | None:
+    """The library that owns an NVTX range, or ``None`` when it looks like the user's own.
+
+    ``name`` is the range's label (nsys shows ``domain:text`` for ranges in a domain); ``domain`` its
+    NVTX domain name when known."""
+    if domain:
+        lib = LIBRARY_DOMAINS.get(domain.strip().lower())
+        if lib:
+            return lib
+        text = name[len(domain) + 1:] if name.startswith(domain + ":") else name
+    else:
+        text = name
+        head, sep, _ = name.partition(":")
+        if sep and head and not head.endswith(":"):  # "NCCL:ncclAllReduce" without a domain column
+            lib = LIBRARY_DOMAINS.get(head.strip().lower())
+            if lib:
+                return lib
+    for lib, pat in _TEXT_PATTERNS:
+        if pat.search(text):
+            return lib
+    return None
+
+
+def library_mask(names: pd.Series, domains: pd.Series | None = None) -> np.ndarray:
+    """``library_of(...) is not None`` per row, evaluated once per distinct (name, domain)."""
+    if len(names) == 0:
+        return np.zeros(0, dtype=bool)
+    if domains is None:
+        domains = pd.Series([None] * len(names), index=names.index)
+    key = pd.DataFrame({"n": names.astype(str).to_numpy(), "d": domains.astype(object).to_numpy()})
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(key.fillna({"d": ""})))
+    flags = np.array([library_of(str(n), str(d) or None) is not None for n, d in uniques], dtype=bool)
+    return flags[codes]
+
+
+def libraries(names: pd.Series, domains: pd.Series | None = None) -> list[str | None]:
+    """``library_of`` per distinct row value, returned per row (for tables that show the library)."""
+    doms = list(domains) if domains is not None else [None] * len(names)
+    memo: dict[tuple[str, str | None], str | None] = {}
+    out = []
+    for n, d in zip(names, doms):
+        k = (str(n), None if d is None or (isinstance(d, float) and np.isnan(d)) or d is pd.NA else str(d))
+        if k not in memo:
+            memo[k] = library_of(*k)
+        out.append(memo[k])
+    return out
