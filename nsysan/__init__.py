@@ -3,7 +3,7 @@
     import nsysan
     trace = nsysan.open_trace("report.sqlite")      # typed tables (pandas)
     result = nsysan.analyze(trace)                   # analyses + ranked findings
-    result.findings[0].message, result.to_dict()     # JSON-ready dict (schema nsysan.analysis/1)
+    result.findings[0].message, result.to_dict()     # JSON-ready dict (schema nsysan.analysis/2)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Run every analysis on a trace once and collect the results (frames and small dicts).
 
 ``analyze(trace)`` is the Python entry point; ``Analysis.to_dict()`` is the JSON shape documented
-in the README (schema ``nsysan.analysis/1``). Windows: ``capture`` is the whole session;
+in the README (schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole session;
 ``steady`` is the steady state of the iteration range when one is found, else the capture.
 """
 
@@ -20,7 +20,7 @@ from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.trace.model import Trace
 
-SCHEMA = "nsysan.analysis/1"
+SCHEMA = "nsysan.analysis/2"
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class Analysis:
     gaps: pd.DataFrame
     gap_summary: dict[str, Any]
     iterations: Iterations
+    busy_by_process: pd.DataFrame = field(default_factory=pd.DataFrame)
+    graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
     findings: list[Any] = field(default_factory=list)
@@ -101,7 +103,8 @@ def _launches(trace: Trace, ops: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, 
 def _nvtx(trace: Trace, ops: pd.DataFrame, p: Params) -> tuple[pd.DataFrame, pd.DataFrame, Iterations, pd.DataFrame]:
     owned = nvtx.owned_ops(trace, ops)
     rg = nvtx.ranges(trace, ops, owned)
-    its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor)
+    its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor, owned=owned,
+                     gpu_recorded=len(ops) > 0)
     return owned, rg, its, nvtx.range_summary(rg)
 
 
@@ -112,9 +115,21 @@ def _busy(ops: pd.DataFrame, capture: Window, p: Params) -> tuple[gpu.Busy, pd.D
             gpu.concurrency(ops, capture, busy))
 
 
-def _steady(ops: pd.DataFrame, steady: Window, busy: gpu.Busy) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _steady(ops: pd.DataFrame, steady: Window, busy: gpu.Busy) -> tuple[pd.DataFrame, ...]:
     return (gpu.device_busy(ops, steady, busy), gpu.copy_compute_overlap(ops, steady, busy),
-            gpu.stream_pair_overlap(ops, steady, busy=busy))
+            gpu.stream_pair_overlap(ops, steady, busy=busy), gpu.process_busy(ops, steady, busy))
+
+
+def graph_trace_mode(trace: Trace) -> str:
+    """How CUDA Graphs were traced: "graph" (``--cuda-graph-trace=graph``: one record per graph
+    launch, its kernels absent from the kernel table), "node" (each graph kernel a kernel row with a
+    graph node id), or "none" (no graph execution recorded)."""
+    if len(trace.graph_launches):
+        return "graph"
+    k = trace.kernels
+    if len(k) and "graph_node_id" in k and bool(k["graph_node_id"].notna().any()):
+        return "node"
+    return "none"
 
 
 def _summaries(trace: Trace) -> tuple[pd.DataFrame, ...]:
@@ -147,7 +162,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         owned, rg, its, nvtx_summary = nvtx_f.result()
         steady = its.steady if its.steady is not None else capture
         busy, busy_capture, utilization, concurrency = busy_f.result()
-        busy_steady, overlap, stream_pairs = pool.submit(_steady, ops, steady, busy).result()
+        busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
         kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
         lau, launch_summary, per_kernel = launch_f.result()
         gp, gap_summary = gaps_f.result()
@@ -157,7 +172,8 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             memset=memset, nvtx_ranges=rg, nvtx=nvtx_summary, launches=lau, launch_summary=launch_summary,
             launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
             utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
-            owned=owned, gaps=gp, gap_summary=gap_summary, iterations=its,
+            owned=owned, gaps=gp, gap_summary=gap_summary, iterations=its, busy_by_process=by_process,
+            graph_trace=graph_trace_mode(trace),
         )
         if rules:
             from nsysan.rules import run_rules

@@ -520,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("analyze", help="analyse one or more nsys SQLite exports")
     a.add_argument("traces", nargs="+", metavar="TRACE", help="nsys SQLite export(s), or 'example'")
-    a.add_argument("--json", metavar="OUT.json", help="write the analysis as JSON (schema nsysan.analysis/1)")
+    a.add_argument("--json", metavar="OUT.json", help="write the analysis as JSON (schema nsysan.analysis/2)")
     a.add_argument("--html", metavar="OUT.html", help="write the HTML report here (default: next to --json, or "
                    "./<trace>.nsysan.html)")
     a.add_argument("--no-html", action="store_true", help="do not write an HTML report")

@@ -1,12 +1,17 @@
 """Compare analyses: a before/after diff, a ladder table over many traces, and a regression gate.
 
-Everything here works on the JSON form of an analysis (schema ``nsysan.analysis/1``), so a saved
+Everything here works on the JSON form of an analysis (schema ``nsysan.analysis/2``), so a saved
 ``--json`` output from an earlier run (for example a CI artifact) is as good a baseline as a trace.
 
 Matching is by **name** only -- kernel names, NVTX range names (``domain:text``), rule ids, copy
 directions -- never by process, thread or stream ids, which change from run to run.
 
-Noise: the per-iteration latencies of the steady state (warm-up excluded) of both runs are compared
+**Iteration time is the period** (time between consecutive iterations' completions): it gets
+smaller when the program gets faster, also when the CPU queues work ahead of the GPU, where the
+latency (start to completion) grows with the queue even as the program speeds up. The latency is
+shown beside it, never gated by default.
+
+Noise: the per-iteration periods of the steady state (warm-up excluded) of both runs are compared
 with a two-sided Mann-Whitney U test (normal approximation with tie correction). A change counts as
 real when ``p < alpha``; the gate fails when the chosen metric got worse by more than the allowed
 fraction *and* the change is real. With fewer than ``MIN_SAMPLES`` iterations on a side, no test is
@@ -30,23 +35,24 @@ ALPHA = 0.01
 
 # name -> (getter, direction): +1 means higher is better, -1 lower is better
 METRICS: dict[str, tuple[str, int]] = {
-    "iter_p50_ns": ("steady-state iteration latency p50", -1),
-    "iter_p90_ns": ("steady-state iteration latency p90", -1),
-    "iter_p99_ns": ("steady-state iteration latency p99", -1),
-    "iter_mean_ns": ("steady-state iteration latency mean", -1),
+    "iter_p50_ns": ("iteration time p50 (period between completions, steady state)", -1),
+    "iter_p90_ns": ("iteration time p90 (period, steady state)", -1),
+    "iter_p99_ns": ("iteration time p99 (period, steady state)", -1),
+    "iter_mean_ns": ("iteration time mean (period, steady state)", -1),
     "throughput_per_s": ("iterations per second (steady state)", +1),
+    "iter_latency_p50_ns": ("iteration latency p50 (start to completion; includes queueing)", -1),
     "timed_region_ns": ("timed region ('Total Elapsed Time'), CPU", -1),
     "timed_region_gpu_ns": ("timed region including its GPU work", -1),
     "gpu_busy_frac": ("GPU busy (steady state)", +1),
     "gpu_idle_ns": ("GPU idle (steady state)", -1),
     "overlap_frac_of_copy": ("share of copy time overlapped with compute", +1),
-    "kernel_total_ns": ("total kernel time", -1),
+    "kernel_total_ns": ("total kernel time (CUDA Graph launches included)", -1),
     "launch_api_med_ns": ("median kernel launch call", -1),
     "launch_dominated_frac": ("kernels whose launch outlasts them", -1),
     "htod_throughput_bytes_per_s": ("host-to-device copy throughput", +1),
     "gap_total_ns": ("GPU idle gaps, total", -1),
 }
-GATE_METRICS = ("iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "timed_region_ns",
+GATE_METRICS = ("iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "iter_latency_p50_ns", "timed_region_ns",
                 "timed_region_gpu_ns", "kernel_total_ns", "gpu_idle_ns")
 
 
@@ -62,8 +68,11 @@ def load(source: str | Path, iteration_range: str | None = None) -> dict[str, An
             raise TraceNotFoundError(f"{path}: no such file") from e
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise UsageError(f"{path}: not an nsysan JSON file ({e})") from e
-        if not isinstance(d, dict) or d.get("schema") != "nsysan.analysis/1":
-            raise UsageError(f"{path}: not an nsysan analysis (expected schema nsysan.analysis/1)")
+        if isinstance(d, dict) and d.get("schema") == "nsysan.analysis/1":
+            raise UsageError(f"{path}: an nsysan.analysis/1 file, whose iteration times are latencies; "
+                             "analyse the trace again (nsysan.analysis/2 compares periods)")
+        if not isinstance(d, dict) or d.get("schema") != "nsysan.analysis/2":
+            raise UsageError(f"{path}: not an nsysan analysis (expected schema nsysan.analysis/2)")
         return d
     from nsysan.analysis import Params, analyze
     from nsysan.report.jsonout import analysis_to_dict
@@ -92,12 +101,14 @@ def headline(d: dict[str, Any]) -> dict[str, float | None]:
         "iter_p50_ns": num(st.get("p50_ns")), "iter_p90_ns": num(st.get("p90_ns")),
         "iter_p99_ns": num(st.get("p99_ns")), "iter_mean_ns": num(st.get("mean_ns")),
         "throughput_per_s": num(st.get("throughput_per_s")),
+        "iter_latency_p50_ns": num(st.get("latency_p50_ns")),
         "timed_region_ns": num(regions[0]["cpu_ns"]) if regions else None,
         "timed_region_gpu_ns": num(regions[0]["with_gpu_ns"]) if regions else None,
         "gpu_busy_frac": busy / span if span else None,
         "gpu_idle_ns": sum(float(r.get("idle_ns", 0)) for r in steady) if steady else None,
         "overlap_frac_of_copy": (sum(float(r.get("overlap_ns", 0)) for r in overlap) / copy_ns) if copy_ns else None,
-        "kernel_total_ns": float(sum(r["total_ns"] for r in (d.get("kernels") or {}).get("by_name") or [])),
+        "kernel_total_ns": float(sum(r["total_ns"] for r in (d.get("kernels") or {}).get("by_name") or []))
+        + float((d.get("graph_launches") or {}).get("total_ns") or 0),
         "launch_api_med_ns": num(launch.get("api_med_ns")),
         "launch_dominated_frac": num(launch.get("launch_dominated_frac")),
         "htod_throughput_bytes_per_s": num(htod[0].get("throughput_bytes_per_s")) if htod else None,
@@ -105,9 +116,12 @@ def headline(d: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
-def steady_latencies(d: dict[str, Any]) -> np.ndarray:
-    rows = (d.get("iterations") or {}).get("per_iteration") or []
-    return np.array([r["latency_ns"] for r in rows if not r.get("warmup")], dtype=np.float64)
+def steady_periods(d: dict[str, Any]) -> np.ndarray:
+    """The steady-state iteration periods (a sequence's first iteration has none); the latencies
+    when no sequence has two steady iterations (the headline falls back the same way)."""
+    rows = [r for r in (d.get("iterations") or {}).get("per_iteration") or [] if not r.get("warmup")]
+    per = [r["period_ns"] for r in rows if r.get("period_ns") is not None and r["period_ns"] >= 0]
+    return np.array(per if per else [r["latency_ns"] for r in rows], dtype=np.float64)
 
 
 def mann_whitney(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -195,7 +209,7 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
             verdict = "same" if d == 0 else ("better" if d * direction > 0 else "worse")
         metrics.append({"metric": key, "label": label, "base": hb[key], "new": hn[key], "delta": d, "ratio": ratio,
                         "higher_is_better": direction > 0, "verdict": verdict})
-    lb, ln = steady_latencies(base), steady_latencies(new)
+    lb, ln = steady_periods(base), steady_periods(new)
     p = mann_whitney(lb, ln)
     noise = {"test": "Mann-Whitney U, two-sided", "alpha": alpha, "base_samples": int(len(lb)),
              "new_samples": int(len(ln)), "p_value": p,
@@ -205,9 +219,9 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
         noise["note"] = (f"fewer than {MIN_SAMPLES} steady-state iterations on one side: differences cannot be "
                          "told from noise")
     elif p >= alpha:
-        noise["note"] = f"the iteration latency distributions are not distinguishable (p = {p:.3g})"
+        noise["note"] = f"the iteration time distributions are not distinguishable (p = {p:.3g})"
     else:
-        noise["note"] = f"the iteration latency distributions differ (p = {p:.3g})"
+        noise["note"] = f"the iteration time distributions differ (p = {p:.3g})"
     fb = {f["rule"]: f for f in base.get("findings") or []}
     fn = {f["rule"]: f for f in new.get("findings") or []}
 
@@ -225,7 +239,16 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
     notes = []
     rb, rn = (base.get("iterations") or {}).get("range"), (new.get("iterations") or {}).get("range")
     if rb != rn:
-        notes.append(f"iteration ranges differ: {rb!r} vs {rn!r}; latency metrics compare different things")
+        notes.append(f"iteration ranges differ: {rb!r} vs {rn!r}; iteration metrics compare different things")
+    gb, gn = ((x.get("trace") or {}).get("cuda_graph_trace") for x in (base, new))
+    if gb and gn and gb != gn and "none" not in (gb, gn):
+        notes.append(f"CUDA Graphs were traced differently ({gb} vs {gn}: --cuda-graph-trace=graph records one "
+                     "entry per graph launch, =node each kernel): compare the GPU totals, not the kernel tables")
+    for label, x in ((base_label, base), (new_label, new)):
+        st = (x.get("iterations") or {}).get("stats") or {}
+        if st.get("latency_includes_queueing"):
+            notes.append(f"{label}: the CPU runs ahead of the GPU (queue depth p50 {st.get('queue_depth_p50')}); its "
+                         "iteration latency includes queueing, so the period is compared")
     return Diff(base_label, new_label, metrics,
                 _table_diff((base.get("kernels") or {}).get("by_name") or [], (new.get("kernels") or {}).get("by_name") or []),
                 _table_diff((base.get("nvtx") or {}).get("by_name") or [], (new.get("nvtx") or {}).get("by_name") or []),

@@ -77,7 +77,7 @@ def test_bad_baseline_is_a_clear_error(tmp_path, capsys):
 
 
 def _fake(latencies, rules=()):
-    return {"schema": "nsysan.analysis/1", "iterations": {
+    return {"schema": "nsysan.analysis/2", "iterations": {
         "range": "infer", "stats": {"p50_ns": float(np.median(latencies))},
         "per_iteration": [{"latency_ns": float(v), "warmup": False} for v in latencies]},
         "findings": [{"rule": r, "title": r, "impact_ns": 1} for r in rules]}

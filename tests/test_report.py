@@ -46,7 +46,7 @@ def test_csv_neutralises_formulas():
 @pytest.mark.parametrize("name", ["ladder_baseline", "launch_graph", "timing"])
 def test_json_schema_and_bounds(name, analysis):
     d = json.loads(jsonout.to_json(analysis(name)))
-    assert d["schema"] == "nsysan.analysis/1"
+    assert d["schema"] == "nsysan.analysis/2"
     for key in ("trace", "kernels", "cuda_api", "memcpy", "memset", "nvtx", "launch", "overlap", "gpu", "gaps",
                 "iterations", "findings"):
         assert key in d

@@ -1,8 +1,9 @@
 """GPU busy/idle time, utilization over time, concurrency, and copy/compute overlap, per device.
 
-Busy time is the **union** of kernels, CUDA Graph launches, memcpy and memset on a (process, device)
--- never a sum -- so it can never exceed the window and a utilization never exceeds 100%. Streams are
-keyed by (device, stream). Every number states its window: ``window_start_ns``/``window_end_ns``.
+Busy time is the **union** of kernels, CUDA Graph launches, memcpy and memset on a device, over every
+process that used it -- never a sum -- so it can never exceed the window and a utilization never
+exceeds 100%. Every percentage is per device. Streams are keyed by (device, process, stream): two
+processes' stream 7 are two streams. Every number states its window.
 """
 
 from __future__ import annotations
@@ -42,14 +43,18 @@ class Busy:
     capture and steady-state numbers, concurrency, overlap and the plots share one pass.
 
     ``per_pid_dev[(pid, dev)]``: {"all", "compute", "memcpy", "memset"} intervals plus ops/streams
-    counts; ``per_dev[dev]``: {"all", "compute", "memcpy", "memcpy:<kind>"};
-    ``per_stream[(dev, stream)]``: intervals.
+    counts; ``per_dev[dev]``: {"all", "compute", "memcpy", "memset", "memcpy:<kind>"};
+    ``per_stream[(dev, pid, stream)]``: intervals.
     """
 
     def __init__(self, ops: pd.DataFrame) -> None:
         self.per_pid_dev: dict[tuple[int, int], dict[str, object]] = {}
         self.per_dev: dict[int, dict[str, Intervals]] = {}
-        self.per_stream: dict[tuple[int, int], Intervals] = {}
+        self.per_stream: dict[tuple[int, int, int], Intervals] = {}
+        self.op_start = np.zeros(0, dtype=np.int64)
+        self.op_end = np.zeros(0, dtype=np.int64)
+        self.op_dev = np.zeros(0, dtype=np.int64)
+        self.op_stream_key = np.zeros(0, dtype=np.int64)
         if len(ops) == 0:
             return
         st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
@@ -80,14 +85,18 @@ class Busy:
                 "ops": len(rows), "streams": len(distinct(rows_of(stream_all, rows)))}
         for (dev,), rows in group_rows(dev_all):
             d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]),
-                 "memcpy": merged(rows[is_copy[rows]])}
+                 "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]])}
             copy_rows = rows[is_copy[rows]]
             copy_kind = kind.iloc[copy_rows].astype(str).to_numpy()  # copies are few: strings are fine
             for k in sorted(set(copy_kind.tolist())):
                 d[f"memcpy:{k}"] = merged(copy_rows[copy_kind == k])
             self.per_dev[dev] = d
-        for (dev, stream), rows in group_rows(dev_all, stream_all):
-            self.per_stream[(dev, stream)] = merged(rows)
+        pid_all = ops["pid"].to_numpy()
+        for (dev, pid, stream), rows in group_rows(dev_all, pid_all, stream_all):
+            self.per_stream[(dev, pid, stream)] = merged(rows)
+        self.op_start, self.op_end, self.op_dev = st, en, dev_all.astype(np.int64, copy=False)
+        # one integer per (process, stream): distinct streams of a window without tuples
+        self.op_stream_key = (pid_all.astype(np.int64) << 32) | (stream_all.astype(np.int64) & 0xFFFFFFFF)
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:
@@ -99,21 +108,42 @@ def _len(ivs: Intervals) -> int:
 
 
 def device_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
-    """Per (pid, device_id): busy_ns (union of all GPU ops), compute_ns (kernels + graphs),
-    copy_ns (memcpy), memset_ns, idle_ns = window - busy, busy_frac, and ops count, in ``window``."""
+    """Per device, in ``window``: busy_ns (union of all GPU ops of every process on it), compute_ns
+    (kernels + graphs), copy_ns (memcpy), memset_ns, idle_ns = window - busy, busy_frac, and the ops,
+    streams ((process, stream) pairs) and processes with work in the window."""
     b = busy or Busy(ops)
     rows = []
+    dur = window.dur_ns
+    in_win = (b.op_start < window.end_ns) & (b.op_end > window.start_ns) if len(b.op_start) else b.op_start > 0
+    for dev, d in sorted(b.per_dev.items()):
+        total = _len(_in(d["all"], window))
+        sel = in_win & (b.op_dev == dev)
+        keys = b.op_stream_key[sel]
+        rows.append({"device_id": int(dev), "processes": int(len(distinct(keys >> 32))) if len(keys) else 0,
+                     "ops": int(sel.sum()), "busy_ns": total,
+                     "compute_ns": _len(_in(d["compute"], window)), "copy_ns": _len(_in(d["memcpy"], window)),
+                     "memset_ns": _len(_in(d["memset"], window)),
+                     "idle_ns": max(0, dur - total), "busy_frac": total / dur if dur else 0.0,
+                     "streams": int(len(distinct(keys))) if len(keys) else 0})
+    return pd.DataFrame(rows, columns=["device_id", "processes", "ops", "busy_ns", "compute_ns", "copy_ns",
+                                       "memset_ns", "idle_ns", "busy_frac", "streams"])
+
+
+def process_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
+    """Per (pid, device_id), in ``window``: the same columns as ``device_busy`` for one process's
+    own ops (what each process contributed; the device's busy time is ``device_busy``)."""
+    b = busy or Busy(ops)
+    rows = []
+    dur = window.dur_ns
     for (pid, dev), d in sorted(b.per_pid_dev.items()):
         total = _len(_in(d["all"], window))  # type: ignore[arg-type]
-        dur = window.dur_ns
-        rows.append({"pid": pid, "device_id": dev, "ops": d["ops"], "busy_ns": total,
+        rows.append({"pid": int(pid), "device_id": int(dev), "busy_ns": total,
                      "compute_ns": _len(_in(d["compute"], window)),  # type: ignore[arg-type]
                      "copy_ns": _len(_in(d["memcpy"], window)),  # type: ignore[arg-type]
                      "memset_ns": _len(_in(d["memset"], window)),  # type: ignore[arg-type]
-                     "idle_ns": max(0, dur - total), "busy_frac": total / dur if dur else 0.0,
-                     "streams": d["streams"]})
-    return pd.DataFrame(rows, columns=["pid", "device_id", "ops", "busy_ns", "compute_ns", "copy_ns", "memset_ns",
-                                       "idle_ns", "busy_frac", "streams"])
+                     "busy_frac": total / dur if dur else 0.0})
+    return pd.DataFrame(rows, columns=["pid", "device_id", "busy_ns", "compute_ns", "copy_ns", "memset_ns",
+                                       "busy_frac"])
 
 
 def utilization_series(ops: pd.DataFrame, window: Window, *, bins: int = 200, busy: Busy | None = None) -> pd.DataFrame:
@@ -139,7 +169,7 @@ def concurrency(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> 
     b = busy or Busy(ops)
     rows = []
     for dev in sorted(b.per_dev):
-        parts = [_in(ivs, window) for (d, _), ivs in sorted(b.per_stream.items()) if d == dev]
+        parts = [_in(ivs, window) for (d, _, _), ivs in sorted(b.per_stream.items()) if d == dev]
         if len(parts) == 1:  # one stream, merged: never more than one interval open at a time
             mx, mean = (1 if len(parts[0][0]) else 0), (1.0 if _len(parts[0]) > 0 else 0.0)
         else:
@@ -175,11 +205,12 @@ def copy_compute_overlap(ops: pd.DataFrame, window: Window, busy: Busy | None = 
 
 
 def stream_pair_overlap(ops: pd.DataFrame, window: Window, *, top: int = 20, busy: Busy | None = None) -> pd.DataFrame:
-    """Time two streams of one device were busy at the same moment, for the ``top`` pairs."""
+    """Time two streams of one device were busy at the same moment, for the ``top`` pairs (a stream is
+    a (pid, stream) pair: streams of two processes on one device are distinct)."""
     b = busy or Busy(ops)
     rows = []
     for dev in sorted(b.per_dev):
-        merged = {s: _in(ivs, window) for (d, s), ivs in b.per_stream.items() if d == dev}
+        merged = {(p, s): _in(ivs, window) for (d, p, s), ivs in b.per_stream.items() if d == dev}
         keys = sorted(merged)
         if len(keys) > 64:  # bound the quadratic pairing; busiest streams first
             keys = sorted(keys, key=lambda s: -_len(merged[s]))[:64]
@@ -187,7 +218,8 @@ def stream_pair_overlap(ops: pd.DataFrame, window: Window, *, top: int = 20, bus
             for c in keys[i + 1:]:
                 ns = _len(iv.intersect(merged[a], merged[c]))
                 if ns:
-                    rows.append({"device_id": int(dev), "stream_a": a, "stream_b": c, "overlap_ns": ns})
-    out = pd.DataFrame(rows, columns=["device_id", "stream_a", "stream_b", "overlap_ns"])
+                    rows.append({"device_id": int(dev), "pid_a": int(a[0]), "stream_a": int(a[1]),
+                                 "pid_b": int(c[0]), "stream_b": int(c[1]), "overlap_ns": ns})
+    out = pd.DataFrame(rows, columns=["device_id", "pid_a", "stream_a", "pid_b", "stream_b", "overlap_ns"])
     return out.sort_values(["overlap_ns", "device_id", "stream_a", "stream_b"], ascending=[False, True, True, True],
                            kind="stable").head(top).reset_index(drop=True)

@@ -1,99 +1,293 @@
-"""Iterations of a repeated NVTX range, warm-up detection and the steady-state window.
+"""The iteration model: which NVTX range is one iteration, its period and latency, warm-up, steady state.
 
-The iteration range is ``--iteration-range NAME`` or, by default, the push/pop range name that repeats
-most often (at least 3 times; ties go to the larger total time). Per iteration:
+**Which range.** ``--iteration-range NAME`` (the range label ``domain:text`` or its text) or, by
+default, chosen from the user's own ranges:
+
+1. closed push/pop or start/end ranges, not library ranges (``libranges``: NCCL, CCCL/cub, cuDNN,
+   cuBLAS, cuDF, TensorRT layers, PyTorch op ranges, pyprof markers, XLA thunks ...);
+2. repeated at least 3 times on one thread (a sequence; several processes or threads each have one);
+3. with GPU work launched below them (in at least half of the instances) when the trace recorded
+   GPU activity; when it recorded none, ranges of at least 10 us judged on the CPU alone;
+4. not sub-microsecond (median instance, GPU work included);
+5. of those, the ones whose instances launched (nearly) the most GPU time (>= 80% of the best
+   coverage, and at least 25% of all GPU time), and of these the outermost (smallest median nesting depth), then the most instances.
+
+``how`` says how the range was chosen; ``candidates`` lists the ranges considered, each with its
+verdict, so a reader sees the runners-up and why the others were rejected. When no range fits,
+there is no iteration and the whole capture is judged.
+
+**Per iteration** (one row per instance, per ``(pid, tid)`` sequence, in start order):
 
 * ``cpu_ns``: the range's CPU duration;
 * ``gpu_proj_ns``: first to last GPU op launched inside it (see ``nvtx.ranges``);
-* ``latency_ns``: range start -> max(range end, projected GPU end): what the iteration really took.
+* ``end_ns`` (completion): max(range end, end of its GPU work);
+* ``latency_ns``: range start -> completion. When the CPU runs ahead of the GPU this includes
+  the time the work waited in the queue behind earlier iterations;
+* ``period_ns``: completion minus the previous iteration's completion in the same sequence (the
+  time between consecutive completions: what gets faster when the program gets faster); -1 for a
+  sequence's first iteration;
+* ``queue_depth``: how many later iterations of the sequence the CPU had already started when this
+  one completed (0: the loop waits for each iteration; 40: the CPU runs 40 iterations ahead);
+* ``service_ns``: completion - max(start, previous completion): the time this iteration alone held
+  the pipeline (= latency when iterations do not overlap, ~ period when they queue).
 
-Warm-up: the leading iterations whose latency exceeds ``warmup_factor`` x the median of the rest
-(at most half of them). Steady state = the remaining iterations; its window runs from the first
-steady iteration's start to the last one's end (GPU included). Statistics (mean, std, p50/p90/p99,
-throughput = iterations per second of steady-state wall time) cover the steady state only.
+**Warm-up**: per sequence, the leading iterations whose service time exceeds ``warmup_factor`` x the
+median of the rest (at most half of them). Steady state = the remaining iterations; its window runs
+from the first steady iteration's start to the last one's completion.
+
+**Statistics** (steady state): ``period_*`` and ``latency_*`` (mean, std, min, max, p50/p90/p99);
+``p50_ns``, ``mean_ns`` ... without a prefix are the headline iteration time: the period where a
+sequence has two or more steady iterations, else the latency. ``throughput_per_s`` = 1 / mean
+period (iterations per second per sequence). ``latency_includes_queueing`` is true when the CPU
+runs ahead (median queue depth >= 1) and latency p50 exceeds the period p50 by 20% or more.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses.gpu import Window
+from nsysan.analyses.libranges import library_of
+from nsysan.errors import UsageError
+
+MIN_INSTANCES = 3
+MIN_NS = 1_000
+MIN_CPU_ONLY_NS = 10_000
+COVERAGE_CLOSE = 0.8
+MIN_COVERAGE = 0.25
+QUEUEING_RATIO = 1.2
 
 
 @dataclass(frozen=True)
 class Iterations:
     range_name: str | None
-    how: str  # "option", "most frequent", "none"
+    how: str  # "option", "auto", "auto (CPU only: no GPU activity recorded)", "none"
     table: pd.DataFrame  # one row per iteration
     warmup: int
     steady: Window | None
-    stats: dict[str, float | int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     timed_regions: list[dict[str, object]] = field(default_factory=list)
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    why: str = ""
 
 
-def pick_range(rg: pd.DataFrame, name: str | None) -> tuple[str | None, str]:
+def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
+    return rg.groupby(["name", "pid", "tid"], sort=False).size().groupby(level="name", sort=False).max()
+
+
+def _coverage(inst: pd.DataFrame, owned: pd.DataFrame, owned_total: int,
+              by_thread: dict[tuple[int, int], np.ndarray]) -> float:
+    """Share of the GPU time (owned ops) launched inside an instance of the range on its thread."""
+    if owned_total <= 0:
+        return 0.0
+    covered = 0
+    for (pid, tid), g in inst.groupby(["pid", "tid"], sort=False):
+        rows = by_thread.get((int(pid), int(tid)))
+        if rows is None:
+            continue
+        api = owned["api_start_ns"].to_numpy()[rows]
+        dur = (owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy())[rows]
+        order = np.argsort(api, kind="stable")
+        api, dur = api[order], dur[order]
+        csum = np.concatenate([[0], np.cumsum(dur)])
+        # union of the instances (nested instances of the same name would count twice)
+        s = np.sort(g["start_ns"].to_numpy())
+        e = np.maximum.accumulate(g["end_ns"].to_numpy()[np.argsort(g["start_ns"].to_numpy(), kind="stable")])
+        new = np.ones(len(s), dtype=bool)
+        new[1:] = s[1:] > e[:-1]
+        grp = np.cumsum(new) - 1
+        us = s[new]
+        ue = np.zeros(len(us), dtype=np.int64)
+        np.maximum.at(ue, grp, e)
+        lo = np.searchsorted(api, us, side="left")
+        hi = np.searchsorted(api, ue, side="right")
+        covered += int((csum[hi] - csum[lo]).sum())
+    return covered / owned_total
+
+
+def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
+               gpu_recorded: bool = True) -> list[dict[str, Any]]:
+    """Every repeated range, with the facts the choice is made on and a verdict: ``"chosen"`` is
+    decided by ``pick_range``; the others say why they were rejected."""
+    if len(rg) == 0:
+        return []
+    per_thread = _per_thread_max(rg)
+    names = per_thread.loc[per_thread >= 2].index.tolist()
+    if not names:
+        return []
+    sub = rg.loc[rg["name"].isin(names)]
+    owned = owned if owned is not None else pd.DataFrame(columns=["pid", "tid", "api_start_ns", "start_ns", "end_ns"])
+    owned_total = int((owned["end_ns"] - owned["start_ns"]).sum()) if len(owned) else 0
+    by_thread: dict[tuple[int, int], np.ndarray] = {}
+    if len(owned):
+        for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
+            by_thread[(int(key[0]), int(key[1]))] = idx
+    has_domain = "domain" in sub.columns
+    out: list[dict[str, Any]] = []
+    for name, g in sub.groupby("name", sort=True):
+        domain = None
+        if has_domain:
+            d = g["domain"].dropna()
+            domain = str(d.iloc[0]) if len(d) else None
+        lib = library_of(str(name), domain)
+        gpu_end = np.where(g["gpu_ops"].to_numpy() > 0, g["proj_end_ns"].to_numpy(), g["end_ns"].to_numpy())
+        lat = np.maximum(g["end_ns"].to_numpy(), gpu_end) - g["start_ns"].to_numpy()
+        with_gpu = float((g["gpu_ops"].to_numpy() > 0).mean())
+        c = {"name": str(name), "count": int(len(g)), "per_thread_max": int(per_thread[name]),
+             "threads": int(g[["pid", "tid"]].drop_duplicates().shape[0]),
+             "median_ns": int(np.median(lat)), "total_ns": int(g["dur_ns"].sum()),
+             "depth": float(np.median(g["depth"].to_numpy())), "with_gpu_frac": round(with_gpu, 4),
+             "gpu_coverage": 0.0, "library": lib, "verdict": ""}
+        if lib is not None:
+            c["verdict"] = f"library range ({lib})"
+        elif c["per_thread_max"] < MIN_INSTANCES:
+            c["verdict"] = f"repeats fewer than {MIN_INSTANCES} times on one thread"
+        elif gpu_recorded and with_gpu < 0.5:
+            c["verdict"] = "no GPU work launched below it"
+        elif c["median_ns"] < (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS):
+            c["verdict"] = "shorter than 1 us" if gpu_recorded else "shorter than 10 us (CPU only)"
+        elif gpu_recorded:
+            c["gpu_coverage"] = round(_coverage(g, owned, owned_total, by_thread), 6)
+        out.append(c)
+    return out
+
+
+def pick_range(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = None, *,
+               gpu_recorded: bool = True) -> tuple[str | None, str, list[dict[str, Any]]]:
+    """(range label, how, candidates). A ``name`` that matches no range raises ``UsageError``."""
+    cands = candidates(rg, owned, gpu_recorded=gpu_recorded)
     if name is not None:
-        return name, "option"
-    pp = rg.loc[rg["style"] == "PushPop"]
-    if len(pp) == 0:
-        pp = rg
-    counts = pp.groupby("name").agg(n=("dur_ns", "size"), tot=("dur_ns", "sum")).reset_index()
-    counts = counts.loc[counts["n"] >= 3]
-    if len(counts) == 0:
-        return None, "none"
-    best = counts.sort_values(["n", "tot", "name"], ascending=[False, False, True], kind="stable").iloc[0]
-    return str(best["name"]), "most frequent"
+        labels = set(rg["name"].astype(str)) if len(rg) else set()
+        if name in labels:
+            chosen = name
+        else:
+            by_text = sorted({lab for lab in labels if lab.split(":", 1)[-1] == name})
+            if len(by_text) != 1:
+                shown = [c["name"] for c in sorted(cands, key=lambda c: -c["count"]) if not c["library"]][:8]
+                raise UsageError(
+                    f"--iteration-range {name!r} matches no closed NVTX range in this trace"
+                    + (f" (it matches several: {', '.join(by_text)})" if by_text else ""),
+                    hint=("candidates: " + ", ".join(repr(s) for s in shown)) if shown else
+                    "this trace has no repeated NVTX range")
+            chosen = by_text[0]
+        for c in cands:
+            if c["name"] == chosen:
+                c["verdict"] = "chosen (option)"
+        return chosen, "option", cands
+    ok = [c for c in cands if not c["verdict"]]
+    if gpu_recorded:
+        best = max((c["gpu_coverage"] for c in ok), default=0.0)
+        if best < MIN_COVERAGE:
+            for c in ok:
+                c["verdict"] = (f"launched {c['gpu_coverage']:.0%} of the GPU time (an iteration launches at "
+                                f"least {MIN_COVERAGE:.0%})")
+            return None, "none", cands
+        for c in ok:
+            if c["gpu_coverage"] < COVERAGE_CLOSE * best:
+                c["verdict"] = f"covers {c['gpu_coverage']:.0%} of the GPU time (best {best:.0%})"
+        ok = [c for c in ok if not c["verdict"]]
+    if not ok:
+        return None, "none", cands
+    ok.sort(key=lambda c: (c["depth"], -c["per_thread_max"], -c["total_ns"], c["name"]))
+    for c in ok[1:]:
+        c["verdict"] = f"nested deeper or fewer instances than {ok[0]['name']!r}"
+    ok[0]["verdict"] = "chosen"
+    how = "auto" if gpu_recorded else "auto (CPU only: no GPU activity recorded)"
+    return ok[0]["name"], how, cands
 
 
-def _stats(lat: np.ndarray, span_ns: int) -> dict[str, float | int]:
-    if lat.size == 0:
-        return {"count": 0}
-    p50, p90, p99 = np.percentile(lat, [50, 90, 99])
-    return {
-        "count": int(lat.size), "mean_ns": int(round(float(lat.mean()))),
-        "std_ns": int(round(float(lat.std(ddof=1)))) if lat.size > 1 else 0,
-        "min_ns": int(lat.min()), "max_ns": int(lat.max()),
-        "p50_ns": int(round(float(p50))), "p90_ns": int(round(float(p90))), "p99_ns": int(round(float(p99))),
-        "throughput_per_s": round(lat.size / (span_ns / 1e9), 3) if span_ns > 0 else 0.0,
-    }
+def _stats(values: np.ndarray, prefix: str) -> dict[str, int]:
+    if values.size == 0:
+        return {}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {f"{prefix}mean_ns": int(round(float(values.mean()))),
+            f"{prefix}std_ns": int(round(float(values.std(ddof=1)))) if values.size > 1 else 0,
+            f"{prefix}min_ns": int(values.min()), f"{prefix}max_ns": int(values.max()),
+            f"{prefix}p50_ns": int(round(float(p50))), f"{prefix}p90_ns": int(round(float(p90))),
+            f"{prefix}p99_ns": int(round(float(p99)))}
 
 
-def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: float = 1.5) -> Iterations:
-    timed = rg.loc[rg["name"].str.contains("Total Elapsed Time", regex=False)]
-    regions = [{"name": str(r["name"]), "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"]),
-                "cpu_ns": int(r["dur_ns"]),
-                "with_gpu_ns": int(max(r["end_ns"], r["proj_end_ns"]) - r["start_ns"])} for _, r in timed.iterrows()]
-    chosen, how = pick_range(rg, name)
-    if chosen is None:
-        return Iterations(None, how, pd.DataFrame(), 0, None, {}, regions)
-    it = rg.loc[rg["name"] == chosen].sort_values("start_ns", kind="stable").reset_index(drop=True)
-    if len(it) == 0:
-        return Iterations(chosen, how, pd.DataFrame(), 0, None, {"count": 0}, regions)
-    gpu_end = np.where(it["gpu_ops"] > 0, it["proj_end_ns"], it["end_ns"])
-    end = np.maximum(it["end_ns"].to_numpy(), gpu_end)
-    table = pd.DataFrame({
-        "index": np.arange(len(it)), "pid": it["pid"], "tid": it["tid"], "start_ns": it["start_ns"],
-        "end_ns": end, "cpu_ns": it["dur_ns"], "gpu_proj_ns": it["proj_ns"], "gpu_ops": it["gpu_ops"],
-        "latency_ns": end - it["start_ns"].to_numpy(),
-        "gpu_after_end_ns": it["gpu_after_end_ns"],
-    })
-    lat = table["latency_ns"].to_numpy()
+def _sequence_columns(it: pd.DataFrame, warmup_factor: float) -> pd.DataFrame:
+    """period, queue depth, service time and warm-up of one (pid, tid) sequence sorted by start."""
+    start = it["start_ns"].to_numpy()
+    done = it["end_ns"].to_numpy()
+    n = len(it)
+    period = np.full(n, -1, dtype=np.int64)
+    period[1:] = done[1:] - done[:-1]
+    prev_done = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(done)[:-1]])
+    service = done - np.maximum(start, prev_done)
+    depth = np.searchsorted(start, done, side="left") - (np.arange(n) + 1)
+    depth = np.maximum(depth, 0)
     warm = 0
-    limit = len(lat) // 2
+    limit = n // 2
     while warm < limit:
-        rest = np.median(lat[warm + 1:]) if warm + 1 < len(lat) else lat[warm]
-        if lat[warm] > warmup_factor * rest:
+        rest = np.median(service[warm + 1:]) if warm + 1 < n else service[warm]
+        if service[warm] > warmup_factor * rest:
             warm += 1
         else:
             break
-    table = table.assign(warmup=table["index"] < warm)
+    return it.assign(period_ns=period, queue_depth=depth.astype(np.int64), service_ns=service,
+                     warmup=np.arange(n) < warm)
+
+
+def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: float = 1.5,
+               owned: pd.DataFrame | None = None, gpu_recorded: bool = True) -> Iterations:
+    timed = rg.loc[rg["name"].str.contains("Total Elapsed Time", regex=False)] if len(rg) else rg
+    regions = [{"name": str(r["name"]), "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"]),
+                "cpu_ns": int(r["dur_ns"]),
+                "with_gpu_ns": int(max(r["end_ns"], r["proj_end_ns"]) - r["start_ns"])} for _, r in timed.iterrows()]
+    chosen, how, cands = pick_range(rg, name, owned, gpu_recorded=gpu_recorded)
+    if chosen is None:
+        why = ("no repeated NVTX range of the program's own launched the GPU work: the whole capture is judged"
+               if cands else "no repeated NVTX range in this trace: the whole capture is judged")
+        return Iterations(None, how, pd.DataFrame(), 0, None, {}, regions, cands, why)
+    it = rg.loc[rg["name"] == chosen]
+    it = it.sort_values(["pid", "tid", "start_ns"], kind="stable").reset_index(drop=True)
+    gpu_end = np.where(it["gpu_ops"] > 0, it["proj_end_ns"], it["end_ns"])
+    end = np.maximum(it["end_ns"].to_numpy(), gpu_end)
+    table = pd.DataFrame({
+        "index": np.zeros(len(it), dtype=np.int64), "pid": it["pid"], "tid": it["tid"],
+        "start_ns": it["start_ns"], "end_ns": end, "cpu_ns": it["dur_ns"], "gpu_proj_ns": it["proj_ns"],
+        "gpu_ops": it["gpu_ops"], "latency_ns": end - it["start_ns"].to_numpy(),
+        "gpu_after_end_ns": it["gpu_after_end_ns"],
+    })
+    parts = [_sequence_columns(g.reset_index(drop=True), warmup_factor)
+             for _, g in table.groupby(["pid", "tid"], sort=True)]
+    table = pd.concat(parts, ignore_index=True).sort_values(["start_ns", "pid", "tid"], kind="stable")
+    table = table.reset_index(drop=True).assign(index=np.arange(len(table)))
+    warm = int(table["warmup"].sum())
     steady = table.loc[~table["warmup"]]
     win = Window(int(steady["start_ns"].min()), int(steady["end_ns"].max()), "steady state") if len(steady) else None
-    stats = _stats(steady["latency_ns"].to_numpy(), win.dur_ns if win else 0)
+    lat = steady["latency_ns"].to_numpy()
+    per = steady["period_ns"].to_numpy()
+    per = per[per >= 0]
+    stats: dict[str, Any] = {"count": int(len(steady)), "sequences": int(len(parts))}
+    stats.update(_stats(per, "period_"))
+    stats.update(_stats(lat, "latency_"))
+    headline = per if per.size else lat
+    stats.update(_stats(headline, ""))
+    stats["headline"] = "period" if per.size else "latency"
+    stats["throughput_per_s"] = round(1e9 / float(headline.mean()), 3) if headline.size and headline.mean() > 0 else 0.0
+    depth = steady["queue_depth"].to_numpy()
+    stats["queue_depth_p50"] = float(np.median(depth)) if depth.size else 0.0
+    stats["queue_depth_max"] = int(depth.max()) if depth.size else 0
+    stats["latency_includes_queueing"] = bool(
+        per.size and depth.size and np.median(depth) >= 1
+        and stats["latency_p50_ns"] >= QUEUEING_RATIO * stats["period_p50_ns"])
     stats["warmup_count"] = warm
     if warm:
-        stats["warmup_mean_ns"] = int(round(float(table.loc[table["warmup"], "latency_ns"].mean())))
-    return Iterations(chosen, how, table, warm, win, stats, regions)
+        wt = table.loc[table["warmup"]]
+        stats["warmup_mean_ns"] = int(round(float(wt["latency_ns"].mean())))
+        stats["warmup_service_ns"] = int(wt["service_ns"].sum())
+    if how == "option":
+        why = f"'{chosen}', as asked (--iteration-range)"
+    else:
+        c = next(c for c in cands if c["name"] == chosen)
+        why = (f"'{chosen}': the outermost repeated range of the program's own that launched "
+               f"{c['gpu_coverage']:.0%} of the GPU time" if gpu_recorded else
+               f"'{chosen}': the outermost repeated range (no GPU activity was recorded)")
+    return Iterations(chosen, how, table, warm, win, stats, regions, cands, why)

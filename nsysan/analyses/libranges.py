@@ -5,7 +5,7 @@ Libraries annotate their internals with NVTX: NCCL (``NCCL`` domain; its network
 libcudf and cuDF's Python layer, RAPIDS' RMM/RAFT/cuML/cuGraph, TensorRT (per-layer ranges and
 ``ExecutionContext::...``) and its Myelin runtime, DALI, PyTorch's ``emit_nvtx``/profiler op ranges
 (``aten::add``, ``..., seq = 12``), pyprof/DLProf marker dicts (``{'traceMarker': ...}``,
-``{'mod': ..., 'op': ...}``), and XLA's module/thunk/compile ranges. These ranges are information
+``{'mod': ..., 'op': ...}``), nvFuser's internals, and XLA's module/thunk/compile ranges. These ranges are information
 about where time went, never the user's iterations.
 
 ``library_of(name, domain)`` names the library (or returns ``None`` for the user's own range);
@@ -45,6 +45,11 @@ _TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r"myelin|enqueueV[23]$|executeV2$)")),
     ("cuDF", re.compile(r"^libcudf:")),
     ("RMM", re.compile(r"^rmm::")),
+    ("nvFuser", re.compile(r"^(FusionKernelRuntime|FusionExecutorCache|FusionExecutor|FusionCache|FusionContainer|"
+                           r"FusionDefinition|Fusion|KernelExecutor|ExprEvalExecutor|ExecutorDispatch|"
+                           r"ExecutorRunFusion|GpuLower|ExpressionEvaluator|~?Segmenter|executor_utils|"
+                           r"fusion_executor|TransformReplay|IrContainer)(::|\.| copy| clear)|"
+                           r"^(registry|transform_replay|executor)\.cpp::|^(getTerminatingOutputs|isResharding)$")),
 )
 
 

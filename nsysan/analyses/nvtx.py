@@ -59,7 +59,7 @@ def _nesting(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per closed NVTX range: name, style, pid, tid, start_ns, end_ns, dur_ns, depth, parent,
+    """One row per closed NVTX range: name, style, pid, tid, start_ns, end_ns, dur_ns, domain, depth, parent,
     self_ns, gpu_ops (launches with GPU work: distinct correlation ids), proj_start_ns, proj_end_ns, proj_ns, gpu_after_end_ns (projection columns are
     -1/0 when the range launched no GPU work). ``owned`` is ``owned_ops(trace, ops)`` when the caller
     already has it."""
@@ -67,7 +67,7 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
     r = nv.loc[(nv["style"] != "Mark") & nv["end_ns"].notna()]
     r = r.assign(end_ns=r["end_ns"].astype("int64"), dur_ns=r["dur_ns"].astype("int64"),
                  name=r["name"].astype(str)).reset_index(drop=True)
-    r = r[["name", "style", "pid", "tid", "start_ns", "end_ns", "dur_ns"]]
+    r = r[["name", "style", "pid", "tid", "start_ns", "end_ns", "dur_ns", "domain"]]
     if len(r) == 0:
         return r.assign(depth=0, parent=0, self_ns=0, gpu_ops=0, proj_start_ns=0, proj_end_ns=0, proj_ns=0,
                         gpu_after_end_ns=0)

@@ -1,4 +1,4 @@
-"""The canonical machine output: ``nsysan.analysis/1`` JSON (sorted keys, integer nanoseconds),
+"""The canonical machine output: ``nsysan.analysis/2`` JSON (sorted keys, integer nanoseconds),
 and the same tables as CSV (formula-injection safe)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import distinct
 
-SCHEMA = "nsysan.analysis/1"
+SCHEMA = "nsysan.analysis/2"
 
 
 class _Clean(list):  # type: ignore[type-arg]
@@ -84,6 +84,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "platform": m.platform, "version_source": m.version_source, "gpus": gpus,
         "processes": [{"pid": int(p), "name": pnames.get(p)} for p in procs],
         "start_ns": m.start_ns, "end_ns": m.end_ns, "duration_ns": m.duration_ns, "counts": t.counts(),
+        "gpu_activity_recorded": bool(len(a.ops)), "cuda_graph_trace": a.graph_trace,
         "warnings": list(m.warnings),
     }
     if show_env:
@@ -98,6 +99,10 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "os_runtime": {"by_name": records(a.osrt, limit)},
         "memcpy": {"by_kind": records(a.memcpy)},
         "memset": {"by_kind": records(a.memset)},
+        "graph_launches": {"count": int(len(t.graph_launches)),
+                           "total_ns": int(t.graph_launches["dur_ns"].sum()) if len(t.graph_launches) else 0,
+                           "note": "CUDA Graph launches traced as a whole (--cuda-graph-trace=graph): their "
+                                   "kernels are not in the kernel tables"},
         "nvtx": {"by_name": records(a.nvtx, limit),
                  "containment": "a GPU op belongs to a range when its launching API call started on the range's "
                                 "thread inside the range"},
@@ -105,11 +110,16 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "overlap": {"window": a.steady.to_dict(), "by_direction": records(a.overlap),
                     "stream_pairs": records(a.stream_pairs)},
         "gpu": {"capture": records(a.busy_capture), "steady": records(a.busy_steady),
+                "steady_by_process": records(a.busy_by_process),
+                "note": "capture/steady: one row per device, busy = union of the ops of every process on it",
                 "concurrency": records(a.concurrency),
                 "utilization": {"window": a.capture.to_dict(), "bins": records(a.utilization)}},
         "gaps": {"summary": _clean(a.gap_summary), "min_gap_ns": a.params.min_gap_ns,
                  "largest": records(a.gaps.nlargest(limit, "gap_ns").sort_values("start_ns") if len(a.gaps) else a.gaps)},
-        "iterations": {"range": it.range_name, "how": it.how, "warmup": it.warmup,
+        "iterations": {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
+                       "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
+                                                   ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
+                                                   c["name"]))[:limit]),
                        "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
                        "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table)},
         "findings": [f.to_dict() for f in a.findings],

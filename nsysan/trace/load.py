@@ -266,7 +266,8 @@ def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
     end = out["end_ns"].astype("Int64")
     res = pd.DataFrame({
         "start_ns": out["start_ns"].to_numpy(dtype=np.int64),
-        "end_ns": end.to_numpy(),
+        "end_ns": end.array,  # IntegerArray: to_numpy() would detour through float64 and round
+        #                       absolute-epoch times (~1.7e18 ns) to 256 ns
         "text": out["text"].to_numpy(),
         "domain": domain_name.to_numpy(),
         "name": name.astype("string").to_numpy(),
@@ -284,6 +285,39 @@ def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
     if bad.any():
         res = res.loc[~bad]
     return res.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return i if -(2 ** 63) <= i < 2 ** 63 else None
+
+
+def _capture_window(frames: dict[str, pd.DataFrame], session: tuple[int, int] | None,
+                    warnings: list[str]) -> tuple[int, int] | None:
+    """The capture window, on the event clock: the session ``[shift, shift + duration]`` when every
+    event lies inside it, else the extent of the events themselves (first start to last end over the
+    GPU, API, OS runtime and NVTX tables). Events are never clipped away."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for n, f in frames.items():
+        if n not in INTERVAL_TABLES + ("nvtx",) or not len(f):
+            continue
+        starts.append(int(f["start_ns"].min()))
+        e = f["end_ns"].max()
+        ends.append(int(e) if pd.notna(e) else int(f["start_ns"].max()))
+    if not starts:
+        return session
+    extent = (min(starts), max(ends))
+    if session is None:
+        return extent
+    if session[0] <= extent[0] and extent[1] <= session[1]:
+        return session
+    warnings.append("the session window (ANALYSIS_DETAILS.duration) does not contain every event: "
+                    "the capture window is the extent of the events")
+    return extent
 
 
 def _meta_rows(db: Database) -> tuple[dict[str, str], str]:
@@ -488,11 +522,15 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         capture: tuple[tuple[str, str], ...] = ()
         if caps.has("META_DATA_CAPTURE", "name"):
             capture = tuple((str(k), str(v)) for k, v in db.rows('SELECT name, value FROM "META_DATA_CAPTURE"'))
-        window = None
-        if caps.has("ANALYSIS_DETAILS", "startTime") and caps.has("ANALYSIS_DETAILS", "stopTime"):
-            rows = db.rows('SELECT min(startTime), max(stopTime) FROM "ANALYSIS_DETAILS"')
-            if rows and rows[0][0] is not None and rows[0][1] is not None:
-                window = (int(rows[0][0]), int(rows[0][1]))
+        session = None
+        if caps.has("ANALYSIS_DETAILS", "duration"):
+            # only ``duration`` is on the event clock (startTime/stopTime are not, in most exports):
+            # events lie in [0, duration], shifted by EXPORT_CONFIG_TIME_SHIFT when normalised
+            rows = db.rows('SELECT max(duration) FROM "ANALYSIS_DETAILS"')
+            shift = _int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0
+            dur = _int_or_none(rows[0][0]) if rows else None
+            if dur is not None and dur > 0:
+                session = (shift, shift + dur)
 
     frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
     n_cut = sum(1 for v in strings.categories if str(v).endswith(CUT_MARK))
@@ -503,10 +541,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
     th = frames["threads"]
     frames["threads"] = th.assign(name=th["name"].astype("string"))
-    if window is None:
-        starts = [int(f["start_ns"].min()) for n, f in frames.items() if n in INTERVAL_TABLES + ("nvtx",) and len(f)]
-        ends = [int(f["end_ns"].max()) for n, f in frames.items() if n in INTERVAL_TABLES and len(f)]
-        window = (min(starts), max(ends or starts)) if starts else None
+    window = _capture_window(frames, session, warnings)
     version = meta.get("EXPORT_PRODUCT_VERSION") or _infer_version(caps)
     trace_meta = TraceMeta(
         path=str(path), nsys_version=version, schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
