@@ -140,6 +140,10 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
             "p50_ns": st.get("p50_ns"), "iterations": st.get("count", 0), "range": a.iterations.range_name,
+            "latency_p50_ns": st.get("latency_p50_ns"), "queueing": bool(st.get("latency_includes_queueing")),
+            "queue_depth_p50": st.get("queue_depth_p50"), "headline": st.get("headline"),
+            "throughput_per_s": st.get("throughput_per_s"), "why": a.iterations.why,
+            "gpu_recorded": bool(len(a.ops)),
             "busy": [(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
             "window": a.steady.label, "window_ns": a.steady.dur_ns, "nsys": trace.meta.nsys_version,
             "slowest_kernel": (a.kernels.iloc[0]["name"] if len(a.kernels) else None),
@@ -159,8 +163,23 @@ def _print_summary(res: dict[str, Any]) -> None:
         console = Console(stderr=False, highlight=False, soft_wrap=False)
         console.print(Text(f"{res['trace']}  (nsys {res['nsys']}, {res['seconds']} s)", style="bold"))
         if res["range"]:
-            console.print(Text(f"iterations: '{res['range']}' x{res['iterations']}, steady-state p50 "
-                               f"{fmt_ns(res['p50_ns'])}; window: {res['window']} {fmt_ns(res['window_ns'])}"))
+            if res.get("headline") == "period":
+                head = (f"one every {fmt_ns(res['p50_ns'])} (p50, {res.get('throughput_per_s', 0):,.1f}/s), "
+                        f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
+                if res.get("queueing"):
+                    head += (f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) "
+                             "ahead of the GPU)")
+            else:
+                head = f"latency p50 {fmt_ns(res['p50_ns'])}"
+            console.print(Text(f"iterations: '{res['range']}' x{res['iterations']} steady, {head}; "
+                               f"window: {res['window']} {fmt_ns(res['window_ns'])}"))
+            console.print(Text(f"  chosen: {res.get('why', '')}", style="dim"))
+        elif res.get("why"):
+            console.print(Text(f"iterations: none ({res['why']})"))
+        if not res.get("gpu_recorded", True):
+            console.print(Text("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): "
+                               "record it with nsys profile -t cuda (WSL2 captures have no GPU activity)",
+                               style="yellow"))
         for dev, frac, idle in res["busy"]:
             console.print(Text(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)}"))
         table = Table(title="Findings (ranked by estimated savings)", show_lines=False)

@@ -107,12 +107,13 @@ def test_launch_join_uses_process_and_correlation_id():
 
 
 def test_iterations_detect_warmup_and_steady_stats():
-    rows = [(0, 5000, "step")] + [(10_000 + i * 1000, 10_500 + i * 1000, "step") for i in range(9)]
+    # CPU-only ranges (no GPU activity recorded): 50 us each, every 100 us, after a 500 us first one
+    rows = [(0, 500_000, "step")] + [(1_000_000 + i * 100_000, 1_050_000 + i * 100_000, "step") for i in range(9)]
     a = analyze(F.make_trace(nvtx=F.nvtx(rows)), rules=False)
     it = a.iterations
-    assert it.range_name == "step" and it.warmup == 1
-    assert it.stats["count"] == 9 and it.stats["p50_ns"] == 500
-    assert a.steady.start_ns == 10_000 and a.steady.label == "steady state"
+    assert it.range_name == "step" and it.warmup == 1 and it.how.startswith("auto (CPU only")
+    assert it.stats["count"] == 9 and it.stats["latency_p50_ns"] == 50_000 and it.stats["period_p50_ns"] == 100_000
+    assert a.steady.start_ns == 1_000_000 and a.steady.label == "steady state"
 
 
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), max_size=60),

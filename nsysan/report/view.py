@@ -232,12 +232,18 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     st = a.iterations.stats
     busy = a.busy_steady
     ov = a.overlap.loc[a.overlap["direction"] == "all"] if len(a.overlap) else a.overlap
+    has_it = bool(st.get("count"))
+    period = st.get("headline") == "period"
+    latency = fmt_ns(st.get("latency_p50_ns")) if has_it else "-"
+    if has_it and st.get("latency_includes_queueing"):
+        latency += f" (queued: CPU {st.get('queue_depth_p50', 0):g} ahead)"
     headline = [
-        ("Iteration p50", fmt_ns(st.get("p50_ns")) if st.get("count") else "-"),
-        ("Iteration p99", fmt_ns(st.get("p99_ns")) if st.get("count") else "-"),
-        ("Throughput", f"{st.get('throughput_per_s', 0):.1f} it/s" if st.get("count") else "-"),
-        ("GPU busy (steady)", fmt_pct(float(busy["busy_ns"].sum() / max(a.steady.dur_ns * max(len(busy), 1), 1)))
-         if len(busy) else "-"),
+        ("Iteration time p50" + (" (period)" if period else " (latency)"), fmt_ns(st.get("p50_ns")) if has_it else "-"),
+        ("Throughput", f"{st.get('throughput_per_s', 0):.1f} it/s" if has_it else "-"),
+        ("Latency p50", latency),
+        *(((f"GPU {int(r['device_id'])} busy (steady)" if len(busy) > 1 else "GPU busy (steady)",
+            fmt_pct(float(r["busy_frac"]))) for _, r in busy.iterrows()) if len(busy) else
+          [("GPU busy", "not recorded" if not len(a.ops) else "-")]),
         ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0])) if len(ov) else "-"),
         ("Est. savings (top finding)", fmt_ns(a.findings[0].impact_ns) if a.findings else "-"),
     ]
@@ -248,7 +254,14 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             ("Region analysed", f"{a.steady.label}: {fmt_ns(a.steady.dur_ns)}"
              + (f" ({st.get('count', 0)} '{a.iterations.range_name}' iterations, {a.iterations.warmup} warm-up excluded)"
                 if a.iterations.range_name else "")),
+            ("Iteration range", a.iterations.why or "-"),
             ]
+    if not len(a.ops):
+        info.append(("GPU activity", "not recorded in this trace: record it with nsys profile -t cuda "
+                                     "(WSL2 captures have none)"))
+    if a.graph_trace != "none":
+        info.append(("CUDA Graphs", "traced as whole graph launches (--cuda-graph-trace=graph)" if a.graph_trace == "graph"
+                     else "traced per node (--cuda-graph-trace=node)"))
     for r in a.iterations.timed_regions:
         info.append((str(r["name"]), f"{fmt_ns(r['cpu_ns'])} CPU, {fmt_ns(r['with_gpu_ns'])} with GPU work"))
     findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
@@ -301,10 +314,16 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             ("Gap", "gap_ns", fmt_ns), ("Cause", "cause", None), ("Submitting thread was in", "activity", None),
             ("Next API", "api_name", None), ("Next op", "next_op", lambda v: str(v)[:120])]),
         _table("iterations", f"Iterations ({a.iterations.range_name or 'none found'})", it, [
-            ("#", "index", None), ("Latency", "latency_ns", fmt_ns), ("CPU", "cpu_ns", fmt_ns),
+            ("#", "index", None), ("Period", "period_ns", lambda v: fmt_ns(v) if v >= 0 else "-"),
+            ("Latency", "latency_ns", fmt_ns), ("Queued ahead", "queue_depth", lambda v: f"{int(v)}"),
+            ("CPU", "cpu_ns", fmt_ns),
             ("GPU projection", "gpu_proj_ns", fmt_ns), ("GPU after range end", "gpu_after_end_ns", fmt_ns),
-            ("Warm-up", "warmup", lambda v: "yes" if v else "")]) if len(it) else
-        Table("iterations", "Iterations", [], [], [], "No repeated NVTX range found (use --iteration-range NAME)."),
+            ("Warm-up", "warmup", lambda v: "yes" if v else "")],
+            note="Period: time since the previous iteration of the same thread completed (what gets faster when "
+                 "the program does). Latency: range start to the end of its GPU work; when the CPU queues "
+                 "iterations ahead of the GPU it includes the wait in the queue.") if len(it) else
+        Table("iterations", "Iterations", [], [], [],
+              (a.iterations.why or "No repeated NVTX range found.") + " (choose one with --iteration-range NAME)"),
         _table("nsys", "nsys analyze, cross-checked", a.nsys_rules, [
             ("nsys rule", "nsys_rule", None), ("What", "what", None), ("Count", "count", lambda v: f"{int(v):,}"),
             ("Total", "total_ns", fmt_ns), ("In steady state", "steady_count", lambda v: f"{int(v):,}"),
