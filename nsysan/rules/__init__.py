@@ -6,9 +6,9 @@ Rules judge the steady state (``ctx.window``) unless a rule's docstring says oth
 **Savings never overlap.** A rule's ``impact_ns`` is first its own estimate; each finding also
 declares the wall-clock time that saving would come from (``Finding.claims``: GPU idle gaps, the
 copies, the calls, the kernels; none means "somewhere in its window"). ``run_rules`` then allocates
-the estimates against one budget of wall-clock time, in rank order (largest estimate first): a
-finding keeps the share of its estimate that falls on time no higher-ranked finding has claimed,
-and claims that share. So no impact exceeds its window, the impacts of a window add up to at most
+the estimates against one budget of wall-clock time, the most specific claim first (fewest claimed
+ns; ties: smaller estimate first): a finding keeps the share of its estimate that falls on time no
+earlier finding has claimed, and claims that share. So no impact exceeds its window, the impacts of a window add up to at most
 the window, and two findings never count the same nanoseconds (host-bound-gap, launch-bound,
 sync-api and gpu-low-util on the same idle gap; pageable-memcpy, sync-memcpy and
 serial-copy-compute on the same copy). A reduced finding keeps its original estimate in its
@@ -88,13 +88,28 @@ def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
 
 
 def allocate(findings: list[Finding]) -> list[Finding]:
-    """Each finding's impact as the share of its estimate that no higher-ranked finding has claimed
-    (see the module docstring). Findings are ranked by estimate (then severity, rule id); a finding
+    """Each finding's impact as the share of its estimate that no earlier finding has claimed
+    (see the module docstring). A finding
     with claims ``(starts, ends)`` measures them clipped to its window, ``M`` ns, of which ``F`` are
     still free: it keeps ``min(estimate, M) * F / M`` and claims that many ns of the free time (the
     same share of each free interval, from its start), so later findings on the same time get the
-    rest. Returns new Finding objects where the impact changed."""
-    ranked = sorted(findings, key=lambda f: (-f.impact_ns, -int(f.severity), f.rule))
+    rest. Returns new Finding objects where the impact changed.
+
+    Order: the most specific claim first (the fewest claimed ns: the allocation calls, then the
+    gaps after a synchronize, then all host-bound gaps, then every idle gap): the time a precise
+    diagnosis names is its own, and a broader one keeps what is left (moving printing off the
+    submitting thread does not remove the cudaMalloc calls inside the same gap). On the same time,
+    the smaller estimate first: partial fixes compose (pinning halves a copy, overlapping then hides
+    what is left of it), and the larger one keeps its estimate's share of the rest."""
+
+    def scope(f: Finding) -> int:
+        w = f.window
+        lo, hi = int(w.get("start_ns", 0)), int(w.get("end_ns", 0))
+        if f.claims is None:
+            return max(0, hi - lo)
+        return iv.total(*iv.clip(f.claims[0], f.claims[1], lo, hi))
+
+    ranked = sorted(findings, key=lambda f: (scope(f), f.impact_ns, -int(f.severity), f.rule))
     taken: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
     all_s, all_e = np.empty(0, np.int64), np.empty(0, np.int64)
     out: list[Finding] = []
