@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,9 @@ from nsysan.analyses.libranges import library_of
 from nsysan.analysis import in_window
 
 ONE_TIME_OUTLIER = 20.0  # a gap this many times its group's median is a one-time cost, not a loop's
+# activities that are setup by their nature (JIT compiles, module loads, initialisation, autotuning)
+ONE_TIME_NAMES = re.compile(r"compil|\bjit|nvrtc|CommInit|\binit|initiali[sz]|load(ing)?\b|LoadData|autotun|"
+                            r"warm.?up|build", re.I)
 
 
 def steady(df: pd.DataFrame, ctx: Any) -> pd.DataFrame:
@@ -51,15 +55,18 @@ def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None) -> pd.DataFrame
 
 def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     """Which events (gaps, calls) are one-time costs rather than a loop's: those of a key (activity
-    label, call name) that occurs fewer than max(2, half the steady iterations) times, and outliers
-    over ``ONE_TIME_OUTLIER`` x their key's median (a JIT compile among ordinary gaps)."""
+    label, call name) that occurs fewer than max(3, half the steady iterations) times, those whose
+    key names setup work (``ONE_TIME_NAMES``: compile, JIT, module load, init, autotune, warm-up,
+    build), and outliers over ``ONE_TIME_OUTLIER`` x their key's median (a JIT compile among
+    ordinary gaps)."""
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    need = max(2, math.ceil(len(steady_iterations(ctx)) / 2))
-    codes, _ = pd.factorize(keys.astype(str), sort=True)
+    need = max(3, math.ceil(len(steady_iterations(ctx)) / 2))
+    codes, uniq = pd.factorize(keys.astype(str), sort=True)
     counts = np.bincount(codes)
-    one = counts[codes] < need
+    setup = np.array([bool(ONE_TIME_NAMES.search(str(u))) for u in uniq], dtype=bool)
+    one = (counts[codes] < need) | setup[codes]
     sizes = np.asarray(sizes, dtype=np.float64)
     med = np.zeros(len(counts))
     for c in np.flatnonzero(counts >= need).tolist():

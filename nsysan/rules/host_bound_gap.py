@@ -11,7 +11,8 @@ launch-bound.
 Evidence names what the submitting thread was doing during each gap, clipped to the gap: what
 covers most of it (a CUDA API or OS runtime call, else the innermost NVTX range), or "mostly
 untraced CPU work". Gaps that happen once rather than per iteration (an activity seen in fewer than
-half the steady iterations, or a gap over 20x its activity's median: a JIT compile, reading input,
+half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
+autotune, warm-up, build), or a gap over 20x its activity's median: a JIT compile, reading input,
 building a model) are one-time costs: they are listed apart and not counted. Fires when the
 recurring host-caused idle time of one device exceeds ``min_frac`` of the steady window; every
 percentage is per device. Impact: the wall-clock time of those gaps (their union over devices),
