@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import count_sum, distinct, rows_of, top_rows
+from nsysan.analyses.frames import count_sum, distinct, group_rows, rows_of, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -33,6 +33,10 @@ BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEve
 CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
 Layer = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
+SOURCES = ("cuda_api", "osrt", "nvtx")  # what a thread was doing: CUDA API, OS runtime, NVTX (innermost)
+UNTRACED = "mostly untraced CPU work"  # the label when no traced activity covers MIN_LABEL_SHARE of a gap
+MIN_LABEL_SHARE = 0.10
+PER_NAME = 2  # a layer's "batched" flag: disjoint within each name, overlapping across names
 INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead
 
@@ -130,58 +134,117 @@ class ThreadActivity:
                 layers.append((source, st, en, codes[owner], cats, True))
             elif source != "nvtx":
                 # calls that overlap (nested OS runtime calls): time per name is the union of that
-                # name's calls, so each name's calls are merged into one disjoint layer
+                # name's calls, so each name's calls are merged (disjoint within the name); the
+                # names' merged calls then form one start-sorted layer that may overlap across names
                 order = np.argsort(codes, kind="stable")
                 cuts = np.flatnonzero(np.diff(codes[order])) + 1
+                ms_l, me_l, mc_l = [], [], []
                 for part in np.split(order, cuts):
                     part = np.sort(part)
                     ms, me = iv.merge(st[part], en[part])
-                    layers.append((source, ms, me, np.full(len(ms), codes[part[0]]), cats, True))
+                    ms_l.append(ms)
+                    me_l.append(me)
+                    mc_l.append(np.full(len(ms), codes[part[0]]))
+                ms, me, mc = np.concatenate(ms_l), np.concatenate(me_l), np.concatenate(mc_l)
+                o = np.argsort(ms, kind="stable")
+                layers.append((source, ms[o], me[o], mc[o], cats, PER_NAME))
             else:
                 layers.append((source, st, en, codes, cats, False))
         return layers
 
-    def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
-        """``items`` for many windows of one thread. Batched layers (calls that never overlap, each
-        name's merged calls, innermost NVTX segments) are done for all windows at once: the calls in
-        each window are one binary search away (starts and ends are both sorted), clipped, and summed
-        per (window, name) with one ``bincount``; others go window by window."""
-        if not windows:
-            return []
-        acc: list[dict[tuple[str, int], int]] = [{} for _ in windows]
-        lo = np.array([w[0] for w in windows], dtype=np.int64)
-        hi = np.array([w[1] for w in windows], dtype=np.int64)
+    def sums(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray,
+             detail: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What thread (pid, tid) did in each window [lo[w], hi[w]): time per (window, source, name),
+        clipped to the window, as flat arrays. Returns (names: source -> code -> name table, win,
+        source index into ``SOURCES``, name code, ns), one entry per (window, source, name) with
+        ns > 0, ordered by window. Batched layers (calls that never overlap, each name's merged calls,
+        innermost NVTX segments) are done for all windows at once: the calls in each window are one
+        binary search away (starts and ends are both sorted), clipped, and summed per (window, name)
+        with one ``bincount``. Layers the batched path does not take (more nested NVTX ranges than
+        ``INNERMOST_MAX``) are swept window by window, for the windows in ``detail`` only (row
+        numbers; all when None)."""
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
         names: dict[str, np.ndarray] = {}
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        empty = np.empty(0, np.int64)
+        if len(lo) == 0:
+            return names, empty, empty, empty, empty
         layers = self._layers(pid, tid, lo, hi)
         for source, st, en, codes, cats, batched in layers:
             names[source] = cats
             if not batched:
                 continue
+            if batched == PER_NAME:
+                # ends are not sorted: candidates from the running maximum of ends, then the exact
+                # test; per name when one long call would make the candidates too many
+                reach = np.maximum.accumulate(en)
+                i0 = np.searchsorted(reach, lo, side="right")
+                i1 = np.searchsorted(st, hi, side="left")
+                if int(np.maximum(i1 - i0, 0).sum()) <= 4 * (len(st) + len(lo)):
+                    win, idx = _spans(i0, i1)
+                    hit = en[idx] > lo[win]
+                    parts.append(_clipped_sums(source, st, en, codes, cats, lo, hi, win[hit], idx[hit]))
+                    continue
+                for c in np.unique(codes).tolist():
+                    rows = np.flatnonzero(codes == c)
+                    s_, e_ = st[rows], en[rows]
+                    win, idx = _spans(np.searchsorted(e_, lo, side="right"), np.searchsorted(s_, hi, side="left"))
+                    parts.append(_clipped_sums(source, st, en, codes, cats, lo, hi, win, rows[idx]))
+                continue
             i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
             i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
             win, idx = _spans(i0, i1)
-            if idx.size == 0:
-                continue
-            dur = np.minimum(en[idx], hi[win]) - np.maximum(st[idx], lo[win])
-            width = len(cats) + 1
-            keys, inv = np.unique(win * width + (codes[idx].astype(np.int64) + 1), return_inverse=True)
-            sums = np.bincount(inv, weights=dur).astype(np.int64)
-            for key, v in zip(keys.tolist(), sums.tolist()):
-                item = (source, key % width - 1)  # a name lives in one layer of its source
-                acc[key // width][item] = acc[key // width].get(item, 0) + v
+            parts.append(_clipped_sums(source, st, en, codes, cats, lo, hi, win, idx))
         unbatched = [layer for layer in layers if not layer[5]]
-        out = []
-        for w, (a, b) in enumerate(windows):
-            items = [{"source": src, "name": str(names[src][c]) if c >= 0 else "", "ns": int(v)}
-                     for (src, c), v in acc[w].items() if v > 0]
-            items += _window_items(unbatched, a, b)
-            out.append(sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"]))))  # type: ignore[call-overload]
-        return out
+        if unbatched:
+            for w in (range(len(lo)) if detail is None else detail.tolist()):
+                for src, code, v in _window_items(unbatched, int(lo[w]), int(hi[w])):
+                    parts.append((np.array([w]), np.array([SOURCES.index(src)]), np.array([code]), np.array([v])))
+        if not parts:
+            return names, empty, empty, empty, empty
+        win, src, code, ns = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(4))
+        # one entry per (window, source, name) (a name lives in one layer of its source), grouped
+        # by window: a stable sort keeps each part's (window, name) order within a window
+        keep = ns > 0
+        order = np.flatnonzero(keep)
+        if len(parts) > 1:
+            order = order[np.argsort(win[order], kind="stable")]
+        return names, win[order], src[order], code[order], ns[order]
+
+    def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
+        """``items`` for many windows of one thread (``sums`` as lists of {source, name, ns}, largest
+        first)."""
+        if not windows:
+            return []
+        lo = np.array([w[0] for w in windows], dtype=np.int64)
+        hi = np.array([w[1] for w in windows], dtype=np.int64)
+        names, win, src, code, ns = self.sums(pid, tid, lo, hi)
+        out: list[list[dict[str, object]]] = [[] for _ in windows]
+        for w, s, c, v in zip(win.tolist(), src.tolist(), code.tolist(), ns.tolist()):
+            source = SOURCES[s]
+            out[w].append({"source": source, "name": str(names[source][c]) if c >= 0 else "", "ns": int(v)})
+        return [sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))  # type: ignore[call-overload]
+                for items in out]
 
     def items(self, pid: int, tid: int, lo: int, hi: int) -> list[dict[str, object]]:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         return self.items_many(pid, tid, [(lo, hi)])[0]
+
+
+def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
+                  hi: np.ndarray, win: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Clipped time of calls ``idx`` in windows ``win``, summed per (window, name): (window,
+    source index, name code, ns), ordered by window then code."""
+    if idx.size == 0:
+        e = np.empty(0, np.int64)
+        return e, e, e, e
+    dur = np.minimum(en[idx], hi[win]) - np.maximum(st[idx], lo[win])
+    width = len(cats) + 1
+    keys, inv = np.unique(win * width + (codes[idx].astype(np.int64) + 1), return_inverse=True)
+    tot = np.bincount(inv.reshape(-1), weights=dur).astype(np.int64)
+    return keys // width, np.full(len(keys), SOURCES.index(source), np.int64), keys % width - 1, tot
 
 
 def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +254,10 @@ def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(np.arange(len(k)), k), np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
 
 
-def _window_items(layers: list[Layer], lo: int, hi: int) -> list[dict[str, object]]:
-    """Time per (source, name) in [lo, hi) for layers the batched path does not take (more nested
-    NVTX ranges than ``INNERMOST_MAX``): a sweep per range, innermost range first."""
-    out: list[dict[str, object]] = []
+def _window_items(layers: list[Layer], lo: int, hi: int) -> list[tuple[str, int, int]]:
+    """Time per (source, name code) in [lo, hi) for layers the batched path does not take (more
+    nested NVTX ranges than ``INNERMOST_MAX``): a sweep per range, innermost range first."""
+    out: list[tuple[str, int, int]] = []
     for source, st, en, codes, cats, _ in layers:
         sel = np.flatnonzero((st < hi) & (en > lo))
         if sel.size == 0:
@@ -205,16 +268,17 @@ def _window_items(layers: list[Layer], lo: int, hi: int) -> list[dict[str, objec
         for k in range(s.size):
             inner = iv.total(*iv.clip(s[k + 1:], e[k + 1:], int(s[k]), int(e[k])))
             acc[int(nm[k])] = acc.get(int(nm[k]), 0) + int(e[k] - s[k]) - inner
-        out += [{"source": source, "name": str(cats[k]) if k >= 0 else "", "ns": int(v)}
-                for k, v in acc.items() if v > 0]
+        out += [(source, k, int(v)) for k, v in acc.items() if v > 0]
     return out
 
 
 def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: int = 10_000,
               launch_gap_ns: int = 10_000, explain_top: int = 300) -> pd.DataFrame:
     """Columns: device_id, start_ns, end_ns, gap_ns, cause, pid, tid (submitting thread), api_name,
-    api_start_ns, next_op, activity (largest item on the submitting thread during the gap),
-    breakdown (list of {source, name, ns} for the ``explain_top`` longest gaps), sorted by start."""
+    api_start_ns, next_op, activity (what the submitting thread was doing during the gap, by
+    coverage: see ``explain_gaps``; every host and sync gap has one, others ""), breakdown (list of
+    {source, name, ns, share} for the ``explain_top`` longest host gaps, None elsewhere), sorted by
+    start. Causes and activities cover every gap: the per-gap work is vectorised per thread."""
     ops = with_launch_calls(trace, ops)
     dev_all = ops["device_id"].to_numpy()
     parts = [p for p in (_device_gaps(ops, dev_all == dev, int(dev), window, min_gap_ns) for dev in distinct(dev_all))
@@ -229,41 +293,14 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     causes = np.array(CAUSES, dtype=object)
     cause = np.where(~has_api, 4, np.where(api_start > out["start_ns"].to_numpy(), 0,
                                           np.where(out["gap_ns"].to_numpy() < launch_gap_ns, 3, 2))).astype(np.int8)
-    activity: dict[int, str] = {}
-    breakdown = np.empty(len(out), dtype=object)  # None except for explained gaps: no per-gap lists
-    host = np.flatnonzero(cause == 0)
-    explain = top_rows(out["gap_ns"].to_numpy(), host, explain_top)
-    activity_index = ThreadActivity(trace) if len(explain) else None
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
-    windows = {int(i): (int(o_start[i]), int(min(api_start[i], o_end[i]))) for i in explain}
-    explained: dict[int, list[dict[str, object]]] = {}
-    by_thread: dict[tuple[int, int], list[int]] = {}
-    for i in explain:
-        by_thread.setdefault((int(o_pid[i]), int(o_tid[i])), []).append(int(i))
-    for (pid, tid), gaps_of_thread in by_thread.items():
-        assert activity_index is not None
-        got = activity_index.items_many(pid, tid, [windows[i] for i in gaps_of_thread])
-        explained.update(zip(gaps_of_thread, got))
-    for i in explain:
-        lo, hi = windows[int(i)]
-        items = explained[int(i)]
-        span = max(hi - lo, 1)
-        api_items = [x for x in items if x["source"] == "cuda_api"]
-        sync_ns = sum(int(x["ns"]) for x in api_items if str(x["name"]).startswith(SYNC_APIS))
-        if sync_ns > span / 2:
-            cause[i] = 1
-        for x in items:
-            x["share"] = round(int(x["ns"]) / span, 4)
-        breakdown[i] = items
-        nvtx_items = [x for x in items if x["source"] == "nvtx"]
-        top = api_items[0] if api_items and int(api_items[0]["ns"]) > span / 2 else (
-            nvtx_items[0] if nvtx_items else (items[0] if items else None))
-        activity[i] = f"{top['source']}:{top['name']}" if top else "untraced CPU work"
+    host = np.flatnonzero(cause == 0)
+    detail = top_rows(out["gap_ns"].to_numpy(), host, explain_top)
+    act_codes, act_cats, breakdown, is_sync = explain_gaps(trace, host, o_start[host],
+                                                          np.minimum(api_start[host], o_end[host]),
+                                                          o_pid[host], o_tid[host], detail, len(out))
+    cause[host[is_sync]] = 1
     api_name = out["api_name"].array  # categorical already: no round trip through Python strings
-    act_cats = sorted(set(activity.values()) | {""})
-    act_codes = np.zeros(len(out), dtype=np.int32)
-    for i, v in activity.items():
-        act_codes[i] = act_cats.index(v)
     out = out.assign(cause=pd.Categorical.from_codes(cause, categories=pd.Index(causes, dtype=object)),
                      activity=pd.Categorical.from_codes(act_codes, categories=pd.Index(act_cats, dtype=object)),
                      breakdown=breakdown,
@@ -276,6 +313,101 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     if bool((order[1:] > order[:-1]).all()):
         return out[cols]
     return out[cols].take(order).reset_index(drop=True)
+
+
+def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per window (``win`` grouped, ascending), the entry with the most ns among the entries in
+    ``mask`` (ties: the first entry): (windows, entry indices). Linear: one reduceat per group."""
+    if len(win) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    v = ns if mask is None else np.where(mask, ns, -1)
+    first = np.flatnonzero(np.concatenate([[True], win[1:] != win[:-1]]))
+    gid = np.cumsum(np.concatenate([[False], win[1:] != win[:-1]]))
+    mx = np.maximum.reduceat(v, first)
+    hit = np.flatnonzero((v == mx[gid]) & (v >= 0))
+    if hit.size == 0:
+        return hit, hit
+    g = gid[hit]
+    one = np.concatenate([[True], g[1:] != g[:-1]])
+    return win[hit[one]], hit[one]
+
+
+def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, pid: np.ndarray,
+                 tid: np.ndarray, detail: np.ndarray, n: int) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """What the submitting thread did during each host gap ``rows`` (windows [lo, hi): the gap up to
+    the launching call's start), for every gap, vectorised per thread.
+
+    Returns (activity code per gap of the ``n`` gaps, the code -> label table, breakdown per gap --
+    a list of {source, name, ns, share} for the gaps in ``detail`` and None elsewhere -- and, per
+    ``rows`` entry, whether the thread spent over half the gap in a synchronization call).
+
+    The activity label is what covers most of the gap: a CUDA API call, else an OS runtime call,
+    covering over half of it (more specific than the NVTX range around them); else the item of any
+    source covering the largest share, if that share is at least ``MIN_LABEL_SHARE``; else
+    ``UNTRACED``. Non-host gaps get the empty label."""
+    act = np.zeros(n, dtype=np.int32)
+    breakdown = np.empty(n, dtype=object)
+    is_sync = np.zeros(len(rows), dtype=bool)
+    if len(rows) == 0:
+        return act, [""], breakdown, is_sync
+    labels: dict[str, int] = {"": 0, UNTRACED: 1}
+    chosen = np.ones(len(rows), dtype=np.int64)
+    span = np.maximum(hi - lo, 1)
+    is_detail = np.zeros(len(rows), dtype=bool)
+    is_detail[np.searchsorted(rows, detail)] = True
+    index = ThreadActivity(trace)
+    for (p, t), sel in group_rows(pid, tid):
+        det_local = np.flatnonzero(is_detail[sel])
+        names, win, src, code, ns = index.sums(p, t, lo[sel], hi[sel], det_local)
+        if len(win) == 0:
+            continue
+        lab = np.zeros(len(win), dtype=np.int64)
+        sync_e = np.zeros(len(win), dtype=bool)
+        for si, source in enumerate(SOURCES):
+            m = src == si
+            if source not in names or not m.any():
+                continue
+            cats = names[source]
+            used = np.unique(code[m])
+            ids = np.zeros(len(cats) + 1, dtype=np.int64)  # code -1 (no name) is the last slot
+            for c in used.tolist():
+                ids[c] = labels.setdefault(f"{source}:{cats[c] if c >= 0 else ''}", len(labels))
+            lab[m] = ids[code[m]]
+            if source == "cuda_api":
+                sync_tab = np.zeros(len(cats) + 1, dtype=bool)
+                for c in used.tolist():
+                    sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
+                sync_e[m] = sync_tab[code[m]]
+        sp = span[sel]
+        sync_ns = np.bincount(win, weights=np.where(sync_e, ns, 0), minlength=len(sel))
+        is_sync[sel] = sync_ns * 2 > sp
+        best = np.full(len(sel), -1, dtype=np.int64)
+        for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
+            w, e = _best_per_window(win, ns, src == si)
+            ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
+            best[w[ok]] = e[ok]
+        w, e = _best_per_window(win, ns)
+        ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
+        best[w[ok]] = e[ok]
+        chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
+        if len(det_local):
+            a_, b_ = np.searchsorted(win, det_local), np.searchsorted(win, det_local, side="right")
+            for wl, i0, i1 in zip(det_local.tolist(), a_.tolist(), b_.tolist()):
+                items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "", "ns": int(v_),
+                          "share": round(int(v_) / int(sp[wl]), 4)}
+                         for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
+                breakdown[rows[sel[wl]]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
+    for r in detail.tolist():  # explained gaps with nothing traced on their thread
+        if breakdown[r] is None:
+            breakdown[r] = []
+    used = np.unique(np.concatenate([[0], chosen]))
+    text = sorted(labels, key=labels.__getitem__)
+    cats = sorted(text[i] for i in used.tolist())
+    remap = np.zeros(len(labels), dtype=np.int32)
+    for i in used.tolist():
+        remap[i] = cats.index(text[i])
+    act[rows] = remap[chosen]
+    return act, cats, breakdown, is_sync
 
 
 def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Window,

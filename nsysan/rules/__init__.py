@@ -2,17 +2,32 @@
 
 Every non-underscore module here is imported in sorted order, so a new rule is one new file.
 Rules judge the steady state (``ctx.window``) unless a rule's docstring says otherwise.
+
+**Savings never overlap.** A rule's ``impact_ns`` is first its own estimate; each finding also
+declares the wall-clock time that saving would come from (``Finding.claims``: GPU idle gaps, the
+copies, the calls, the kernels; none means "somewhere in its window"). ``run_rules`` then allocates
+the estimates against one budget of wall-clock time, the most specific claim first (fewest claimed
+ns; ties: smaller estimate first): a finding keeps the share of its estimate that falls on time no
+earlier finding has claimed, and claims that share. So no impact exceeds its window, the impacts of a window add up to at most
+the window, and two findings never count the same nanoseconds (host-bound-gap, launch-bound,
+sync-api and gpu-low-util on the same idle gap; pageable-memcpy, sync-memcpy and
+serial-copy-compute on the same copy). A reduced finding keeps its original estimate in its
+``window`` (``estimate_ns``, ``overlaps``) and says so in its message.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from nsysan._executor import Inline
+from nsysan.analyses import intervals as iv
 from nsysan.rules._base import REGISTRY, Finding, Rule, Severity, rule
+from nsysan.units import fmt_ns
 
 for _m in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
     importlib.import_module(f"{__name__}.{_m}")
@@ -56,8 +71,86 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         got = job.result()
         findings += got
         log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
+    findings = allocate(findings)
     findings.sort(key=lambda f: (-f.impact_ns, -int(f.severity), f.rule))
     return findings, log
 
 
-__all__ = ["REGISTRY", "Finding", "Rule", "RuleContext", "Severity", "rule", "run_rules"]
+def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Merged set ``a`` minus merged set ``b``."""
+    if len(b[0]) == 0 or len(a[0]) == 0:
+        return a
+    lo, hi = min(int(a[0][0]), int(b[0][0])) - 1, max(int(a[1][-1]), int(b[1][-1])) + 1
+    cs = np.concatenate([[lo], b[1]])  # the complement of b: before, between and after its intervals
+    ce = np.concatenate([b[0], [hi]])
+    keep = ce > cs
+    return iv.intersect(a, (cs[keep], ce[keep]))
+
+
+def allocate(findings: list[Finding]) -> list[Finding]:
+    """Each finding's impact as the share of its estimate that no earlier finding has claimed
+    (see the module docstring). A finding
+    with claims ``(starts, ends)`` measures them clipped to its window, ``M`` ns, of which ``F`` are
+    still free: it keeps ``min(estimate, M) * F / M`` and claims that many ns of the free time (the
+    same share of each free interval, from its start), so later findings on the same time get the
+    rest. Returns new Finding objects where the impact changed.
+
+    Order: the most specific claim first (the fewest claimed ns: the allocation calls, then the
+    gaps after a synchronize, then all host-bound gaps, then every idle gap): the time a precise
+    diagnosis names is its own, and a broader one keeps what is left (moving printing off the
+    submitting thread does not remove the cudaMalloc calls inside the same gap). On the same time,
+    the smaller estimate first: partial fixes compose (pinning halves a copy, overlapping then hides
+    what is left of it), and the larger one keeps its estimate's share of the rest."""
+
+    def scope(f: Finding) -> int:
+        w = f.window
+        lo, hi = int(w.get("start_ns", 0)), int(w.get("end_ns", 0))
+        if f.claims is None:
+            return max(0, hi - lo)
+        return iv.total(*iv.clip(f.claims[0], f.claims[1], lo, hi))
+
+    ranked = sorted(findings, key=lambda f: (scope(f), f.impact_ns, -int(f.severity), f.rule))
+    taken: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
+    all_s, all_e = np.empty(0, np.int64), np.empty(0, np.int64)
+    out: list[Finding] = []
+    for f in ranked:
+        est = int(f.impact_ns)
+        if est <= 0:
+            out.append(f if est == 0 else replace(f, impact_ns=0))
+            continue
+        w = dict(f.window)
+        lo, hi = int(w.get("start_ns", 0)), int(w.get("end_ns", 0))
+        cs, ce = f.claims if f.claims is not None else (np.array([lo]), np.array([hi]))
+        own = iv.merge(*iv.clip(cs, ce, lo, hi))
+        m = int((own[1] - own[0]).sum())
+        free = _subtract(own, (all_s, all_e))
+        fr = int((free[1] - free[0]).sum())
+        want = min(est, m)
+        impact = want if fr == m else (want * fr // m if m else 0)
+        if impact > 0:
+            take_e = free[0] + ((free[1] - free[0]) * (impact / fr)).astype(np.int64)
+            short = impact - int((take_e - free[0]).sum())  # rounding: a few ns, one per interval at most
+            if short > 0:
+                room = np.flatnonzero(take_e < free[1])[:short]
+                take_e[room] += 1
+            keep = take_e > free[0]
+            mine = (free[0][keep], take_e[keep])
+            impact = int((mine[1] - mine[0]).sum())
+            taken.append((f.rule, mine))
+            all_s, all_e = iv.merge(np.concatenate([all_s, mine[0]]), np.concatenate([all_e, mine[1]]))
+        if impact == est:
+            out.append(f)
+            continue
+        others = sorted({r for r, t in taken[:-1 if impact > 0 else None] if len(iv.intersect(own, t)[0])})
+        note = f" Estimated saving {fmt_ns(est)}"
+        if others:
+            note += f"; {fmt_ns(max(0, want - impact))} of it is time already counted by {', '.join(others)}"
+        if want < est:
+            note += f"; capped at the {fmt_ns(m)} of {w.get('label', 'window')} time it concerns"
+        note += f": counted {fmt_ns(impact)}."
+        w.update(estimate_ns=est, overlaps=others)
+        out.append(replace(f, impact_ns=impact, window=w, message=f.message + note))
+    return out
+
+
+__all__ = ["allocate", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity", "rule", "run_rules"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -27,6 +28,9 @@ class Finding:
     impact_ns: int
     evidence: tuple[Mapping[str, Any], ...] = ()
     window: Mapping[str, Any] = field(default_factory=dict)
+    # The wall-clock time the saving comes from: (starts, ends) int64 arrays of absolute ns, or None
+    # for "anywhere in the window". Not serialised; ``run_rules`` allocates impacts against it.
+    claims: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity.name.lower(), "title": self.title,
@@ -89,6 +93,11 @@ def top_records(df: pd.DataFrame, by: str, n: int = 10, cols: list[str] | None =
     for rec in d.to_dict("records"):
         out.append({k: (v.item() if hasattr(v, "item") else (None if v is pd.NA else v)) for k, v in rec.items()})
     return tuple(out)
+
+
+def claims_of(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A finding's ``claims``: the wall-clock intervals its saving would come from."""
+    return (np.asarray(starts, dtype=np.int64).reshape(-1), np.asarray(ends, dtype=np.int64).reshape(-1))
 
 
 def finding(ctx: Any, rule_id: str, **kw: Any) -> Finding:

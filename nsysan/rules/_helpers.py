@@ -1,12 +1,21 @@
-"""Shared helpers for rules: steady-state slices."""
+"""Shared helpers for rules: steady-state slices, iterations, one-time costs, library ranges."""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from nsysan.analyses.libranges import library_of
 from nsysan.analysis import in_window
+
+ONE_TIME_OUTLIER = 20.0  # a gap this many times its group's median is a one-time cost, not a loop's
+# activities that are setup by their nature (JIT compiles, module loads, initialisation, autotuning)
+ONE_TIME_NAMES = re.compile(r"compil|\bjit|nvrtc|CommInit|\binit|initiali[sz]|load(ing)?\b|LoadData|autotun|"
+                            r"warm.?up|build", re.I)
 
 
 def steady(df: pd.DataFrame, ctx: Any) -> pd.DataFrame:
@@ -16,3 +25,71 @@ def steady(df: pd.DataFrame, ctx: Any) -> pd.DataFrame:
 def n_iterations(ctx: Any) -> int:
     st = ctx.a.iterations.stats
     return int(st.get("count", 0) or 0)
+
+
+def has_gpu_activity(ctx: Any) -> bool:
+    """The trace holds GPU activity (kernels, graph launches, copies or memsets). WSL2 exports and
+    ``-t osrt`` captures have none: rules that judge GPU time stay silent there."""
+    return len(ctx.a.ops) > 0
+
+
+def steady_iterations(ctx: Any) -> pd.DataFrame:
+    """The steady-state iterations (start_ns, end_ns, ...), or an empty frame without an iteration model."""
+    it = ctx.a.iterations
+    t = it.table
+    if it.steady is None or len(t) == 0 or "warmup" not in t:
+        return pd.DataFrame(columns=["start_ns", "end_ns"])
+    return t.loc[~t["warmup"].to_numpy(dtype=bool)]
+
+
+def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None) -> pd.DataFrame:
+    g = ctx.a.gaps
+    if len(g) == 0:
+        return g
+    w = ctx.window
+    m = (g["start_ns"].to_numpy() >= w.start_ns) & (g["end_ns"].to_numpy() <= w.end_ns)
+    if causes is not None:
+        m &= g["cause"].isin(list(causes)).to_numpy()
+    return g.loc[m]
+
+
+def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
+    """Which events (gaps, calls) are one-time costs rather than a loop's: those of a key (activity
+    label, call name) that occurs fewer than max(3, half the steady iterations) times, those whose
+    key names setup work (``ONE_TIME_NAMES``: compile, JIT, module load, init, autotune, warm-up,
+    build), and outliers over ``ONE_TIME_OUTLIER`` x their key's median (a JIT compile among
+    ordinary gaps)."""
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    need = max(3, math.ceil(len(steady_iterations(ctx)) / 2))
+    codes, uniq = pd.factorize(keys.astype(str), sort=True)
+    counts = np.bincount(codes)
+    setup = np.array([bool(ONE_TIME_NAMES.search(str(u))) for u in uniq], dtype=bool)
+    one = (counts[codes] < need) | setup[codes]
+    sizes = np.asarray(sizes, dtype=np.float64)
+    med = np.zeros(len(counts))
+    for c in np.flatnonzero(counts >= need).tolist():
+        med[c] = float(np.median(sizes[codes == c]))
+    return one | (sizes > ONE_TIME_OUTLIER * np.maximum(med[codes], 1.0))
+
+
+def label(activity: str) -> str:
+    """An activity label for a message, saying when an NVTX range belongs to a library."""
+    a = str(activity) or "untraced CPU work"
+    if a.startswith("nvtx:"):
+        lib = library_of(a[5:])
+        if lib:
+            return f"{a} ({lib} library range)"
+    return a
+
+
+def by_device(g: pd.DataFrame, w: Any) -> str:
+    """Idle time per device, each as a share of the window on that device (never summed over devices)."""
+    if len(g) == 0:
+        return ""
+    tot = g.groupby("device_id", sort=True)["gap_ns"].sum()
+    from nsysan.units import fmt_ns, fmt_pct
+
+    return "; ".join(f"device {int(d)}: {fmt_ns(int(v))} ({fmt_pct(int(v) / w.dur_ns)} of the {w.label})"
+                     for d, v in tot.items())

@@ -6,9 +6,14 @@ cudaFree synchronizes the device; doing them per batch adds their full cost to e
 **Fix**: allocate device and pinned host buffers once before the loop and reuse them (a buffer pool,
 or a framework caching allocator); free them after the loop.
 
-Fires when the steady state has at least ``min_calls_per_iteration`` allocation/free calls per
-iteration (or ``min_calls`` when no iteration range is found). Impact: the measured host time of
-those calls in the steady state.
+Only allocations that recur count. With an iteration model: the calls inside steady-state
+iterations, firing when at least half of those iterations allocate and there are at least
+``min_calls_per_iteration`` calls per iteration. Without one: the calls between the first and the
+last GPU operation (or, without GPU activity tables, the first and last kernel launch or copy
+call), leaving out each process's first allocation call (it creates the CUDA context) and calls
+before the work starts or after it ends (setup, teardown), firing at ``min_calls`` or more.
+Impact: the measured host time of those calls, claimed on their wall-clock time (shared with
+host-bound-gap when the GPU idles during them, never counted twice).
 """
 
 from __future__ import annotations
@@ -16,30 +21,70 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from nsysan.analyses.frames import name_in
-from nsysan.rules._base import Finding, Severity, finding, rule, top_records
-from nsysan.rules._helpers import n_iterations, steady
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._helpers import steady, steady_iterations
 from nsysan.units import fmt_ns
 
 ALLOC_APIS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc", "cudaMallocAsync",
               "cudaFreeAsync", "cudaMallocManaged", "cudaMallocPitch", "cuMemAlloc", "cuMemFree", "cuMemHostAlloc",
               "cuMemFreeHost", "cuMemAllocHost")
+WORK_APIS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch",
+             "cudaMemcpy", "cudaMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyHtoDAsync",
+             "cuMemcpyDtoHAsync", "cudaMemcpy2D", "cudaMemset", "cudaMemsetAsync")
 
 
 @rule("alloc-in-loop", "Memory allocated and freed every iteration", min_calls_per_iteration=1.0, min_calls=10)
 def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterator[Finding]:
     api = ctx.trace.cuda_api
-    calls = steady(api.loc[name_in(api["name"], ALLOC_APIS)], ctx)
-    iters = n_iterations(ctx)
-    need = max(1, int(min_calls_per_iteration * iters)) if iters else min_calls
-    if len(calls) < need:
+    allc = api.loc[name_in(api["name"], ALLOC_APIS)]
+    if len(allc) == 0:
         return
+    its = steady_iterations(ctx)
+    if len(its):
+        calls = steady(allc, ctx)
+        ist, ien = its["start_ns"].to_numpy(), its["end_ns"].to_numpy()
+        o = np.argsort(ist, kind="stable")
+        ist, ien = ist[o], ien[o]
+        k = np.searchsorted(ist, calls["start_ns"].to_numpy(), side="right") - 1
+        inside = (k >= 0) & (calls["start_ns"].to_numpy() < ien[np.clip(k, 0, None)])
+        calls = calls.loc[inside]
+        with_alloc = len(np.unique(k[inside]))
+        if with_alloc < max(2, len(its) / 2) or len(calls) < max(1, int(min_calls_per_iteration * len(its))):
+            return
+        per = f"{len(calls) / len(its):.1f} per iteration, in {with_alloc} of {len(its)} steady iterations, "
+    else:
+        lo, hi = _work_span(ctx)
+        if hi <= lo:
+            return
+        first_call = allc.groupby("pid")["start_ns"].transform("min").to_numpy() == allc["start_ns"].to_numpy()
+        st = allc["start_ns"].to_numpy()
+        calls = allc.loc[~first_call & (st >= lo) & (allc["end_ns"].to_numpy() <= hi)]
+        calls = steady(calls, ctx)
+        if len(calls) < min_calls:
+            return
+        per = "between the first and the last GPU work, "
     total = int(calls["dur_ns"].sum())
     by = calls.groupby(calls["name"].astype(str))["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     parts = ", ".join(f"{n} x{int(r['count'])} ({fmt_ns(r['sum'])})" for n, r in by.iterrows())
-    per = f"{len(calls) / iters:.1f} per iteration, " if iters else ""
     yield finding(ctx, "alloc-in-loop", severity=Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL,
-                  impact_ns=total,
-                  message=f"{len(calls)} allocation/free calls in the steady state ({per}{fmt_ns(total)} of host time): {parts}.",
+                  impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]),
+                  message=f"{len(calls)} allocation/free calls recur in the loop ({per}{fmt_ns(total)} of host time): "
+                          f"{parts}.",
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
                                        ["name", "start_ns", "dur_ns", "tid"]))
+
+
+def _work_span(ctx: Any) -> tuple[int, int]:
+    """From the first GPU operation's start to the last one's end; without GPU activity tables, from
+    the first to the last kernel launch or copy call."""
+    ops = ctx.a.ops
+    if len(ops):
+        return int(ops["start_ns"].min()), int(ops["end_ns"].max())
+    api = ctx.trace.cuda_api
+    work = api.loc[name_in(api["name"], WORK_APIS)]
+    if len(work) == 0:
+        return 0, 0
+    return int(work["start_ns"].min()), int(work["end_ns"].max())

@@ -9,7 +9,8 @@ that again) on Volta and newer GPUs, and halve the memory traffic of activations
 
 Kernels are classified by name (``f32``/``sgemm``/``tf32``/``float`` vs ``f16``/``h884``/
 ``bf16``/``half``/``i8``/``fp8``). Impact: ``assumed_saving_frac`` of the steady-state GPU time of
-FP32 conv/GEMM kernels (the documented 2x tensor-core ratio, discounted to 0.5 x that time).
+FP32 conv/GEMM kernels (the documented 2x tensor-core ratio, discounted to 0.5 x that time),
+claimed on those kernels' wall-clock time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.frames import category_mask
-from nsysan.rules._base import Finding, Severity, finding, rule, top_records
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
 HEAVY = re.compile(r"conv|gemm|xmma|fprop|dgrad|wgrad|cutlass|implicit|winograd|cudnn::cnn|sm\d+_", re.I)
@@ -51,6 +52,7 @@ def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute
     by = f.groupby(f["name"].astype(str), observed=True)["dur_ns"].agg(["count", "sum"]).reset_index().rename(
         columns={"name": "name", "count": "count", "sum": "total_ns"})
     yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(t32 * assumed_saving_frac),
+                  claims=claims_of(f["start_ns"], f["end_ns"]),
                   message=f"FP32/TF32 convolution and GEMM kernels took {fmt_ns(t32)} ({fmt_pct(t32 / total)} of kernel "
                           f"time in the steady state); reduced-precision ones {fmt_pct(share_reduced)}. "
                           f"GPU: {', '.join(gpus['name'].astype(str).unique())}.",

@@ -7,8 +7,10 @@ misses sub-millisecond bubbles that add up to seconds.
 **Fix**: follow the causes listed: host-bound gaps (move CPU work off the submitting thread),
 launch-bound loops (CUDA Graphs), serial copies (streams and events).
 
-Fires when the steady-state busy fraction of a device is under ``max_busy_frac``. Impact: the
-idle time beyond ``max_busy_frac`` utilization (time to reach it).
+Fires when the steady-state busy fraction of a device is under ``max_busy_frac`` (per device).
+Impact: 0 -- this is a summary of causes; the savings are claimed by the rules that name them
+(host-bound-gap, launch-bound, sync-api, serial-copy-compute), so the same idle time is never
+counted twice.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import count_sum
 from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.rules._helpers import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -30,17 +33,17 @@ def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
     gaps = ctx.a.gaps
     inside = ((gaps["start_ns"].to_numpy() >= w.start_ns) & (gaps["end_ns"].to_numpy() <= w.end_ns)
               if len(gaps) else np.zeros(0, dtype=bool))
+    if not has_gpu_activity(ctx):
+        return
     for _, r in ctx.a.busy_steady.iterrows():
         if r["busy_frac"] >= max_busy_frac or w.dur_ns == 0:
             continue
-        target_idle = (1 - max_busy_frac) * w.dur_ns
-        impact = int(max(0, r["idle_ns"] - target_idle))
         rows = np.flatnonzero(inside & (gaps["device_id"].to_numpy() == r["device_id"])) if len(gaps) else inside
         cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in _by_cause(gaps, rows)) or "no gaps above the threshold"
-        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=impact,
+        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=0,
                       message=f"Device {int(r['device_id'])} was busy {fmt_pct(r['busy_frac'])} of the "
                               f"{fmt_ns(w.dur_ns)} {w.label} ({fmt_ns(r['idle_ns'])} idle). Idle gaps by cause: "
-                              f"{cause_text}.",
+                              f"{cause_text}. A summary: the savings are counted by the rules that name the causes.",
                       evidence=({"device_id": int(r["device_id"]), "busy_ns": int(r["busy_ns"]),
                                  "idle_ns": int(r["idle_ns"]), "busy_frac": round(float(r["busy_frac"]), 4)},))
 

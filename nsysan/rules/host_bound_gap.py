@@ -8,9 +8,16 @@ nsys' gap rule only looks at gaps over 500 ms; here the threshold is relative to
 handling, printing, I/O), or queue the next batch before doing it; for many small launches, see
 launch-bound.
 
-Evidence names what the submitting thread was doing during each gap, clipped to the gap: the
-innermost NVTX range, the CUDA API call, or the OS runtime call. Fires when host-caused idle time
-in the steady state exceeds ``min_frac`` of the steady window. Impact: that idle time.
+Evidence names what the submitting thread was doing during each gap, clipped to the gap: what
+covers most of it (a CUDA API or OS runtime call, else the innermost NVTX range), or "mostly
+untraced CPU work". Gaps that happen once rather than per iteration (an activity seen in fewer than
+half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
+autotune, warm-up, build), or a gap over 20x its activity's median: a JIT compile, reading input,
+building a model) are one-time costs: they are listed apart and not counted. Fires when the
+recurring host-caused idle time of one device exceeds ``min_frac`` of the steady window; every
+percentage is per device. Impact: the wall-clock time of those gaps (their union over devices),
+allocated against the other findings (see ``nsysan.rules``). When only one-time gaps pass the
+threshold, the finding is informational with impact 0.
 """
 
 from __future__ import annotations
@@ -18,32 +25,58 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.units import fmt_ns, fmt_pct
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gaps
+from nsysan.units import fmt_ns
+
+ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out of timed and latency-critical "
+                "regions (do it before the loop, warm up first, cache compiled kernels or engines), or run it "
+                "in the background.")
 
 
 @rule("host-bound-gap", "GPU idle while the CPU does other work", min_frac=0.05, min_gap_frac_of_iteration=0.02)
 def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Iterator[Finding]:
-    g = ctx.a.gaps
-    if len(g) == 0:
+    if not has_gpu_activity(ctx):
         return
+    g = window_gaps(ctx, ("host", "sync"))
     w = ctx.window
+    if len(g) == 0 or w.dur_ns == 0:
+        return
     p50 = int(ctx.a.iterations.stats.get("p50_ns", 0) or 0)
     min_gap = int(p50 * min_gap_frac_of_iteration) if p50 else 0
-    g = g.loc[(g["start_ns"] >= w.start_ns) & (g["end_ns"] <= w.end_ns) & g["cause"].isin(["host", "sync"])
-              & (g["gap_ns"] >= min_gap)]
-    total = int(g["gap_ns"].sum())
-    if total < min_frac * w.dur_ns or total == 0:
-        return
-    by = g.groupby("activity")["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-    parts = "; ".join(f"{a or 'untraced CPU work'}: {int(r['count'])} gaps, {fmt_ns(r['sum'])}" for a, r in by.head(5).iterrows())
+    g = g.loc[g["gap_ns"] >= min_gap]
+    one = one_time_mask(ctx, g["activity"], g["gap_ns"].to_numpy())
+    rec, once = g.loc[~one], g.loc[one]
+    dev_max = lambda d: int(d.groupby("device_id")["gap_ns"].sum().max()) if len(d) else 0  # noqa: E731
+    once_note = ""
+    if len(once):
+        top = once.nlargest(3, "gap_ns")
+        once_note = (f" Not counted: {len(once)} one-time gap(s), {fmt_ns(int(once['gap_ns'].sum()))} in total ("
+                     + ", ".join(f"{label(r['activity'])} {fmt_ns(int(r['gap_ns']))}" for _, r in top.iterrows())
+                     + "): a one-time cost, not a per-iteration one.")
+    if dev_max(rec) >= min_frac * w.dur_ns and len(rec):
+        total = int(rec["gap_ns"].sum())
+        by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+        parts = "; ".join(f"{label(a)}: {int(r['count'])} gaps, {fmt_ns(r['sum'])}" for a, r in by.head(5).iterrows())
+        yield finding(ctx, "host-bound-gap",
+                      severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
+                      impact_ns=total, claims=claims_of(rec["start_ns"], rec["end_ns"]),
+                      message=f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
+                              f"What the submitting thread was doing: {parts}.{once_note}",
+                      evidence=_evidence(rec))
+    elif dev_max(once) >= min_frac * w.dur_ns:
+        yield finding(ctx, "host-bound-gap", severity=Severity.INFO, impact_ns=0,
+                      title="One-time CPU work left the GPU idle",
+                      suggestion=ONE_TIME_FIX,
+                      message=f"The GPU sat idle during one-time CPU work, per device: {by_device(once, w)}. "
+                              f"No recurring gap passes the threshold.{once_note}",
+                      evidence=_evidence(once))
+
+
+def _evidence(g: Any) -> tuple[dict[str, Any], ...]:
     ev = []
     for _, r in g.nlargest(10, "gap_ns").iterrows():
-        ev.append({"start_ns": int(r["start_ns"]), "gap_ns": int(r["gap_ns"]), "tid": int(r["tid"]),
-                   "activity": r["activity"], "next_api": r["api_name"], "next_op": r["next_op"][:120],
-                   "breakdown": [dict(x) for x in (r["breakdown"] or [])[:5]]})
-    yield finding(ctx, "host-bound-gap", severity=Severity.CRITICAL if total > 0.2 * w.dur_ns else Severity.WARNING,
-                  impact_ns=total,
-                  message=f"The GPU sat idle {fmt_ns(total)} ({fmt_pct(total / w.dur_ns)} of the steady state) waiting "
-                          f"for the CPU to submit work. What the submitting thread was doing: {parts}.",
-                  evidence=tuple(ev))
+        ev.append({"start_ns": int(r["start_ns"]), "gap_ns": int(r["gap_ns"]), "device_id": int(r["device_id"]),
+                   "tid": int(r["tid"]), "activity": label(r["activity"]), "next_api": r["api_name"],
+                   "next_op": str(r["next_op"])[:120], "breakdown": [dict(x) for x in (r["breakdown"] or [])[:5]]})
+    return tuple(ev)

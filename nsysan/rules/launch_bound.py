@@ -7,9 +7,14 @@ that, the GPU idles between them and the loop runs at the speed of the launching
 cudaGraphInstantiate / cudaGraphLaunch; ``torch.cuda.CUDAGraph``; TensorRT: capture
 ``execute_async_v3``), or fuse kernels (torch.compile, TensorRT).
 
-Impact: the steady-state CPU launch time of launch-dominated kernels minus their GPU time (the
-launch cost a graph would remove), bounded by the GPU idle time between launches. Graph launches
-(``cudaGraphLaunch``) are recognised and reported apart; they are not counted.
+Launch cost is judged robustly: per kernel (launching API and kernel name), the median CPU time
+of its launches in the steady state, with each kernel's first launch in the trace left out (lazy
+module loading, a one-time cost of up to seconds, reported apart in the message). A launch is
+launch-dominated when that median exceeds its GPU time. Impact: per launch-dominated launch, the
+launch cost (its CPU time, capped at its kernel's median) minus its GPU time, summed, bounded by
+the GPU idle time between launches; claimed on those idle gaps' wall-clock time (shared with
+host-bound-gap and sync-api, never counted twice). Graph launches (``cudaGraphLaunch``) are
+recognised and reported apart; they are not counted.
 """
 
 from __future__ import annotations
@@ -18,42 +23,86 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from nsysan.analyses.frames import top_rows
-from nsysan.rules._base import Finding, Severity, finding, rule, top_records
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._helpers import window_gaps
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("launch-bound", "Kernel launches cost more than the kernels", min_kernels=100, min_dominated_frac=0.3,
       max_kernel_ns=50_000)
 def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_ns: int) -> Iterator[Finding]:
-    # masks over the launch frame (a million rows on big traces): only the dominated launches'
-    # few needed columns are ever copied
+    # masks over the launch frame (a million rows on big traces): only the needed columns are copied
     lau, w = ctx.a.launches, ctx.window
     if len(lau) == 0:
         return
-    inside = (lau["start_ns"].to_numpy() < w.end_ns) & (lau["end_ns"].to_numpy() > w.start_ns)
     is_graph = lau["is_graph"].to_numpy(dtype=bool)
-    n_plain, n_graphs = int((inside & ~is_graph).sum()), int((inside & is_graph).sum())
-    if n_plain < min_kernels:
+    key = _kernel_key(lau)
+    api_start = lau["api_start_ns"].to_numpy()
+    # each kernel's first launch in the trace (module loading): one-time
+    order = np.lexsort((api_start, key))
+    first_of = np.ones(len(order), dtype=bool)
+    first_of[1:] = key[order][1:] != key[order][:-1]
+    first = np.zeros(len(lau), dtype=bool)
+    first[order[first_of]] = True
+    inside = (lau["start_ns"].to_numpy() < w.end_ns) & (lau["end_ns"].to_numpy() > w.start_ns)
+    plain = inside & ~is_graph
+    n_graphs = int((inside & is_graph).sum())
+    firsts = np.flatnonzero(plain & first)
+    rows = np.flatnonzero(plain & ~first)
+    if len(rows) < min_kernels:
         return
     gpu_ns, api_ns = lau["gpu_ns"].to_numpy(), lau["api_ns"].to_numpy()
-    dom = np.flatnonzero(inside & ~is_graph & lau["launch_dominated"].to_numpy(dtype=bool) & (gpu_ns <= max_kernel_ns))
-    frac = len(dom) / n_plain
+    med = _median_by(key[rows], api_ns[rows])  # per row of ``rows``: its kernel's median launch cost
+    cost = np.minimum(api_ns[rows], med)
+    dom_sel = (med > gpu_ns[rows]) & (gpu_ns[rows] <= max_kernel_ns)
+    dom = rows[dom_sel]
+    frac = len(dom) / len(rows)
     if frac < min_dominated_frac:
         return
-    saving = int(np.clip(api_ns[dom] - gpu_ns[dom], 0, None).sum())
-    gaps = ctx.a.gaps
-    within = (gaps["start_ns"].to_numpy() >= w.start_ns) & (gaps["end_ns"].to_numpy() <= w.end_ns)
-    idle = int(gaps["gap_ns"].to_numpy()[within].sum())
-    idle += int(ctx.a.busy_steady["idle_ns"].sum()) if len(gaps) == 0 else 0
+    saving = int(np.clip(cost[dom_sel] - gpu_ns[dom], 0, None).sum())
+    gaps = window_gaps(ctx)
+    idle = int(gaps["gap_ns"].sum()) if len(gaps) else 0
     impact = min(saving, idle) if idle else saving
-    graph_note = (f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else "")
+    claims = claims_of(gaps["start_ns"], gaps["end_ns"]) if len(gaps) else None
+    graph_note = f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else ""
+    once = ""
+    if len(firsts):
+        big = firsts[np.argsort(-api_ns[firsts], kind="stable")[:1]]
+        once = (f" Not counted: the first launch of each kernel ({len(firsts)} in the steady state, "
+                f"{fmt_ns(int(api_ns[firsts].sum()))}, the longest {fmt_ns(int(api_ns[big[0]]))}: lazy module "
+                f"loading, a one-time cost).")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
     top = lau[cols].iloc[top_rows(api_ns, dom, 10)]
-    yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact,
-                  message=f"{len(dom)} of {n_plain} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
+    yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims,
+                  message=f"{len(dom)} of {len(rows)} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
                           f"to launch (median {fmt_ns(np.median(api_ns[dom]))}) than to run (median "
-                          f"{fmt_ns(np.median(gpu_ns[dom]))}).{graph_note}",
+                          f"{fmt_ns(np.median(gpu_ns[dom]))}); launch cost above run time {fmt_ns(saving)} (each "
+                          f"launch capped at its kernel's median).{graph_note}{once}",
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
 
+
+def _kernel_key(lau: pd.DataFrame) -> np.ndarray:
+    """An int64 key per (launching API, kernel name)."""
+    out = []
+    for c in ("api_name", "name"):
+        arr = lau[c].array
+        codes = np.asarray(arr.codes, dtype=np.int64) if isinstance(arr, pd.Categorical) else pd.factorize(lau[c])[0]
+        out.append(codes + 1)
+    return out[0] * (int(out[1].max(initial=0)) + 1) + out[1]
+
+
+def _median_by(key: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Per element, the median of ``v`` over the elements with the same key."""
+    order = np.lexsort((v, key))
+    k, vs = key[order], v[order]
+    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    ends = np.concatenate([starts[1:], [len(k)]])
+    lo, hi = (starts + ends - 1) // 2, (starts + ends) // 2
+    med = (vs[lo] + vs[hi]) / 2
+    gid = np.cumsum(np.concatenate([[0], (k[1:] != k[:-1]).astype(np.int64)]))
+    out = np.empty(len(v), dtype=np.float64)
+    out[order] = med[gid]
+    return out

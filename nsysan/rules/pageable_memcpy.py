@@ -10,7 +10,8 @@ so they run at a fraction of the link's bandwidth, block the host, and cannot ov
 
 Impact: for each direction, the copies' GPU time minus the time the same bytes take at the pinned
 throughput measured in this trace for that direction, or at ``assumed_speedup`` x the pageable
-throughput when the trace has no pinned copy to compare with.
+throughput when the trace has no pinned copy to compare with; claimed on those copies' wall-clock
+time (shared with sync-memcpy and serial-copy-compute, never counted twice).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nsysan.rules._base import Finding, Severity, finding, rule, top_records
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import steady
 from nsysan.units import fmt_bytes, fmt_ns, fmt_rate
 
@@ -44,6 +45,7 @@ def check(ctx: Any, *, min_total_ns: int, assumed_speedup: float) -> Iterator[Fi
         notes.append(f"{kind}: {len(g)} copies, {fmt_bytes(nbytes)} in {fmt_ns(dur)} ({fmt_rate(page_rate)}; "
                      f"{basis} rate {fmt_rate(rate)})")
     yield finding(ctx, "pageable-memcpy", severity=Severity.WARNING, impact_ns=impact,
+                  claims=claims_of(pageable["start_ns"], pageable["end_ns"]),
                   message="Pageable host memory in the steady state: " + "; ".join(notes) + ".",
                   evidence=top_records(pageable.assign(kind=pageable["kind"].astype(str)), "dur_ns", 10,
                                        ["kind", "bytes", "start_ns", "dur_ns", "stream_id"]))

@@ -10,7 +10,8 @@ batch before waiting for the previous one.
 
 Fires when synchronization calls cover more than ``min_frac`` of the steady window on one thread.
 Impact: the GPU idle time of gaps that directly follow a synchronization call on the submitting
-thread (the measured round-trip cost).
+thread (the measured round-trip cost), claimed as those gaps' wall-clock time, so host-bound-gap
+and gpu-low-util never count it again. Silent on traces without GPU activity.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.analyses.frames import name_in
-from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._helpers import steady
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._helpers import has_gpu_activity, steady
 from nsysan.units import fmt_ns, fmt_pct
 
 SYNC = BLOCKING_SYNC_APIS
@@ -35,7 +36,7 @@ def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
     w = ctx.window
     api = ctx.trace.cuda_api
     s = steady(api.loc[name_in(api["name"], SYNC)], ctx)
-    if len(s) == 0 or w.dur_ns == 0:
+    if len(s) == 0 or w.dur_ns == 0 or not has_gpu_activity(ctx):
         return
     per_thread = {}
     for (pid, tid), g in s.groupby(["pid", "tid"]):
@@ -48,18 +49,19 @@ def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
     g = gaps.loc[(gaps["pid"] == pid) & (gaps["tid"] == tid) & (gaps["start_ns"] >= w.start_ns)
                  & (gaps["end_ns"] <= w.end_ns)]
     ends = np.sort(s.loc[(s["pid"] == pid) & (s["tid"] == tid), "end_ns"].to_numpy())
-    impact = 0
+    impact, claims = 0, None
     if len(g) and len(ends):
         i = np.searchsorted(ends, g["start_ns"].to_numpy(), side="right") - 1
         prev_end = np.where(i >= 0, ends[np.clip(i, 0, None)], -1)
         # the sync returned within the gap's first half: the gap is the round trip after the sync
         after_sync = (prev_end >= 0) & (g["start_ns"].to_numpy() - prev_end <= g["gap_ns"].to_numpy())
         impact = int(g.loc[after_sync, "gap_ns"].sum())
+        claims = claims_of(g.loc[after_sync, "start_ns"], g.loc[after_sync, "end_ns"])
     if impact < 0.01 * w.dur_ns:
         return
     names = ", ".join(sorted(s["name"].astype(str).unique()))
     yield finding(ctx, "sync-api", severity=Severity.WARNING,
-                  impact_ns=impact,
+                  impact_ns=impact, claims=claims,
                   message=f"Thread {tid} was blocked in {names} for {fmt_ns(blocked)} ({fmt_pct(blocked / w.dur_ns)} of "
                           f"the steady state); the GPU then idled {fmt_ns(impact)} before the next submission.",
                   evidence=({"pid": pid, "tid": tid, "blocked_ns": blocked, "calls": int(len(s))},))

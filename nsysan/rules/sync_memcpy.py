@@ -9,7 +9,9 @@ synchronize once per batch with an event (cudaEventRecord + cudaStreamWaitEvent/
 
 Impact: the host time spent inside those calls beyond the GPU time of their copies is not counted;
 the estimate is the GPU time of the blocking copies that could have overlapped compute
-(capped by the steady-state compute time).
+(capped by the steady-state compute time), claimed on those copies' wall-clock time (shared with
+pageable-memcpy and serial-copy-compute, never counted twice). Silent when the trace has no copy
+activity for these calls (no MEMCPY/MEMSET table: WSL2, ``-t osrt``): their GPU time is unknown.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.frames import name_in
-from nsysan.rules._base import Finding, Severity, finding, rule, top_records
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import steady
 from nsysan.units import fmt_ns
 
@@ -35,7 +37,7 @@ def check(ctx: Any, *, min_total_ns: int) -> Iterator[Finding]:
     copies = ops.loc[ops["op"].isin(["memcpy", "memset"]).to_numpy() & name_in(ops["api_name"], SYNC_COPY_APIS)]
     w = ctx.window
     copies = copies.loc[(copies["api_start_ns"] < w.end_ns) & (copies["api_end_ns"] > w.start_ns)]
-    if len(calls) == 0:
+    if len(calls) == 0 or len(copies) == 0:
         return
     gpu = int(copies["dur_ns"].sum())
     host = int(calls["dur_ns"].sum())
@@ -45,6 +47,7 @@ def check(ctx: Any, *, min_total_ns: int) -> Iterator[Finding]:
     impact = min(gpu, compute)
     names = ", ".join(sorted(calls["name"].astype(str).unique()))
     yield finding(ctx, "sync-memcpy", severity=Severity.WARNING, impact_ns=impact,
+                  claims=claims_of(copies["start_ns"], copies["end_ns"]),
                   message=f"{len(calls)} blocking calls ({names}) held the host for {fmt_ns(host)}; their copies ran "
                           f"{fmt_ns(gpu)} on the GPU with nothing else to overlap.",
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
