@@ -10,7 +10,14 @@ default, chosen from the user's own ranges:
    GPU activity; when it recorded none, ranges of at least 10 us judged on the CPU alone;
 4. not sub-microsecond (median instance, GPU work included);
 5. of those, the ones whose instances launched (nearly) the most GPU time (>= 80% of the best
-   coverage, and at least 25% of all GPU time), and of these the outermost (smallest median nesting depth), then the most instances.
+   coverage, and at least 25% of all GPU time), and of these the outermost (smallest median nesting
+   depth) that repeats at least 8 times on a thread (enough for statistics: a decode loop's
+   ``decode_token`` rather than its 4 ``request`` ranges, a training loop's ``train_step`` rather
+   than its 3 ``epoch`` ranges), then the most instances.
+
+GPU work launched by a thread of the same process that has no instance of the range itself (PyTorch
+launches the backward pass from its autograd thread, a DataLoader pins memory on another) belongs to
+the iteration during which it was launched: it counts towards the coverage and the completion.
 
 ``how`` says how the range was chosen; ``candidates`` lists the ranges considered, each with its
 verdict, so a reader sees the runners-up and why the others were rejected. When no range fits,
@@ -55,6 +62,7 @@ from nsysan.analyses.libranges import library_of
 from nsysan.errors import UsageError
 
 MIN_INSTANCES = 3
+MIN_STATS = 8  # instances on one thread for period/latency statistics worth the name
 MIN_NS = 1_000
 MIN_CPU_ONLY_NS = 10_000
 COVERAGE_CLOSE = 0.8
@@ -81,14 +89,24 @@ def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
 
 def _coverage(inst: pd.DataFrame, owned: pd.DataFrame, owned_total: int,
               by_thread: dict[tuple[int, int], np.ndarray]) -> float:
-    """Share of the GPU time (owned ops) launched inside an instance of the range on its thread."""
+    """Share of the GPU time (owned ops) launched inside an instance of the range: on its thread, or
+    on a thread of the same process that has no instance of the range (see the module doc)."""
     if owned_total <= 0:
         return 0.0
     covered = 0
+    seq_threads = {(int(p), int(t)) for p, t in zip(inst["pid"].tolist(), inst["tid"].tolist())}
+    first_of_pid = {}
+    for p, t in sorted(seq_threads):
+        first_of_pid.setdefault(p, t)
     for (pid, tid), g in inst.groupby(["pid", "tid"], sort=False):
-        rows = by_thread.get((int(pid), int(tid)))
-        if rows is None:
+        pid, tid = int(pid), int(tid)
+        parts = [by_thread.get((pid, tid))]
+        if first_of_pid[pid] == tid:  # helper threads of the process: counted once, with its first sequence
+            parts += [rows for (p, t), rows in by_thread.items() if p == pid and (p, t) not in seq_threads]
+        parts = [r for r in parts if r is not None]
+        if not parts:
             continue
+        rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
         api = owned["api_start_ns"].to_numpy()[rows]
         dur = (owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy())[rows]
         order = np.argsort(api, kind="stable")
@@ -192,9 +210,12 @@ def pick_range(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = 
         ok = [c for c in ok if not c["verdict"]]
     if not ok:
         return None, "none", cands
-    ok.sort(key=lambda c: (c["depth"], -c["per_thread_max"], -c["total_ns"], c["name"]))
+    ok.sort(key=lambda c: (c["per_thread_max"] < MIN_STATS, c["depth"], -c["per_thread_max"], -c["total_ns"],
+                           c["name"]))
     for c in ok[1:]:
-        c["verdict"] = f"nested deeper or fewer instances than {ok[0]['name']!r}"
+        c["verdict"] = (f"fewer than {MIN_STATS} instances on a thread, {ok[0]['name']!r} has more"
+                        if c["per_thread_max"] < MIN_STATS <= ok[0]["per_thread_max"] else
+                        f"nested deeper or fewer instances than {ok[0]['name']!r}")
     ok[0]["verdict"] = "chosen"
     how = "auto" if gpu_recorded else "auto (CPU only: no GPU activity recorded)"
     return ok[0]["name"], how, cands
@@ -234,6 +255,38 @@ def _sequence_columns(it: pd.DataFrame, warmup_factor: float) -> pd.DataFrame:
                      warmup=np.arange(n) < warm)
 
 
+def _helper_thread_work(it: pd.DataFrame, owned: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: the latest end and the number of GPU ops launched during it by threads of its
+    process that run no instance of the range (-1 / 0 where none)."""
+    from nsysan.analyses.intervals import RangeMinMax
+
+    n = len(it)
+    end = np.full(n, -1, dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    if owned is None or len(owned) == 0 or n == 0:
+        return end, count
+    seq = set(zip(it["pid"].tolist(), it["tid"].tolist()))
+    opid, otid = owned["pid"].to_numpy(), owned["tid"].to_numpy()
+    ipid = it["pid"].to_numpy()
+    for pid in sorted(set(ipid.tolist())):
+        helper = (opid == pid) & ~np.isin(otid, [t for p, t in seq if p == pid])
+        if not helper.any():
+            continue
+        api = owned["api_start_ns"].to_numpy()[helper]
+        o_end = owned["end_ns"].to_numpy()[helper]
+        order = np.argsort(api, kind="stable")
+        api, o_end = api[order], o_end[order]
+        rows = np.flatnonzero(ipid == pid)
+        lo = np.searchsorted(api, it["start_ns"].to_numpy()[rows], side="left")
+        hi = np.searchsorted(api, it["end_ns"].to_numpy()[rows], side="right")
+        has = hi > lo
+        count[rows] = hi - lo
+        if has.any():
+            _, mx = RangeMinMax(o_end, o_end).query(lo[has], hi[has])
+            end[rows[has]] = mx
+    return end, count
+
+
 def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: float = 1.5,
                owned: pd.DataFrame | None = None, gpu_recorded: bool = True) -> Iterations:
     timed = rg.loc[rg["name"].str.contains("Total Elapsed Time", regex=False)] if len(rg) else rg
@@ -248,6 +301,9 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
     it = rg.loc[rg["name"] == chosen]
     it = it.sort_values(["pid", "tid", "start_ns"], kind="stable").reset_index(drop=True)
     gpu_end = np.where(it["gpu_ops"] > 0, it["proj_end_ns"], it["end_ns"])
+    helper_end, helper_ops = _helper_thread_work(it, owned)
+    gpu_end = np.maximum(gpu_end, helper_end)
+    it = it.assign(gpu_ops=it["gpu_ops"].to_numpy() + helper_ops)
     end = np.maximum(it["end_ns"].to_numpy(), gpu_end)
     table = pd.DataFrame({
         "index": np.zeros(len(it), dtype=np.int64), "pid": it["pid"], "tid": it["tid"],
