@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -102,8 +103,14 @@ def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
                    check=True)
     wheel = next((tmp_path / "dist").glob("nsysan-*.whl"))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # a fresh venv that sees this environment's packages (pandas, jinja2 ...) through a .pth file:
+    # ``--system-site-packages`` would give the base interpreter's, which a venv user does not have
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    deps = [p for p in site.getsitepackages() + [site.getusersitepackages()] if Path(p).is_dir()]
+    Path(purelib, "_nsysan_test_deps.pth").write_text("\n".join(deps) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
     out = tmp_path / "w.html"
     r = subprocess.run([str(py), "-c", "import nsysan.cli,sys; sys.exit(nsysan.cli.main(sys.argv[1:]))", "analyze",
