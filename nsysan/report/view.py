@@ -324,6 +324,16 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "iterations ahead of the GPU it includes the wait in the queue.") if len(it) else
         Table("iterations", "Iterations", [], [], [],
               (a.iterations.why or "No repeated NVTX range found.") + " (choose one with --iteration-range NAME)"),
+        _table("iteration_candidates", "Which range is the iteration", pd.DataFrame(sorted(
+            a.iterations.candidates, key=lambda c: (not str(c["verdict"]).startswith("chosen"), -c["gpu_coverage"],
+                                                    -c["count"], c["name"]))[:MAX_TABLE_ROWS]), [
+            ("Range", "name", lambda v: str(v)[:140]), ("Instances", "count", lambda v: f"{int(v):,}"),
+            ("Most on one thread", "per_thread_max", lambda v: f"{int(v):,}"),
+            ("Median", "median_ns", fmt_ns), ("GPU time launched", "gpu_coverage", fmt_pct),
+            ("Library", "library", lambda v: v or ""), ("Verdict", "verdict", None)],
+            note="Repeated NVTX ranges considered as the iteration, and why each was or was not chosen.")
+        if a.iterations.candidates else
+        Table("iteration_candidates", "Which range is the iteration", [], [], [], "No repeated NVTX range."),
         _table("nsys", "nsys analyze, cross-checked", a.nsys_rules, [
             ("nsys rule", "nsys_rule", None), ("What", "what", None), ("Count", "count", lambda v: f"{int(v):,}"),
             ("Total", "total_ns", fmt_ns), ("In steady state", "steady_count", lambda v: f"{int(v):,}"),
