@@ -58,7 +58,9 @@ class Busy:
         if len(ops) == 0:
             return
         st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-        is_compute = name_in(ops["op"], COMPUTE_OPS)  # per category, not per row
+        role = ops["role"] if "role" in ops else None
+        is_comm = name_in(role, ("communication",)) if role is not None else np.zeros(len(ops), dtype=bool)
+        is_compute = name_in(ops["op"], COMPUTE_OPS) & ~is_comm  # per category, not per row
         is_copy, is_memset = name_in(ops["op"], ("memcpy",)), name_in(ops["op"], ("memset",))
         kind = ops["kind"] if "kind" in ops else pd.Series(pd.Categorical([""] * len(ops)))
         dev_all, stream_all = ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()
@@ -80,11 +82,11 @@ class Busy:
 
         for (pid, dev), rows in group_rows(ops["pid"].to_numpy(), dev_all):
             self.per_pid_dev[(pid, dev)] = {
-                "all": merged(rows), "compute": merged(rows[is_compute[rows]]),
+                "all": merged(rows), "compute": merged(rows[is_compute[rows]]), "comm": merged(rows[is_comm[rows]]),
                 "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]]),
                 "ops": len(rows), "streams": len(distinct(rows_of(stream_all, rows)))}
         for (dev,), rows in group_rows(dev_all):
-            d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]),
+            d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]), "comm": merged(rows[is_comm[rows]]),
                  "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]])}
             copy_rows = rows[is_copy[rows]]
             copy_kind = kind.iloc[copy_rows].astype(str).to_numpy()  # copies are few: strings are fine
@@ -109,8 +111,10 @@ def _len(ivs: Intervals) -> int:
 
 def device_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
     """Per device, in ``window``: busy_ns (union of all GPU ops of every process on it), compute_ns
-    (kernels + graphs), copy_ns (memcpy), memset_ns, idle_ns = window - busy, busy_frac, and the ops,
-    streams ((process, stream) pairs) and processes with work in the window."""
+    (kernels + graphs that are not communication, see ``opclass``), comm_ns (communication kernels),
+    comm_exposed_ns (communication while no compute ran on the device: what overlapping it would
+    save), copy_ns (memcpy), memset_ns, idle_ns = window - busy, busy_frac, and the ops, streams
+    ((process, stream) pairs) and processes with work in the window."""
     b = busy or Busy(ops)
     rows = []
     dur = window.dur_ns
@@ -119,14 +123,18 @@ def device_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> 
         total = _len(_in(d["all"], window))
         sel = in_win & (b.op_dev == dev)
         keys = b.op_stream_key[sel]
+        comm = _in(d["comm"], window)
+        comm_ns = _len(comm)
+        hidden = _len(iv.intersect(comm, _in(d["compute"], window))) if comm_ns else 0
         rows.append({"device_id": int(dev), "processes": int(len(distinct(keys >> 32))) if len(keys) else 0,
                      "ops": int(sel.sum()), "busy_ns": total,
-                     "compute_ns": _len(_in(d["compute"], window)), "copy_ns": _len(_in(d["memcpy"], window)),
+                     "compute_ns": _len(_in(d["compute"], window)), "comm_ns": comm_ns,
+                     "comm_exposed_ns": comm_ns - hidden, "copy_ns": _len(_in(d["memcpy"], window)),
                      "memset_ns": _len(_in(d["memset"], window)),
                      "idle_ns": max(0, dur - total), "busy_frac": total / dur if dur else 0.0,
                      "streams": int(len(distinct(keys))) if len(keys) else 0})
-    return pd.DataFrame(rows, columns=["device_id", "processes", "ops", "busy_ns", "compute_ns", "copy_ns",
-                                       "memset_ns", "idle_ns", "busy_frac", "streams"])
+    return pd.DataFrame(rows, columns=["device_id", "processes", "ops", "busy_ns", "compute_ns", "comm_ns",
+                                       "comm_exposed_ns", "copy_ns", "memset_ns", "idle_ns", "busy_frac", "streams"])
 
 
 def process_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> pd.DataFrame:
@@ -139,11 +147,12 @@ def process_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) ->
         total = _len(_in(d["all"], window))  # type: ignore[arg-type]
         rows.append({"pid": int(pid), "device_id": int(dev), "busy_ns": total,
                      "compute_ns": _len(_in(d["compute"], window)),  # type: ignore[arg-type]
+                     "comm_ns": _len(_in(d["comm"], window)),  # type: ignore[arg-type]
                      "copy_ns": _len(_in(d["memcpy"], window)),  # type: ignore[arg-type]
                      "memset_ns": _len(_in(d["memset"], window)),  # type: ignore[arg-type]
                      "busy_frac": total / dur if dur else 0.0})
-    return pd.DataFrame(rows, columns=["pid", "device_id", "busy_ns", "compute_ns", "copy_ns", "memset_ns",
-                                       "busy_frac"])
+    return pd.DataFrame(rows, columns=["pid", "device_id", "busy_ns", "compute_ns", "comm_ns", "copy_ns",
+                                       "memset_ns", "busy_frac"])
 
 
 def utilization_series(ops: pd.DataFrame, window: Window, *, bins: int = 200, busy: Busy | None = None) -> pd.DataFrame:

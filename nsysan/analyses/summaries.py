@@ -190,7 +190,8 @@ def nvtx_summary(trace: Trace) -> pd.DataFrame:
 def gpu_ops(trace: Trace) -> pd.DataFrame:
     """All GPU activity in one frame, sorted by start: kernels, memcpy, memset and CUDA Graph launches
     traced as a whole (graph mode). Columns: start_ns, end_ns, dur_ns, device_id, stream_id, pid,
-    correlation_id, op ("kernel", "memcpy", "memset", "graph"), name, kind (categoricals), bytes; and
+    correlation_id, op ("kernel", "memcpy", "memset", "graph"), name, kind, role (``opclass``: compute,
+    communication, memcpy, memset) (categoricals), bytes; and
     the launching call (``join.attach_launch_calls``): tid, api_start_ns, api_end_ns, api_name."""
     from pandas.api.types import union_categoricals
 
@@ -237,7 +238,8 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     if not parts:
         empty = pd.DataFrame({**{c: pd.Series(dtype="int64") for c in cols},
                               "op": pd.Categorical([]), "name": pd.Categorical([]),
-                              "bytes": pd.Series(dtype="int64"), "kind": pd.Categorical([])})
+                              "bytes": pd.Series(dtype="int64"), "kind": pd.Categorical([]),
+                              "role": pd.Categorical([], categories=["compute", "communication", "memcpy", "memset"])})
         return attach_launch_calls(trace, empty)
     if len(parts) == 1:  # one kind of op (kernels only: common): its columns as they are, no copies
         data = {c: parts[0][c].to_numpy(dtype=np.int64) for c in [*cols, "bytes"]}
@@ -251,4 +253,7 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
         "name": names[0] if len(names) == 1 else union_categoricals(names), "bytes": data["bytes"],
         "kind": kinds[0] if len(kinds) == 1 else union_categoricals(kinds),
     }, copy=False)
+    from nsysan.analyses.opclass import roles
+
+    frame = frame.assign(role=roles(frame["op"], frame["name"]))
     return attach_launch_calls(trace, sort_rows(frame, (data["end_ns"], data["start_ns"])))
