@@ -304,3 +304,19 @@ def test_invariants_on_public_exports(path):
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_invariants_on_fixtures(name, analysis, fixture_dir):
     _invariants(analysis(name), _capture_ns(fixture_dir / f"{name}.sqlite"))
+
+
+def test_label_needs_a_meaningful_share_of_the_gap():
+    """A range covering 0.3% of a gap does not name it: the gap is mostly untraced CPU work; a call
+    covering over half of it does."""
+    from nsysan.analysis import Params, analyze
+    from nsysan.analyses.gaps import UNTRACED
+
+    # GIVEN a 1000 ns gap [100, 1100): NVTX 'infer' covers 3 ns of it, nothing else is traced
+    k = F.kernels([(0, 100, 7), (1100, 1200, 7), (3000, 3100, 7)])
+    api = F.api([(-50, -40, "cudaLaunchKernel", 1), (1090, 1095, "cudaLaunchKernel", 2),
+                 (2950, 2960, "cudaLaunchKernel", 3), (1200, 2900, "cudaMalloc", 99)])
+    nv = F.nvtx([(97, 103, "infer")])
+    g = analyze(F.make_trace(kernels=k, cuda_api=api, nvtx=nv), Params(min_gap_ns=500), rules=False).gaps
+    # THEN the first gap is mostly untraced, the second (cudaMalloc over 90% of it) is named by the call
+    assert list(g["activity"].astype(str)) == [UNTRACED, "cuda_api:cudaMalloc"]

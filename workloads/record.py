@@ -37,6 +37,15 @@ RECORDINGS: dict[str, tuple[list[str], list[str]]] = {
     "launch_eager": (["launch_bound.py"], []),
     "launch_graph": (["launch_bound.py", "--graph"], []),
     "launch_graph_nodes": (["launch_bound.py", "--graph"], ["--cuda-graph-trace=node"]),
+    # workloads unlike the ladder: LLM decode (eager / CUDA graph), HF generate, training input
+    # pipelines, two processes with NCCL on one GPU
+    "decode_eager": (["decode.py"], []),
+    "decode_graph": (["decode.py", "--graph"], []),
+    "decode_graph_nodes": (["decode.py", "--graph"], ["--cuda-graph-trace=node"]),
+    "hf_generate": (["hf_generate.py"], []),
+    "train_inline": (["train.py", "--loader", "inline"], []),
+    "train_dataloader": (["train.py", "--loader", "dataloader"], []),
+    "two_procs": (["two_procs.py"], []),
 }
 
 STATS_REPORTS = [
