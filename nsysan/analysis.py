@@ -15,6 +15,7 @@ import pandas as pd
 
 from nsysan._executor import threads
 from nsysan.analyses import gaps as gaps_mod
+from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
@@ -61,6 +62,10 @@ class Analysis:
     gap_summary: dict[str, Any]
     iterations: Iterations
     busy_by_process: pd.DataFrame = field(default_factory=pd.DataFrame)
+    comm: pd.DataFrame = field(default_factory=pd.DataFrame)  # communication ops (comm.comm_ops)
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
+    comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
+    nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -163,6 +168,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         steady = its.steady if its.steady is not None else capture
         busy, busy_capture, utilization, concurrency = busy_f.result()
         busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
+        comm_ops = comm_mod.comm_ops(ops, busy)
         kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
         lau, launch_summary, per_kernel = launch_f.result()
         gp, gap_summary = gaps_f.result()
@@ -173,7 +179,10 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
             utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
             owned=owned, gaps=gp, gap_summary=gap_summary, iterations=its, busy_by_process=by_process,
-            graph_trace=graph_trace_mode(trace),
+            graph_trace=graph_trace_mode(trace), comm=comm_ops,
+            collectives=comm_mod.collectives(comm_ops, steady),
+            comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
+            nccl_calls=comm_mod.nccl_calls(rg),
         )
         if rules:
             from nsysan.rules import run_rules

@@ -169,22 +169,29 @@ def gaps(ms: Array, me: Array) -> tuple[Array, Array]:
     return me[:-1].copy(), ms[1:].copy()
 
 
+def covered_before(ms: Array, me: Array, t: Array) -> Array:
+    """For merged intervals, the covered length before each time ``t`` (any order)."""
+    t = np.asarray(t, dtype=np.int64)
+    if ms.size == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    cum_end = np.concatenate([[0], np.cumsum(me - ms)])
+    i = np.searchsorted(ms, t, side="right")  # intervals starting at or before t
+    full = cum_end[np.maximum(i - 1, 0)]
+    partial = np.where(i > 0, np.minimum(t, me[np.maximum(i - 1, 0)]) - ms[np.maximum(i - 1, 0)], 0)
+    return np.where(i > 0, full + np.maximum(partial, 0), 0)
+
+
+def covered_between(ms: Array, me: Array, lo: Array, hi: Array) -> Array:
+    """For merged intervals, the covered length inside each [lo[i], hi[i])."""
+    return covered_before(ms, me, hi) - covered_before(ms, me, lo)
+
+
 def coverage_in_bins(ms: Array, me: Array, edges: Array) -> Array:
     """For merged intervals, the covered length inside each bin [edges[i], edges[i+1])."""
     edges = np.asarray(edges, dtype=np.int64)
     if ms.size == 0:
         return np.zeros(max(edges.size - 1, 0), dtype=np.int64)
-    # cumulative covered length up to time t, evaluated at the edges
-    cum_end = np.concatenate([[0], np.cumsum(me - ms)])
-
-    def covered_before(t: Array) -> Array:
-        i = np.searchsorted(ms, t, side="right")  # intervals starting at or before t
-        full = cum_end[np.maximum(i - 1, 0)]
-        partial = np.where(i > 0, np.minimum(t, me[np.maximum(i - 1, 0)]) - ms[np.maximum(i - 1, 0)], 0)
-        return np.where(i > 0, full + np.maximum(partial, 0), 0)
-
-    c = covered_before(edges)
-    return np.diff(c)
+    return np.diff(covered_before(ms, me, edges))
 
 
 def max_open(runs: list[tuple[Array, Array]]) -> int:

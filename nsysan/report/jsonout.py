@@ -116,6 +116,12 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                 "utilization": {"window": a.capture.to_dict(), "bins": records(a.utilization)}},
         "gaps": {"summary": _clean(a.gap_summary), "min_gap_ns": a.params.min_gap_ns,
                  "largest": records(a.gaps.nlargest(limit, "gap_ns").sort_values("start_ns") if len(a.gaps) else a.gaps)},
+        "communication": {
+            "collectives": records(a.collectives), "nccl_calls": records(a.nccl_calls, limit),
+            "per_iteration": records(a.comm_per_iteration),
+            "note": "communication kernels (NCCL ...) per device and collective in the steady state; exposed = "
+                    "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
+                    "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
         "iterations": {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
                        "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
                                                    ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
