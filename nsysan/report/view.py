@@ -324,6 +324,15 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "iterations ahead of the GPU it includes the wait in the queue.") if len(it) else
         Table("iterations", "Iterations", [], [], [],
               (a.iterations.why or "No repeated NVTX range found.") + " (choose one with --iteration-range NAME)"),
+        _table("collectives", "Communication (steady state)", a.collectives, [
+            ("Device", "device_id", None), ("Collective", "collective", None),
+            ("Count", "count", lambda v: f"{int(v):,}"), ("Total", "total_ns", fmt_ns),
+            ("Exposed (no compute)", "exposed_ns", fmt_ns), ("Hidden under compute", "hidden_ns", fmt_ns),
+            ("Mean", "mean_ns", fmt_ns), ("Max", "max_ns", fmt_ns)],
+            note="Communication kernels (NCCL and the like) per device. Exposed time ran while no compute kernel "
+                 "ran on the device: overlapping it with compute (DDP buckets, FSDP prefetch) would save it.")
+        if len(a.collectives) else
+        Table("collectives", "Communication", [], [], [], "No communication kernels (NCCL ...) in the steady state."),
         _table("iteration_candidates", "Which range is the iteration", pd.DataFrame(sorted(
             a.iterations.candidates, key=lambda c: (not str(c["verdict"]).startswith("chosen"), -c["gpu_coverage"],
                                                     -c["count"], c["name"]))[:MAX_TABLE_ROWS]), [
