@@ -130,6 +130,17 @@ def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Ar
     return seg_start[keep], seg_end[keep]
 
 
+def subtract(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
+    """Merged set ``a`` minus merged set ``b`` (a merged set)."""
+    if len(b[0]) == 0 or len(a[0]) == 0:
+        return a
+    lo, hi = min(int(a[0][0]), int(b[0][0])) - 1, max(int(a[1][-1]), int(b[1][-1])) + 1
+    cs = np.concatenate([[lo], b[1]])  # the complement of b: before, between and after its intervals
+    ce = np.concatenate([b[0], [hi]])
+    keep = ce > cs
+    return intersect(a, (cs[keep], ce[keep]))
+
+
 def _depth(keys: Array) -> Array:
     """Intervals open after each of the sorted ``sweep_keys`` (+1 at a start, -1 at an end), with one
     temporary array (these sweeps run over millions of points)."""

@@ -1,0 +1,79 @@
+"""Communication kernels run while no compute runs on the GPU: the collectives are exposed.
+
+**Why it matters**: a collective (NCCL all-reduce, all-gather, reduce-scatter ...) that runs with
+no compute beside it adds its whole duration to every step; the same transfer hidden under compute
+(the backward pass of the next layers, the forward of the next micro-batch) costs nothing on the
+device's critical path. Gradient all-reduce issued after the whole backward pass, a manual
+``all_reduce`` loop after ``loss.backward()``, or a communication stream that waits on compute are
+the usual causes.
+
+**Fix**: let the framework overlap communication with compute: PyTorch DDP all-reduces gradient
+buckets during backward (tune ``bucket_cap_mb``; do not all-reduce gradients by hand after
+backward; use ``no_sync()`` only to skip the all-reduce of gradient-accumulation steps); FSDP with
+``backward_prefetch=BACKWARD_PRE`` and ``forward_prefetch=True``; issue collectives on their own
+stream (``async_op=True``, wait just before the result is needed) so compute can proceed.
+
+Judged on the steady state per device (one-time collectives of set-up and warm-up are outside it).
+Fires when a device's exposed communication is at least ``min_frac`` of its busy time and
+``min_ns`` in total. Impact: the exposed time (what full overlap would save), claimed as those
+wall-clock intervals so no other rule counts them again. Collective types and the iteration
+breakdown are in the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from nsysan.analyses import intervals as iv
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._helpers import has_gpu_activity
+from nsysan.units import fmt_ns, fmt_pct
+
+
+@rule("exposed-communication", "Communication not hidden under compute", min_frac=0.05, min_ns=100_000)
+def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
+    a = ctx.a
+    w = ctx.window
+    if not has_gpu_activity(ctx) or len(a.comm) == 0 or w.dur_ns <= 0:
+        return
+    busy = a.busy_steady
+    for _, r in busy.iterrows():
+        dev = int(r["device_id"])
+        exposed, comm, dev_busy = int(r["comm_exposed_ns"]), int(r["comm_ns"]), int(r["busy_ns"])
+        if exposed < min_ns or dev_busy <= 0 or exposed < min_frac * dev_busy:
+            continue
+        b = a.comm.loc[a.comm["device_id"].to_numpy() == dev]
+        cs, ce = iv.merge(*iv.clip(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), w.start_ns, w.end_ns))
+        compute = _compute(a, dev, w)
+        cl = iv.subtract((cs, ce), compute)
+        coll = a.collectives.loc[a.collectives["device_id"] == dev]
+        kinds = ", ".join(f"{c['collective']} x{int(c['count'])} ({fmt_ns(c['exposed_ns'])} exposed of "
+                          f"{fmt_ns(c['total_ns'])})" for _, c in coll.head(4).iterrows())
+        per_it = a.comm_per_iteration
+        per_it = per_it.loc[~per_it["warmup"].to_numpy(dtype=bool)] if len(per_it) else per_it
+        it_note = ""
+        if len(per_it) and a.iterations.range_name:
+            p50 = int(np.median(per_it["comm_exposed_ns"].to_numpy()))
+            it_note = (f" Per '{a.iterations.range_name}' iteration: {fmt_ns(p50)} exposed (p50) of an iteration "
+                       f"time of {fmt_ns(a.iterations.stats.get('p50_ns'))}.")
+        none_hidden = comm - exposed <= 0.01 * comm
+        yield finding(
+            ctx, "exposed-communication", severity=Severity.WARNING if exposed >= 0.1 * w.dur_ns else Severity.INFO,
+            impact_ns=exposed, claims=claims_of(*cl),
+            message=(f"GPU {dev}: communication kernels ran {fmt_ns(comm)} in the steady state, "
+                     f"{fmt_ns(exposed)} of it ({fmt_pct(exposed / comm)}) with no compute running on the device"
+                     + (" (none of it overlapped)" if none_hidden else "")
+                     + f": {kinds}.{it_note}"),
+            evidence=tuple({"device_id": dev, "collective": str(c["collective"]), "count": int(c["count"]),
+                            "total_ns": int(c["total_ns"]), "exposed_ns": int(c["exposed_ns"])}
+                           for _, c in coll.iterrows()))
+
+
+def _compute(a: Any, dev: int, w: Any) -> tuple[np.ndarray, np.ndarray]:
+    ops = a.ops
+    m = (ops["device_id"].to_numpy() == dev) & ops["op"].isin(["kernel", "graph"]).to_numpy() \
+        & (ops["role"] != "communication").to_numpy()
+    return iv.merge(*iv.clip(ops["start_ns"].to_numpy()[m], ops["end_ns"].to_numpy()[m], w.start_ns, w.end_ns))

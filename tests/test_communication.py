@@ -1,0 +1,103 @@
+"""Communication vs compute: the op classification, exposed vs hidden collectives, and the
+exposed-communication rule, on hand-built traces whose truth is written out here, and on the
+public NCCL export (ZhiyiHu1999) with SQL truth."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import factories as F
+from conftest import CORPUS
+from nsysan.analyses.opclass import collective_of, is_communication
+from nsysan.analysis import analyze
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+@pytest.mark.parametrize("name,coll", [
+    (NCCL, "AllReduce"), ("ncclKernel_AllReduce_TREE_LL_Sum_float(ncclDevComm *, unsigned long, ncclWork *)", "AllReduce"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "AllGather"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(x)", "ReduceScatter"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "SendRecv"),
+    ("void <unnamed>::oneRankReduce<FuncPreMulSum<float>>(void *, void *, unsigned long, unsigned long, bool)",
+     "Reduce (1 rank)"),
+    ("void at::native::vectorized_elementwise_kernel<4, float>(int, float)", None),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_nccl_like", None),
+])
+def test_collective_from_kernel_name(name, coll):
+    assert collective_of(name) == coll and is_communication(name) == (coll is not None)
+
+
+def _step_trace(comm_at: tuple[int, int]) -> tuple:
+    """10 'step' ranges of 1 ms; each launches a compute kernel [0, 800) us on stream 7 and an NCCL
+    all-reduce at ``comm_at`` (us, relative to the step) on stream 20."""
+    k_rows, names, a_rows, nv = [], [], [], []
+    corr = 1
+    for i in range(10):
+        s = 1_000_000 + i * 1_000_000
+        nv.append((s, s + 50_000, "step"))
+        for (ks, ke, stream, name) in ((0, 800_000, 7, "gemm"), (comm_at[0] * 1000, comm_at[1] * 1000, 20, NCCL)):
+            k_rows.append((s + 10_000 + ks, s + 10_000 + ke, stream))
+            names.append(name)
+            a_rows.append((s + corr % 2 * 100 + 10, s + corr % 2 * 100 + 60, "cudaLaunchKernel", corr))
+            corr += 1
+    k = F.kernels(k_rows).assign(name=pd.Categorical(names))
+    return F.make_trace(kernels=k, cuda_api=F.api(a_rows), nvtx=F.nvtx(nv)), k
+
+
+def test_all_reduce_after_compute_is_exposed_and_fires():
+    trace, k = _step_trace((800, 1000))
+    a = analyze(trace)
+    steady = a.iterations.table.loc[~a.iterations.table["warmup"]]
+    # truth: every steady step's 200 us all-reduce runs after its compute kernel
+    want = 200_000 * len(steady)
+    row = a.busy_steady.iloc[0]
+    assert int(row["comm_ns"]) == want and int(row["comm_exposed_ns"]) == want
+    assert int(row["compute_ns"]) == 800_000 * len(steady)
+    c = a.collectives.iloc[0]
+    assert c["collective"] == "AllReduce" and int(c["exposed_ns"]) == want and int(c["hidden_ns"]) == 0
+    f = [x for x in a.findings if x.rule == "exposed-communication"]
+    assert len(f) == 1 and f[0].impact_ns == want and "none of it overlapped" in f[0].message
+
+
+def test_all_reduce_under_compute_is_hidden_and_quiet():
+    trace, _ = _step_trace((300, 500))
+    a = analyze(trace)
+    row = a.busy_steady.iloc[0]
+    assert int(row["comm_ns"]) > 0 and int(row["comm_exposed_ns"]) == 0
+    assert int(a.collectives.iloc[0]["hidden_ns"]) == int(a.collectives.iloc[0]["total_ns"])
+    assert not [x for x in a.findings if x.rule == "exposed-communication"]
+    # busy is the union (compute hides the all-reduce), compute excludes communication
+    assert int(row["busy_ns"]) == int(row["compute_ns"])
+
+
+def test_communication_is_not_compute_for_the_compute_rules():
+    trace, _ = _step_trace((800, 1000))
+    a = analyze(trace)
+    comm_rows = a.ops.loc[a.ops["role"] == "communication"]
+    assert len(comm_rows) == 10 and set(comm_rows["name"].astype(str)) == {NCCL}
+
+
+def test_public_nccl_export_reads_as_one_exposed_all_reduce():
+    path = next(iter(sorted(CORPUS.glob("ZhiyiHu1999*.sqlite"))), None) if CORPUS.exists() else None
+    if path is None:
+        pytest.skip("public corpus not present (../shared)")
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    (n, dur), = con.execute("""SELECT count(*), sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                               JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE 'ncclKernel_AllReduce%'""")
+    from nsysan import open_trace
+
+    a = analyze(open_trace(path))
+    c = a.collectives
+    assert len(c) == 1 and c.iloc[0]["collective"] == "AllReduce" and int(c.iloc[0]["count"]) == n == 1
+    assert int(c.iloc[0]["total_ns"]) == dur and int(c.iloc[0]["exposed_ns"]) == dur
+    assert int(a.busy_capture.iloc[0]["compute_ns"]) == 0
+    f = [x for x in a.findings if x.rule == "exposed-communication"]
+    assert len(f) == 1 and f[0].impact_ns == dur
+    # communicator set-up is NCCL's own range, never the iteration nor a ranked finding
+    assert "NCCL:ncclCommInitRank" in set(a.nccl_calls["name"])
+    assert all("CommInit" not in x.message for x in a.findings if x.impact_ns > 0)
