@@ -1,9 +1,17 @@
 from __future__ import annotations
 
 import lzma
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis runs derandomized (a fixed seed per test) unless HYPOTHESIS_PROFILE=random: CI is
+# reproducible, and a failure found at random is kept as an @example once fixed.
+settings.register_profile("fixed", derandomize=True, deadline=None)
+settings.register_profile("random", deadline=None, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 SHARED = Path(__file__).resolve().parents[2] / "shared"

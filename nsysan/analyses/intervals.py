@@ -98,6 +98,8 @@ def clip_merged(starts: Array, ends: Array, lo: int, hi: int) -> tuple[Array, Ar
     overlapping the window are one slice (two binary searches), and only its first start and last
     end can need clipping. A view when nothing is cut: no pass over a million intervals per window."""
     s, e = np.asarray(starts), np.asarray(ends)
+    if hi <= lo:  # an empty window holds nothing (not a zero-length piece of the interval around it)
+        return np.empty(0, np.int64), np.empty(0, np.int64)
     i0 = int(np.searchsorted(e, lo, side="right"))  # first interval ending after lo
     i1 = int(np.searchsorted(s, hi, side="left"))  # first interval starting at or after hi
     if i1 <= i0:
