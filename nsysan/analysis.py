@@ -66,6 +66,7 @@ class Analysis:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -184,6 +185,9 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
             nccl_calls=comm_mod.nccl_calls(rg),
         )
+        from nsysan.analyses.ranks import analyze_ranks
+
+        a.ranks = analyze_ranks(a)
         if rules:
             from nsysan.rules import run_rules
 

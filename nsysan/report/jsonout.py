@@ -122,6 +122,9 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
             "note": "communication kernels (NCCL ...) per device and collective in the steady state; exposed = "
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
+        "ranks": {**(a.ranks.to_dict() if a.ranks is not None else {}),
+                  "note": "one row per process that ran communication kernels; collectives aligned by order per "
+                          "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
         "iterations": {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
                        "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
                                                    ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],

@@ -1,0 +1,170 @@
+"""Ranks: several processes (one per GPU, as torchrun starts them), aligned on their iterations and
+collectives, with the waiting split from the transfer and the straggler named with its cause.
+
+**Ranks.** Every process that ran communication kernels is a rank; ranks are numbered in the order
+of their (device, pid). One export holding every rank (``nsys profile`` of ``torchrun``) or one
+export per rank (``cross_rank`` on per-file tables) give the same result.
+
+**Alignment.** Collectives are matched by order: the k-th collective of a type on each rank is the
+same collective (NCCL requires every rank of a communicator to issue them in the same order).
+Single-rank reductions (``Reduce (1 rank)``) have no peers and are left out. Where ranks issued
+different numbers of a collective, that type is not aligned and the table says so.
+
+**Waiting vs transfer.** A collective's kernel starts on each rank when that rank arrives and ends
+on all of them about when the data has moved. For the k-th collective: ``last_start`` = the latest
+start over the ranks; a rank's ``wait_ns`` = last_start - its start (it spins in the kernel until
+the last rank arrives), its ``transfer_ns`` = its end - last_start.
+
+**Straggler.** The rank that arrives last most often (in at least half of the aligned collectives of
+the steady state), by a margin that matters (its median lead over the next-latest rank is at least
+5% of the iteration time): the others wait for it. Its cause is found by comparing its own
+per-iteration numbers with the other ranks' medians: GPU compute time, GPU idle while its host was
+late (host-bound gaps, with what its thread was doing), synchronize calls. When no rank qualifies
+the ranks are in step and none is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+LATE_SHARE = 0.5
+MIN_MARGIN_FRAC = 0.05
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    ranks: pd.DataFrame  # one row per rank
+    aligned: pd.DataFrame  # one row per (collective, k, rank)
+    not_aligned: list[str] = field(default_factory=list)
+    straggler: dict[str, Any] | None = None
+    verdict: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        from nsysan.report.jsonout import _clean, records
+
+        return {"ranks": records(self.ranks), "not_aligned": list(self.not_aligned),
+                "straggler": _clean(self.straggler), "verdict": self.verdict,
+                "collectives_aligned": int(self.aligned[["collective", "k"]].drop_duplicates().shape[0])
+                if len(self.aligned) else 0}
+
+
+def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] | None = None
+          ) -> tuple[pd.DataFrame, list[str]]:
+    """The k-th collective of each type on every rank: start, end, last_start, wait_ns, transfer_ns,
+    and whether this rank arrived last. ``comm`` needs pid, start_ns, end_ns, collective."""
+    cols = ["collective", "k", "rank", "pid", "start_ns", "end_ns", "last_start_ns", "wait_ns", "transfer_ns",
+            "last", "lead_ns"]
+    if len(comm) == 0 or len(rank_of) < 2:
+        return pd.DataFrame(columns=cols), []
+    c = comm.loc[(comm["collective"] != "Reduce (1 rank)") & comm["pid"].isin(list(rank_of))]
+    parts, skipped = [], []
+    for coll, g in c.groupby("collective", sort=True):
+        per = {int(p): x.sort_values("start_ns", kind="stable") for p, x in g.groupby("pid", sort=True)}
+        counts = {p: len(x) for p, x in per.items()}
+        if len(per) < 2:
+            continue
+        if len(set(counts.values())) != 1:
+            skipped.append(f"{coll}: ranks issued different numbers ({', '.join(f'rank {rank_of[p]}: {n}' for p, n in sorted(counts.items()))})")
+            continue
+        n = next(iter(counts.values()))
+        pids = sorted(per)
+        st = np.stack([per[p]["start_ns"].to_numpy() for p in pids])  # ranks x k
+        en = np.stack([per[p]["end_ns"].to_numpy() for p in pids])
+        last = st.max(axis=0)
+        order = np.sort(st, axis=0)
+        lead = order[-1] - order[-2]
+        late = st.argmax(axis=0)
+        for i, p in enumerate(pids):
+            parts.append(pd.DataFrame({
+                "collective": coll, "k": np.arange(n), "rank": rank_of[p], "pid": p, "start_ns": st[i],
+                "end_ns": en[i], "last_start_ns": last, "wait_ns": np.clip(last - st[i], 0, en[i] - st[i]),
+                "transfer_ns": np.clip(en[i] - last, 0, None), "last": late == i, "lead_ns": lead}))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+    if window is not None and len(out):
+        out = out.loc[(out["last_start_ns"] >= window[0]) & (out["last_start_ns"] < window[1])]
+    return out[cols].reset_index(drop=True), skipped
+
+
+def analyze_ranks(a: Any) -> RankAnalysis:
+    """Ranks of one analysis (several processes in one export)."""
+    comm = a.comm
+    if len(comm) == 0:
+        return RankAnalysis(pd.DataFrame(), pd.DataFrame(), [], None, "no communication kernels: no ranks")
+    procs = (comm.groupby("pid", sort=True)["device_id"].agg(lambda s: int(s.mode().iloc[0])).reset_index()
+             .sort_values(["device_id", "pid"], kind="stable"))
+    rank_of = {int(p): i for i, p in enumerate(procs["pid"])}
+    device_of = dict(zip(procs["pid"].astype(int), procs["device_id"].astype(int)))
+    aligned, skipped = align(comm, rank_of, (a.steady.start_ns, a.steady.end_ns))
+    table = a.iterations.table
+    rows = []
+    for pid, rank in rank_of.items():
+        it = table.loc[(table["pid"] == pid) & ~table["warmup"].to_numpy(dtype=bool)] if len(table) else table
+        n = max(len(it), 1)
+        per = it["period_ns"].to_numpy() if len(it) else np.zeros(0)
+        per = per[per >= 0]
+        lo = int(it["start_ns"].min()) if len(it) else a.steady.start_ns
+        hi = int(it["end_ns"].max()) if len(it) else a.steady.end_ns
+        mine = a.ops.loc[(a.ops["pid"].to_numpy() == pid) & (a.ops["start_ns"].to_numpy() < hi)
+                         & (a.ops["end_ns"].to_numpy() > lo)]
+        comp = mine.loc[mine["role"].astype(str).to_numpy() == "compute"]
+        from nsysan.analyses import intervals as iv
+
+        compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
+        cm = comm.loc[(comm["pid"] == pid) & (comm["start_ns"] >= lo) & (comm["start_ns"] < hi)]
+        g = a.gaps
+        host = g.loc[(g["pid"] == pid) & g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo) & (g["end_ns"] <= hi)] \
+            if len(g) else g
+        top = ""
+        if len(host) and "activity" in host:
+            act = host.groupby("activity", sort=True)["gap_ns"].sum().sort_values(ascending=False)
+            top = str(act.index[0]) if len(act) else ""
+        al = aligned.loc[aligned["pid"] == pid] if len(aligned) else aligned
+        rows.append({
+            "rank": rank, "pid": int(pid), "device_id": device_of[pid], "iterations": int(len(it)),
+            "period_p50_ns": int(np.median(per)) if per.size else None,
+            "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
+            "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n),
+            "wait_per_iter_ns": int(al["wait_ns"].sum() / n) if len(al) else 0,
+            "transfer_per_iter_ns": int(al["transfer_ns"].sum() / n) if len(al) else 0,
+            "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
+            "host_idle_activity": top, "arrived_last": int(al["last"].sum()) if len(al) else 0,
+            "collectives": int(len(al))})
+    ranks = pd.DataFrame(rows)
+    straggler, verdict = _straggler(ranks, aligned, a.iterations.stats.get("p50_ns"))
+    return RankAnalysis(ranks, aligned, skipped, straggler, verdict)
+
+
+def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any) -> tuple[dict[str, Any] | None, str]:
+    if len(ranks) < 2:
+        return None, "one rank"
+    if len(aligned) == 0:
+        return None, "no collective could be aligned across the ranks"
+    n_coll = int(aligned[["collective", "k"]].drop_duplicates().shape[0])
+    r = ranks.sort_values(["arrived_last", "rank"], ascending=[False, True]).iloc[0]
+    lead = aligned.loc[aligned["last"] & (aligned["rank"] == r["rank"]), "lead_ns"].to_numpy()
+    margin = int(np.median(lead)) if lead.size else 0
+    ref = float(iter_ns or 0) or float(np.median(aligned["end_ns"] - aligned["start_ns"]))
+    if r["arrived_last"] < LATE_SHARE * n_coll or margin < MIN_MARGIN_FRAC * ref:
+        return None, (f"ranks in step: no rank arrives last in at least {LATE_SHARE:.0%} of the {n_coll} aligned "
+                      f"collectives by {MIN_MARGIN_FRAC:.0%} of an iteration")
+    others = ranks.loc[ranks["rank"] != r["rank"]]
+    waited = int(aligned.loc[aligned["rank"] != r["rank"], "wait_ns"].sum())
+    causes = []
+    for col, label in (("host_idle_per_iter_ns", "GPU idle while its host was late"),
+                       ("compute_per_iter_ns", "GPU compute"), ("comm_exposed_per_iter_ns", "exposed communication")):
+        mine, theirs = int(r[col]), int(others[col].median())
+        if mine - theirs > 0.5 * margin:
+            causes.append({"what": label, "column": col, "straggler_ns": mine, "others_median_ns": theirs,
+                           "extra_ns": mine - theirs})
+    causes.sort(key=lambda c: -c["extra_ns"])
+    s = {"rank": int(r["rank"]), "pid": int(r["pid"]), "device_id": int(r["device_id"]),
+         "arrived_last": int(r["arrived_last"]), "collectives": n_coll, "median_lead_ns": margin,
+         "others_waited_ns": waited, "causes": causes,
+         "host_idle_activity": r["host_idle_activity"] or None}
+    cause = causes[0]["what"] if causes else "not visible in this trace"
+    return s, (f"rank {int(r['rank'])} arrives last in {int(r['arrived_last'])} of {n_coll} collectives "
+               f"(by {margin / 1e6:.2f} ms at the median): the others wait for it; cause: {cause}")

@@ -1,0 +1,103 @@
+"""Ranks aligned on their collectives: waiting vs transfer, the straggler and its cause, and no
+straggler when the ranks are in step. Hand-built two-rank traces (one process per GPU, as torchrun
+starts them) whose truth is written out here; the two-process recording (two_procs) has no
+communicator shared by its processes, so nothing is aligned there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import factories as F
+from nsysan.analyses.ranks import analyze_ranks
+from nsysan.analysis import analyze
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+STEP = 10_000_000  # 10 ms
+
+
+def _rank(pid: int, dev: int, late_ns: int, corr0: int, n: int = 12) -> dict[str, pd.DataFrame]:
+    """``n`` 'train_step' ranges of one rank. Each: the host works ``late_ns`` before launching a 4 ms
+    compute kernel, then an all-reduce that ends for every rank 1 ms after the latest rank arrives."""
+    gpid = (1 << 48) | (pid << 24)
+    k_rows, names, a_rows, nv = [], [], [], []
+    corr = corr0
+    for i in range(n):
+        s = 1_000_000_000 + i * STEP
+        nv.append((s, s + 9_000_000, "train_step"))
+        c0 = s + 100_000 + late_ns
+        k_rows.append((c0, c0 + 4_000_000, 7))
+        names.append("gemm")
+        a_rows.append((c0 - 50_000, c0 - 40_000, "cudaLaunchKernel", corr))
+        corr += 1
+        arrive = c0 + 4_000_000
+        last = s + 100_000 + LATEST[0] + 4_000_000
+        k_rows.append((arrive, last + 1_000_000, 20))
+        names.append(NCCL)
+        a_rows.append((arrive - 30_000, arrive - 20_000, "cudaLaunchKernel", corr))
+        corr += 1
+    k = F.kernels(k_rows, corr_start=corr0).assign(name=pd.Categorical(names), device_id=dev, pid=pid,
+                                                   global_pid=gpid)
+    a = F.api(a_rows, tid=pid).assign(pid=pid, global_pid=gpid, global_tid=gpid | pid, tid=pid)
+    v = F.nvtx(nv, tid=pid).assign(pid=pid, global_tid=gpid | pid, tid=pid)
+    return {"kernels": k, "cuda_api": a, "nvtx": v}
+
+
+LATEST = [0]
+
+
+def _trace(lates: list[int]):
+    LATEST[0] = max(lates)
+    parts = [_rank(100 + 100 * r, r, late, corr0=1 + 1000 * r) for r, late in enumerate(lates)]
+    tables = {k: pd.concat([p[k] for p in parts], ignore_index=True).sort_values("start_ns", kind="stable")
+              .reset_index(drop=True) for k in parts[0]}
+    return F.make_trace(**tables)
+
+
+def test_straggler_named_with_its_cause_and_the_wait_it_causes():
+    a = analyze(_trace([0, 3_000_000]))  # rank 1's host is 3 ms late every step
+    r = analyze_ranks(a)
+    assert len(r.ranks) == 2 and list(r.ranks["device_id"]) == [0, 1]
+    s = r.straggler
+    assert s is not None and s["rank"] == 1
+    steady = a.iterations.table.loc[~a.iterations.table["warmup"]]
+    n = int((steady["pid"] == 100).sum())
+    # truth: rank 0 arrives 3 ms earlier at each all-reduce and spins until rank 1 arrives
+    assert s["arrived_last"] == s["collectives"] == n
+    assert s["median_lead_ns"] == 3_000_000
+    assert s["others_waited_ns"] == 3_000_000 * n
+    r0 = r.ranks.set_index("rank").loc[0]
+    r1 = r.ranks.set_index("rank").loc[1]
+    assert r0["wait_per_iter_ns"] == 3_000_000 and r1["wait_per_iter_ns"] == 0
+    assert r0["transfer_per_iter_ns"] == r1["transfer_per_iter_ns"] == 1_000_000
+    # the cause: rank 1's GPU idles while its host is late (3 ms a step more than rank 0's)
+    assert s["causes"] and s["causes"][0]["column"] == "host_idle_per_iter_ns"
+    assert "rank 1 arrives last" in r.verdict
+    f = [x for x in a.findings if x.rule == "rank-imbalance"]
+    assert len(f) == 1 and f[0].impact_ns > 0 and "rank 1" in f[0].message
+
+
+def test_ranks_in_step_name_no_straggler():
+    a = analyze(_trace([0, 20_000]))  # 20 us apart: noise, not a straggler
+    r = analyze_ranks(a)
+    assert r.straggler is None and r.verdict.startswith("ranks in step")
+    assert not [x for x in a.findings if x.rule == "rank-imbalance"]
+
+
+def test_collective_counts_that_differ_are_not_aligned():
+    t = _trace([0, 3_000_000])
+    k = t.kernels
+    drop = k.index[(k["pid"] == 200) & (k["name"].astype(str) == NCCL)][-1]
+    from dataclasses import replace
+
+    a = analyze(replace(t, kernels=k.drop(index=drop).reset_index(drop=True)))
+    r = analyze_ranks(a)
+    assert r.straggler is None and r.not_aligned and "different numbers" in r.not_aligned[0]
+
+
+def test_single_rank_world_reductions_are_not_aligned(analysis):
+    a = analysis("two_procs")
+    r = analyze_ranks(a)
+    assert len(r.ranks) == 2 and len(r.aligned) == 0 and r.straggler is None
+    assert np.all(r.ranks["wait_per_iter_ns"] == 0)
