@@ -101,3 +101,26 @@ def test_single_rank_world_reductions_are_not_aligned(analysis):
     r = analyze_ranks(a)
     assert len(r.ranks) == 2 and len(r.aligned) == 0 and r.straggler is None
     assert np.all(r.ranks["wait_per_iter_ns"] == 0)
+
+
+def test_one_export_per_rank_gives_the_same_ranks():
+    """Each rank in its own export (torchrun ... nsys profile -o rank%q{RANK}): per-rank payloads of a
+    few numbers and 3 values per collective, combined on one clock, give the same straggler."""
+    from dataclasses import replace
+
+    from nsysan.analyses.ranks import combine, rank_payloads
+
+    whole = _trace([0, 3_000_000])
+    one = analyze_ranks(analyze(whole))
+    payloads = []
+    shift = -7_000_000_000  # the second export's clock reads 7 s more: its offset brings it back
+    for pid, off in ((100, 0), (200, shift)):
+        part = replace(whole, **{k: getattr(whole, k).loc[getattr(whole, k)["pid"] == pid]
+                                 .assign(start_ns=lambda d: d["start_ns"] - off, end_ns=lambda d: d["end_ns"] - off)
+                                 .reset_index(drop=True) for k in ("kernels", "cuda_api", "nvtx")})
+        payloads += rank_payloads(analyze(part), offset_ns=off, trace=f"rank{pid // 100 - 1}.sqlite")
+    many = combine(payloads)
+    assert many.straggler["rank"] == one.straggler["rank"] == 1
+    assert many.straggler["others_waited_ns"] == one.straggler["others_waited_ns"]
+    assert many.ranks["wait_per_iter_ns"].tolist() == one.ranks["wait_per_iter_ns"].tolist()
+    assert sum(len(p["comm"]["start_ns"]) for p in payloads) == len(one.aligned)

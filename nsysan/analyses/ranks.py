@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses import intervals as iv
+
 LATE_SHARE = 0.5
 MIN_MARGIN_FRAC = 0.05
 
@@ -89,19 +91,18 @@ def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] |
     return out[cols].reset_index(drop=True), skipped
 
 
-def analyze_ranks(a: Any) -> RankAnalysis:
-    """Ranks of one analysis (several processes in one export)."""
+def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str, Any]]:
+    """Per process that ran communication kernels: its per-iteration numbers and its steady-state
+    communication ops (start, end, collective; times + ``offset_ns``, so payloads of several exports
+    share one clock). Small: a few numbers and 3 values per collective, whatever the trace's size:
+    what a cluster worker returns per rank."""
     comm = a.comm
     if len(comm) == 0:
-        return RankAnalysis(pd.DataFrame(), pd.DataFrame(), [], None, "no communication kernels: no ranks")
-    procs = (comm.groupby("pid", sort=True)["device_id"].agg(lambda s: int(s.mode().iloc[0])).reset_index()
-             .sort_values(["device_id", "pid"], kind="stable"))
-    rank_of = {int(p): i for i, p in enumerate(procs["pid"])}
-    device_of = dict(zip(procs["pid"].astype(int), procs["device_id"].astype(int)))
-    aligned, skipped = align(comm, rank_of, (a.steady.start_ns, a.steady.end_ns))
+        return []
+    procs = comm.groupby("pid", sort=True)["device_id"].agg(lambda s: int(s.mode().iloc[0])).reset_index()
     table = a.iterations.table
-    rows = []
-    for pid, rank in rank_of.items():
+    out = []
+    for pid, dev in zip(procs["pid"].astype(int), procs["device_id"].astype(int)):
         it = table.loc[(table["pid"] == pid) & ~table["warmup"].to_numpy(dtype=bool)] if len(table) else table
         n = max(len(it), 1)
         per = it["period_ns"].to_numpy() if len(it) else np.zeros(0)
@@ -111,31 +112,67 @@ def analyze_ranks(a: Any) -> RankAnalysis:
         mine = a.ops.loc[(a.ops["pid"].to_numpy() == pid) & (a.ops["start_ns"].to_numpy() < hi)
                          & (a.ops["end_ns"].to_numpy() > lo)]
         comp = mine.loc[mine["role"].astype(str).to_numpy() == "compute"]
-        from nsysan.analyses import intervals as iv
-
         compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
         cm = comm.loc[(comm["pid"] == pid) & (comm["start_ns"] >= lo) & (comm["start_ns"] < hi)]
         g = a.gaps
-        host = g.loc[(g["pid"] == pid) & g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo) & (g["end_ns"] <= hi)] \
-            if len(g) else g
+        host = g.loc[(g["pid"] == pid) & g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo)
+                     & (g["end_ns"] <= hi)] if len(g) else g
         top = ""
         if len(host) and "activity" in host:
             act = host.groupby("activity", sort=True)["gap_ns"].sum().sort_values(ascending=False)
             top = str(act.index[0]) if len(act) else ""
-        al = aligned.loc[aligned["pid"] == pid] if len(aligned) else aligned
-        rows.append({
-            "rank": rank, "pid": int(pid), "device_id": device_of[pid], "iterations": int(len(it)),
+        out.append({
+            "trace": trace, "pid": int(pid), "device_id": int(dev), "iterations": int(len(it)),
             "period_p50_ns": int(np.median(per)) if per.size else None,
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n),
-            "wait_per_iter_ns": int(al["wait_ns"].sum() / n) if len(al) else 0,
-            "transfer_per_iter_ns": int(al["transfer_ns"].sum() / n) if len(al) else 0,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
-            "host_idle_activity": top, "arrived_last": int(al["last"].sum()) if len(al) else 0,
-            "collectives": int(len(al))})
+            "host_idle_activity": top, "window": [lo + offset_ns, hi + offset_ns],
+            "comm": {"start_ns": (cm["start_ns"].to_numpy() + offset_ns).tolist(),
+                     "end_ns": (cm["end_ns"].to_numpy() + offset_ns).tolist(),
+                     "collective": cm["collective"].astype(str).tolist()}})
+    return out
+
+
+def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis:
+    """Ranks from per-process payloads (one export or many): numbered by (trace, device, pid), their
+    collectives aligned, the straggler named."""
+    if not payloads:
+        return RankAnalysis(pd.DataFrame(), pd.DataFrame(), [], None, "no communication kernels: no ranks")
+    ps = sorted(payloads, key=lambda p: (p["trace"], p["device_id"], p["pid"]))
+    rank_of = {i: i for i in range(len(ps))}
+    frames = [pd.DataFrame({"pid": i, "start_ns": np.asarray(p["comm"]["start_ns"], dtype=np.int64),
+                            "end_ns": np.asarray(p["comm"]["end_ns"], dtype=np.int64),
+                            "collective": p["comm"]["collective"]}) for i, p in enumerate(ps)]
+    comm = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    lo = max(p["window"][0] for p in ps)
+    hi = min(p["window"][1] for p in ps)
+    aligned, skipped = align(comm, rank_of, (lo, hi) if hi > lo else None)
+    if len(aligned):
+        aligned = aligned.assign(pid=[ps[i]["pid"] for i in aligned["pid"].to_numpy()])
+    rows = []
+    for i, p in enumerate(ps):
+        al = aligned.loc[aligned["rank"] == i] if len(aligned) else aligned
+        n = max(p["iterations"], 1)
+        rows.append({"rank": i, "trace": p["trace"], "pid": p["pid"], "device_id": p["device_id"],
+                     "iterations": p["iterations"], "period_p50_ns": p["period_p50_ns"],
+                     "compute_per_iter_ns": p["compute_per_iter_ns"], "comm_per_iter_ns": p["comm_per_iter_ns"],
+                     "comm_exposed_per_iter_ns": p["comm_exposed_per_iter_ns"],
+                     "wait_per_iter_ns": int(al["wait_ns"].sum() / n) if len(al) else 0,
+                     "transfer_per_iter_ns": int(al["transfer_ns"].sum() / n) if len(al) else 0,
+                     "host_idle_per_iter_ns": p["host_idle_per_iter_ns"], "host_idle_activity": p["host_idle_activity"],
+                     "arrived_last": int(al["last"].sum()) if len(al) else 0, "collectives": int(len(al))})
     ranks = pd.DataFrame(rows)
-    straggler, verdict = _straggler(ranks, aligned, a.iterations.stats.get("p50_ns"))
+    if iter_ns is None:
+        pers = [p["period_p50_ns"] for p in ps if p["period_p50_ns"]]
+        iter_ns = float(np.median(pers)) if pers else None
+    straggler, verdict = _straggler(ranks, aligned, iter_ns)
     return RankAnalysis(ranks, aligned, skipped, straggler, verdict)
+
+
+def analyze_ranks(a: Any) -> RankAnalysis:
+    """Ranks of one analysis (several processes in one export)."""
+    return combine(rank_payloads(a), a.iterations.stats.get("p50_ns"))
 
 
 def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any) -> tuple[dict[str, Any] | None, str]:

@@ -333,6 +333,18 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "ran on the device: overlapping it with compute (DDP buckets, FSDP prefetch) would save it.")
         if len(a.collectives) else
         Table("collectives", "Communication", [], [], [], "No communication kernels (NCCL ...) in the steady state."),
+        _table("ranks", "Ranks (processes with communication), aligned on their collectives",
+               a.ranks.ranks if a.ranks is not None else pd.DataFrame(), [
+            ("Rank", "rank", None), ("pid", "pid", None), ("GPU", "device_id", None),
+            ("Iterations", "iterations", None), ("Period p50", "period_p50_ns", fmt_ns),
+            ("Compute / it", "compute_per_iter_ns", fmt_ns), ("Comm / it", "comm_per_iter_ns", fmt_ns),
+            ("Comm exposed / it", "comm_exposed_per_iter_ns", fmt_ns), ("Waiting / it", "wait_per_iter_ns", fmt_ns),
+            ("Transfer / it", "transfer_per_iter_ns", fmt_ns), ("Host late / it", "host_idle_per_iter_ns", fmt_ns),
+            ("Arrived last", "arrived_last", None)],
+            note=(a.ranks.verdict if a.ranks is not None else "") + ". Waiting: time in a collective before the last "
+                 "rank arrived; transfer: after it.")
+        if a.ranks is not None and len(a.ranks.ranks) > 1 else
+        Table("ranks", "Ranks", [], [], [], "One process with communication, or none: no ranks to align."),
         _table("iteration_candidates", "Which range is the iteration", pd.DataFrame(sorted(
             a.iterations.candidates, key=lambda c: (not str(c["verdict"]).startswith("chosen"), -c["gpu_coverage"],
                                                     -c["count"], c["name"]))[:MAX_TABLE_ROWS]), [
