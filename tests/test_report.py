@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import site
@@ -113,12 +114,13 @@ def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
     Path(purelib, "_nsysan_test_deps.pth").write_text("\n".join(deps) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
     out = tmp_path / "w.html"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed wheel, not a checkout
     r = subprocess.run([str(py), "-c", "import nsysan.cli,sys; sys.exit(nsysan.cli.main(sys.argv[1:]))", "analyze",
                         str(fixture_dir / "launch_eager.sqlite"), "--html", str(out), "-q"],
-                       cwd=tmp_path, capture_output=True, text=True)
+                       cwd=tmp_path, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     loc = subprocess.run([str(py), "-c", "import nsysan;print(nsysan.__file__)"], cwd=tmp_path, capture_output=True,
-                         text=True).stdout
+                         text=True, env=env).stdout
     assert str(venv) in loc
     assert "<canvas" in out.read_text()
 
