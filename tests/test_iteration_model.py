@@ -143,3 +143,14 @@ def test_warmup_judged_on_service_time_not_on_queueing():
     it = analyze(F.make_trace(**_loop(steps, kern)), rules=False).iterations
     assert it.warmup == 1 and it.stats["count"] == n - 1
     assert it.stats["period_p50_ns"] == 100_000
+
+
+def test_the_finest_covering_range_wins_over_an_epoch_around_it():
+    # 4 'epoch' ranges of 10 'step's each; every launch is inside both: the step is the iteration
+    steps = [(e * 20_000_000 + i * 1_000_000, e * 20_000_000 + i * 1_000_000 + 500_000) for e in range(4) for i in range(10)]
+    kern = [[(s + 1_000, s + 300_000)] for s, _ in steps]
+    epochs = [(e * 20_000_000, e * 20_000_000 + 10_000_000, "epoch") for e in range(4)]
+    it = analyze(F.make_trace(**_loop(steps, kern, extra_nvtx=epochs)), rules=False).iterations
+    assert it.range_name == "step"
+    v = {c["name"]: c["verdict"] for c in it.candidates}
+    assert v["epoch"].startswith("fewer instances than 'step'")

@@ -10,10 +10,12 @@ default, chosen from the user's own ranges:
    GPU activity; when it recorded none, ranges of at least 10 us judged on the CPU alone;
 4. not sub-microsecond (median instance, GPU work included);
 5. of those, the ones whose instances launched (nearly) the most GPU time (>= 80% of the best
-   coverage, and at least 25% of all GPU time), and of these the outermost (smallest median nesting
-   depth) that repeats at least 8 times on a thread (enough for statistics: a decode loop's
-   ``decode_token`` rather than its 4 ``request`` ranges, a training loop's ``train_step`` rather
-   than its 3 ``epoch`` ranges), then the most instances.
+   coverage, and at least 25% of all GPU time), and of these the one that repeats most often on a
+   thread (the finest unit that still holds the GPU work: a decode loop's ``decode_token`` rather
+   than its ``request`` ranges, a training loop's ``train_step`` rather than its ``epoch`` ranges),
+   then the outermost (smallest median nesting depth), then the longest in total. A range nested in
+   the iteration that also launches nearly all of its GPU work (one range per layer, say) would win:
+   ``--iteration-range`` then names the iteration.
 
 GPU work launched by a thread of the same process that has no instance of the range itself (PyTorch
 launches the backward pass from its autograd thread, a DataLoader pins memory on another) belongs to
@@ -62,7 +64,6 @@ from nsysan.analyses.libranges import library_of
 from nsysan.errors import UsageError
 
 MIN_INSTANCES = 3
-MIN_STATS = 8  # instances on one thread for period/latency statistics worth the name
 MIN_NS = 1_000
 MIN_CPU_ONLY_NS = 10_000
 COVERAGE_CLOSE = 0.8
@@ -210,12 +211,10 @@ def pick_range(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = 
         ok = [c for c in ok if not c["verdict"]]
     if not ok:
         return None, "none", cands
-    ok.sort(key=lambda c: (c["per_thread_max"] < MIN_STATS, c["depth"], -c["per_thread_max"], -c["total_ns"],
-                           c["name"]))
+    ok.sort(key=lambda c: (-c["per_thread_max"], c["depth"], -c["total_ns"], c["name"]))
     for c in ok[1:]:
-        c["verdict"] = (f"fewer than {MIN_STATS} instances on a thread, {ok[0]['name']!r} has more"
-                        if c["per_thread_max"] < MIN_STATS <= ok[0]["per_thread_max"] else
-                        f"nested deeper or fewer instances than {ok[0]['name']!r}")
+        c["verdict"] = (f"fewer instances than {ok[0]['name']!r} ({c['per_thread_max']} vs {ok[0]['per_thread_max']} "
+                        "on one thread), which launches as much of the GPU work")
     ok[0]["verdict"] = "chosen"
     how = "auto" if gpu_recorded else "auto (CPU only: no GPU activity recorded)"
     return ok[0]["name"], how, cands
@@ -343,7 +342,7 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
         why = f"'{chosen}', as asked (--iteration-range)"
     else:
         c = next(c for c in cands if c["name"] == chosen)
-        why = (f"'{chosen}': the outermost repeated range of the program's own that launched "
+        why = (f"'{chosen}': the most repeated range of the program's own that launched "
                f"{c['gpu_coverage']:.0%} of the GPU time" if gpu_recorded else
-               f"'{chosen}': the outermost repeated range (no GPU activity was recorded)")
+               f"'{chosen}': the most repeated range of the program's own (no GPU activity was recorded)")
     return Iterations(chosen, how, table, warm, win, stats, regions, cands, why)
