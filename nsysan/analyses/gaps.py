@@ -116,7 +116,9 @@ class ThreadActivity:
                 continue
             if n <= len(st) * REACH_MAX_SHARE:
                 win, rows = _spans(i0, i1)
-                rows = np.unique(rows[en[rows] > wl[win]])
+                hit = np.zeros(len(st), dtype=bool)  # distinct rows in order, without a sort
+                hit[rows[en[rows] > wl[win]]] = True
+                rows = np.flatnonzero(hit)
             else:  # a long call early on keeps the running maximum high: test every call instead
                 j = np.minimum(np.searchsorted(wh, st, side="right"), len(wh) - 1)  # first window ending after st
                 rows = np.flatnonzero((st < wh[j]) & (wl[j] < en))
@@ -242,8 +244,14 @@ def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray
         return e, e, e, e
     dur = np.minimum(en[idx], hi[win]) - np.maximum(st[idx], lo[win])
     width = len(cats) + 1
-    keys, inv = np.unique(win * width + (codes[idx].astype(np.int64) + 1), return_inverse=True)
-    tot = np.bincount(inv.reshape(-1), weights=dur).astype(np.int64)
+    key = win * width + (codes[idx].astype(np.int64) + 1)
+    # windows come in order, so the keys nearly are: a stable sort of them is almost free, where
+    # np.unique's sort is not (0.5 s on 3M keys)
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
+    keys = sk[first]
+    tot = np.add.reduceat(dur[order], first).astype(np.int64)
     return keys // width, np.full(len(keys), SOURCES.index(source), np.int64), keys % width - 1, tot
 
 
