@@ -273,11 +273,14 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     lat_pts = warm_pts = ""
     axis = ("", "")
     if len(it):
-        ymax = float(it["latency_ns"].max()) or 1.0
-        steady_it = it.loc[~it["warmup"]]
-        ymax_s = float(steady_it["latency_ns"].max()) if len(steady_it) else ymax
-        lat_pts = _polyline(it["index"].to_numpy(float), np.minimum(it["latency_ns"].to_numpy(float), ymax_s * 1.2),
-                            600, 160, ymax_s * 1.2)
+        # the iteration time: the period (time since the previous completion on the thread), or
+        # the service time for a sequence's first iteration (no previous completion)
+        y = np.where(it["period_ns"].to_numpy() >= 0, it["period_ns"].to_numpy(), it["service_ns"].to_numpy())
+        y = y.astype(float)
+        ymax = float(y.max()) or 1.0
+        ys = y[~it["warmup"].to_numpy(dtype=bool)]
+        ymax_s = (float(ys.max()) if len(ys) else ymax) or 1.0
+        lat_pts = _polyline(it["index"].to_numpy(float), np.minimum(y, ymax_s * 1.2), 600, 160, ymax_s * 1.2)
         if a.iterations.warmup:
             w = it.loc[it["warmup"]]
             warm_pts = " ".join(p for p in lat_pts.split(" ")[: len(w)])
