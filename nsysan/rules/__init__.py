@@ -76,17 +76,6 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
     return findings, log
 
 
-def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Merged set ``a`` minus merged set ``b``."""
-    if len(b[0]) == 0 or len(a[0]) == 0:
-        return a
-    lo, hi = min(int(a[0][0]), int(b[0][0])) - 1, max(int(a[1][-1]), int(b[1][-1])) + 1
-    cs = np.concatenate([[lo], b[1]])  # the complement of b: before, between and after its intervals
-    ce = np.concatenate([b[0], [hi]])
-    keep = ce > cs
-    return iv.intersect(a, (cs[keep], ce[keep]))
-
-
 def allocate(findings: list[Finding]) -> list[Finding]:
     """Each finding's impact as the share of its estimate that no earlier finding has claimed
     (see the module docstring). A finding
@@ -123,7 +112,7 @@ def allocate(findings: list[Finding]) -> list[Finding]:
         cs, ce = f.claims if f.claims is not None else (np.array([lo]), np.array([hi]))
         own = iv.merge(*iv.clip(cs, ce, lo, hi))
         m = int((own[1] - own[0]).sum())
-        free = _subtract(own, (all_s, all_e))
+        free = iv.subtract(own, (all_s, all_e))
         fr = int((free[1] - free[0]).sum())
         want = min(est, m)
         impact = want if fr == m else (want * fr // m if m else 0)
