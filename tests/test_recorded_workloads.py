@@ -184,3 +184,18 @@ def test_diff_notes_different_cuda_graph_trace_modes(analysis):
     # GPU totals compare like with like: graph launches count as kernel time
     kt = {m["metric"]: m for m in d.metrics}["kernel_total_ns"]
     assert 0.5 < kt["new"] / kt["base"] < 2.0
+
+
+@pytest.mark.parametrize("name", [n for n in ("two_procs", "train_inline") if n in HAVE])
+def test_steady_ops_and_streams_count_the_steady_window(name, analysis, fixture_dir):
+    a = analysis(name)
+    con = _con(fixture_dir, name)
+    w0, w1 = a.steady.start_ns, a.steady.end_ns
+    n, pairs = 0, set()
+    for t in _gpu_tables(con):
+        for gp, s in con.execute(f'SELECT globalPid, streamId FROM "{t}" WHERE start < ? AND "end" > ?', (w1, w0)):
+            n += 1
+            pairs.add((gp, s))
+    row = a.busy_steady.iloc[0]
+    assert int(row["ops"]) == n and int(row["streams"]) == len(pairs)
+    assert int(row["ops"]) < int(a.busy_capture.iloc[0]["ops"])
