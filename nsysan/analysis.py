@@ -15,6 +15,7 @@ import pandas as pd
 
 from nsysan._executor import threads
 from nsysan.analyses import gaps as gaps_mod
+from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window
@@ -67,6 +68,7 @@ class Analysis:
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
+    breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -184,6 +186,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             collectives=comm_mod.collectives(comm_ops, steady),
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
             nccl_calls=comm_mod.nccl_calls(rg),
+            breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
         )
         from nsysan.analyses.ranks import analyze_ranks
 

@@ -101,3 +101,21 @@ def test_public_nccl_export_reads_as_one_exposed_all_reduce():
     # communicator set-up is NCCL's own range, never the iteration nor a ranked finding
     assert "NCCL:ncclCommInitRank" in set(a.nccl_calls["name"])
     assert all("CommInit" not in x.message for x in a.findings if x.impact_ns > 0)
+
+
+def test_iteration_breakdown_adds_up_and_splits_compute_comm_idle():
+    from nsysan.analyses.breakdown import breakdown_summary
+
+    trace, _ = _step_trace((800, 1000))
+    a = analyze(trace, rules=False)
+    bd = a.breakdown
+    steady = bd.loc[~bd["warmup"]]
+    parts = steady[["compute_ns", "comm_exposed_ns", "copy_exposed_ns", "idle_ns"]].sum(axis=1)
+    assert (parts == steady["span_ns"]).all()
+    # each later step: 1 ms since the previous completion = 800 us compute + 200 us all-reduce
+    later = steady.loc[steady["index"] > 0]
+    assert (later["span_ns"] == 1_000_000).all()
+    assert (later["compute_ns"] == 800_000).all() and (later["comm_exposed_ns"] == 200_000).all()
+    assert (later["idle_ns"] == 0).all()
+    s = breakdown_summary(bd)
+    assert s["iterations"] == len(steady)

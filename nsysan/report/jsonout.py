@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.breakdown import breakdown_summary
 from nsysan.analyses.frames import distinct
 
 SCHEMA = "nsysan.analysis/2"
@@ -130,7 +131,12 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                                                    ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
                                                    c["name"]))[:limit]),
                        "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
-                       "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table)},
+                       "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table),
+                       "breakdown": {"steady_mean": _clean(breakdown_summary(a.breakdown)),
+                                     "per_iteration": records(a.breakdown),
+                                     "note": "each iteration's period (since the previous completion on its "
+                                             "thread) split on its process's device into compute, exposed "
+                                             "communication, exposed copies and idle; the parts add up to the span"}},
         "findings": [f.to_dict() for f in a.findings],
         "nsys_analyze": {"rules": records(a.nsys_rules),
                          "instances": {k: records(v.nlargest(10, "dur_ns")) for k, v in a.nsys_instances.items()},

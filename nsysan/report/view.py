@@ -256,6 +256,15 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                 if a.iterations.range_name else "")),
             ("Iteration range", a.iterations.why or "-"),
             ]
+    from nsysan.analyses.breakdown import breakdown_summary
+
+    bs = breakdown_summary(a.breakdown) if len(a.breakdown) else {}
+    if bs:
+        info.append(("One iteration on the GPU", f"{fmt_ns(bs['span_mean_ns'])} (mean period): "
+                     + ", ".join(f"{label} {fmt_ns(bs[k + '_mean_ns'])} ({fmt_pct(bs[k + '_frac'])})"
+                                 for k, label in (("compute", "compute"), ("comm_exposed", "exposed communication"),
+                                                  ("copy_exposed", "copies alone"), ("idle", "idle"))
+                                 if bs[k + "_mean_ns"] or k in ("compute", "idle"))))
     if not len(a.ops):
         info.append(("GPU activity", "not recorded in this trace: record it with nsys profile -t cuda "
                                      "(WSL2 captures have none)"))
