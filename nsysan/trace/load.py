@@ -481,8 +481,12 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     _memory.tune_allocator()
     warnings: list[str] = []
     for side in ("-wal", "-journal"):
-        if path.with_name(path.name + side).exists():
-            warnings.append(f"{path.name}{side} exists: the trace may still be being written; nsysan reads the "
+        try:
+            being_written = path.with_name(path.name + side).exists()
+        except (OSError, ValueError):  # e.g. the trace's name plus "-journal" is over NAME_MAX
+            being_written = False
+        if being_written:
+            warnings.append(f"{clean_text(path.name)}{side} exists: the trace may still be being written; nsysan reads the "
                             "main file only (the last completed export)")
     with Database(path) as db:
         caps = db.caps
