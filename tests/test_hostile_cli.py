@@ -472,3 +472,12 @@ def _number(cell: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def test_readme_documents_every_exit_code():
+    from nsysan.errors import EXIT_CODES
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Exit codes"):text.index("### Untrusted traces")]
+    for name, code in EXIT_CODES.items():
+        assert f" {code} " in section.replace(";", " ").replace("\n", " "), (name, code)
