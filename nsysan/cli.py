@@ -303,7 +303,7 @@ def _print_summary(res: dict[str, Any]) -> None:
         from rich.table import Table
         from rich.text import Text as _Text
 
-        def Text(text: object, **kw: Any) -> _Text:  # noqa: N802 - everything printed passes through here
+        def Text(text: object, **kw: Any) -> _Text:  # everything printed passes through here
             return _Text(_say(text), **kw)
 
         console = Console(stderr=False, highlight=False, soft_wrap=False)
@@ -356,7 +356,10 @@ def _fit_name(name: str, suffix: str) -> str:
     raw = os.fsencode(name)
     if len(raw) <= budget:
         return name + suffix
-    return os.fsdecode(raw[:budget - 9]).rstrip("\udc80-\udcff") + "-" + format(abs(hash(name)) % 16**8, "08x") + suffix
+    import hashlib  # a stable tag: two long names that share their first 240 bytes stay apart
+
+    tag = hashlib.sha256(raw).hexdigest()[:8]
+    return os.fsdecode(raw[:budget - 9]) + "-" + tag + suffix
 
 
 def _default_html(trace: str, json_path: str | None) -> str:
@@ -675,7 +678,7 @@ def _print_diff(d: Any) -> None:
 
     from nsysan.units import fmt_ns
 
-    def Text(text: object, **kw: Any) -> _Text:  # noqa: N802 - labels and names come from files
+    def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
         return _Text(_say(text), **kw)
 
     c = Console(highlight=False, soft_wrap=False)

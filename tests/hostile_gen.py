@@ -87,7 +87,7 @@ def k_many_strings(rng: random.Random, p: Path) -> str:
     n = rng.choice((20_000, 100_000))
     _sql(p, f"WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < {n}) "
             f"INSERT INTO StringIds(id, value) SELECT 10000000 + x, 's' || x FROM r",
-         f"INSERT INTO StringIds(id, value) VALUES (9999999, printf('%.*c', 8000, 'L'))")
+         "INSERT INTO StringIds(id, value) VALUES (9999999, printf('%.*c', 8000, 'L'))")
     return f"strings:{n}"
 
 
@@ -120,7 +120,7 @@ def k_evil_text(rng: random.Random, p: Path) -> str:
     e = "".join(rng.sample(EVIL, 4))
     _sql(p, f"UPDATE StringIds SET value = {_q(e)} || value WHERE id % {rng.choice((1, 3))} = 0",
          f"UPDATE NVTX_EVENTS SET text = {_q(e)} || text WHERE text IS NOT NULL",
-         f"UPDATE ThreadNames SET nameId = nameId")
+         "UPDATE ThreadNames SET nameId = nameId")
     return "evil-text"
 
 
@@ -225,10 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per case before it counts as a hang")
     ap.add_argument("--keep", help="folder for failing cases")
     args = ap.parse_args(argv)
-    import nsysan.cli  # noqa: F401 - imported before the forks (pandas is imported lazily by the CLI)
-    import nsysan.trace.load  # noqa: F401
-    import nsysan.analysis  # noqa: F401
-    import nsysan.report.html  # noqa: F401
+    # imported before the forks (the CLI imports pandas lazily): each child starts warm
+    import nsysan.analysis
+    import nsysan.cli
+    import nsysan.report.html
+    import nsysan.trace.load
+
+    del nsysan
 
     rng = random.Random(args.seed)
     failures: list[str] = []

@@ -314,7 +314,7 @@ def test_output_paths_that_cannot_be(trace, tmp_path, capsys):
 def test_default_report_name_of_a_long_trace_name(trace, tmp_path, monkeypatch, capsys):
     long = trace.rename(tmp_path / ("a" * 245 + ".sqlite"))
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli(["analyze", str(long), "--force"], capsys)
+    code, _, err = cli(["analyze", str(long), "--force"], capsys)
     assert code == 0, err
     html = [p for p in tmp_path.iterdir() if p.name.endswith(".nsysan.html")]
     assert len(html) == 1 and len(html[0].name) <= 255
@@ -385,8 +385,7 @@ def test_diff_json_output_is_strict_json(saved, tmp_path, capsys):
     zero["iterations"]["stats"]["p50_ns"] = 0
     (tmp_path / "a.json").write_text(json.dumps(zero))
     (tmp_path / "b.json").write_text(json.dumps(saved))
-    code, _, err = cli(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json", str(tmp_path / "d.json"),
-                        "-q"], capsys)
+    cli(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json", str(tmp_path / "d.json"), "-q"], capsys)
     json.loads((tmp_path / "d.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
 
 
@@ -462,7 +461,7 @@ def test_every_csv_neutralises_formulas(trace, tmp_path, capsys):
             for cell in row:
                 assert not cell[:1] in ("=", "+", "@", "\t", "\r") and not (cell[:1] == "-" and not _number(cell)), (
                     f.name, cell)
-                seen += cell.startswith("'=") or cell.startswith("'@") or cell.startswith("'+")
+                seen += cell.startswith(("'=", "'@", "'+"))
     assert seen >= 3
 
 
