@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,31 +29,125 @@ from nsysan import __version__
 from nsysan.errors import (
     EXIT_CODES,
     NsysanError,
+    OutputError,
     OutputExistsError,
     ToolNotFoundError,
     UsageError,
 )
 
 
-def write_atomic(path: Path, text: str, *, force: bool) -> None:
-    """Write via a temp file in the same folder and rename: never a half-written report."""
-    if path.exists() and not force:
-        raise OutputExistsError(f"{path}: exists", hint="pass --force to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+
+
+def _say(text: object) -> str:
+    """Untrusted text (from a trace, a file name, an error) made safe for the terminal."""
+    from nsysan.units import clean_text
+
+    return clean_text(text)
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[int, int]] = ()) -> None:
+    """Write via a temp file in the same folder and rename: never a half-written report, and the old
+    file stays intact when the write fails (no space, quota). ``protect``: (device, inode) of the
+    inputs, which an output never replaces, whatever ``--force`` says (also through a link)."""
+    shown = _say(path)
+    if protect and _identity(path) in set(protect):
+        raise UsageError(f"{shown}: is an input of this run; refusing to overwrite it with a report",
+                         hint="choose another output name")
+    try:
+        exists = path.exists() or path.is_symlink()
+    except OSError:
+        exists = False
+    if exists and not force:
+        raise OutputExistsError(f"{shown}: exists", hint="pass --force to overwrite it")
+    if path.is_dir():
+        raise OutputError(f"{shown}: is a directory")
+    data = text.encode("utf-8", "backslashreplace")  # lone surrogates (undecodable file names) as \udcxx
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a short temp name: the output's own name may already be near NAME_MAX
+        fd, tmp = tempfile.mkstemp(prefix=".nsysan-", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before it replaces the old file
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tmp = None
+    except OSError as e:
+        import errno
+
+        why = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+               errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+               errno.EPERM: "not permitted", errno.ENAMETOOLONG: "file name too long",
+               errno.ENOTDIR: "a parent is not a directory", errno.EEXIST: "a parent is not a directory",
+               errno.EISDIR: "is a directory"}.get(e.errno or 0, e.strerror or str(e))
+        old = " (the existing file is unchanged)" if exists else ""
+        raise OutputError(f"{shown}: cannot write: {why}{old}") from e
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
-def _parse_set(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+def _number(option: str, text: str, *, minimum: float = 0.0, strict: bool = False, integer: bool = False) -> Any:
+    """A finite number >= minimum (> with strict), or a usage error naming the option."""
+    what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
+    try:
+        v = int(text, 10) if integer else float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}") from None
+    if not math.isfinite(v) or v < minimum or (strict and v == minimum):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
+    return v
+
+
+def _opt_number(option: str, **kw: Any) -> Any:
+    def parse(text: str) -> Any:
+        return _number(option, text, **kw)
+
+    parse.__name__ = option  # argparse names the option in its message
+    return parse
+
+
+_SCHEDULER = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?[A-Za-z0-9_.\-\[\]:%]+(?::\d{1,5})?/?$")
+
+
+def _scheduler_address(text: str) -> str:
+    if not _SCHEDULER.match(text) or text.startswith((":", "/")) or "://" not in text and ":" not in text:
+        raise argparse.ArgumentTypeError(f"{_say(text)!r}: expected a Dask scheduler address such as "
+                                         "tcp://head:8786 (or host:port)")
+    return text
+
+
+def _check_threshold(rid: str, name: str, value: Any, default: Any) -> Any:
+    """A threshold value of the default's kind (an integer where the default is one, else a number),
+    finite and >= 0; a usage error that names it otherwise."""
+    kind = "an integer" if isinstance(default, int) and not isinstance(default, bool) else "a number"
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if ok and kind == "an integer":
+        ok = float(value).is_integer()
+        value = int(value) if ok else value
+    if not ok:
+        shown = _say(json.dumps(value) if not isinstance(value, str) else value)[:60]
+        raise UsageError(f"{rid}.{name}={shown}: expected {kind} >= 0 (default {default})")
+    return value
+
+
+def _parse_set(items: Sequence[str], source: str = "--set") -> dict[str, dict[str, Any]]:
     if not items:  # nothing to check: no need to import the rules (and pandas) here
         return {}
     from nsysan.rules import REGISTRY
@@ -58,34 +155,78 @@ def _parse_set(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     cfg: dict[str, dict[str, Any]] = {}
     for item in items:
         if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise UsageError(f"--set {item!r}: expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1")
+            raise UsageError(f"{source} {_say(item)!r}: expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1")
         key, value = item.split("=", 1)
         rid, name = key.rsplit(".", 1)
         if rid not in REGISTRY:
-            raise UsageError(f"--set: unknown rule {rid!r} (see `nsysan rules`)")
+            raise UsageError(f"{source}: unknown rule {_say(rid)!r} (see `nsysan rules`)")
         if name not in REGISTRY[rid].thresholds:
-            raise UsageError(f"--set: rule {rid} has no threshold {name!r}; it has: "
+            raise UsageError(f"{source}: rule {rid} has no threshold {_say(name)!r}; it has: "
                              f"{', '.join(REGISTRY[rid].thresholds) or 'none'}")
         try:
             parsed: Any = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             parsed = value
+        try:
+            parsed = _check_threshold(rid, name, parsed, REGISTRY[rid].thresholds[name])
+        except UsageError as e:
+            raise UsageError(f"{source} {e}") from None
         cfg.setdefault(rid, {})[name] = parsed
     return cfg
+
+
+MAX_SIDE_FILE = 64 << 20  # a config or saved analysis larger than this is not one
+
+
+def read_small_file(path: Path, what: str) -> bytes:
+    """The bytes of a config or saved-JSON file: a regular file (a FIFO would block the read
+    forever), at most MAX_SIDE_FILE bytes. Errors name the file."""
+    from nsysan.errors import TraceNotFoundError, TraceUnreadableError
+
+    shown = _say(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TraceNotFoundError(f"{what} {shown}: no such file") from None
+    except OSError as e:
+        raise TraceNotFoundError(f"{what} {shown}: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceNotFoundError(f"{what} {shown}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceNotFoundError(f"{what} {shown}: not a regular file")
+    if st.st_size > MAX_SIDE_FILE:
+        raise UsageError(f"{what} {shown}: {st.st_size:,} bytes, more than the {MAX_SIDE_FILE >> 20} MB such a "
+                         "file can be")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            return f.read(MAX_SIDE_FILE + 1)
+    except OSError as e:
+        raise TraceUnreadableError(f"{what} {shown}: cannot read: {e.strerror or e}") from e
 
 
 def _load_config(path: Path | None) -> dict[str, dict[str, Any]]:
     if path is None:
         return {}
+    shown = _say(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"--config {path}: cannot read JSON ({e})") from e
+        data = json.loads(read_small_file(path, "--config").decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--config {shown}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise UsageError(f"--config {shown}: not valid JSON ({_say(e) if not isinstance(e, RecursionError) else 'nested too deeply'})") from e
+    shape = "expected {\"rules\": {RULE: {THRESHOLD: VALUE}}}"
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {shown}: the top level is a JSON {type(data).__name__}; {shape}")
     rules = data.get("rules", data)
     if not isinstance(rules, dict):
-        raise UsageError(f"--config {path}: expected {{\"rules\": {{rule-id: {{threshold: value}}}}}}")
-    items = [f"{rid}.{k}={json.dumps(v)}" for rid, th in rules.items() for k, v in dict(th).items()]
-    return _parse_set(items)
+        raise UsageError(f"--config {shown}: \"rules\" is not an object; {shape}")
+    items = []
+    for rid, th in rules.items():
+        if not isinstance(th, dict):
+            raise UsageError(f"--config {shown}: rules.{_say(rid)} is not an object of thresholds; {shape}")
+        items += [f"{rid}.{k}={json.dumps(v)}" for k, v in th.items()]
+    return _parse_set(items, source=f"--config {shown}:")
 
 
 def _progress_factory(quiet: bool) -> Any:
@@ -124,17 +265,19 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
                     warmup_factor=opts["warmup_factor"])
     a = analyze(trace, params, rule_config=opts["rule_config"])
     outputs = []
+    protect = [tuple(x) for x in opts.get("protect", ())]
     if opts["json"]:
-        write_atomic(Path(opts["json"]), jsonout.to_json(a, show_env=opts["show_env"]), force=opts["force"])
+        write_atomic(Path(opts["json"]), jsonout.to_json(a, show_env=opts["show_env"]), force=opts["force"],
+                     protect=protect)
         outputs.append(opts["json"])
     if opts["csv"]:
         d = Path(opts["csv"])
         for name, df in jsonout.csv_tables(a).items():
-            write_atomic(d / f"{name}.csv", jsonout.to_csv(df), force=opts["force"])
+            write_atomic(d / f"{name}.csv", jsonout.to_csv(df), force=opts["force"], protect=protect)
         outputs.append(str(d) + "/")
     if opts["html"]:
         text = html_mod.render(view.build(a, show_env=opts["show_env"], generated_by=f"nsysan {__version__}"))
-        write_atomic(Path(opts["html"]), text, force=opts["force"])
+        write_atomic(Path(opts["html"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["html"])
     st = a.iterations.stats
     return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
@@ -158,7 +301,10 @@ def _print_summary(res: dict[str, Any]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
-        from rich.text import Text
+        from rich.text import Text as _Text
+
+        def Text(text: object, **kw: Any) -> _Text:  # everything printed passes through here
+            return _Text(_say(text), **kw)
 
         console = Console(stderr=False, highlight=False, soft_wrap=False)
         console.print(Text(f"{res['trace']}  (nsys {res['nsys']}, {res['seconds']} s)", style="bold"))
@@ -186,7 +332,7 @@ def _print_summary(res: dict[str, Any]) -> None:
         for col in ("saves", "rule", "severity", "finding"):
             table.add_column(col, overflow="fold")
         for rule_id, sev, impact, msg in res["findings"]:
-            table.add_row(fmt_ns(impact), rule_id, sev, Text(msg))
+            table.add_row(fmt_ns(impact), Text(rule_id), Text(sev), Text(msg))
         console.print(table)
         if res.get("nsys_rules"):
             listed = ", ".join(f"{rule} {n:,} ({k:,} in steady state)" for rule, n, k in res["nsys_rules"])
@@ -197,17 +343,74 @@ def _print_summary(res: dict[str, Any]) -> None:
         for out in res["outputs"]:
             console.print(Text(f"wrote {out}"))
     except ImportError:  # pragma: no cover - rich is a dependency; plain text fallback
-        print(res["trace"])
+        print(_say(res["trace"]))
         for rule_id, sev, impact, msg in res["findings"]:
-            print(f"  {fmt_ns(impact):>10}  {rule_id} [{sev}] {msg}")
+            print(_say(f"  {fmt_ns(impact):>10}  {rule_id} [{sev}] {msg}"))
         for out in res["outputs"]:
-            print(f"wrote {out}")
+            print(_say(f"wrote {out}"))
+
+
+def _fit_name(name: str, suffix: str) -> str:
+    """``name + suffix``, the name shortened to fit one path component (NAME_MAX bytes)."""
+    budget = NAME_MAX - len(suffix.encode())
+    raw = os.fsencode(name)
+    if len(raw) <= budget:
+        return name + suffix
+    import hashlib  # a stable tag: two long names that share their first 240 bytes stay apart
+
+    tag = hashlib.sha256(raw).hexdigest()[:8]
+    return os.fsdecode(raw[:budget - 9]) + "-" + tag + suffix
 
 
 def _default_html(trace: str, json_path: str | None) -> str:
     if json_path:
         return str(Path(json_path).with_suffix(".html"))
-    return f"{Path(trace).stem}.nsysan.html"
+    return _fit_name(Path(trace).stem, ".nsysan.html")
+
+
+CSV_NAMES = ("kernels", "kernel_configs", "cuda_api", "os_runtime", "memcpy", "memset", "nvtx", "launches",
+             "overlap", "gpu_busy", "gaps", "iterations", "nsys_analyze", "findings")
+
+
+def _same_place(a: str, b: str) -> bool:
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, force: bool) -> list[tuple[int, int]]:
+    """Before any work: no output is an input (same file by device and inode, so also through a
+    symbolic or hard link), no two outputs are one file, every output folder can be one, and an
+    existing output needs ``force``. ``outputs``: (option, path). Returns the inputs' identities, which
+    ``write_atomic`` checks again at the moment of writing."""
+    protect = [i for i in (_identity(t) for t in inputs) if i is not None]
+    seen: dict[str, str] = {}
+    for option, out in outputs:
+        shown = _say(out)
+        ident = _identity(out)
+        if ident is not None and ident in protect:
+            raise UsageError(f"{option} {shown}: is the input trace; refusing to write a report over it",
+                             hint="choose another output name")
+        key = os.path.normcase(os.path.realpath(out))
+        if key in seen:
+            raise UsageError(f"{option} {shown}: the same file as {seen[key]}; each output needs its own path")
+        seen[key] = f"{option} {shown}"
+        if len(os.fsencode(Path(out).name)) > NAME_MAX:
+            raise UsageError(f"{option} {shown[:80]}...: file name longer than {NAME_MAX} bytes")
+        for parent in [Path(out).parent, *Path(out).parent.parents]:
+            if parent.exists() or parent.is_symlink():
+                if not parent.is_dir():
+                    raise UsageError(f"{option} {shown}: {_say(parent)} is not a directory")
+                break
+        if ident is not None and Path(out).is_dir():
+            raise UsageError(f"{option} {shown}: is a directory")
+        if ident is not None and not force:
+            raise OutputExistsError(f"{shown}: exists", hint="pass --force to overwrite it")
+    return protect
+
+
+def _positive_jobs(jobs: int, n: int) -> int:
+    """Workers: min(--jobs or the cores, traces, cores)."""
+    cores = os.cpu_count() or 1
+    return max(1, min(jobs or cores, n, cores))
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -219,33 +422,54 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         unknown = [r for r in args.disable if r not in REGISTRY]
         if unknown:
-            raise UsageError(f"--disable: unknown rule(s) {', '.join(unknown)}")
+            raise UsageError(f"--disable: unknown rule(s) {_say(', '.join(unknown))}")
         rule_config["_disabled"] = {r: True for r in args.disable}
     many = len(args.traces) > 1 or bool(args.scheduler)
+    if args.out_dir and (args.json or args.html or args.csv):
+        raise UsageError("--out-dir writes <trace>.json and <trace>.html per trace; it cannot be combined with "
+                         "--json, --html or --csv")
     if many and (args.json or args.html or args.csv):
-        if not args.out_dir:
-            raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
-                             "--json/--html/--csv")
+        raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
+                         "--json/--html/--csv")
+    if args.out_dir and (os.path.exists(args.out_dir) or os.path.islink(args.out_dir)) \
+            and not os.path.isdir(args.out_dir):
+        raise UsageError(f"--out-dir {_say(args.out_dir)}: exists and is not a directory")
     base = {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
             "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
             "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many}
-    if not many:
-        # decode the big tables on background threads (C, no GIL) while pandas is being imported
-        from nsysan.trace import prefetch
-
-        prefetch.start(args.traces[0], max_rows=args.max_events)
     jobs = []
+    planned: list[tuple[str, str]] = []
+    stems: dict[str, str] = {}
     for t in args.traces:
         o = dict(base)
         if many or args.out_dir:
             d = Path(args.out_dir or ".")
             stem = Path(t).stem
-            o.update(json=str(d / f"{stem}.json"), html=None if args.no_html else str(d / f"{stem}.html"), csv=None)
+            if stem in stems:
+                raise UsageError(f"{_say(stems[stem])} and {_say(t)} have the same name {_say(stem)!r}: their "
+                                 "outputs in --out-dir would overwrite each other", hint="rename or link one of them")
+            stems[stem] = t
+            o.update(json=str(d / _fit_name(stem, ".json")),
+                     html=None if args.no_html else str(d / _fit_name(stem, ".html")), csv=None)
         else:
             o.update(json=args.json, csv=args.csv,
                      html=None if args.no_html else (args.html or _default_html(t, args.json)))
+        planned += [(opt, o[key]) for opt, key in (("--json", "json"), ("--html", "html")) if o[key]]
+        if o["csv"]:
+            planned += [("--csv", str(Path(o["csv"]) / f"{n}.csv")) for n in CSV_NAMES]
         jobs.append((t, o))
+    if args.out_dir:
+        planned.append(("--out-dir", str(Path(args.out_dir) / "summary.json")))
+    # options and outputs checked before the trace is opened: nothing is analysed for an output
+    # that cannot be written, and no output can be written over an input
+    protect = check_outputs(args.traces, planned, force=args.force)
+    for _, o in jobs:
+        o["protect"] = protect
     if not many:
+        # decode the big tables on background threads (C, no GIL) while pandas is being imported
+        from nsysan.trace import prefetch
+
+        prefetch.start(args.traces[0], max_rows=args.max_events)
         res = analyze_one(*jobs[0])
         if not args.quiet:
             _print_summary(res)
@@ -254,8 +478,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     _print_cross(results)
     if args.out_dir:
         summary = Path(args.out_dir) / "summary.json"
-        write_atomic(summary, json.dumps(cross_summary(results), indent=1, default=str) + "\n", force=args.force)
-        print(f"wrote {summary}")
+        write_atomic(summary, json.dumps(cross_summary(results), indent=1, default=str) + "\n", force=args.force,
+                     protect=protect)
+        print(f"wrote {_say(summary)}")
     return 1 if failed else 0
 
 
@@ -270,12 +495,12 @@ def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) 
 
         results, errors = cluster.run(args.scheduler, jobs, timeout_s=args.scheduler_timeout)
         for e in errors:
-            print(f"nsysan: {e['error']}", file=sys.stderr)
+            print(f"nsysan: {_say(e['error'])}", file=sys.stderr)
         return results, len(errors)
     from concurrent.futures import ProcessPoolExecutor
 
     results, failed = [], 0
-    workers = args.jobs or min(len(jobs), os.cpu_count() or 1)
+    workers = _positive_jobs(args.jobs, len(jobs))
     # each process analyses on its share of the cores
     threads = os.environ.get("NSYSAN_THREADS") or str(max(1, (os.cpu_count() or 1) // workers))
     with ProcessPoolExecutor(max_workers=workers, initializer=_set_threads, initargs=(threads,)) as pool:
@@ -285,7 +510,10 @@ def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) 
                 results.append(f.result())
             except NsysanError as e:
                 failed += 1
-                print(f"nsysan: {e}", file=sys.stderr)
+                print(f"nsysan: {_say(e)}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001 - one trace's failure (a crashed worker) is reported, not raised
+                failed += 1
+                print(f"nsysan: {_say(t)}: internal error ({type(e).__name__}: {_say(e)})", file=sys.stderr)
     return results, failed
 
 
@@ -314,8 +542,9 @@ def _print_cross(results: list[dict[str, Any]]) -> None:
     print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
     for r in cross_summary(results)["traces"]:
         busy = fmt_pct(r["busy"][0]["busy_frac"]) if r["busy"] else "-"
-        print(f"{Path(r['trace']).name[:40]:40s} {fmt_ns(r['p50_ns']):>10s} {busy:>9s} {r['top_finding'] or '-':30s} "
-              f"{str(r['slowest_kernel'])[:60]}{' STRAGGLER' if r['straggler'] else ''}")
+        print(f"{_say(Path(r['trace']).name)[:40]:40s} {fmt_ns(r['p50_ns']):>10s} {busy:>9s} "
+              f"{_say(r['top_finding'] or '-'):30s} "
+              f"{_say(str(r['slowest_kernel']))[:60]}{' STRAGGLER' if r['straggler'] else ''}")
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -416,7 +645,10 @@ def _labels(paths: Sequence[str]) -> list[str]:
 def cmd_diff(args: argparse.Namespace) -> int:
     from nsysan import compare
 
-    threshold = compare.parse_threshold(args.fail_on_regression) if args.fail_on_regression else None
+    threshold = compare.parse_threshold(args.fail_on_regression) if args.fail_on_regression is not None else None
+    inputs = [args.base, args.new]
+    protect = check_outputs(inputs, [(o, v) for o, v in (("--json", args.json), ("--html", args.html)) if v],
+                            force=args.force)
     base = compare.load(args.base, iteration_range=args.iteration_range)
     new = compare.load(args.new, iteration_range=args.iteration_range)
     lb, ln = _labels([args.base, args.new])
@@ -426,11 +658,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if threshold is not None:
         d.gate = compare.gate(d, args.metric, threshold)
     if args.json:
-        write_atomic(Path(args.json), json.dumps(d.to_dict(), sort_keys=True, indent=1, default=float) + "\n",
-                     force=args.force)
+        write_atomic(Path(args.json), compare.dumps(d.to_dict()), force=args.force, protect=protect)
     if args.html:
         write_atomic(Path(args.html), _render_compare(title=f"nsysan diff: {lb} vs {ln}", diff=d, ladder=None),
-                     force=args.force)
+                     force=args.force, protect=protect)
     if not args.quiet:
         _print_diff(d)
     if d.gate and d.gate["failed"]:
@@ -443,20 +674,23 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _print_diff(d: Any) -> None:
     from rich.console import Console
     from rich.table import Table
-    from rich.text import Text
+    from rich.text import Text as _Text
 
     from nsysan.units import fmt_ns
 
+    def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
+        return _Text(_say(text), **kw)
+
     c = Console(highlight=False, soft_wrap=False)
-    t = Table(title=f"{d.base} -> {d.new}")
+    t = Table(title=Text(f"{d.base} -> {d.new}"))
     for col in ("metric", d.base, d.new, "delta", "ratio", "verdict"):
-        t.add_column(col, overflow="fold")
+        t.add_column(Text(col), overflow="fold")
     for m in d.metrics:
         if m["base"] is None and m["new"] is None:
             continue
-        t.add_row(m["metric"], _fmt_metric(m["metric"], m["base"]), _fmt_metric(m["metric"], m["new"]),
-                  _fmt_metric(m["metric"], m["delta"], signed=True),
-                  f"{m['ratio']:.3f}" if m["ratio"] is not None else "-", m["verdict"] or "-")
+        t.add_row(*(Text(x) for x in (m["metric"], _fmt_metric(m["metric"], m["base"]),
+                                      _fmt_metric(m["metric"], m["new"]), _fmt_metric(m["metric"], m["delta"], signed=True),
+                                      f"{m['ratio']:.3f}" if m["ratio"] is not None else "-", m["verdict"] or "-")))
     c.print(t)
     c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations)"))
     for k in ("resolved", "remaining", "new"):
@@ -483,7 +717,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"--labels has {len(labels)} names for {len(args.traces)} traces")
     if len(args.traces) < 2:
         raise UsageError("compare needs at least two traces (or nsysan JSON files)")
-    workers = args.jobs or min(len(args.traces), os.cpu_count() or 1)
+    protect = check_outputs(args.traces, [(o, v) for o, v in (("--json", args.json), ("--html", args.html)) if v],
+                            force=args.force)
+    workers = _positive_jobs(args.jobs, len(args.traces))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             dicts = list(pool.map(compare.load, args.traces, [args.iteration_range] * len(args.traces)))
@@ -491,26 +727,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
         dicts = [compare.load(t, iteration_range=args.iteration_range) for t in args.traces]
     lad = compare.ladder(list(zip(labels, dicts)), args.metric)
     if args.json:
-        write_atomic(Path(args.json), json.dumps(lad, sort_keys=True, indent=1) + "\n", force=args.force)
+        write_atomic(Path(args.json), compare.dumps(lad), force=args.force, protect=protect)
     if args.html:
         vmax = max([r["value"] for r in lad["rows"] if r["value"]] or [1])
         write_atomic(Path(args.html), _render_compare(title="nsysan compare", diff=None, ladder=lad, ladder_max=vmax),
-                     force=args.force)
+                     force=args.force, protect=protect)
     if args.markdown:
         print(ladder_markdown(lad), end="")
     elif not args.quiet:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        t = Table(title=lad["label"])
+        t = Table(title=Text(_say(lad["label"])))
         for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding"):
             t.add_column(col)
         for r in lad["rows"]:
-            t.add_row(r["label"], _fmt_metric(lad["metric"], r["value"]),
-                      f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
-                      f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
-                      _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
-                      r["top_finding"] or "-")
+            t.add_row(*(Text(_say(x)) for x in (
+                r["label"], _fmt_metric(lad["metric"], r["value"]),
+                f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
+                f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
+                _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
+                r["top_finding"] or "-")))
         Console(highlight=False).print(t)
     return 0
 
@@ -518,11 +756,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def ladder_markdown(lad: dict[str, Any]) -> str:
     lines = [f"| trace | {lad['label']} | step speedup | total speedup | GPU busy | top finding |",
              "|---|---:|---:|---:|---:|---|"]
+    def md(text: object) -> str:  # one table cell: no escapes, no column breaks
+        return _say(text).replace("|", "\\|")
+
     for r in lad["rows"]:
-        lines.append(f"| {r['label']} | {_fmt_metric(lad['metric'], r['value'])} | "
+        lines.append(f"| {md(r['label'])} | {_fmt_metric(lad['metric'], r['value'])} | "
                      f"{(format(r['step_speedup'], '.2f') + 'x') if r['step_speedup'] else '-'} | "
                      f"{(format(r['total_speedup'], '.2f') + 'x') if r['total_speedup'] else '-'} | "
-                     f"{_fmt_metric('busy_frac', r['gpu_busy_frac'])} | {r['top_finding'] or '-'} |")
+                     f"{_fmt_metric('busy_frac', r['gpu_busy_frac'])} | {md(r['top_finding'] or '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -547,20 +788,21 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces)")
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
                    "(default: the most frequent push/pop range)")
-    a.add_argument("--min-gap-us", type=float, default=10.0, help="smallest GPU idle gap reported (default 10 us)")
-    a.add_argument("--warmup-factor", type=float, default=1.5, help="leading iterations slower than this x the "
+    a.add_argument("--min-gap-us", type=_opt_number("--min-gap-us"), default=10.0, help="smallest GPU idle gap reported (default 10 us)")
+    a.add_argument("--warmup-factor", type=_opt_number("--warmup-factor", strict=True), default=1.5, help="leading iterations slower than this x the "
                    "median are warm-up (default 1.5)")
     a.add_argument("--set", action="append", metavar="RULE.THRESHOLD=VALUE", help="override a rule threshold")
     a.add_argument("--config", type=Path, help="JSON file {\"rules\": {rule: {threshold: value}}}")
     a.add_argument("--disable", action="append", metavar="RULE", help="do not run this rule")
     a.add_argument("--show-env", action="store_true", help="include captured environment variables and command "
                    "lines in reports (off by default: they often hold secrets)")
-    a.add_argument("--max-events", type=int, default=200_000_000, help="refuse traces with more events "
+    a.add_argument("--max-events", type=_opt_number("--max-events", integer=True), default=200_000_000, help="refuse traces with more events "
                    "(default 200M)")
-    a.add_argument("--jobs", type=int, default=0, help="parallel processes for several traces")
-    a.add_argument("--scheduler", metavar="ADDRESS", help="run each trace as a task on this Dask distributed "
+    a.add_argument("--jobs", type=_opt_number("--jobs", integer=True), default=0,
+                   help="parallel processes for several traces (default and most: min(traces, cores))")
+    a.add_argument("--scheduler", metavar="ADDRESS", type=_scheduler_address, help="run each trace as a task on this Dask distributed "
                    "scheduler (tcp://host:8786); traces and --out-dir must be on a filesystem the workers share")
-    a.add_argument("--scheduler-timeout", type=float, default=30.0, metavar="SECONDS",
+    a.add_argument("--scheduler-timeout", type=_opt_number("--scheduler-timeout", strict=True), default=30.0, metavar="SECONDS",
                    help="how long to try to reach the scheduler (default 30)")
     a.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
@@ -597,7 +839,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="OUT.json", help="write the table as JSON (schema nsysan.ladder/1)")
     c.add_argument("--html", metavar="OUT.html", help="write the table and a bar chart as HTML")
     c.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    c.add_argument("--jobs", type=int, default=0, help="parallel processes")
+    c.add_argument("--jobs", type=_opt_number("--jobs", integer=True), default=0,
+                   help="parallel processes (default and most: min(traces, cores))")
     _compare_common(c)
     c.set_defaults(fn=cmd_compare)
     e = sub.add_parser("example", help="print the path of a bundled example trace")
@@ -617,9 +860,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.base, args.new = resolve(args.base), resolve(args.new)
         return int(args.fn(args))
     except NsysanError as e:
-        print(f"nsysan: error: {e}", file=sys.stderr)
+        print(f"nsysan: error: {_say(e)}", file=sys.stderr)
         if e.hint:
-            print(f"nsysan: hint: {e.hint}", file=sys.stderr)
+            print(f"nsysan: hint: {_say(e.hint)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("nsysan: interrupted", file=sys.stderr)
@@ -629,6 +872,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CODES["ResourceLimitError"]
     except BrokenPipeError:
         return 0
+    except RecursionError:
+        print("nsysan: error: input nested too deeply", file=sys.stderr)
+        return EXIT_CODES["UsageError"]
+    except Exception as e:  # noqa: BLE001 - the last resort: one line, never a traceback
+        if os.environ.get("NSYSAN_DEBUG"):
+            raise
+        print(f"nsysan: internal error: {type(e).__name__}: {_say(e)}"[:2000], file=sys.stderr)
+        print("nsysan: hint: please report this with the command line (NSYSAN_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 def run() -> None:

@@ -56,29 +56,138 @@ GATE_METRICS = ("iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "it
                 "timed_region_gpu_ns", "kernel_total_ns", "gpu_idle_ns")
 
 
+# The parts of a saved ``nsysan.analysis/2`` file that diff, compare and the gate read, and their
+# types. A saved file is input like any other: each of these is checked before use, and a wrong one
+# is named ("kernels.by_name[3].total_ns: expected a number, got null"). "num?" may be null.
+_NUM, _NUM_NULL, _STR, _STR_NULL, _BOOL_NULL = "num", "num?", "str", "str?", "bool?"
+SAVED_SHAPE: dict[str, Any] = {
+    "trace": {"cuda_graph_trace": _STR_NULL},
+    "iterations": {"range": _STR_NULL,
+                   "stats": {k: _NUM_NULL for k in ("p50_ns", "p90_ns", "p99_ns", "mean_ns", "throughput_per_s",
+                                                    "latency_p50_ns", "queue_depth_p50")}
+                   | {"latency_includes_queueing": _BOOL_NULL},
+                   "timed_regions": [{"cpu_ns": _NUM, "with_gpu_ns": _NUM}],
+                   "per_iteration": [{"period_ns": _NUM_NULL, "latency_ns": _NUM, "warmup": _BOOL_NULL}]},
+    "gpu": {"steady": [{"busy_ns": _NUM, "idle_ns": _NUM}]},
+    "overlap": {"by_direction": [{"direction": _STR_NULL, "copy_ns": _NUM, "overlap_ns": _NUM}]},
+    "launch": {"kernels": {"api_med_ns": _NUM_NULL, "launch_dominated_frac": _NUM_NULL}},
+    "memcpy": {"by_kind": [{"kind": _STR_NULL, "throughput_bytes_per_s": _NUM_NULL}]},
+    "gaps": {"summary": {"total_ns": _NUM_NULL}},
+    "kernels": {"by_name": [{"name": _STR, "total_ns": _NUM, "count": _NUM, "med_ns": _NUM_NULL}]},
+    "nvtx": {"by_name": [{"name": _STR, "total_ns": _NUM, "count": _NUM, "med_ns": _NUM_NULL,
+                          "style": _STR_NULL}]},
+    "graph_launches": {"total_ns": _NUM_NULL},
+    "findings": [{"rule": _STR, "title": _STR_NULL, "impact_ns": _NUM_NULL}],
+}
+_REQUIRED_IN_ROW = {"latency_ns", "cpu_ns", "with_gpu_ns", "busy_ns", "idle_ns", "copy_ns", "overlap_ns", "name",
+                    "total_ns", "count", "rule"}
+
+
+def _kind(v: Any) -> str:
+    return "null" if v is None else {bool: "a boolean", str: "a string", dict: "an object", list: "a list"}.get(
+        type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__)
+
+
+def validate_saved(d: Any, where: str = "") -> str | None:
+    """The first field of a saved analysis that does not have the documented type, as
+    ``"path: expected ..., got ..."``; None when everything diff and compare read is well formed."""
+    return _check(d, SAVED_SHAPE, where)
+
+
+def _check(v: Any, shape: Any, where: str) -> str | None:
+    if isinstance(shape, dict):
+        if v is None and where:  # a section may be absent or null ("no such data")
+            return None
+        if not isinstance(v, dict):
+            return f"{where or 'top level'}: expected an object, got {_kind(v)}"
+        for k, sub in shape.items():
+            if k not in v:
+                if where and k in _REQUIRED_IN_ROW:
+                    return f"{where}.{k}: missing"
+                continue
+            bad = _check(v[k], sub, f"{where}.{k}" if where else k)
+            if bad:
+                return bad
+        return None
+    if isinstance(shape, list):
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            return f"{where}: expected a list, got {_kind(v)}"
+        for i, row in enumerate(v):
+            if not isinstance(row, dict):
+                return f"{where}[{i}]: expected an object, got {_kind(row)}"
+            bad = _check(row, shape[0], f"{where}[{i}]")
+            if bad:
+                return bad
+        return None
+    nullable = shape.endswith("?")
+    if v is None:
+        return None if nullable else f"{where}: expected {'a number' if shape.startswith('num') else 'a string'}, got null"
+    if shape.startswith("num"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > 1e30:
+            return f"{where}: expected a finite number, got {_kind(v) if not isinstance(v, (int, float)) else v}"
+    elif shape.startswith("str"):
+        if not isinstance(v, str):
+            return f"{where}: expected a string, got {_kind(v)}"
+    elif shape.startswith("bool") and not isinstance(v, bool):
+        return f"{where}: expected true or false, got {_kind(v)}"
+    return None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load(source: str | Path, iteration_range: str | None = None) -> dict[str, Any]:
     """An analysis as a dict: from a saved nsysan JSON file, or by analysing a trace."""
+    from nsysan.units import clean_text
+
     path = Path(source)
     if path.suffix == ".json":
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as e:
-            from nsysan.errors import TraceNotFoundError
+        from nsysan.cli import read_small_file
 
-            raise TraceNotFoundError(f"{path}: no such file") from e
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise UsageError(f"{path}: not an nsysan JSON file ({e})") from e
+        shown = clean_text(path)
+        raw = read_small_file(path, "saved analysis")
+        try:
+            d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except RecursionError:
+            raise UsageError(f"{shown}: not an nsysan JSON file (nested too deeply)") from None
+        except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            raise UsageError(f"{shown}: not an nsysan JSON file ({clean_text(e)})") from e
         if isinstance(d, dict) and d.get("schema") == "nsysan.analysis/1":
-            raise UsageError(f"{path}: an nsysan.analysis/1 file, whose iteration times are latencies; "
+            raise UsageError(f"{shown}: an nsysan.analysis/1 file, whose iteration times are latencies; "
                              "analyse the trace again (nsysan.analysis/2 compares periods)")
         if not isinstance(d, dict) or d.get("schema") != "nsysan.analysis/2":
-            raise UsageError(f"{path}: not an nsysan analysis (expected schema nsysan.analysis/2)")
+            raise UsageError(f"{shown}: not an nsysan analysis (expected schema nsysan.analysis/2)")
+        bad = validate_saved(d)
+        if bad:
+            raise UsageError(f"{shown}: a damaged nsysan.analysis/2 file: {clean_text(bad)}",
+                             hint="write it again with nsysan analyze TRACE --json OUT.json")
         return d
     from nsysan.analysis import Params, analyze
     from nsysan.report.jsonout import analysis_to_dict
     from nsysan.trace import open_trace
 
     return analysis_to_dict(analyze(open_trace(path), Params(iteration_range=iteration_range)))
+
+
+def finite(v: Any) -> Any:
+    """``v`` with every NaN or infinite float replaced by None: JSON has no such numbers."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite(x) for x in v]
+    if isinstance(v, np.generic):
+        return finite(v.item())
+    return v
+
+
+def dumps(d: dict[str, Any]) -> str:
+    """A diff or ladder as strict JSON (sorted keys, no NaN)."""
+    return json.dumps(finite(d), sort_keys=True, indent=1, allow_nan=False, default=str) + "\n"
 
 
 def headline(d: dict[str, Any]) -> dict[str, float | None]:
@@ -269,7 +378,7 @@ def parse_threshold(text: str) -> float:
         v = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
     except ValueError as e:
         raise UsageError(f"--fail-on-regression {text!r}: expected a percentage such as 5%") from e
-    if not 0 <= v < 10:
+    if not math.isfinite(v) or not 0 <= v < 10:
         raise UsageError(f"--fail-on-regression {text!r}: out of range")
     return v
 
@@ -282,7 +391,12 @@ def gate(dd: Diff, metric: str, threshold: float) -> dict[str, Any]:
     if row["base"] is None or row["new"] is None:
         raise UsageError(f"metric {metric} is missing in {'the base' if row['base'] is None else 'the new'} "
                          "analysis (no iteration range found? pass --iteration-range NAME or choose another --metric)")
-    change = (row["new"] - row["base"]) / row["base"] if row["base"] else 0.0
+    if row["base"] < 0 or row["new"] < 0:
+        raise UsageError(f"metric {metric} is negative in {'the base' if row['base'] < 0 else 'the new'} analysis")
+    if row["base"] > 0:
+        change = (row["new"] - row["base"]) / row["base"]
+    else:  # a baseline of 0: any growth is a regression (of unbounded size), none is no change
+        change = math.inf if row["new"] > 0 else 0.0
     uses_iterations = metric.startswith("iter_")
     significant = dd.noise["significant"] if uses_iterations else None
     tested = uses_iterations and dd.noise["p_value"] is not None

@@ -73,6 +73,13 @@ class RegressionError(NsysanError):
     exit_code = 11
 
 
+class OutputError(NsysanError):
+    """An output cannot be written: a read-only folder or file system, no space left, a name too
+    long, a parent that is a file. The previous file of that name, if any, is left as it was."""
+
+    exit_code = 12
+
+
 def _all(cls: type[NsysanError]) -> list[type[NsysanError]]:
     return [cls] + [c for sub in cls.__subclasses__() for c in _all(sub)]
 

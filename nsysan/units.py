@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -44,3 +46,24 @@ def fmt_pct(frac: float | None) -> str:
     if frac is None:
         return "-"
     return f"{100 * frac:.1f}%"
+
+
+# C0 and C1 control characters (ESC starts terminal escape sequences: titles, OSC 8 links, clearing
+# the screen), DEL, bidirectional overrides (text that reads differently from what it is) and lone
+# surrogates (bytes of a file name that are not UTF-8)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{c - 0xDC00:02x}"
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def clean_text(text: object) -> str:
+    """Text from a trace or a file name, safe to print on a terminal: control characters, escape
+    sequences, bidirectional overrides and undecodable bytes are shown escaped (``\\x1b``), never sent
+    raw. (Rich markup is not interpreted either where the CLI prints through ``rich.text.Text``.)"""
+    s = text if isinstance(text, str) else str(text)
+    return _UNSAFE.sub(_escape_char, s) if _UNSAFE.search(s) else s

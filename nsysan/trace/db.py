@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -43,39 +44,58 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+    # bytes: a file name that is not valid UTF-8 (surrogate escapes in ``str``) is quoted byte by byte
+    return "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
+
+
+def display(path: object) -> str:
+    """A path for a message: bytes that are not UTF-8 shown as ``\\xNN``, control characters escaped."""
+    from nsysan.units import clean_text
+
+    return clean_text(str(path))
 
 
 def check_file(path: Path) -> None:
     """Raise a precise error for a path that cannot be an export; return if it looks like SQLite."""
-    if not path.exists():
-        raise TraceNotFoundError(f"{path}: no such file", hint="check the path; nsys writes <name>.sqlite")
-    if path.is_dir():
-        raise TraceNotFoundError(f"{path}: is a directory, not a trace file")
-    if not path.is_file():
-        raise TraceNotFoundError(f"{path}: not a regular file")
-    if not os.access(path, os.R_OK):
-        raise TraceUnreadableError(f"{path}: permission denied", hint="make the file readable (chmod +r)")
+    shown = display(path)
     try:
-        with path.open("rb") as f:
-            head = f.read(100)
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TraceNotFoundError(f"{shown}: no such file", hint="check the path; nsys writes <name>.sqlite") from None
+    except OSError as e:  # a name too long, a loop of links, a parent that is a file
+        raise TraceNotFoundError(f"{shown}: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceNotFoundError(f"{shown}: is a directory, not a trace file")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: opening it could block forever
+        raise TraceNotFoundError(f"{shown}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise TraceUnreadableError(f"{shown}: permission denied", hint="make the file readable (chmod +r)")
+    try:  # O_NONBLOCK: should the path have been swapped for a FIFO since the stat, do not wait on it
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TraceNotFoundError(f"{shown}: not a regular file")
+            head = os.pread(fd, 100, 0)
+        finally:
+            os.close(fd)
     except OSError as e:
-        raise TraceUnreadableError(f"{path}: cannot read: {e.strerror or e}") from e
+        raise TraceUnreadableError(f"{shown}: cannot read: {e.strerror or e}") from e
     if len(head) == 0:
-        raise NotSQLiteError(f"{path}: empty file")
+        raise NotSQLiteError(f"{shown}: empty file")
     if head.startswith(b"version https://git-lfs"):
-        raise NotSQLiteError(f"{path}: a Git LFS pointer, not the trace", hint="run `git lfs pull` first")
+        raise NotSQLiteError(f"{shown}: a Git LFS pointer, not the trace", hint="run `git lfs pull` first")
     if not head.startswith(SQLITE_MAGIC):
         hint = None
         if path.suffix in (".nsys-rep", ".qdrep"):
-            hint = f"export it first: nsys export --type sqlite {path}"
-        raise NotSQLiteError(f"{path}: not an SQLite file", hint=hint)
+            hint = f"export it first: nsys export --type sqlite {shown}"
+        raise NotSQLiteError(f"{shown}: not an SQLite file", hint=hint)
     if len(head) < 100:
-        raise CorruptTraceError(f"{path}: truncated SQLite file ({len(head)} bytes)")
+        raise CorruptTraceError(f"{shown}: truncated SQLite file ({len(head)} bytes)")
 
 
 def _translate(path: Path, e: Exception) -> Exception:
     msg = str(e).lower()
+    path = display(path)  # type: ignore[assignment]
     if "malformed" in msg or "corrupt" in msg or "truncat" in msg or "disk i/o" in msg:
         return CorruptTraceError(f"{path}: corrupt or truncated SQLite database ({e})")
     if "not a database" in msg or "file is encrypted" in msg:
@@ -98,6 +118,7 @@ class Caps:
     """Which tables and columns the export has (nsys' ``table_checks`` idea)."""
 
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()  # views and virtual tables: never read (nsys writes neither)
 
     def has(self, table: str, column: str | None = None) -> bool:
         cols = self.tables.get(table)
@@ -130,6 +151,7 @@ class Database:
         whole budget for a 200 MB trace, so it is not on the common path."""
         try:
             tables = prefetch.table_columns(self._sqlite)
+            self._ignored = tuple(str(r[0]) for r in self._sqlite.execute(prefetch.NOT_TABLES_SQL).fetchall())
         except sqlite3.DatabaseError as e:
             if "no such table" not in str(e).lower() and "pragma_table_info" not in str(e).lower():
                 raise _translate(self.path, e) from e
@@ -144,6 +166,7 @@ class Database:
             insp = sa.inspect(engine)
             names = insp.get_table_names()
             tables = {}
+            self._ignored = tuple(insp.get_view_names())
             for name in names:
                 tables[name] = tuple(c["name"] for c in insp.get_columns(name))
         except sa.exc.DBAPIError as e:
@@ -156,10 +179,10 @@ class Database:
         if "StringIds" not in tables or not any(t.startswith("TARGET_INFO") for t in tables):
             found = ", ".join(sorted(tables)[:5]) or "no tables"
             raise NotAnNsysExportError(
-                f"{self.path}: SQLite, but not an Nsight Systems export (has {found})",
+                f"{display(self.path)}: SQLite, but not an Nsight Systems export (has {found})",
                 hint="export a report with: nsys export --type sqlite REPORT.nsys-rep",
             )
-        return Caps(tables)
+        return Caps(tables, getattr(self, "_ignored", ()))
 
     # -- read -------------------------------------------------------------------------------
     def _adbc_conn(self) -> Any:

@@ -16,10 +16,11 @@ import pyarrow as pa
 
 from nsysan import _memory
 from nsysan._executor import threads
+from nsysan.units import clean_text
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import direct, prefetch
 from nsysan.trace import schema as S
-from nsysan.trace.db import Database
+from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
 
 Progress = Callable[[str, int, int], None]
@@ -46,38 +47,96 @@ def cap_strings(arr: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 
 
 class Strings:
-    """``StringIds`` as a dense id -> category-code map, for vectorised resolution."""
+    """``StringIds`` as an id -> category-code map, for vectorised resolution.
+
+    Memory follows the number of strings, never the values of their ids: ids are dense in nsys
+    exports (0..n-1) and map through a direct-address table; a file whose largest id is far beyond
+    its row count (one row with id 2^31) maps through a sorted id array and a binary search instead.
+    Categories are the distinct values, sorted (dictionary-encoded in Arrow: no fixed-width copy of
+    every string at the length of the longest)."""
 
     def __init__(self, table: pa.Table) -> None:
+        self.sorted_ids: np.ndarray | None = None
+        self.unresolved: list[tuple[str, int]] = []  # (column, rows) named by an id StringIds lacks
+        self._init(table)
+        self.index_unknown = self.index.append(pd.Index([UNKNOWN_NAME], dtype=object))
+
+    def _init(self, table: pa.Table) -> None:
+        import pyarrow.compute as pc
+
         if table.num_rows == 0:
             self.categories = np.array([], dtype=object)
-            self.code_of_id = np.full(1, -1, dtype=np.int64)
+            self.code_of_id = np.full(1, -1, dtype=np.int8)
             self.index = pd.Index(self.categories, dtype=object)
             return
-        ids = table.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
+        raw_ids = table.column("id")
+        if not pa.types.is_integer(raw_ids.type):  # a REAL, TEXT or BLOB id (not nsys): such rows are dropped
+            raw_ids = pa.array(pd.to_numeric(pd.Series(raw_ids.to_pylist(), dtype=object), errors="coerce"),
+                               type=pa.float64(), from_pandas=True)
+            raw_ids = pc.if_else(pc.and_(pc.is_finite(raw_ids), pc.equal(raw_ids, pc.floor(raw_ids))),
+                                 raw_ids, None)
+            raw_ids = pc.if_else(pc.less(pc.abs(raw_ids), 2.0 ** 62), raw_ids, None).cast(pa.int64())
+        ids = raw_ids.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         col = table.column("value")
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             col = pa.array([None if v is None else str(v) for v in col.to_pylist()], type=pa.string())
-        values = np.asarray(cap_strings(col).to_pylist(), dtype=object)
-        values = np.where(pd.isna(values), "", values).astype(object)
-        uniq, inverse = np.unique(values.astype(str), return_inverse=True)
-        self.categories = uniq.astype(object)
+        col = cap_strings(col)
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        enc = pc.dictionary_encode(col.fill_null(""))
+        order = pc.array_sort_indices(enc.dictionary).to_numpy(zero_copy_only=False)
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        uniq_n = len(order)
+        inverse = rank[enc.indices.to_numpy(zero_copy_only=False)]
+        self.categories = np.asarray(enc.dictionary.take(pa.array(order)).to_pylist(), dtype=object)
         self.index = pd.Index(self.categories, dtype=object)  # shared by every resolved column
-        size = int(ids.max()) + 1 if len(ids) else 1
-        self.code_of_id = np.full(max(size, 1), -1, dtype=_code_dtype(len(uniq)))
         valid = ids >= 0
-        self.code_of_id[ids[valid]] = inverse[valid]
+        n = len(ids)
+        largest = int(ids.max()) if n else -1
+        code_type = _code_dtype(uniq_n)
+        if largest < 2 * n + 1_000_000:  # dense (nsys): a direct-address table
+            self.code_of_id = np.full(max(largest + 1, 1), -1, dtype=code_type)
+            self.code_of_id[ids[valid]] = inverse[valid]
+        else:  # sparse ids: sorted ids and their codes, found by binary search
+            keep = np.flatnonzero(valid)
+            by_id = keep[np.argsort(ids[keep], kind="stable")]
+            self.sorted_ids = ids[by_id]
+            self.code_of_id = inverse[by_id].astype(code_type)
 
-    def resolve(self, ids: np.ndarray, *, prune: bool = True) -> pd.Categorical:
-        ids = np.asarray(ids)
-        if len(ids) and int(ids.min()) >= 0 and int(ids.max()) < len(self.code_of_id):
-            codes = self.code_of_id[ids]  # every id known (the usual case): one gather
-        else:
+    def _codes(self, ids: np.ndarray) -> np.ndarray:
+        if self.sorted_ids is not None:
             codes = np.full(len(ids), -1, dtype=self.code_of_id.dtype)
-            ok = (ids >= 0) & (ids < len(self.code_of_id))
-            codes[ok] = self.code_of_id[ids[ok]]
-        cat = pd.Categorical.from_codes(codes, categories=self.index, validate=False)
+            if len(self.sorted_ids):
+                pos = np.searchsorted(self.sorted_ids, ids)
+                pos[pos >= len(self.sorted_ids)] = 0
+                hit = self.sorted_ids[pos] == ids
+                codes[hit] = self.code_of_id[pos[hit]]
+            return codes
+        if len(ids) and int(ids.min()) >= 0 and int(ids.max()) < len(self.code_of_id):
+            return self.code_of_id[ids]  # every id known (the usual case): one gather
+        codes = np.full(len(ids), -1, dtype=self.code_of_id.dtype)
+        ok = (ids >= 0) & (ids < len(self.code_of_id))
+        codes[ok] = self.code_of_id[ids[ok]]
+        return codes
+
+    def resolve(self, ids: np.ndarray, *, prune: bool = True, column: str | None = None) -> pd.Categorical:
+        """Categories of these ids. With ``column``, ids that name no string (missing from StringIds,
+        negative, NULL, not a number) become ``UNKNOWN_NAME`` and are counted in ``unresolved``."""
+        ids = np.asarray(ids)
+        codes = self._codes(ids)
+        cats = self.index
+        if column is not None:  # the same categories for every slice of a table (they are concatenated)
+            cats = self.index_unknown
+            if len(codes) and int(codes.min()) < 0:
+                bad = codes < 0
+                self.unresolved.append((column, int(bad.sum())))
+                codes = np.where(bad, len(self.index), codes).astype(_code_dtype(len(cats)))
+        cat = pd.Categorical.from_codes(codes, categories=cats, validate=False)
         return prune_categories(cat) if prune else cat
+
+
+UNKNOWN_NAME = "[unknown name]"
 
 
 def prune_categories(cat: pd.Categorical) -> pd.Categorical:
@@ -106,12 +165,15 @@ def _code_dtype(n_categories: int) -> type:
 def map_categories(values: pd.Series, fn: Callable[[str], str]) -> pd.Series:
     """Apply ``fn`` to each category of a categorical series (fast: once per distinct value)."""
     cat = values.cat
-    new = np.asarray([fn(str(c)) for c in cat.categories], dtype=object)
+    new = [fn(str(c)) for c in cat.categories]
     if len(new) == 0:
         return values
-    uniq, inverse = np.unique(new.astype(str), return_inverse=True)
-    lut = np.full(len(inverse) + 1, -1, dtype=_code_dtype(len(uniq)))  # the last entry: a missing value's
-    lut[:-1] = inverse.reshape(-1)
+    # sorted distinct values, as np.unique gave, without a fixed-width copy of every value at the
+    # length of the longest (one 8 kB name among a million short ones: 32 GB)
+    uniq = sorted(set(new))
+    pos = {v: i for i, v in enumerate(uniq)}
+    lut = np.full(len(new) + 1, -1, dtype=_code_dtype(len(uniq)))  # the last entry: a missing value's
+    lut[:-1] = [pos[v] for v in new]
     mapped = lut[cat.codes.to_numpy()]
     return pd.Series(pd.Categorical.from_codes(mapped, categories=pd.Index(uniq, dtype=object), validate=False),
                      index=values.index, name=values.name)
@@ -160,6 +222,7 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             data[col.name] = pd.array(arr.to_pylist() if arr.type != pa.string() else arr.to_pandas(),
                                       dtype="string") if n else pd.array([], dtype="string")
             continue
+        all_null = arr.null_count == n  # absent from this export, or wholly empty
         if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
             arr = pa.array(pd.to_numeric(pd.Series(arr.to_pylist(), dtype=object), errors="coerce"), from_pandas=True)
         if pa.types.is_null(arr.type):
@@ -171,7 +234,10 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
         if col.dtype == "name":
             ids = (arr.fill_null(-1) if arr.null_count else arr).cast(pa.int64(), safe=False).to_numpy(
                 zero_copy_only=False)
-            data[col.name] = strings.resolve(ids, prune=False)
+            # a column wholly NULL (absent in this nsys version) stays missing; otherwise an id that
+            # names no string becomes UNKNOWN_NAME, with a warning, instead of a NaN in the analyses
+            data[col.name] = strings.resolve(ids, prune=False,
+                                             column=None if all_null else f"{spec.name}.{col.name}")
         elif col.dtype == "Int64":
             # values and validity straight from the Arrow buffers (no detour through ArrowDtype)
             ints = arr.cast(pa.int64(), safe=False)
@@ -357,7 +423,7 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
     except (sqlite3.Error, UnicodeError, ValueError, TypeError, KeyError, IndexError, OverflowError,
             pa.ArrowException) as e:
         # a damaged file can fail anywhere in SQLite, the drivers or the decoding of its values
-        raise CorruptTraceError(f"{path}: damaged export, cannot be read ({type(e).__name__}: {e})",
+        raise CorruptTraceError(f"{display(path)}: damaged export, cannot be read ({type(e).__name__}: {e})",
                                 hint="re-export it from the .nsys-rep (nsys export --type sqlite); if the "
                                      "file is fine, please report this") from e
 
@@ -382,8 +448,23 @@ def _check_rows(db: Database, path: Path, max_rows: int, direct_plans: dict[str,
         n += sum(int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0]) for src in sql_tables)
     if n > max_rows:
         raise ResourceLimitError(
-            f"{path}: {n:,} events exceed the limit of {max_rows:,}",
+            f"{display(path)}: {n:,} events exceed the limit of {max_rows:,}",
             hint="raise it with --max-events, or export a time window (nsys export --times ...)")
+
+
+def _check_other_rows(db: Database, path: Path, max_rows: int, tables: list[str]) -> None:
+    """The other tables read (strings, threads, GPUs, ...) may hold at most ``max_rows`` rows each:
+    together with the event limit, the rows a file can make nsysan read are bounded, whatever it
+    claims. Two b-tree descents per table; a count only when the rowid span is over the limit."""
+    for src in tables:
+        try:
+            lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+            span = 0 if lo is None else int(hi) - int(lo) + 1
+        except NsysanError:
+            span = max_rows + 1
+        if span > max_rows and int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0]) > max_rows:
+            raise ResourceLimitError(f"{display(path)}: table {src} holds more than {max_rows:,} rows",
+                                     hint="raise the limit with --max-events if the trace is genuine")
 
 
 def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -> list[tuple[str, str]]:
@@ -400,11 +481,19 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     _memory.tune_allocator()
     warnings: list[str] = []
     for side in ("-wal", "-journal"):
-        if path.with_name(path.name + side).exists():
-            warnings.append(f"{path.name}{side} exists: the trace may still be being written; nsysan reads the "
+        try:
+            being_written = path.with_name(path.name + side).exists()
+        except (OSError, ValueError):  # e.g. the trace's name plus "-journal" is over NAME_MAX
+            being_written = False
+        if being_written:
+            warnings.append(f"{clean_text(path.name)}{side} exists: the trace may still be being written; nsysan reads the "
                             "main file only (the last completed export)")
     with Database(path) as db:
         caps = db.caps
+        if caps.ignored:
+            warnings.append(f"not read: {', '.join(clean_text(t) for t in caps.ignored[:5])}"
+                            f"{' ...' if len(caps.ignored) > 5 else ''}: views or virtual tables, which nsys "
+                            "never writes (a view is a query, and can run without end)")
         steps = list(S.ALL_SPECS)
         total_steps = len(steps) + 2
         if progress:
@@ -441,6 +530,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             if max_rows is not None:
                 _check_rows(db, path, max_rows, direct_plans, prefetched,
                             [src for spec, src in by_sql if spec.name in INTERVAL_TABLES + ("nvtx_raw",)])
+                _check_other_rows(db, path, max_rows, ["StringIds"] + [
+                    src for spec, src in by_sql if spec.name not in INTERVAL_TABLES + ("nvtx_raw",)])
             queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
             for spec, src in by_sql:
                 queries += _sql_queries(db, spec, src, all_columns)
@@ -518,6 +609,12 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first
             warnings += built[name][1]
         del built
+        unresolved: dict[str, int] = {}
+        for column, k in strings.unresolved:
+            unresolved[column] = unresolved.get(column, 0) + k
+        for column, k in sorted(unresolved.items()):
+            warnings.append(f"{column}: {k:,} row(s) name a string id that StringIds does not hold (missing, "
+                            f"negative, NULL or not a number): named {UNKNOWN_NAME!r}")
         meta, meta_source = _meta_rows(db)
         capture: tuple[tuple[str, str], ...] = ()
         if caps.has("META_DATA_CAPTURE", "name"):

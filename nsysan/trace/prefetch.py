@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +24,22 @@ from nsysan import _memory
 from nsysan.trace import direct
 from nsysan.trace import schema as S
 
+# real tables only: nsys writes no views, and a view (or a virtual table) is a query that can run
+# forever (a recursive CTE) or multiply rows without bound, whatever --max-events says
 DESCRIBE_SQL = ("SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
-                "WHERE m.type IN ('table', 'view') ORDER BY m.name, p.cid")
+                "WHERE m.type = 'table' AND upper(coalesce(m.sql, '')) NOT LIKE 'CREATE VIRTUAL%' "
+                "ORDER BY m.name, p.cid")
+NOT_TABLES_SQL = ("SELECT name FROM sqlite_master WHERE type = 'view' OR (type = 'table' AND "
+                  "upper(coalesce(sql, '')) LIKE 'CREATE VIRTUAL%') ORDER BY name")
+
+
+def regular_file(path: str | os.PathLike[str]) -> bool:
+    """True for a regular file. Checked before anything opens the path: ``open()`` on a FIFO blocks
+    until a writer appears (forever, deaf to Ctrl-C while SQLite waits in C)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def table_columns(con: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
@@ -72,13 +87,13 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
     """Begin decoding the event tables of ``path`` in the background. True if it started. Nothing
     starts when the tables hold more than ``max_rows`` rows: ``open_trace`` then refuses the trace
     with its clear error before any memory is spent (the row counts come from the page headers)."""
-    if not direct.available() or os.environ.get("NSYSAN_PREFETCH", "1") == "0":
+    if not direct.available() or os.environ.get("NSYSAN_PREFETCH", "1") == "0" or not regular_file(path):
         return False
     _memory.tune_malloc()  # before the decoded columns are allocated, as open_trace would
     file: direct.File | None = None
     try:
         key = _key(path, all_columns)
-        uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro&immutable=1"
+        uri = "file:" + urllib.parse.quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
         con = sqlite3.connect(uri, uri=True)
         try:
             tables = table_columns(con)
