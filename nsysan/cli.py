@@ -290,6 +290,9 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "busy": [(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
             "window": a.steady.label, "window_ns": a.steady.dur_ns, "nsys": trace.meta.nsys_version,
             "slowest_kernel": (a.kernels.iloc[0]["name"] if len(a.kernels) else None),
+            # per process with communication: a few numbers and 3 values per collective, on the UTC
+            # clock, so the ranks of several exports (or cluster workers) can be aligned
+            "rank_payloads": _rank_payloads(a, trace_path),
             "warnings": list(trace.meta.warnings),
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                            a.nsys_rules.to_dict("records") if r["count"]]}
@@ -517,34 +520,61 @@ def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) 
     return results, failed
 
 
+def _rank_payloads(a: Any, trace_path: str) -> list[dict[str, Any]]:
+    from nsysan.analyses.ranks import rank_payloads
+
+    return rank_payloads(a, offset_ns=a.trace.meta.epoch_offset_ns or 0, trace=str(trace_path))
+
+
 def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-trace (per-rank) busy/idle, steady-state p50, slowest kernel and stragglers (p50 > 1.2 x
-    the median p50), as JSON (``--out-dir``/summary.json)."""
+    """Per-trace (per-rank) busy/idle, iteration time p50, slowest kernel, as JSON
+    (``--out-dir``/summary.json). When the traces hold the ranks of one job (processes with
+    communication kernels in several exports), the ranks are aligned on their collectives on the
+    exports' common clock (``analyses/ranks.combine``) and the straggler is the rank the others wait
+    for; otherwise a trace whose iteration time p50 exceeds 1.2x the median is marked slower."""
     import statistics
 
     p50s = [r["p50_ns"] for r in results if r.get("p50_ns")]
     med = statistics.median(p50s) if p50s else None
+    payloads = [p for r in results for p in (r.get("rank_payloads") or [])]
+    ranks = None
+    if len({p["trace"] for p in payloads}) >= 2:
+        from nsysan.analyses.ranks import combine
+
+        ranks = combine(payloads)
+    late = {ranks.straggler["rank"]} if ranks is not None and ranks.straggler else set()
+    late_traces = {str(ranks.ranks.loc[ranks.ranks["rank"] == k, "trace"].iloc[0]) for k in late} if late else set()
     rows = []
     for r in results:
+        straggler = (str(r["trace"]) in late_traces) if ranks is not None else \
+            bool(med and r.get("p50_ns") and r["p50_ns"] > 1.2 * med)
         rows.append({"trace": r["trace"], "p50_ns": r.get("p50_ns"), "iterations": r.get("iterations"),
                      "busy": [{"device_id": d, "busy_frac": round(f, 4), "idle_ns": i} for d, f, i in r["busy"]],
                      "top_finding": r["findings"][0][0] if r["findings"] else None,
-                     "slowest_kernel": r["slowest_kernel"],
-                     "straggler": bool(med and r.get("p50_ns") and r["p50_ns"] > 1.2 * med)})
-    return {"schema": "nsysan.cross/1", "median_p50_ns": med, "straggler_rule": "p50 > 1.2 x median p50",
-            "traces": rows}
+                     "slowest_kernel": r["slowest_kernel"], "straggler": straggler})
+    out: dict[str, Any] = {
+        "schema": "nsysan.cross/2", "median_p50_ns": med,
+        "straggler_rule": ("the rank that arrives last at the aligned collectives (see ranks)" if ranks is not None
+                           else "no communication across the traces: iteration time p50 > 1.2 x median p50"),
+        "traces": rows}
+    if ranks is not None:
+        out["ranks"] = ranks.to_dict()
+    return out
 
 
 def _print_cross(results: list[dict[str, Any]]) -> None:
     """The cross-trace table: per trace (rank) p50, GPU busy, top finding, slowest kernel, stragglers."""
     from nsysan.units import fmt_ns, fmt_pct
 
+    summary = cross_summary(results)
     print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
-    for r in cross_summary(results)["traces"]:
+    for r in summary["traces"]:
         busy = fmt_pct(r["busy"][0]["busy_frac"]) if r["busy"] else "-"
         print(f"{_say(Path(r['trace']).name)[:40]:40s} {fmt_ns(r['p50_ns']):>10s} {busy:>9s} "
               f"{_say(r['top_finding'] or '-'):30s} "
               f"{_say(str(r['slowest_kernel']))[:60]}{' STRAGGLER' if r['straggler'] else ''}")
+    if "ranks" in summary:
+        print(f"ranks: {_say(summary['ranks']['verdict'])}")
 
 
 def cmd_rules(args: argparse.Namespace) -> int:

@@ -124,3 +124,48 @@ def test_one_export_per_rank_gives_the_same_ranks():
     assert many.straggler["others_waited_ns"] == one.straggler["others_waited_ns"]
     assert many.ranks["wait_per_iter_ns"].tolist() == one.ranks["wait_per_iter_ns"].tolist()
     assert sum(len(p["comm"]["start_ns"]) for p in payloads) == len(one.aligned)
+
+
+def _split_by_pid(src, dst, keep_pid: int) -> None:
+    """A copy of an export with only one process's events (one export per rank)."""
+    import shutil
+    import sqlite3
+
+    shutil.copyfile(src, dst)
+    con = sqlite3.connect(dst)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    for t, col in (("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+                   ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+                   ("NVTX_EVENTS", "globalTid"), ("OSRT_API", "globalTid")):
+        if t in tables:
+            con.execute(f'DELETE FROM "{t}" WHERE (({col} >> 24) & 16777215) != ?', (keep_pid,))
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+
+
+def test_cross_trace_summary_of_one_export_per_process(fixture_dir, tmp_path, capsys):
+    """two_procs split into one export per process: the summary knows they hold ranks (processes with
+    communication kernels on one clock), aligns nothing (each NCCL world has one rank) and so names
+    no straggler, instead of comparing unrelated numbers."""
+    import json
+    import sqlite3
+
+    from nsysan.cli import main
+
+    src = fixture_dir / "two_procs.sqlite"
+    pids = sorted({r[0] for r in sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True).execute(
+        "SELECT DISTINCT (globalPid >> 24) & 16777215 FROM CUPTI_ACTIVITY_KIND_KERNEL")})
+    assert len(pids) == 2
+    files = []
+    for i, p in enumerate(pids):
+        f = tmp_path / f"rank{i}.sqlite"
+        _split_by_pid(src, f, p)
+        files.append(str(f))
+    out = tmp_path / "out"
+    assert main(["analyze", *files, "--out-dir", str(out), "-q", "--jobs", "1"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["schema"] == "nsysan.cross/2" and "ranks" in s
+    assert len(s["ranks"]["ranks"]) == 2 and s["ranks"]["collectives_aligned"] == 0
+    assert not any(t["straggler"] for t in s["traces"])
+    assert "ranks:" in capsys.readouterr().out

@@ -628,6 +628,12 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             dur = _int_or_none(rows[0][0]) if rows else None
             if dur is not None and dur > 0:
                 session = (shift, shift + dur)
+        epoch_offset = None
+        if caps.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+            rows = db.rows('SELECT min(utcEpochNs) FROM "TARGET_INFO_SESSION_START_TIME"')
+            utc = _int_or_none(rows[0][0]) if rows else None
+            if utc is not None:
+                epoch_offset = utc - (_int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0)
 
     frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
     n_cut = sum(1 for v in strings.categories if str(v).endswith(CUT_MARK))
@@ -645,6 +651,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         platform=meta.get("EXPORT_PLATFORM"), version_source=meta_source,
         start_ns=window[0] if window else None, end_ns=window[1] if window else None,
         tables=tuple(sorted(caps.tables)), capture=capture, warnings=tuple(warnings),
+        epoch_offset_ns=epoch_offset,
     )
     trace = Trace(meta=trace_meta, **frames)
     del frames

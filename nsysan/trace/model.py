@@ -54,6 +54,9 @@ class TraceMeta:
     end_ns: int | None
     tables: tuple[str, ...]
     capture: tuple[tuple[str, str], ...] = ()  # META_DATA_CAPTURE rows (may hold secrets)
+    # add to an event time to get UTC epoch ns (session start - EXPORT_CONFIG_TIME_SHIFT): exports of
+    # several ranks share one clock this way; None when the export does not say
+    epoch_offset_ns: int | None = None
     warnings: tuple[str, ...] = ()
 
     @property
