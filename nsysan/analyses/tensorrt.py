@@ -94,8 +94,9 @@ class TensorRT:
       GPU time per precision class ``<class>_ns`` for fp8/int8/fp16/tf32/fp32, heavy_fp32_ns
       (FP32/TF32 convolution/GEMM kernels).
     * ``ops``: the GPU ops launched inside executions: exec_id, layer_row (row of ``layers``; -1
-      outside every layer), pid, correlation_id, start_ns, end_ns, dur_ns, device_id, kernel
-      (name), precision, reformat, heavy.
+      outside every layer), pid, correlation_id, start_ns, end_ns, dur_ns, api_start_ns (its launching
+      call), device_id, kernel (name), precision, reformat (a format-conversion kernel), heavy
+      (convolution/GEMM).
     * ``engines``: one row per engine (see ``engine_table``); ``table``: the per-layer table of the
       steady executions (all executions when none is steady; see ``layer_table``).
     """
@@ -118,7 +119,7 @@ class TensorRT:
 
         return {"found": self.found, "gpu_recorded": self.gpu_recorded, "table_window": self.table_window,
                 "engines": records(self.engines), "layers": records(self.table, limit),
-                "executions": records(self.executions.drop(columns=["device_id"], errors="ignore"), limit),
+                "executions": records(self.executions, limit),
                 "notes": list(self.notes)}
 
 
@@ -205,7 +206,8 @@ def _empty_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         "exec_id", "engine", "pos", "start_ns", "end_ns", "cpu_ns", "gpu_ops", "gpu_ns", "reformat_gpu_ns",
         *(f"{p}_ns" for p in PRECISIONS[1:]), "heavy_fp32_ns", "reformat_kernel_ops")}).assign(layer=pd.Series(dtype=object))
     ops = pd.DataFrame({c: pd.Series(dtype="int64") for c in (
-        "exec_id", "layer_row", "pid", "correlation_id", "start_ns", "end_ns", "dur_ns", "device_id")}).assign(
+        "exec_id", "layer_row", "pid", "correlation_id", "start_ns", "end_ns", "dur_ns", "api_start_ns",
+        "device_id")}).assign(
         kernel=pd.Series(dtype=object), precision=pd.Series(dtype=object), reformat=pd.Series(dtype=bool),
         heavy=pd.Series(dtype=bool))
     return ex, ly, ops
@@ -367,6 +369,7 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
         "correlation_id": sel["correlation_id"].to_numpy() if len(sel) else o_exec,
         "start_ns": sel["start_ns"].to_numpy() if len(sel) else o_exec,
         "end_ns": sel["end_ns"].to_numpy() if len(sel) else o_exec, "dur_ns": dur,
+        "api_start_ns": sel["api_start_ns"].to_numpy() if len(sel) else o_exec,
         "device_id": sel["device_id"].to_numpy() if len(sel) else o_exec,
         "kernel": sel["name"].astype(str).to_numpy() if len(sel) else np.zeros(0, dtype=object),
         "precision": np.asarray(PRECISIONS, dtype=object)[prec] if len(sel) else np.zeros(0, dtype=object),
@@ -447,6 +450,16 @@ def _merge_truncated(engine: np.ndarray, l_exec: np.ndarray, l_text: np.ndarray,
             order.setdefault(c, len(order) + 1)
         engine[:] = np.array([order[c] for c in codes.tolist()], dtype=np.int64)
     return truncated
+
+
+def layer_is_reformat(layers: pd.DataFrame) -> np.ndarray:
+    """Per layer instance (``TensorRT.layers`` rows): a reformat by name, or every op it launched a
+    format-conversion kernel (see the module docstring)."""
+    if len(layers) == 0:
+        return np.zeros(0, dtype=bool)
+    by_name = category_mask(layers["layer"].astype("category"), lambda x: bool(REFORMAT_NAME.match(x)))
+    ops = layers["gpu_ops"].to_numpy()
+    return by_name | ((ops > 0) & (layers["reformat_kernel_ops"].to_numpy() == ops))
 
 
 def _host_side(trace: Any, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
