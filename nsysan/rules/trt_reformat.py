@@ -13,8 +13,8 @@ precision boundaries between neighbouring layers (one precision for a block rath
 check the remaining ones with ``trtexec --dumpLayerInfo`` or TREx.
 
 Judged on the steady-state engine executions (``analyses/tensorrt.py``): reformat layers by name
-or by kernels (every op a format-conversion kernel). Fires when their GPU time is at least
-``min_share`` of the executions' GPU time. Impact: their GPU time (removing the conversion
+or by kernels (every op a format-conversion kernel). Fires for each engine whose reformat layers
+take at least ``min_share`` of its executions' GPU time. Impact: their GPU time (removing the conversion
 removes the copy), claimed on those kernels' wall-clock time, so no other rule counts it again.
 Without GPU activity in the trace the share is measured on the CPU side (the layer ranges'
 host time) and the impact is 0: the GPU time was not recorded.
@@ -44,26 +44,32 @@ def check(ctx: Any, *, min_share: float) -> Iterator[Finding]:
     ly = tr.layers.loc[np.isin(tr.layers["exec_id"].to_numpy(), ex["exec_id"].to_numpy())]
     ref = layer_is_reformat(ly)
     gpu = tr.gpu_recorded and int(ex["gpu_ns"].sum()) > 0
-    col, total = ("gpu_ns", int(ex["gpu_ns"].sum())) if gpu else ("cpu_ns", int(ex["cpu_ns"].sum()))
-    part = int(ly.loc[ref, col].sum())
-    if total <= 0 or part < min_share * total:
+    col = "gpu_ns" if gpu else "cpu_ns"
+    total = ex.groupby("engine", sort=True)[col].sum()
+    part = ly.loc[ref].groupby("engine", sort=True)[col].sum().reindex(total.index).fillna(0)
+    share = part / total.where(total > 0)
+    hit = share.index[share.fillna(0).to_numpy() >= min_share].tolist()
+    if not hit:
         return
-    r = ly.loc[ref]
-    by = (r.groupby("layer", sort=True).agg(count=("cpu_ns", "size"), gpu_total_ns=("gpu_ns", "sum"),
-                                            cpu_total_ns=("cpu_ns", "sum")).reset_index())
-    n_per = len(r) / max(len(ex), 1)
+    r = ly.loc[ref & ly["engine"].isin(hit).to_numpy()]
+    ex_hit = ex.loc[ex["engine"].isin(hit)]
+    by = (r.groupby(["engine", "layer"], sort=True).agg(count=("cpu_ns", "size"), gpu_total_ns=("gpu_ns", "sum"),
+                                                        cpu_total_ns=("cpu_ns", "sum")).reset_index())
+    by = by.assign(layer=by["layer"].str.slice(0, 160))
+    got, of = int(part.loc[hit].sum()), int(total.loc[hit].sum())
+    per_engine = "; ".join(f"engine {e}: {fmt_pct(float(share.loc[e]))}" for e in hit)
+    n_per = len(r) / max(len(ex_hit), 1)
     if gpu:
         ops = tr.ops.loc[np.isin(tr.ops["layer_row"].to_numpy(), r.index.to_numpy())]
-        yield finding(ctx, "trt-reformat", severity=Severity.WARNING, impact_ns=part,
+        yield finding(ctx, "trt-reformat", severity=Severity.WARNING, impact_ns=got,
                       claims=claims_of(ops["start_ns"], ops["end_ns"]),
-                      message=f"{n_per:.1f} reformatting layers per execution took {fmt_ns(part)} of GPU time, "
-                              f"{fmt_pct(part / total)} of the {len(ex)} steady-state TensorRT executions' "
-                              f"{fmt_ns(total)}.",
-                      evidence=top_records(by.assign(layer=by["layer"].str.slice(0, 160)), "gpu_total_ns", 10))
+                      message=f"{n_per:.1f} reformatting layers per execution took {fmt_ns(got)} of GPU time, "
+                              f"{fmt_pct(got / of)} of {len(ex_hit)} steady-state TensorRT executions' {fmt_ns(of)} "
+                              f"({per_engine}).",
+                      evidence=top_records(by, "gpu_total_ns", 10))
         return
     yield finding(ctx, "trt-reformat", severity=Severity.INFO, impact_ns=0,
-                  message=f"{n_per:.1f} reformatting layers per execution took {fmt_pct(part / total)} of the "
-                          f"{len(ex)} TensorRT executions' host time ({fmt_ns(part)} of {fmt_ns(total)}). GPU "
+                  message=f"{n_per:.1f} reformatting layers per execution took {fmt_pct(got / of)} of {len(ex_hit)} "
+                          f"TensorRT executions' host time ({fmt_ns(got)} of {fmt_ns(of)}; {per_engine}). GPU "
                           f"activity was not recorded, so their device time and the saving cannot be measured.",
-                  evidence=top_records(pd.DataFrame(by.assign(layer=by["layer"].str.slice(0, 160))),
-                                       "cpu_total_ns", 10))
+                  evidence=top_records(pd.DataFrame(by), "cpu_total_ns", 10))
