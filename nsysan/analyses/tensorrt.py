@@ -127,19 +127,35 @@ def _text(name: str, domain: str | None) -> str:
     return name[len(domain) + 1:] if domain and name.startswith(domain + ":") else name
 
 
+def _texts(rg: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The range text (label without its ``domain:`` prefix) of the given rows, computed once per
+    distinct (label, domain)."""
+    if len(rows) == 0:
+        return np.zeros(0, dtype=object)
+    names = pd.Series(rg["name"].to_numpy()[rows], dtype=object).astype(str)
+    doms = (pd.Series(rg["domain"].to_numpy()[rows], dtype=object) if "domain" in rg
+            else pd.Series([None] * len(rows), dtype=object))
+    doms = doms.where(doms.notna(), "")
+    codes, uniq = pd.factorize(pd.MultiIndex.from_arrays([names.to_numpy(), doms.astype(str).to_numpy()]))
+    lut = np.array([_text(str(n), str(d) or None) for n, d in uniq], dtype=object)
+    return lut[codes]
+
+
 def range_kinds(rg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per NVTX range (``nvtx.ranges`` rows): is it TensorRT's (domain or text), an execution
-    range, a Myelin-internal range. Decided once per distinct (label, domain)."""
+    range, a Myelin-internal range. Decided once per distinct label."""
     n = len(rg)
     if n == 0:
         z = np.zeros(0, dtype=bool)
         return z, z, z
-    dom = rg["domain"].astype(object).where(rg["domain"].notna(), "") if "domain" in rg else pd.Series([""] * n)
-    codes, uniq = pd.factorize(pd.MultiIndex.from_arrays([rg["name"].astype(str).to_numpy(),
-                                                          np.asarray(dom, dtype=object)]))
+    # one label = one (domain, text): nsys labels a range in a domain "domain:text"
+    codes, uniq = pd.factorize(rg["name"])
+    first = np.full(len(uniq), -1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(n - 1, -1, -1)
+    doms = rg["domain"].to_numpy()[first] if "domain" in rg else np.full(len(uniq), None)
     trt, ex, my = (np.zeros(len(uniq), dtype=bool) for _ in range(3))
-    for i, (name, d) in enumerate(uniq):
-        d = str(d).strip()
+    for i, (name, d) in enumerate(zip(uniq, doms)):
+        d = "" if d is None or d is pd.NA or (isinstance(d, float) and np.isnan(d)) else str(d).strip()
         text = _text(str(name), d or None)
         dl = d.lower()
         my[i] = dl in MYELIN_DOMAINS
@@ -243,10 +259,7 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
     layer_pos, l_exec, l_start = layer_pos[lorder], l_exec[lorder], l_start[lorder]
     l_end = rg["end_ns"].to_numpy()[layer_pos]
     n_ly = len(layer_pos)
-    names = rg["name"].to_numpy()[layer_pos]
-    doms = rg["domain"].to_numpy()[layer_pos] if "domain" in rg else np.full(n_ly, None)
-    l_text = np.array([_text(str(n), None if d is None or d is pd.NA or (isinstance(d, float) and np.isnan(d))
-                             else str(d)) for n, d in zip(names, doms)], dtype=object)
+    l_text = _texts(rg, layer_pos)
     first_of_exec = np.searchsorted(l_exec, np.arange(n_ex), side="left")
     pos = np.arange(n_ly) - first_of_exec[l_exec] if n_ly else np.zeros(0, dtype=np.int64)
     n_layers = np.bincount(l_exec, minlength=n_ex) if n_ly else np.zeros(n_ex, dtype=np.int64)
@@ -332,17 +345,16 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
         e_ps[has], e_pe[has] = mn[has], mx[has]
 
     blocked, captured = _host_side(trace, e_pid, e_tid, e_start, e_end)
-    texts = np.array([_text(str(n), None if d is None or d is pd.NA or (isinstance(d, float) and np.isnan(d))
-                            else str(d)) for n, d in zip(rg["name"].to_numpy()[exec_pos],
-                                                         rg["domain"].to_numpy()[exec_pos] if "domain" in rg
-                                                         else [None] * n_ex)], dtype=object)
+    texts = _texts(rg, exec_pos)
+    codes, uniq = pd.factorize(pd.Series(texts, dtype=object))
+    is_sync = np.array([bool(SYNC_TEXT.search(str(u))) for u in uniq], dtype=bool)[codes]
     completion = np.maximum(e_end, e_pe)
     steady = np.ones(n_ex, dtype=bool) if window is None else (
         (e_start < window.end_ns) & (completion > window.start_ns))
     executions = pd.DataFrame({
         "exec_id": np.arange(n_ex, dtype=np.int64), "engine": engine, "name": rg["name"].to_numpy()[exec_pos].astype(object),
         "pid": e_pid, "tid": e_tid, "start_ns": e_start, "end_ns": e_end, "cpu_ns": e_end - e_start,
-        "sync": np.array([bool(SYNC_TEXT.search(t)) for t in texts], dtype=bool), "blocked_ns": blocked,
+        "sync": is_sync, "blocked_ns": blocked,
         "layers": n_layers.astype(np.int64), "gpu_ops": e_ops, "gpu_ns": e_gpu, "device_id": e_dev,
         "stream_id": e_stream, "proj_start_ns": e_ps, "proj_end_ns": e_pe, "completion_ns": completion,
         "captured": captured, "truncated": truncated, "steady": steady})
