@@ -11,12 +11,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import factories as F
 import numpy as np
 import pandas as pd
 import pytest
-
-import factories as F
 from conftest import CORPUS
+
 from nsysan.analyses.iterations import TENSORRT_HOW
 from nsysan.analyses.tensorrt import layer_table
 from nsysan.analysis import analyze

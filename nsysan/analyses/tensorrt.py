@@ -62,15 +62,15 @@ REFORMAT_NAME = re.compile(r"^Reformatting CopyNode\b")
 OUTSIDE = "(outside layer ranges)"
 
 PRECISIONS = ("", "fp8", "int8", "fp16", "tf32", "fp32")  # class 0: the kernel name does not say
-_PREC = [re.compile(p, re.I) for p in (
+_PREC = [re.compile(p, re.IGNORECASE) for p in (
     r"fp8|e4m3|e5m2",
     r"int8|i8i8|_i8|imma|\bi8",
     r"f16|fp16|h884|h1688|h16816|hmma|bf16|half",
     r"tf32",
     r"f32|fp32|sgemm|scudnn|float|ffma|s884|s1688",
 )]
-HEAVY = re.compile(r"conv|gemm|xmma|fprop|implicit|winograd|cudnn::cnn|cutlass|matmul", re.I)
-REFORMAT_KERNEL = re.compile(r"reformat|permutationKernel|copyPackedKernel|nchwToNhwc|nhwcToNchw", re.I)
+HEAVY = re.compile(r"conv|gemm|xmma|fprop|implicit|winograd|cudnn::cnn|cutlass|matmul", re.IGNORECASE)
+REFORMAT_KERNEL = re.compile(r"reformat|permutationKernel|copyPackedKernel|nchwToNhwc|nhwcToNchw", re.IGNORECASE)
 CAPTURE_BEGIN = re.compile(r"^cu(da)?StreamBeginCapture")
 CAPTURE_END = re.compile(r"^cu(da)?StreamEndCapture")
 GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
@@ -646,7 +646,7 @@ def engine_table(executions: pd.DataFrame, layers: pd.DataFrame,
         label = (f"engine {e} ({n_l} layers: {fl[:60]} ... {ll[:60]})" if n_l > 1 else
                  f"engine {e} ({n_l} layer: {fl[:60]})" if n_l == 1 else f"engine {e} (no layer ranges)")
         rows.append({
-            "engine": e, "label": label, "layers": n_l, "executions": int(len(g)),
+            "engine": e, "label": label, "layers": n_l, "executions": len(g),
             "steady_executions": int(g["steady"].sum()),
             "contexts": int(g[["pid", "tid", "stream_id"]].drop_duplicates().shape[0]),
             "threads": int(g[["pid", "tid"]].drop_duplicates().shape[0]),
