@@ -20,6 +20,7 @@ from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
+from nsysan.analyses.tensorrt import analyze_tensorrt
 from nsysan.trace.model import Trace
 
 SCHEMA = "nsysan.analysis/2"
@@ -69,6 +70,7 @@ class Analysis:
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
+    tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -169,6 +171,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
         owned, rg, its, nvtx_summary = nvtx_f.result()
         steady = its.steady if its.steady is not None else capture
+        trt_f = pool.submit(analyze_tensorrt, trace, ops, rg, steady)
         busy, busy_capture, utilization, concurrency = busy_f.result()
         busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
         comm_ops = comm_mod.comm_ops(ops, busy)
@@ -191,6 +194,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         from nsysan.analyses.ranks import analyze_ranks
 
         a.ranks = analyze_ranks(a)
+        a.tensorrt = trt_f.result()
         if rules:
             from nsysan.rules import run_rules
 

@@ -64,13 +64,15 @@ def api(rows: list[tuple[int, int, str, int]], *, tid: int = PID) -> pd.DataFram
                          "api_layer": ["runtime"] * n})
 
 
-def nvtx(rows: list[tuple[int, int, str]], *, tid: int = PID) -> pd.DataFrame:
+def nvtx(rows: list[tuple[int, int, str]], *, tid: int = PID, domain: str | None = None) -> pd.DataFrame:
+    """rows: (start, end, text); ``domain`` labels them ``domain:text`` as nsys does."""
     n = len(rows)
     df = pd.DataFrame({"start_ns": np.array([r[0] for r in rows], np.int64),
                        "end_ns": pd.array([r[1] for r in rows], dtype="Int64"),
                        "text": pd.array([r[2] for r in rows], dtype="string"),
-                       "domain": pd.array([pd.NA] * n, dtype="string"),
-                       "name": pd.array([r[2] for r in rows], dtype="string"), "event_type": np.full(n, 59),
+                       "domain": pd.array([domain if domain else pd.NA] * n, dtype="string"),
+                       "name": pd.array([f"{domain}:{r[2]}" if domain else r[2] for r in rows], dtype="string"),
+                       "event_type": np.full(n, 59),
                        "style": ["PushPop"] * n, "range_id": pd.array([pd.NA] * n, dtype="Int64"),
                        "global_tid": np.full(n, GPID | tid, np.int64), "pid": np.full(n, PID, np.int64),
                        "tid": np.full(n, tid, np.int64)})

@@ -23,7 +23,13 @@ the iteration during which it was launched: it counts towards the coverage and t
 
 ``how`` says how the range was chosen; ``candidates`` lists the ranges considered, each with its
 verdict, so a reader sees the runners-up and why the others were rejected. When no range fits,
-there is no iteration and the whole capture is judged.
+there is no iteration and the whole capture is judged, except in one case:
+
+**TensorRT fallback.** When no range of the program's own qualifies and the trace holds TensorRT
+engine executions (``ExecutionContext::execute``/``enqueue``, see ``tensorrt``), each execution is
+one iteration (``how`` = ``TENSORRT_HOW``; even one execution). A range of the user's own around
+each execution qualifies by the rules above and wins; a TensorRT layer range never becomes the
+iteration (layers are library ranges and are not executions).
 
 **Per iteration** (one row per instance, per ``(pid, tid)`` sequence, in start order):
 
@@ -204,13 +210,13 @@ def pick_range(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = 
             for c in ok:
                 c["verdict"] = (f"launched {c['gpu_coverage']:.0%} of the GPU time (an iteration launches at "
                                 f"least {MIN_COVERAGE:.0%})")
-            return None, "none", cands
+            return _tensorrt_fallback(rg, cands, gpu_recorded=gpu_recorded)
         for c in ok:
             if c["gpu_coverage"] < COVERAGE_CLOSE * best:
                 c["verdict"] = f"covers {c['gpu_coverage']:.0%} of the GPU time (best {best:.0%})"
         ok = [c for c in ok if not c["verdict"]]
     if not ok:
-        return None, "none", cands
+        return _tensorrt_fallback(rg, cands, gpu_recorded=gpu_recorded)
     ok.sort(key=lambda c: (-c["per_thread_max"], c["depth"], -c["total_ns"], c["name"]))
     for c in ok[1:]:
         c["verdict"] = (f"fewer instances than {ok[0]['name']!r} ({c['per_thread_max']} vs {ok[0]['per_thread_max']} "
@@ -218,6 +224,49 @@ def pick_range(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = 
     ok[0]["verdict"] = "chosen"
     how = "auto" if gpu_recorded else "auto (CPU only: no GPU activity recorded)"
     return ok[0]["name"], how, cands
+
+
+TENSORRT_HOW = "auto (TensorRT engine executions: no range of the program's own qualified)"
+
+
+def _tensorrt_fallback(rg: pd.DataFrame, cands: list[dict[str, Any]], *,
+                       gpu_recorded: bool) -> tuple[str | None, str, list[dict[str, Any]]]:
+    """The fallback when no range of the program's own qualifies: TensorRT engine executions
+    (``tensorrt.execution_rows``: ``ExecutionContext::execute``/``enqueue`` ranges, never a layer
+    range), one execution = one iteration, even a single one. The execution label with the most
+    instances is taken (then the larger total). Where GPU activity was recorded, at least half of
+    its instances must have launched GPU work (an ``enqueueV3`` captured into a CUDA Graph launches
+    none: its replays are not executions). Otherwise there is no iteration, as before."""
+    from nsysan.analyses.tensorrt import execution_rows
+
+    if len(rg) == 0:
+        return None, "none", cands
+    ex = rg.loc[execution_rows(rg)]
+    if len(ex) == 0:
+        return None, "none", cands
+    per = ex.groupby("name", sort=True).agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
+                                           with_gpu=("gpu_ops", lambda g: float((g > 0).mean())))
+    if gpu_recorded:
+        per = per.loc[per["with_gpu"] >= 0.5]
+    if len(per) == 0:
+        return None, "none", cands
+    per = per.reset_index().sort_values(["count", "total_ns", "name"], ascending=[False, False, True], kind="stable")
+    chosen = str(per["name"].iloc[0])
+    verdict = "chosen (TensorRT engine executions: no range of the program's own qualified)"
+    for c in cands:
+        if c["name"] == chosen:
+            c["verdict"] = verdict
+            break
+    else:
+        g = ex.loc[ex["name"] == chosen]
+        cands.append({"name": chosen, "count": int(len(g)),
+                      "per_thread_max": int(g.groupby(["pid", "tid"]).size().max()),
+                      "threads": int(g[["pid", "tid"]].drop_duplicates().shape[0]),
+                      "median_ns": int(np.median(g["dur_ns"].to_numpy())), "total_ns": int(g["dur_ns"].sum()),
+                      "depth": float(np.median(g["depth"].to_numpy())),
+                      "with_gpu_frac": round(float((g["gpu_ops"].to_numpy() > 0).mean()), 4),
+                      "gpu_coverage": 0.0, "library": "TensorRT", "verdict": verdict})
+    return chosen, TENSORRT_HOW, cands
 
 
 def _stats(values: np.ndarray, prefix: str) -> dict[str, int]:
@@ -340,6 +389,9 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
         stats["warmup_service_ns"] = int(wt["service_ns"].sum())
     if how == "option":
         why = f"'{chosen}', as asked (--iteration-range)"
+    elif how == TENSORRT_HOW:
+        why = (f"'{chosen}': each TensorRT engine execution is one iteration ({len(table)} executions), as no "
+               f"NVTX range of the program's own qualified")
     else:
         c = next(c for c in cands if c["name"] == chosen)
         why = (f"'{chosen}': the most repeated range of the program's own that launched "

@@ -137,6 +137,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                                      "note": "each iteration's period (since the previous completion on its "
                                              "thread) split on its process's device into compute, exposed "
                                              "communication, exposed copies and idle; the parts add up to the span"}},
+        "tensorrt": _tensorrt(a, limit),
         "findings": [f.to_dict() for f in a.findings],
         "nsys_analyze": {"rules": records(a.nsys_rules),
                          "instances": {k: records(v.nlargest(10, "dur_ns")) for k, v in a.nsys_instances.items()},
@@ -146,6 +147,17 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "rules": _clean(a.rule_log),
     }
     return _clean(out)
+
+
+def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
+    tr = getattr(a, "tensorrt", None)
+    note = ("TensorRT engine executions (ExecutionContext::execute/enqueue NVTX ranges) and their layer ranges; "
+            "layers: per engine and layer over the executions of table_window; gpu_*: GPU ops launched inside "
+            "the range (sum of durations); gpu_share: of the engine's execution GPU time; cpu_share: of its "
+            "execution host time")
+    if tr is None or not tr.found:
+        return {"found": False, "note": note}
+    return {**tr.to_dict(limit), "note": note}
 
 
 def to_json(a: Any, *, show_env: bool = False) -> str:
@@ -182,5 +194,8 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             "memset": a.memset, "nvtx": a.nvtx, "launches": a.launch_per_kernel, "overlap": a.overlap,
             "gpu_busy": a.busy_capture, "gaps": a.gaps.drop(columns=["breakdown"], errors="ignore"),
             "iterations": a.iterations.table, "nsys_analyze": a.nsys_rules,
+            **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": a.tensorrt.executions,
+                "tensorrt_engines": a.tensorrt.engines}
+               if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}

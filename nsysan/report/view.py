@@ -30,6 +30,8 @@ class Table:
     rows: list[list[str]]  # display text
     keys: list[list[Any]]  # sort keys (numbers or text)
     note: str = ""
+    bar_column: int = -1  # this column's cells get a bar of length bars[row] (0..1 of the largest)
+    bars: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -85,6 +87,50 @@ def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, An
     if len(df) > MAX_TABLE_ROWS:
         note = (note + " " if note else "") + f"First {MAX_TABLE_ROWS} of {len(df)} rows (all rows in --json / --csv)."
     return Table(tid, title, [c[0] for c in cols], rows, keys, note)
+
+
+def _tensorrt_table(a: Any) -> Table:
+    """The per-layer table of every engine, with a bar per layer (its share of the execution: GPU
+    time when recorded, else host time), in execution order; sortable like the other tables."""
+    tr = getattr(a, "tensorrt", None)
+    if tr is None or not tr.found or len(tr.table) == 0:
+        return Table("tensorrt", "TensorRT layers", [], [], [],
+                     "No TensorRT engine executions (ExecutionContext::execute/enqueue NVTX ranges) in this trace."
+                     if tr is None or not tr.found else
+                     "TensorRT executions without layer ranges: build with --profilingVerbosity=detailed.")
+    t = tr.table
+    gpu = tr.gpu_recorded
+    share_col = "gpu_share" if gpu else "cpu_share"
+    cols: list[tuple[str, str, Any]] = [
+        ("Engine", "engine", None), ("#", "order", lambda v: str(v) if v < 10**9 else "-"),
+        ("Layer", "layer", lambda v: str(v)[:200]), ("Kind", "kind", None), ("Count", "count", lambda v: f"{int(v):,}"),
+        ("CPU avg", "cpu_avg_ns", fmt_ns)]
+    if gpu:
+        cols += [("GPU avg", "gpu_avg_ns", fmt_ns), ("GPU total", "gpu_total_ns", fmt_ns)]
+    cols += [("Share of execution" + (" (GPU)" if gpu else " (CPU)"), share_col, fmt_pct)]
+    if gpu:
+        cols += [("Precision", "precision", None)]
+    cols += [("Reformat", "reformat_by", lambda v: v or ""), ("Fused ONNX nodes", "fused", lambda v: f"{int(v)}"),
+             ("Nodes", "nodes", lambda v: str(v)[:300])]
+    tab = _table("tensorrt", "TensorRT layers per engine", t, cols)
+    shares = pd.to_numeric(t[share_col], errors="coerce").fillna(0.0).to_numpy(float)[:MAX_TABLE_ROWS]
+    top = float(shares.max()) if len(shares) else 0.0
+    tab.bar_column = [c[1] for c in cols].index(share_col)
+    tab.bars = [float(x / top) if top > 0 else 0.0 for x in shares]
+    eng = "; ".join(
+        f"{r['label']}: {int(r['executions'])} executions ({int(r['steady_executions'])} in the steady state), "
+        f"{int(r['contexts'])} thread/stream pair(s), CPU p50 {fmt_ns(r['cpu_p50_ns'])}"
+        + (f", GPU p50 {fmt_ns(r['gpu_p50_ns'])}" if gpu else "")
+        + (f", {int(r['sync_executions'])} synchronous (execute)" if r["sync_executions"] else "")
+        + (f", {int(r['captured_executions'])} captured into a CUDA Graph, {int(r['graph_replays'])} graph replays"
+           if r["captured_executions"] else "")
+        for r in tr.engines.to_dict("records"))
+    tab.note = " ".join(x for x in [
+        f"Executions of the {tr.table_window}. {eng}.",
+        "GPU time: ops launched inside the layer's range (sum of durations); share: of the engine's execution "
+        + ("GPU time." if gpu else "host time."),
+        *[n[0].upper() + n[1:] + "." for n in tr.notes], tab.note] if x)
+    return tab
 
 
 def _stat_cols(first: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
@@ -336,6 +382,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "iterations ahead of the GPU it includes the wait in the queue.") if len(it) else
         Table("iterations", "Iterations", [], [], [],
               (a.iterations.why or "No repeated NVTX range found.") + " (choose one with --iteration-range NAME)"),
+        _tensorrt_table(a),
         _table("collectives", "Communication (steady state)", a.collectives, [
             ("Device", "device_id", None), ("Collective", "collective", None),
             ("Count", "count", lambda v: f"{int(v):,}"), ("Total", "total_ns", fmt_ns),

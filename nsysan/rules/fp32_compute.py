@@ -10,7 +10,8 @@ that again) on Volta and newer GPUs, and halve the memory traffic of activations
 Kernels are classified by name (``f32``/``sgemm``/``tf32``/``float`` vs ``f16``/``h884``/
 ``bf16``/``half``/``i8``/``fp8``). Impact: ``assumed_saving_frac`` of the steady-state GPU time of
 FP32 conv/GEMM kernels (the documented 2x tensor-core ratio, discounted to 0.5 x that time),
-claimed on those kernels' wall-clock time.
+claimed on those kernels' wall-clock time. Kernels launched inside TensorRT engine executions are
+left to ``trt-fp32-layers`` (per layer), so no kernel is judged twice.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from nsysan.analyses.frames import category_mask
+from nsysan.analyses.join import pack_keys
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -42,6 +46,10 @@ def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute
     heavy = category_mask(k["name"], lambda s: bool(HEAVY.search(s)))
     reduced = category_mask(k["name"], lambda s: bool(REDUCED.search(s)))
     fp32 = category_mask(k["name"], lambda s: bool(FP32.search(s))) & heavy & ~reduced & in_w
+    trt = ctx.a.tensorrt
+    if trt is not None and len(trt.ops):  # kernels of TensorRT executions: judged by trt-fp32-layers
+        fp32 &= ~np.isin(pack_keys(k["pid"].to_numpy(), k["correlation_id"].to_numpy()),
+                         pack_keys(trt.ops["pid"].to_numpy(), trt.ops["correlation_id"].to_numpy()))
     dur = k["dur_ns"].to_numpy()
     total = int(dur[in_w].sum())
     f = k.loc[fp32]
