@@ -70,9 +70,9 @@ def collectives(comm: pd.DataFrame, window: Window) -> pd.DataFrame:
 
 def comm_per_iteration(comm: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """Per iteration (rows of ``Iterations.table``): comm_ns and comm_exposed_ns of the communication
-    ops that ran between its start and its completion on its process."""
+    ops that ran between its start and its completion on its process (no rows without communication)."""
     cols = ["index", "pid", "tid", "start_ns", "end_ns", "comm_ns", "comm_exposed_ns", "warmup"]
-    if len(table) == 0:
+    if len(table) == 0 or len(comm) == 0:  # no communication: no rows of zeros
         return pd.DataFrame(columns=cols)
     comm_ns = np.zeros(len(table), dtype=np.int64)
     exp_ns = np.zeros(len(table), dtype=np.int64)
