@@ -12,7 +12,11 @@ import sqlite3
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import factories as F
 from conftest import CORPUS, FIXTURE_NAMES
@@ -320,3 +324,15 @@ def test_label_needs_a_meaningful_share_of_the_gap():
     g = analyze(F.make_trace(kernels=k, cuda_api=api, nvtx=nv), Params(min_gap_ns=500), rules=False).gaps
     # THEN the first gap is mostly untraced, the second (cudaMalloc over 90% of it) is named by the call
     assert list(g["activity"].astype(str)) == [UNTRACED, "cuda_api:cudaMalloc"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2**45)), min_size=1, max_size=60))
+def test_median_by_equals_pandas(rows):
+    """launch-bound's per-kernel median (a packed-key sort when values fit 40 bits, else a lexsort)."""
+    from nsysan.rules.launch_bound import _median_by
+
+    key = np.array([k for k, _ in rows], dtype=np.int64)
+    v = np.array([x for _, x in rows], dtype=np.int64)
+    want = pd.Series(v).groupby(key).transform("median").to_numpy()
+    assert np.allclose(_median_by(key, v), want)
