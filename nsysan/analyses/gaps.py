@@ -106,6 +106,17 @@ class ThreadActivity:
         wl, wh = iv.merge(lo, hi)
         layers: list[Layer] = []
         for source, st, en, codes, cats, reach in self._thread(pid, tid):
+            if len(wl) * 4 >= len(st):
+                # about as many windows as calls (every gap of a launch loop): nearly every call
+                # touches one, so filtering costs more than it saves; calls touching none add 0
+                rows_all = True
+            else:
+                rows_all = False
+            if rows_all:
+                overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
+                if not overlapping:
+                    layers.append((source, st, en, codes, cats, True))
+                    continue
             # candidates per window: from the first call that may still run at its start to the
             # last starting before its end (O(log n) each), then the exact overlap test
             i0 = np.searchsorted(reach, wl, side="right")
