@@ -46,6 +46,12 @@ RECORDINGS: dict[str, tuple[list[str], list[str]]] = {
     "train_inline": (["train.py", "--loader", "inline"], []),
     "train_dataloader": (["train.py", "--loader", "dataloader"], []),
     "two_procs": (["two_procs.py"], []),
+    # frameworks' own runtimes: a jax.jit train step (XLA's NVTX ranges, command buffers) and a
+    # torch.compile(mode="reduce-overhead") train step (CUDA graph trees, the compile in the first step)
+    # (XLA runs the step as a CUDA graph that nsys 2025.3 exports no GPU rows for in graph mode: node
+    # mode; XLA's autotuning and OS runtime calls under 10 us left out to keep each fixture < 2 MB)
+    "jax_train": (["jax_train.py", "--no-autotune"], ["--cuda-graph-trace=node", "--osrt-threshold=10000"]),
+    "compile_train": (["compile_train.py"], ["--osrt-threshold=10000"]),
 }
 
 STATS_REPORTS = [

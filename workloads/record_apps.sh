@@ -9,7 +9,7 @@
 set -o pipefail
 OUT=${OUT:-out}
 T=${REC_DIR:-/tmp/rec_apps}
-NAMES=${*:-decode_eager decode_graph decode_graph_nodes hf_generate train_inline train_dataloader two_procs}
+NAMES=${*:-decode_eager decode_graph decode_graph_nodes hf_generate train_inline train_dataloader two_procs jax_train compile_train}
 mkdir -p "$OUT" "$T"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
