@@ -199,3 +199,23 @@ def test_steady_ops_and_streams_count_the_steady_window(name, analysis, fixture_
     row = a.busy_steady.iloc[0]
     assert int(row["ops"]) == n and int(row["streams"]) == len(pairs)
     assert int(row["ops"]) < int(a.busy_capture.iloc[0]["ops"])
+
+
+@pytest.mark.parametrize("name", [n for n in ("jax_train", "compile_train") if n in FIXTURE_NAMES])
+def test_framework_ranges_are_information_not_the_iteration(name, analysis, fixture_dir):
+    """JAX/XLA (XlaModule, Thunk, XlaPass ... in XLA's TSL domain) and torch.compile traces: the
+    program's own train_step is the iteration; every XLA range is a library range."""
+    a = analysis(name)
+    con = _con(fixture_dir, name)
+    truth = truth_iterations(con, "train_step")
+    it = a.iterations
+    assert it.range_name == "train_step" and len(it.table) == len(truth)
+    steady = it.table.loc[~it.table["warmup"]].sort_values(["pid", "tid", "start_ns"])
+    done = {r["start"]: r["done"] for r in truth}
+    assert [done[s] for s in steady["start_ns"]] == steady["end_ns"].tolist()
+    tsl = {r[0] for r in con.execute("""SELECT DISTINCT coalesce(n.text, s.value) FROM NVTX_EVENTS n
+        LEFT JOIN StringIds s ON s.id = n.textId JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId
+        LEFT JOIN StringIds ds ON ds.id = d.textId WHERE n.domainId != 0 AND coalesce(d.text, ds.value) = 'TSL'""")}
+    for c in it.candidates:
+        if c["name"].startswith("TSL:") or c["name"].split(":", 1)[-1] in tsl:
+            assert c["library"] == "XLA", c["name"]

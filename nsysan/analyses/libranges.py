@@ -26,7 +26,7 @@ LIBRARY_DOMAINS: dict[str, str] = {
     "libcudf": "cuDF", "cudf_python": "cuDF", "cudf": "cuDF", "rmm": "RMM", "raft": "RAFT", "cuml": "cuML",
     "cugraph": "cuGraph", "libcuml": "cuML", "dask_cuda": "Dask-CUDA", "ucx": "UCX", "ucxx": "UCX",
     "tensorrt": "TensorRT", "myelin": "TensorRT", "myelin-exec": "TensorRT", "dali": "DALI",
-    "nvshmem": "NVSHMEM", "pytorch": "PyTorch", "torch": "PyTorch", "xla": "XLA", "jax": "XLA",
+    "nvshmem": "NVSHMEM", "pytorch": "PyTorch", "torch": "PyTorch", "xla": "XLA", "jax": "XLA", "tsl": "XLA",
     "cupy": "CuPy", "nvfuser": "nvFuser", "transformer_engine": "Transformer Engine",
     "nemo": "NeMo", "megatron": "Megatron", "apex": "Apex", "triton": "Triton", "onnxruntime": "ONNX Runtime",
 }
@@ -40,7 +40,8 @@ _TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("PyTorch", re.compile(r"^(aten|c10d|prim|cudnn|mkldnn|profiler|torch)::|, (seq|op_id) = \d+|^autograd::")),
     ("PyTorch", re.compile(r"^(ProfilerStep#\d+|Optimizer\.(step|zero_grad)#)")),
     ("pyprof", re.compile(r"^\{'(traceMarker|mod|reprMarkers|callid|seq)'")),
-    ("XLA", re.compile(r"^(XlaModule|Thunk|XlaCompile|XlaExecute|xla::|TSL:|jit_\w+\(|PjRt|TfrtCpu)")),
+    ("XLA", re.compile(r"^(XlaModule|Thunk|XlaCompile|XlaExecute|XlaPass|XlaEmit|XlaAutotun|xla::|TSL:|"
+                       r"jit_\w+\(|PjRt|TfrtCpu|command_buffer_\d+$)")),
     ("TensorRT", re.compile(r"^(ExecutionContext::|IExecutionContext::|Reformatting CopyNode|\{ForeignNode\[|"
                             r"myelin|enqueueV[23]$|executeV2$)")),
     ("cuDF", re.compile(r"^libcudf:")),
