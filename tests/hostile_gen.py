@@ -48,13 +48,18 @@ EVIL = ["\x1b]0;owned\x07", "\x1b[2J", "\x1b]8;;http://x\x1b\\l\x1b]8;;\x1b\\", 
         "+cmd", "-2+3", "@SUM(A1)", "\tx", "\rx", "</script><img src=x>", "\u202e", "\x00", "\ud800"[:0] + "\x7f"]
 
 
-def _sql(p: Path, *stmts: str, loosen: bool = True) -> None:
-    if loosen:  # a hostile writer is not bound by the schema's NOT NULL
-        con = sqlite3.connect(p)
-        con.execute("PRAGMA writable_schema=ON")
-        con.execute("UPDATE sqlite_master SET sql=replace(sql, 'NOT NULL', '') WHERE type='table'")
-        con.commit()
-        con.close()
+def loosen(p: Path) -> None:
+    """Drop the schema's NOT NULL constraints: a hostile writer is not bound by them."""
+    con = sqlite3.connect(p)
+    con.execute("PRAGMA writable_schema=ON")
+    con.execute("UPDATE sqlite_master SET sql=replace(sql, 'NOT NULL', '') WHERE type='table'")
+    con.commit()
+    con.close()
+
+
+def _sql(p: Path, *stmts: str, loosen_first: bool = True) -> None:
+    if loosen_first:
+        loosen(p)
     con = sqlite3.connect(p)
     for s in stmts:
         try:

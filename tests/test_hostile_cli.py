@@ -45,11 +45,9 @@ def trace(fixture_dir: Path, tmp_path: Path) -> Path:
 def mutated(trace: Path, *sql: str, loosen: bool = False) -> Path:
     """The trace changed by SQL (``loosen``: NOT NULL constraints dropped first, as a hostile writer could)."""
     if loosen:
-        con = sqlite3.connect(trace)
-        con.execute("PRAGMA writable_schema=ON")
-        con.execute("UPDATE sqlite_master SET sql=replace(sql, 'NOT NULL', '') WHERE type='table'")
-        con.commit()
-        con.close()
+        from hostile_gen import loosen as drop_not_null
+
+        drop_not_null(trace)
     con = sqlite3.connect(trace)
     for s in sql:
         con.execute(s)
