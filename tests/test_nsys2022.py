@@ -123,6 +123,11 @@ def test_everything_nsys_analyze_reports_nsysan_finds(name, fixture_dir, tmp_pat
         theirs = ref[rule]
         ours = found[rule]
         pairs_theirs = sorted(zip(theirs["Start (ns)"], theirs["Duration (ns)"])) if len(theirs) else []
+        if len(set(a.ops["pid"].tolist())) > 1:
+            # nsys 2022.4 joins API calls to GPU work on the correlation id alone; with several
+            # processes their ids collide and it lists an instance once per matching call
+            # (two_procs: each of 276 copies twice). nsysan joins on (process, id): each once.
+            pairs_theirs = sorted(set(pairs_theirs))
         assert sorted(zip(ours["start_ns"], ours["dur_ns"])) == pairs_theirs, rule
     # gpu_time_util: same chunks; nsysan's union busy time is at most nsys' summed busy time (which
     # can pass 100% and includes profiler overhead), so every region nsys flags lies inside one of ours
