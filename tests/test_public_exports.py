@@ -177,3 +177,19 @@ def test_device_busy_is_per_device_union_over_processes():
         assert a.busy_capture["device_id"].is_unique
         assert (a.busy_capture["busy_frac"] <= 1.0).all()
         assert np.all(a.busy_steady["ops"].to_numpy() <= a.busy_capture["ops"].to_numpy())
+
+
+def test_a_handful_of_allocations_is_not_a_loop():
+    """ZhiyiHu (an NCCL test program, no loop): allocation calls while the GPU works, but no name
+    called 10 times there, among them a 124 ms cudaFree: not 'allocation in the loop'."""
+    path = _one("ZhiyiHu1999")
+    con = _sql(path)
+    lo = min(con.execute(f'SELECT min(start) FROM "{t}"').fetchone()[0] for t in GPU_TABLES)
+    hi = max(con.execute(f'SELECT max("end") FROM "{t}"').fetchone()[0] for t in GPU_TABLES)
+    names = dict(con.execute("""SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId WHERE (s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%'
+        OR s.value LIKE 'cudaHostAlloc%' OR s.value LIKE 'cuMem%') AND r.start >= ? AND r."end" <= ?
+        GROUP BY s.value""", (lo, hi)))
+    assert names and max(names.values()) < 10 and sum(names.values()) >= 10  # fired before on the total
+    a = _analysis(path)
+    assert not [f for f in a.findings if f.rule == "alloc-in-loop"]

@@ -10,8 +10,9 @@ Only allocations that recur count. With an iteration model: the calls inside ste
 iterations, firing when at least half of those iterations allocate and there are at least
 ``min_calls_per_iteration`` calls per iteration. Without one: the calls between the first and the
 last GPU operation (or, without GPU activity tables, the first and last kernel launch or copy
-call), leaving out each process's first allocation call (it creates the CUDA context) and calls
-before the work starts or after it ends (setup, teardown), firing at ``min_calls`` or more.
+call), leaving out each process's first allocation call (it creates the CUDA context), calls
+before the work starts or after it ends (setup, teardown) and calls whose name occurs fewer than
+``min_calls`` times (a handful of allocations spread over a run is setup, not a loop).
 Impact: the measured host time of those calls, claimed on their wall-clock time (shared with
 host-bound-gap when the GPU idles during them, never counted twice).
 """
@@ -63,6 +64,10 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
         st = allc["start_ns"].to_numpy()
         calls = allc.loc[~first_call & (st >= lo) & (allc["end_ns"].to_numpy() <= hi)]
         calls = steady(calls, ctx)
+        # without iterations, "recurs" means the same call repeats: a name called fewer than
+        # ``min_calls`` times is setup or teardown spread over the run (NCCL's buffers, a workspace)
+        counts = calls.groupby(calls["name"].astype(str))["dur_ns"].transform("size").to_numpy()
+        calls = calls.loc[counts >= min_calls]
         if len(calls) < min_calls:
             return
         per = "between the first and the last GPU work, "
