@@ -372,7 +372,8 @@ def _default_html(trace: str, json_path: str | None) -> str:
 
 
 CSV_NAMES = ("kernels", "kernel_configs", "cuda_api", "os_runtime", "memcpy", "memset", "nvtx", "launches",
-             "overlap", "gpu_busy", "gaps", "iterations", "nsys_analyze", "findings")
+             "overlap", "gpu_busy", "gaps", "iterations", "iteration_breakdown", "collectives", "ranks",
+             "nsys_analyze", "findings")
 
 
 def _same_place(a: str, b: str) -> bool:

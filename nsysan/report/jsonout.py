@@ -193,7 +193,10 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             "memcpy": a.memcpy,
             "memset": a.memset, "nvtx": a.nvtx, "launches": a.launch_per_kernel, "overlap": a.overlap,
             "gpu_busy": a.busy_capture, "gaps": a.gaps.drop(columns=["breakdown"], errors="ignore"),
-            "iterations": a.iterations.table, "nsys_analyze": a.nsys_rules,
+            "iterations": a.iterations.table, "iteration_breakdown": a.breakdown,
+            "collectives": a.collectives,
+            "ranks": a.ranks.ranks if getattr(a, "ranks", None) is not None else pd.DataFrame(),
+            "nsys_analyze": a.nsys_rules,
             **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": a.tensorrt.executions,
                 "tensorrt_engines": a.tensorrt.engines}
                if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
