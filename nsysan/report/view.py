@@ -70,6 +70,33 @@ class Report:
     rules_log: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
     capture: list[tuple[str, str]] = field(default_factory=list)
+    # where one iteration's time goes: (label, [(part, width %, css class, text)]) per row
+    breakdown: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
+
+
+BREAKDOWN_PARTS = (("compute", "compute", "bd-compute"), ("comm_exposed", "communication (exposed)", "bd-comm"),
+                   ("copy_exposed", "copies alone", "bd-copy"), ("idle", "idle", "bd-idle"))
+
+
+def _breakdown_rows(a: Any) -> list[tuple[str, list[tuple[str, float, str, str]]]]:
+    """One stacked bar per sequence of iterations (per process when there are several): the mean
+    steady iteration period split into compute, exposed communication, copies alone and idle."""
+    from nsysan.analyses.breakdown import breakdown_summary
+
+    bd = a.breakdown
+    if len(bd) == 0:
+        return []
+    groups = [("one iteration", bd)] if bd["pid"].nunique() == 1 else \
+        [(f"pid {int(p)} (GPU {int(g['device_id'].iloc[0])})", g) for p, g in bd.groupby("pid", sort=True)]
+    rows = []
+    for label, g in groups:
+        s = breakdown_summary(g)
+        if not s:
+            continue
+        parts = [(name, round(100 * s[k + "_frac"], 2), css, f"{name} {fmt_ns(s[k + '_mean_ns'])} "
+                  f"({fmt_pct(s[k + '_frac'])})") for k, name, css in BREAKDOWN_PARTS if s[k + "_mean_ns"] > 0]
+        rows.append((f"{label}: {fmt_ns(s['span_mean_ns'])}", parts))
+    return rows
 
 
 def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
@@ -302,15 +329,6 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                 if a.iterations.range_name else "")),
             ("Iteration range", a.iterations.why or "-"),
             ]
-    from nsysan.analyses.breakdown import breakdown_summary
-
-    bs = breakdown_summary(a.breakdown) if len(a.breakdown) else {}
-    if bs:
-        info.append(("One iteration on the GPU", f"{fmt_ns(bs['span_mean_ns'])} (mean period): "
-                     + ", ".join(f"{label} {fmt_ns(bs[k + '_mean_ns'])} ({fmt_pct(bs[k + '_frac'])})"
-                                 for k, label in (("compute", "compute"), ("comm_exposed", "exposed communication"),
-                                                  ("copy_exposed", "copies alone"), ("idle", "idle"))
-                                 if bs[k + "_mean_ns"] or k in ("compute", "idle"))))
     if not len(a.ops):
         info.append(("GPU activity", "not recorded in this trace: record it with nsys profile -t cuda "
                                      "(WSL2 captures have none)"))
@@ -425,5 +443,6 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     capture = [(k, v) for k, v in m.capture] if show_env else []
     return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=headline, info=info,
                   findings=findings, tables=tables, kernel_bars=kernel_bars, latency_points=lat_pts,
+                  breakdown=_breakdown_rows(a),
                   latency_warmup_points=warm_pts, latency_axis=axis, util_points=util_pts, overlap_bars=ovb,
                   timeline=_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture)
