@@ -643,7 +643,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_example(args: argparse.Namespace) -> int:
     from nsysan.examples import example_path
 
-    print(example_path(args.name))
+    name = args.name[len("example:"):] if args.name.startswith("example:") else args.name  # as the README writes it
+    print(example_path("ladder_baseline" if name == "example" else name))
     return 0
 
 
@@ -881,6 +882,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # `nsysan` alone: what it can do, not an error
+        build_parser().print_help()
+        return 0
     args = build_parser().parse_args(argv)
     try:
         from nsysan.examples import resolve

@@ -155,3 +155,10 @@ def test_terminal_summary_names_what_nsys_analyze_would_list(fixture_dir, tmp_pa
     out = " ".join(capsys.readouterr().out.split())
     assert "nsys analyze would list: cuda_memcpy_async 122 (0 in steady state)" in out
     assert "cuda_api_sync 255 (10 in steady state)" in out
+
+
+def test_nsysan_alone_prints_help_and_example_takes_the_readme_name(capsys):
+    assert main([]) == 0
+    assert "usage: nsysan" in capsys.readouterr().out
+    assert main(["example", "example:launch_eager"]) == 0
+    assert capsys.readouterr().out.strip().endswith("launch_eager.sqlite")
