@@ -559,7 +559,9 @@ def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
                            else "no communication across the traces: iteration time p50 > 1.2 x median p50"),
         "traces": rows}
     if ranks is not None:
-        out["ranks"] = ranks.to_dict()
+        from nsysan.report.jsonout import ranks_to_dict
+
+        out["ranks"] = ranks_to_dict(ranks)
     return out
 
 

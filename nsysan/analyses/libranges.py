@@ -87,16 +87,3 @@ def library_mask(names: pd.Series, domains: pd.Series | None = None) -> np.ndarr
     codes, uniques = pd.factorize(pd.MultiIndex.from_frame(key.fillna({"d": ""})))
     flags = np.array([library_of(str(n), str(d) or None) is not None for n, d in uniques], dtype=bool)
     return flags[codes]
-
-
-def libraries(names: pd.Series, domains: pd.Series | None = None) -> list[str | None]:
-    """``library_of`` per distinct row value, returned per row (for tables that show the library)."""
-    doms = list(domains) if domains is not None else [None] * len(names)
-    memo: dict[tuple[str, str | None], str | None] = {}
-    out = []
-    for n, d in zip(names, doms):
-        k = (str(n), None if d is None or (isinstance(d, float) and np.isnan(d)) or d is pd.NA else str(d))
-        if k not in memo:
-            memo[k] = library_of(*k)
-        out.append(memo[k])
-    return out

@@ -45,13 +45,9 @@ class RankAnalysis:
     straggler: dict[str, Any] | None = None
     verdict: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        from nsysan.report.jsonout import _clean, records
-
-        return {"ranks": records(self.ranks), "not_aligned": list(self.not_aligned),
-                "straggler": _clean(self.straggler), "verdict": self.verdict,
-                "collectives_aligned": int(self.aligned[["collective", "k"]].drop_duplicates().shape[0])
-                if len(self.aligned) else 0}
+    @property
+    def collectives_aligned(self) -> int:
+        return int(self.aligned[["collective", "k"]].drop_duplicates().shape[0]) if len(self.aligned) else 0
 
 
 def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] | None = None

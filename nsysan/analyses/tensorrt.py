@@ -114,14 +114,6 @@ class TensorRT:
     def found(self) -> bool:
         return len(self.executions) > 0
 
-    def to_dict(self, limit: int = 500) -> dict[str, Any]:
-        from nsysan.report.jsonout import records
-
-        return {"found": self.found, "gpu_recorded": self.gpu_recorded, "table_window": self.table_window,
-                "engines": records(self.engines), "layers": records(self.table, limit),
-                "executions": records(self.executions, limit),
-                "notes": list(self.notes)}
-
 
 def _text(name: str, domain: str | None) -> str:
     return name[len(domain) + 1:] if domain and name.startswith(domain + ":") else name

@@ -74,6 +74,12 @@ def records(df: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
     return _Clean(dict(zip(keys, row)) for row in zip(*cols))
 
 
+def ranks_to_dict(r: Any) -> dict[str, Any]:
+    """``analyses.ranks.RankAnalysis`` as JSON: the per-rank table, the straggler and the verdict."""
+    return {"ranks": records(r.ranks), "not_aligned": list(r.not_aligned), "straggler": _clean(r.straggler),
+            "verdict": r.verdict, "collectives_aligned": r.collectives_aligned}
+
+
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
     t = a.trace
     m = t.meta
@@ -123,7 +129,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
             "note": "communication kernels (NCCL ...) per device and collective in the steady state; exposed = "
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
-        "ranks": {**(a.ranks.to_dict() if a.ranks is not None else {}),
+        "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
         "iterations": {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
@@ -157,7 +163,9 @@ def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
             "execution host time")
     if tr is None or not tr.found:
         return {"found": False, "note": note}
-    return {**tr.to_dict(limit), "note": note}
+    return {"found": tr.found, "gpu_recorded": tr.gpu_recorded, "table_window": tr.table_window,
+            "engines": records(tr.engines), "layers": records(tr.table, limit),
+            "executions": records(tr.executions, limit), "notes": list(tr.notes), "note": note}
 
 
 def to_json(a: Any, *, show_env: bool = False) -> str:
