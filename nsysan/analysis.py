@@ -14,9 +14,9 @@ from typing import Any
 import pandas as pd
 
 from nsysan._executor import threads
-from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
+from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
@@ -64,6 +64,7 @@ class Analysis:
     gap_summary: dict[str, Any]
     iterations: Iterations
     busy_by_process: pd.DataFrame = field(default_factory=pd.DataFrame)
+    busy: Any = None  # gpu.Busy: the merged busy intervals per device (all, compute, comm, memcpy, memset)
     comm: pd.DataFrame = field(default_factory=pd.DataFrame)  # communication ops (comm.comm_ops)
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -185,7 +186,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
             utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
             owned=owned, gaps=gp, gap_summary=gap_summary, iterations=its, busy_by_process=by_process,
-            graph_trace=graph_trace_mode(trace), comm=comm_ops,
+            graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
             collectives=comm_mod.collectives(comm_ops, steady),
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
             nccl_calls=comm_mod.nccl_calls(rg),

@@ -35,7 +35,6 @@ from nsysan.errors import (
     UsageError,
 )
 
-
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 
 

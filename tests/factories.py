@@ -110,3 +110,16 @@ def make_trace(**tables: pd.DataFrame) -> Trace:
                      version_source="test", start_ns=min(starts) if starts else None,
                      end_ns=max(ends) if ends else None, tables=())
     return Trace(meta=meta, **frames)
+
+
+def apply_sql(path: Any, *stmts: str) -> None:
+    """Run SQL statements on an export file (a test's own copy), committing them; errors raise."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        for st in stmts:
+            con.execute(st)
+        con.commit()
+    finally:
+        con.close()

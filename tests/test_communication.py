@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import sqlite3
 
-import numpy as np
+import factories as F
 import pandas as pd
 import pytest
-
-import factories as F
 from conftest import CORPUS
+
 from nsysan.analyses.opclass import collective_of, is_communication
 from nsysan.analysis import analyze
 

@@ -10,7 +10,6 @@ import os
 import resource
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tracemalloc
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from factories import apply_sql
 
 import nsysan
 from nsysan import cli as cli_mod
@@ -48,11 +48,7 @@ def mutated(trace: Path, *sql: str, loosen: bool = False) -> Path:
         from hostile_gen import loosen as drop_not_null
 
         drop_not_null(trace)
-    con = sqlite3.connect(trace)
-    for s in sql:
-        con.execute(s)
-    con.commit()
-    con.close()
+    apply_sql(trace, *sql)
     return trace
 
 

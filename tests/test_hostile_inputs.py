@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from factories import apply_sql
 
 import nsysan
 from nsysan.cli import main
@@ -26,11 +27,7 @@ SRC = "launch_graph"  # the smallest real fixture (766 KB)
 def mutate(fixture_dir: Path, tmp_path: Path, name: str, *sql: str) -> Path:
     p = tmp_path / f"{name}.sqlite"
     shutil.copy(fixture_dir / f"{SRC}.sqlite", p)
-    con = sqlite3.connect(p)
-    for s in sql:
-        con.execute(s)
-    con.commit()
-    con.close()
+    apply_sql(p, *sql)
     return p
 
 

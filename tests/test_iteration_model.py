@@ -4,11 +4,11 @@ vs the latency when the CPU runs ahead, per-thread sequences, and --iteration-ra
 
 from __future__ import annotations
 
+import factories as F
 import numpy as np
 import pandas as pd
 import pytest
 
-import factories as F
 from nsysan.analysis import Params, analyze
 from nsysan.errors import UsageError
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import CORPUS
+
 from nsysan.analyses.iterations import TENSORRT_HOW
 from nsysan.analyses.libranges import library_of
 from nsysan.analyses.tensorrt import execution_rows

@@ -5,11 +5,10 @@ communicator shared by its processes, so nothing is aligned there."""
 
 from __future__ import annotations
 
+import factories as F
 import numpy as np
 import pandas as pd
-import pytest
 
-import factories as F
 from nsysan.analyses.ranks import analyze_ranks
 from nsysan.analysis import analyze
 

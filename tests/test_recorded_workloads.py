@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURE_NAMES
 
 RECORDED = {"decode_eager": "decode_token", "decode_graph": "decode_token", "decode_graph_nodes": "decode_token",

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses import intervals as iv
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.libranges import library_of
 from nsysan.errors import UsageError
@@ -120,14 +121,7 @@ def _coverage(inst: pd.DataFrame, owned: pd.DataFrame, owned_total: int,
         api, dur = api[order], dur[order]
         csum = np.concatenate([[0], np.cumsum(dur)])
         # union of the instances (nested instances of the same name would count twice)
-        s = np.sort(g["start_ns"].to_numpy())
-        e = np.maximum.accumulate(g["end_ns"].to_numpy()[np.argsort(g["start_ns"].to_numpy(), kind="stable")])
-        new = np.ones(len(s), dtype=bool)
-        new[1:] = s[1:] > e[:-1]
-        grp = np.cumsum(new) - 1
-        us = s[new]
-        ue = np.zeros(len(us), dtype=np.int64)
-        np.maximum.at(ue, grp, e)
+        us, ue = iv.merge(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
         lo = np.searchsorted(api, us, side="left")
         hi = np.searchsorted(api, ue, side="right")
         covered += int((csum[hi] - csum[lo]).sum())
@@ -306,8 +300,6 @@ def _sequence_columns(it: pd.DataFrame, warmup_factor: float) -> pd.DataFrame:
 def _helper_thread_work(it: pd.DataFrame, owned: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: the latest end and the number of GPU ops launched during it by threads of its
     process that run no instance of the range (-1 / 0 where none)."""
-    from nsysan.analyses.intervals import RangeMinMax
-
     n = len(it)
     end = np.full(n, -1, dtype=np.int64)
     count = np.zeros(n, dtype=np.int64)
@@ -330,7 +322,7 @@ def _helper_thread_work(it: pd.DataFrame, owned: pd.DataFrame | None) -> tuple[n
         has = hi > lo
         count[rows] = hi - lo
         if has.any():
-            _, mx = RangeMinMax(o_end, o_end).query(lo[has], hi[has])
+            _, mx = iv.RangeMinMax(o_end, o_end).query(lo[has], hi[has])
             end[rows[has]] = mx
     return end, count
 

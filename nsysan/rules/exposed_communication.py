@@ -45,10 +45,9 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         exposed, comm, dev_busy = int(r["comm_exposed_ns"]), int(r["comm_ns"]), int(r["busy_ns"])
         if exposed < min_ns or dev_busy <= 0 or exposed < min_frac * dev_busy:
             continue
-        b = a.comm.loc[a.comm["device_id"].to_numpy() == dev]
-        cs, ce = iv.merge(*iv.clip(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), w.start_ns, w.end_ns))
-        compute = _compute(a, dev, w)
-        cl = iv.subtract((cs, ce), compute)
+        d = a.busy.per_dev[dev]  # merged once by the analysis: clipping keeps them merged
+        cl = iv.subtract(iv.clip_merged(*d["comm"], w.start_ns, w.end_ns),
+                         iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
         coll = a.collectives.loc[a.collectives["device_id"] == dev]
         kinds = ", ".join(f"{c['collective']} x{int(c['count'])} ({fmt_ns(c['exposed_ns'])} exposed of "
                           f"{fmt_ns(c['total_ns'])})" for _, c in coll.head(4).iterrows())
@@ -70,10 +69,3 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
             evidence=tuple({"device_id": dev, "collective": str(c["collective"]), "count": int(c["count"]),
                             "total_ns": int(c["total_ns"]), "exposed_ns": int(c["exposed_ns"])}
                            for _, c in coll.iterrows()))
-
-
-def _compute(a: Any, dev: int, w: Any) -> tuple[np.ndarray, np.ndarray]:
-    ops = a.ops
-    m = (ops["device_id"].to_numpy() == dev) & ops["op"].isin(["kernel", "graph"]).to_numpy() \
-        & (ops["role"] != "communication").to_numpy()
-    return iv.merge(*iv.clip(ops["start_ns"].to_numpy()[m], ops["end_ns"].to_numpy()[m], w.start_ns, w.end_ns))

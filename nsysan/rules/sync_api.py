@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.analyses.frames import name_in
+from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import has_gpu_activity, steady
 from nsysan.units import fmt_ns, fmt_pct

@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from nsysan.analyses.libranges import library_mask
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import has_gpu_activity

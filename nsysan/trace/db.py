@@ -21,15 +21,16 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 
+from nsysan._executor import threads
 from nsysan.errors import (
     CorruptTraceError,
     NotAnNsysExportError,
@@ -37,7 +38,6 @@ from nsysan.errors import (
     TraceNotFoundError,
     TraceUnreadableError,
 )
-from nsysan._executor import threads
 from nsysan.trace import direct, prefetch
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -16,12 +16,12 @@ import pyarrow as pa
 
 from nsysan import _memory
 from nsysan._executor import threads
-from nsysan.units import clean_text
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import direct, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
+from nsysan.units import clean_text
 
 Progress = Callable[[str, int, int], None]
 
