@@ -26,7 +26,7 @@ from pathlib import Path
 # Tables with no bearing on nsysan's analyses (call stacks, profiler bookkeeping, embedded files).
 DROP = ("OSRT_CALLCHAINS", "SAMPLING_CALLCHAINS", "ANALYSIS_FILE", "DIAGNOSTIC_EVENT")
 # Log lines that are the workloads' own timings (copied into the fixture README).
-RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]")
+RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]")
 
 
 def trim(src: Path, dest_dir: Path) -> Path:
@@ -50,7 +50,7 @@ def trim(src: Path, dest_dir: Path) -> Path:
     meta_file = src.with_suffix(".json")
     meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
     log = src.with_suffix(".log")
-    result_lines = [ln for ln in (log.read_text().splitlines() if log.exists() else []) if ln.startswith(RESULT_TAGS)
+    result_lines = [ln for ln in (log.read_text().splitlines() if log.exists() else []) if any(tag in ln for tag in RESULT_TAGS)
                     or " n=" in ln]
     readme = [
         f"# {src.stem}",
