@@ -20,7 +20,11 @@ from conftest import FIXTURE_NAMES
 
 RECORDED = {"decode_eager": "decode_token", "decode_graph": "decode_token", "decode_graph_nodes": "decode_token",
             "hf_generate": "request", "train_inline": "train_step", "train_dataloader": "train_step",
-            "two_procs": "train_step"}
+            "two_procs": "train_step",
+            # two H200s, one process a GPU (workloads/ddp.py): one export of both ranks, and one per rank
+            **{n: "train_step" for n in ("ddp_overlap", "ddp_serial", "ddp_straggler", "tp", "fsdp", "pipeline",
+                                         "ddp_overlap_rank0", "ddp_overlap_rank1", "ddp_straggler_rank0",
+                                         "ddp_straggler_rank1")}}
 HAVE = [n for n in RECORDED if n in FIXTURE_NAMES]
 pytestmark = pytest.mark.skipif(not HAVE, reason="recorded workload fixtures missing")
 

@@ -15,11 +15,24 @@ on all of them about when the data has moved. For the k-th collective: ``last_st
 start over the ranks; a rank's ``wait_ns`` = last_start - its start (it spins in the kernel until
 the last rank arrives), its ``transfer_ns`` = its end - last_start.
 
-**Straggler.** The rank that arrives last most often (in at least half of the aligned collectives of
-the steady state), by a margin that matters (its median lead over the next-latest rank is at least
-5% of the iteration time): the others wait for it. Its cause is found by comparing its own
-per-iteration numbers with the other ranks' medians: GPU compute time, GPU idle while its host was
-late (host-bound gaps, with what its thread was doing), synchronize calls. When no rank qualifies
+**Waiting that costs time.** A rank waits inside a collective while its compute may still run
+beside it (DDP's first buckets start during backward). The wait that costs the step is the part with
+no compute on the rank's device: ``exposed_wait_ns`` (the wait intervals minus the device's compute).
+A rank's exposed communication splits into that waiting and the rest (``comm_exposed_transfer``):
+only the latter is what overlapping communication with compute could hide.
+
+**Per rank** (means per steady iteration of that rank): period, compute, exposed transfer, exposed
+waiting, exposed copies and idle (from ``breakdown``: they add up to the iteration's span), the
+communication kernel time, and the GPU idle while the rank's host was late (host-bound gaps, with
+what its thread was doing).
+
+**Straggler.** Judged on the collectives only (point-to-point Send/Recv waiting is a pipeline's
+dependency, its bubble: measured in the waiting columns, never called a straggler). The rank that
+arrives last most often (in at least half of the aligned collectives of the steady state), when it costs the others: their exposed waiting is at least 5% of an iteration.
+Its cause is found by comparing its own per-iteration numbers with the other ranks' medians: GPU
+idle while its host was late, GPU compute, exposed communication. The **saving** of evening it out
+is, per iteration, the straggler's excess in its cause, at most the others' median waiting (without
+a visible cause: the others' exposed waiting), times its steady iterations. When no rank qualifies
 the ranks are in step and none is named.
 """
 
@@ -35,6 +48,9 @@ from nsysan.analyses import intervals as iv
 
 LATE_SHARE = 0.5
 MIN_MARGIN_FRAC = 0.05
+# Point-to-point transfers: the receiver waits for the sender by design (a pipeline's stages), so
+# their waiting is a dependency (the pipeline bubble), not a straggler: it is measured, not judged.
+P2P = frozenset({"SendRecv", "Send", "Recv"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,16 @@ class RankAnalysis:
     not_aligned: list[str] = field(default_factory=list)
     straggler: dict[str, Any] | None = None
     verdict: str = ""
+
+    def waiting(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
+        """Wall-clock intervals in which process ``pid`` waited in a collective for the last rank
+        (merged)."""
+        al = self.aligned
+        if len(al) == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        w = al.loc[(al["pid"] == pid) & (al["wait_ns"] > 0)]
+        s = w["start_ns"].to_numpy(dtype=np.int64)
+        return iv.merge(s, s + w["wait_ns"].to_numpy(dtype=np.int64))
 
     @property
     def collectives_aligned(self) -> int:
@@ -110,6 +136,11 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
         comp = mine.loc[mine["role"].astype(str).to_numpy() == "compute"]
         compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
         cm = comm.loc[(comm["pid"] == pid) & (comm["start_ns"] >= lo) & (comm["start_ns"] < hi)]
+        exp_s, exp_e = _exposed_comm(a, dev, cm)
+        bd = a.breakdown
+        bd = bd.loc[(bd["pid"] == pid) & ~bd["warmup"].to_numpy(dtype=bool)] if len(bd) else bd
+        parts = {f"{c}_per_iter_ns": int(round(float(bd[f"{c}_ns"].mean()))) if len(bd) else 0
+                 for c in ("span", "compute", "comm_exposed", "copy_exposed", "idle")}
         g = a.gaps
         host = g.loc[(g["pid"] == pid) & g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo)
                      & (g["end_ns"] <= hi)] if len(g) else g
@@ -121,13 +152,24 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             "trace": trace, "pid": int(pid), "device_id": int(dev), "iterations": int(len(it)),
             "period_p50_ns": int(np.median(per)) if per.size else None,
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
-            "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n),
+            "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
             "host_idle_activity": top, "window": [lo + offset_ns, hi + offset_ns],
             "comm": {"start_ns": (cm["start_ns"].to_numpy() + offset_ns).tolist(),
                      "end_ns": (cm["end_ns"].to_numpy() + offset_ns).tolist(),
-                     "collective": cm["collective"].astype(str).tolist()}})
+                     "collective": cm["collective"].astype(str).tolist()},
+            "comm_exposed": {"start_ns": (exp_s + offset_ns).tolist(), "end_ns": (exp_e + offset_ns).tolist()}})
     return out
+
+
+def _exposed_comm(a: Any, dev: int, cm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of this rank's communication kernels during which no compute ran on its device."""
+    s = cm["start_ns"].to_numpy(dtype=np.int64)
+    e = cm["end_ns"].to_numpy(dtype=np.int64)
+    d = a.busy.per_dev.get(dev) if a.busy is not None else None
+    if d is None or len(s) == 0:
+        return iv.merge(s, e)
+    return iv.subtract(iv.merge(s, e), d["compute"])
 
 
 def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis:
@@ -150,10 +192,23 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
     for i, p in enumerate(ps):
         al = aligned.loc[aligned["rank"] == i] if len(aligned) else aligned
         n = max(p["iterations"], 1)
+        ws = al["start_ns"].to_numpy(dtype=np.int64) if len(al) else np.empty(0, np.int64)
+        wait = iv.merge(ws, ws + (al["wait_ns"].to_numpy(dtype=np.int64) if len(al) else ws))
+        ex = p.get("comm_exposed") or {"start_ns": [], "end_ns": []}
+        exposed = (np.asarray(ex["start_ns"], dtype=np.int64), np.asarray(ex["end_ns"], dtype=np.int64))
+        exp_wait = iv.total(*iv.intersect(wait, exposed))
+        bd = p.get("breakdown") or {}
+        comm_exp = int(bd.get("comm_exposed_per_iter_ns", p["comm_exposed_per_iter_ns"]))
+        w_it = int(exp_wait / n)
         rows.append({"rank": i, "trace": p["trace"], "pid": p["pid"], "device_id": p["device_id"],
                      "iterations": p["iterations"], "period_p50_ns": p["period_p50_ns"],
+                     "span_per_iter_ns": int(bd.get("span_per_iter_ns", 0)),
                      "compute_per_iter_ns": p["compute_per_iter_ns"], "comm_per_iter_ns": p["comm_per_iter_ns"],
-                     "comm_exposed_per_iter_ns": p["comm_exposed_per_iter_ns"],
+                     "comm_exposed_per_iter_ns": comm_exp,
+                     "comm_transfer_exposed_per_iter_ns": max(0, comm_exp - w_it),
+                     "wait_exposed_per_iter_ns": w_it,
+                     "copy_exposed_per_iter_ns": int(bd.get("copy_exposed_per_iter_ns", 0)),
+                     "idle_per_iter_ns": int(bd.get("idle_per_iter_ns", 0)),
                      "wait_per_iter_ns": int(al["wait_ns"].sum() / n) if len(al) else 0,
                      "transfer_per_iter_ns": int(al["transfer_ns"].sum() / n) if len(al) else 0,
                      "host_idle_per_iter_ns": p["host_idle_per_iter_ns"], "host_idle_activity": p["host_idle_activity"],
@@ -176,28 +231,43 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any) -> tupl
         return None, "one rank"
     if len(aligned) == 0:
         return None, "no collective could be aligned across the ranks"
+    coll = aligned.loc[~aligned["collective"].isin(list(P2P))]
+    if len(coll) == 0:
+        return None, ("only point-to-point transfers (Send/Recv) between the ranks: their waiting is the pipeline's "
+                      "dependency (see the waiting columns), not a straggler")
+    aligned = coll
     n_coll = int(aligned[["collective", "k"]].drop_duplicates().shape[0])
+    last = aligned.loc[aligned["last"]].groupby("rank").size()
+    ranks = ranks.assign(arrived_last=ranks["rank"].map(last).fillna(0).astype(int))
     r = ranks.sort_values(["arrived_last", "rank"], ascending=[False, True]).iloc[0]
+    others = ranks.loc[ranks["rank"] != r["rank"]]
     lead = aligned.loc[aligned["last"] & (aligned["rank"] == r["rank"]), "lead_ns"].to_numpy()
     margin = int(np.median(lead)) if lead.size else 0
     ref = float(iter_ns or 0) or float(np.median(aligned["end_ns"] - aligned["start_ns"]))
-    if r["arrived_last"] < LATE_SHARE * n_coll or margin < MIN_MARGIN_FRAC * ref:
+    waited_exposed = int(others["wait_exposed_per_iter_ns"].median())
+    if r["arrived_last"] < LATE_SHARE * n_coll or waited_exposed < MIN_MARGIN_FRAC * ref:
         return None, (f"ranks in step: no rank arrives last in at least {LATE_SHARE:.0%} of the {n_coll} aligned "
-                      f"collectives by {MIN_MARGIN_FRAC:.0%} of an iteration")
-    others = ranks.loc[ranks["rank"] != r["rank"]]
+                      f"collectives while the others wait with their GPU idle for {MIN_MARGIN_FRAC:.0%} of an "
+                      f"iteration (at most {waited_exposed / 1e6:.3f} ms of {ref / 1e6:.3f} ms)")
     waited = int(aligned.loc[aligned["rank"] != r["rank"], "wait_ns"].sum())
+    waited_per_iter = int(others["wait_per_iter_ns"].median())
     causes = []
     for col, label in (("host_idle_per_iter_ns", "GPU idle while its host was late"),
-                       ("compute_per_iter_ns", "GPU compute"), ("comm_exposed_per_iter_ns", "exposed communication")):
+                       ("compute_per_iter_ns", "GPU compute"),
+                       ("comm_transfer_exposed_per_iter_ns", "exposed communication")):
         mine, theirs = int(r[col]), int(others[col].median())
-        if mine - theirs > 0.5 * margin:
+        if mine - theirs > 0.5 * waited_exposed:
             causes.append({"what": label, "column": col, "straggler_ns": mine, "others_median_ns": theirs,
                            "extra_ns": mine - theirs})
     causes.sort(key=lambda c: -c["extra_ns"])
+    per_iter = min(causes[0]["extra_ns"], waited_per_iter) if causes else waited_exposed
     s = {"rank": int(r["rank"]), "pid": int(r["pid"]), "device_id": int(r["device_id"]),
-         "arrived_last": int(r["arrived_last"]), "collectives": n_coll, "median_lead_ns": margin,
-         "others_waited_ns": waited, "causes": causes,
+         "trace": str(r["trace"]), "arrived_last": int(r["arrived_last"]), "collectives": n_coll,
+         "median_lead_ns": margin, "others_waited_ns": waited, "others_wait_per_iter_ns": waited_per_iter,
+         "others_wait_exposed_per_iter_ns": waited_exposed, "causes": causes,
+         "saving_per_iter_ns": int(per_iter), "saving_ns": int(per_iter) * int(r["iterations"]),
          "host_idle_activity": r["host_idle_activity"] or None}
     cause = causes[0]["what"] if causes else "not visible in this trace"
-    return s, (f"rank {int(r['rank'])} arrives last in {int(r['arrived_last'])} of {n_coll} collectives "
-               f"(by {margin / 1e6:.2f} ms at the median): the others wait for it; cause: {cause}")
+    return s, (f"rank {int(r['rank'])} arrives last in {int(r['arrived_last'])} of {n_coll} collectives: the others "
+               f"wait {waited_per_iter / 1e6:.2f} ms per iteration for it, {waited_exposed / 1e6:.2f} ms of it with "
+               f"their GPU idle; cause: {cause}")

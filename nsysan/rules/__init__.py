@@ -84,7 +84,9 @@ def allocate(findings: list[Finding]) -> list[Finding]:
     same share of each free interval, from its start), so later findings on the same time get the
     rest. Returns new Finding objects where the impact changed.
 
-    Order: the most specific claim first (the fewest claimed ns: the allocation calls, then the
+    Order: a finding with a higher ``precedence`` first (a diagnosis that explains other rules'
+    evidence: a straggler rank's late host is the cause of its host-bound gaps), then the most
+    specific claim first (the fewest claimed ns: the allocation calls, then the
     gaps after a synchronize, then all host-bound gaps, then every idle gap): the time a precise
     diagnosis names is its own, and a broader one keeps what is left (moving printing off the
     submitting thread does not remove the cudaMalloc calls inside the same gap). On the same time,
@@ -98,7 +100,7 @@ def allocate(findings: list[Finding]) -> list[Finding]:
             return max(0, hi - lo)
         return iv.total(*iv.clip(f.claims[0], f.claims[1], lo, hi))
 
-    ranked = sorted(findings, key=lambda f: (scope(f), f.impact_ns, -int(f.severity), f.rule))
+    ranked = sorted(findings, key=lambda f: (-f.precedence, scope(f), f.impact_ns, -int(f.severity), f.rule))
     taken: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
     all_s, all_e = np.empty(0, np.int64), np.empty(0, np.int64)
     out: list[Finding] = []

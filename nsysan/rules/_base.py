@@ -31,6 +31,9 @@ class Finding:
     # The wall-clock time the saving comes from: (starts, ends) int64 arrays of absolute ns, or None
     # for "anywhere in the window". Not serialised; ``run_rules`` allocates impacts against it.
     claims: Any = field(default=None, compare=False, repr=False)
+    # A diagnosis that explains other rules' evidence (a straggler rank explains its host gaps and the
+    # others' waiting) is allocated before them: higher first. Not serialised.
+    precedence: int = field(default=0, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity.name.lower(), "title": self.title,

@@ -55,14 +55,17 @@ def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None) -> pd.DataFrame
 
 def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     """Which events (gaps, calls) are one-time costs rather than a loop's: those of a key (activity
-    label, call name) that occurs fewer than max(3, half the steady iterations) times, those whose
+    label, call name) that occurs fewer than max(3, half the steady iterations of the longest
+    iteration sequence: with several ranks or threads, one loop's) times, those whose
     key names setup work (``ONE_TIME_NAMES``: compile, JIT, module load, init, autotune, warm-up,
     build), and outliers over ``ONE_TIME_OUTLIER`` x their key's median (a JIT compile among
     ordinary gaps)."""
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    need = max(3, math.ceil(len(steady_iterations(ctx)) / 2))
+    it = steady_iterations(ctx)
+    per_seq = int(it.groupby(["pid", "tid"]).size().max()) if len(it) else 0
+    need = max(3, math.ceil(per_seq / 2))
     codes, uniq = pd.factorize(keys.astype(str), sort=True)
     counts = np.bincount(codes)
     setup = np.array([bool(ONE_TIME_NAMES.search(str(u))) for u in uniq], dtype=bool)

@@ -8,9 +8,10 @@ that again) on Volta and newer GPUs, and halve the memory traffic of activations
 ``torch.autocast("cuda", dtype=torch.float16)``.
 
 Kernels are classified by name (``f32``/``sgemm``/``tf32``/``float`` vs ``f16``/``h884``/
-``bf16``/``half``/``i8``/``fp8``). Impact: ``assumed_saving_frac`` of the steady-state GPU time of
-FP32 conv/GEMM kernels (the documented 2x tensor-core ratio, discounted to 0.5 x that time),
-claimed on those kernels' wall-clock time. Kernels launched inside TensorRT engine executions are
+``bf16``/``half``/``i8``/``fp8``). Impact: ``assumed_saving_frac`` of the wall-clock time during
+which FP32 conv/GEMM kernels ran in the steady state (the documented 2x tensor-core ratio, discounted
+to 0.5 x that time; wall-clock, so kernels running at once on several GPUs or streams, which would
+all get faster together, count once), claimed on that time. Kernels launched inside TensorRT engine executions are
 left to ``trt-fp32-layers`` (per layer), so no kernel is judged twice.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import category_mask
 from nsysan.analyses.join import pack_keys
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
@@ -59,7 +61,8 @@ def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute
     share_reduced = float(dur[heavy & reduced & in_w].sum()) / total
     by = f.groupby(f["name"].astype(str), observed=True)["dur_ns"].agg(["count", "sum"]).reset_index().rename(
         columns={"name": "name", "count": "count", "sum": "total_ns"})
-    yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(t32 * assumed_saving_frac),
+    wall = iv.total(*iv.merge(f["start_ns"].to_numpy(), f["end_ns"].to_numpy()))
+    yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(wall * assumed_saving_frac),
                   claims=claims_of(f["start_ns"], f["end_ns"]),
                   message=f"FP32/TF32 convolution and GEMM kernels took {fmt_ns(t32)} ({fmt_pct(t32 / total)} of kernel "
                           f"time in the steady state); reduced-precision ones {fmt_pct(share_reduced)}. "

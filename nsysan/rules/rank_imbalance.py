@@ -9,10 +9,15 @@ input pipelines or host work on one rank only (logging, checkpointing, evaluatio
 them off the training thread or spread them), uneven data shards or sequence lengths (balance the
 sampler, pad or bucket by length), a slower GPU or a different clock, or a synchronize on one rank.
 
-Judged on the steady state of ranks in one export (several processes, one per GPU). Fires when one
-rank arrives last in at least half of the aligned collectives by at least 5% of an iteration
-(``analyses/ranks.py``). Impact: the time the other ranks waited (from their start of each
-collective to the straggler's), claimed as those intervals.
+Judged on the steady state of ranks in one export (several processes, one per GPU; for one export
+per rank, ``nsysan analyze rank*.sqlite`` names the straggler in its cross-rank summary). Fires when
+one rank arrives last in at least half of the aligned collectives and the others wait for it with
+their GPU idle for at least 5% of an iteration (``analyses/ranks.py``). Impact: per iteration, what
+the straggler spends more than the others on its cause (at most the others' median waiting; without a
+visible cause, the others' idle waiting), times its iterations: the step would shrink by that on
+every rank. Claimed on the straggler's own late-host gaps (those of the activity that made it late)
+when that is the cause, else on the others' idle waiting; so ``host-bound-gap`` keeps only the rest
+of those gaps.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
+from nsysan.analyses import intervals as iv
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._helpers import window_gaps
 from nsysan.units import fmt_ns
 
 
@@ -31,17 +40,38 @@ def check(ctx: Any) -> Iterator[Finding]:
         return
     s = r.straggler
     al = r.aligned
-    waits = al.loc[(al["rank"] != s["rank"]) & (al["wait_ns"] > 0)]
-    impact = int(waits["wait_ns"].sum())
+    impact = int(s.get("saving_ns", 0))
     if impact <= 0:
         return
+    w = ctx.window
+    top = s["causes"][0]["column"] if s["causes"] else ""
+    g = ctx.a.gaps
+    if top == "host_idle_per_iter_ns" and len(g):
+        mine = window_gaps(ctx, ("host", "sync"))
+        mine = mine.loc[mine["pid"] == s["pid"]]
+        if s.get("host_idle_activity") and "activity" in mine:  # the gaps of what made it late
+            mine = mine.loc[mine["activity"].astype(str) == s["host_idle_activity"]]
+        claims = claims_of(mine["start_ns"], mine["end_ns"])
+    else:
+        starts, ends = [], []
+        for pid in al.loc[al["rank"] != s["rank"], "pid"].unique():
+            dev = int(ctx.a.comm.loc[ctx.a.comm["pid"] == pid, "device_id"].mode().iloc[0])
+            ws = ctx.a.ranks.waiting(int(pid))
+            comp = ctx.a.busy.per_dev[dev]["compute"] if dev in ctx.a.busy.per_dev else (ws[0][:0], ws[1][:0])
+            x = iv.subtract(ws, comp)
+            starts.append(x[0])
+            ends.append(x[1])
+        claims = claims_of(np.concatenate(starts or [np.empty(0, np.int64)]),
+                           np.concatenate(ends or [np.empty(0, np.int64)]))
     causes = "; ".join(f"{c['what']}: {fmt_ns(c['straggler_ns'])} per iteration vs {fmt_ns(c['others_median_ns'])} "
                        f"on the other ranks" for c in s["causes"]) or "no difference visible in this trace"
     act = f" (its thread was in {s['host_idle_activity']})" if s.get("host_idle_activity") else ""
     yield finding(ctx, "rank-imbalance", severity=Severity.WARNING, impact_ns=impact,
-                  claims=claims_of(waits["start_ns"], waits["last_start_ns"]),
+                  claims=claims, precedence=1,
                   message=(f"Rank {s['rank']} (pid {s['pid']}, GPU {s['device_id']}) arrived last at "
-                           f"{s['arrived_last']} of {s['collectives']} collectives, by {fmt_ns(s['median_lead_ns'])} "
-                           f"at the median; the other ranks waited {fmt_ns(impact)} in total. What differs on rank "
-                           f"{s['rank']}: {causes}{act}."),
+                           f"{s['arrived_last']} of {s['collectives']} collectives; the other ranks waited "
+                           f"{fmt_ns(s['others_wait_per_iter_ns'])} per iteration for it (median), "
+                           f"{fmt_ns(s['others_wait_exposed_per_iter_ns'])} of it with their GPU idle. What differs on "
+                           f"rank {s['rank']}: {causes}{act}. Evening it out would save about "
+                           f"{fmt_ns(s['saving_per_iter_ns'])} per iteration."),
                   evidence=tuple({k: v for k, v in row.items()} for row in r.ranks.to_dict("records")))
