@@ -463,6 +463,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         jobs.append((t, o))
     if args.out_dir:
         planned.append(("--out-dir", str(Path(args.out_dir) / "summary.json")))
+        if not args.no_html:
+            planned.append(("--out-dir", str(Path(args.out_dir) / "summary.html")))
     # options and outputs checked before the trace is opened: nothing is analysed for an output
     # that cannot be written, and no output can be written over an input
     protect = check_outputs(args.traces, planned, force=args.force)
@@ -481,9 +483,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     _print_cross(results)
     if args.out_dir:
         summary = Path(args.out_dir) / "summary.json"
-        write_atomic(summary, json.dumps(cross_summary(results), indent=1, default=str) + "\n", force=args.force,
-                     protect=protect)
+        from nsysan.report.cross import cross_summary, render_cross_html
+
+        cs = cross_summary(results)
+        write_atomic(summary, json.dumps(cs, indent=1, default=str) + "\n", force=args.force, protect=protect)
         print(f"wrote {_say(summary)}")
+        if not args.no_html:
+            page = summary.with_name("summary.html")
+            write_atomic(page, render_cross_html(cs), force=args.force, protect=protect)
+            print(f"wrote {_say(page)}")
     return 1 if failed else 0
 
 
@@ -526,47 +534,11 @@ def _rank_payloads(a: Any, trace_path: str) -> list[dict[str, Any]]:
     return rank_payloads(a, offset_ns=a.trace.meta.epoch_offset_ns or 0, trace=str(trace_path))
 
 
-def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-trace (per-rank) busy/idle, iteration time p50, slowest kernel, as JSON
-    (``--out-dir``/summary.json). When the traces hold the ranks of one job (processes with
-    communication kernels in several exports), the ranks are aligned on their collectives on the
-    exports' common clock (``analyses/ranks.combine``) and the straggler is the rank the others wait
-    for; otherwise a trace whose iteration time p50 exceeds 1.2x the median is marked slower."""
-    import statistics
-
-    p50s = [r["p50_ns"] for r in results if r.get("p50_ns")]
-    med = statistics.median(p50s) if p50s else None
-    payloads = [p for r in results for p in (r.get("rank_payloads") or [])]
-    ranks = None
-    if len({p["trace"] for p in payloads}) >= 2:
-        from nsysan.analyses.ranks import combine
-
-        ranks = combine(payloads)
-    late = {ranks.straggler["rank"]} if ranks is not None and ranks.straggler else set()
-    late_traces = {str(ranks.ranks.loc[ranks.ranks["rank"] == k, "trace"].iloc[0]) for k in late} if late else set()
-    rows = []
-    for r in results:
-        straggler = (str(r["trace"]) in late_traces) if ranks is not None else \
-            bool(med and r.get("p50_ns") and r["p50_ns"] > 1.2 * med)
-        rows.append({"trace": r["trace"], "p50_ns": r.get("p50_ns"), "iterations": r.get("iterations"),
-                     "busy": [{"device_id": d, "busy_frac": round(f, 4), "idle_ns": i} for d, f, i in r["busy"]],
-                     "top_finding": r["findings"][0][0] if r["findings"] else None,
-                     "slowest_kernel": r["slowest_kernel"], "straggler": straggler})
-    out: dict[str, Any] = {
-        "schema": "nsysan.cross/2", "median_p50_ns": med,
-        "straggler_rule": ("the rank that arrives last at the aligned collectives (see ranks)" if ranks is not None
-                           else "no communication across the traces: iteration time p50 > 1.2 x median p50"),
-        "traces": rows}
-    if ranks is not None:
-        from nsysan.report.jsonout import ranks_to_dict
-
-        out["ranks"] = ranks_to_dict(ranks)
-    return out
-
-
 def _print_cross(results: list[dict[str, Any]]) -> None:
     """The cross-trace table: per trace (rank) p50, GPU busy, top finding, slowest kernel, stragglers."""
     from nsysan.units import fmt_ns, fmt_pct
+
+    from nsysan.report.cross import cross_summary
 
     summary = cross_summary(results)
     print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")

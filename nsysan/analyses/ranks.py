@@ -2,7 +2,7 @@
 collectives, with the waiting split from the transfer and the straggler named with its cause.
 
 **Ranks.** Every process that ran communication kernels is a rank; ranks are numbered in the order
-of their (device, pid). One export holding every rank (``nsys profile`` of ``torchrun``) or one
+of their export's file name (numbers as numbers: ``rank2`` before ``rank10``), then (device, pid). One export holding every rank (``nsys profile`` of ``torchrun``) or one
 export per rank (``cross_rank`` on per-file tables) give the same result.
 
 **Alignment.** Collectives are matched by order: the k-th collective of a type on each rank is the
@@ -60,6 +60,7 @@ class RankAnalysis:
     not_aligned: list[str] = field(default_factory=list)
     straggler: dict[str, Any] | None = None
     verdict: str = ""
+    lanes: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> a timeline lane (see _lanes)
 
     def waiting(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock intervals in which process ``pid`` waited in a collective for the last rank
@@ -158,7 +159,32 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             "comm": {"start_ns": (cm["start_ns"].to_numpy() + offset_ns).tolist(),
                      "end_ns": (cm["end_ns"].to_numpy() + offset_ns).tolist(),
                      "collective": cm["collective"].astype(str).tolist()},
-            "comm_exposed": {"start_ns": (exp_s + offset_ns).tolist(), "end_ns": (exp_e + offset_ns).tolist()}})
+            "comm_exposed": {"start_ns": (exp_s + offset_ns).tolist(), "end_ns": (exp_e + offset_ns).tolist()},
+            "lanes": _lanes(a, pid, dev, bd, offset_ns)})
+    return out
+
+
+LANE_ITERATIONS = 2
+LANE_MAX = 4000
+
+
+def _lanes(a: Any, pid: int, dev: int, bd: pd.DataFrame, offset_ns: int) -> dict[str, Any]:
+    """What one rank's device ran over ``LANE_ITERATIONS`` iterations in the middle of its steady
+    state (merged intervals per role, on the common clock): a timeline lane per rank, a few KB."""
+    d = a.busy.per_dev.get(dev) if a.busy is not None else None
+    if d is None or len(bd) == 0:
+        return {}
+    mid = max(0, len(bd) // 2 - LANE_ITERATIONS // 2)
+    sel = bd.iloc[mid:mid + LANE_ITERATIONS]
+    lo, hi = int(sel["span_start_ns"].min()), int(sel["span_end_ns"].max())
+    out: dict[str, Any] = {"t0": lo + offset_ns, "t1": hi + offset_ns,
+                           "iterations": [[int(x) + offset_ns, int(y) + offset_ns]
+                                          for x, y in zip(sel["span_start_ns"], sel["span_end_ns"])]}
+    for role in ("compute", "comm", "memcpy"):
+        if role not in d:
+            continue
+        rs, re_ = iv.clip_merged(*d[role], lo, hi)
+        out[role] = [[int(x) + offset_ns, int(y) + offset_ns] for x, y in zip(rs[:LANE_MAX], re_[:LANE_MAX])]
     return out
 
 
@@ -177,7 +203,7 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
     collectives aligned, the straggler named."""
     if not payloads:
         return RankAnalysis(pd.DataFrame(), pd.DataFrame(), [], None, "no communication kernels: no ranks")
-    ps = sorted(payloads, key=lambda p: (p["trace"], p["device_id"], p["pid"]))
+    ps = sorted(payloads, key=lambda p: (_natural(p["trace"]), p["device_id"], p["pid"]))
     rank_of = {i: i for i in range(len(ps))}
     frames = [pd.DataFrame({"pid": i, "start_ns": np.asarray(p["comm"]["start_ns"], dtype=np.int64),
                             "end_ns": np.asarray(p["comm"]["end_ns"], dtype=np.int64),
@@ -214,11 +240,21 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
                      "host_idle_per_iter_ns": p["host_idle_per_iter_ns"], "host_idle_activity": p["host_idle_activity"],
                      "arrived_last": int(al["last"].sum()) if len(al) else 0, "collectives": int(len(al))})
     ranks = pd.DataFrame(rows)
+    lanes = {i: p.get("lanes") or {} for i, p in enumerate(ps)}
     if iter_ns is None:
         pers = [p["period_p50_ns"] for p in ps if p["period_p50_ns"]]
         iter_ns = float(np.median(pers)) if pers else None
     straggler, verdict = _straggler(ranks, aligned, iter_ns)
-    return RankAnalysis(ranks, aligned, skipped, straggler, verdict)
+    return RankAnalysis(ranks, aligned, skipped, straggler, verdict, lanes)
+
+
+def _natural(path: str) -> list[Any]:
+    """Sort key of a trace path by its file name, numbers as numbers (rank2 before rank10)."""
+    import re
+    from pathlib import PurePath
+
+    name = PurePath(str(path)).name
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t] + [(2, 0, str(path))]
 
 
 def analyze_ranks(a: Any) -> RankAnalysis:

@@ -77,7 +77,8 @@ def records(df: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
 def ranks_to_dict(r: Any) -> dict[str, Any]:
     """``analyses.ranks.RankAnalysis`` as JSON: the per-rank table, the straggler and the verdict."""
     return {"ranks": records(r.ranks), "not_aligned": list(r.not_aligned), "straggler": _clean(r.straggler),
-            "verdict": r.verdict, "collectives_aligned": r.collectives_aligned}
+            "verdict": r.verdict, "collectives_aligned": r.collectives_aligned,
+            "lanes": {int(k): v for k, v in (getattr(r, "lanes", None) or {}).items()}}
 
 
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:

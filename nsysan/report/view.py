@@ -72,6 +72,8 @@ class Report:
     capture: list[tuple[str, str]] = field(default_factory=list)
     # where one iteration's time goes: (label, [(part, width %, css class, text)]) per row
     breakdown: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
+    # several ranks in this export: the ranks panel (report/cross.py ranks_view), shared with summary.html
+    ranks_view: dict[str, Any] = field(default_factory=dict)
 
 
 BREAKDOWN_PARTS = (("compute", "compute", "bd-compute"), ("comm_exposed", "communication (exposed)", "bd-comm"),
@@ -445,4 +447,14 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                   findings=findings, tables=tables, kernel_bars=kernel_bars, latency_points=lat_pts,
                   breakdown=_breakdown_rows(a),
                   latency_warmup_points=warm_pts, latency_axis=axis, util_points=util_pts, overlap_bars=ovb,
-                  timeline=_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture)
+                  timeline=_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
+                  ranks_view=_ranks_view(a))
+
+
+def _ranks_view(a: Any) -> dict[str, Any]:
+    if getattr(a, "ranks", None) is None or len(a.ranks.ranks) < 2:
+        return {}
+    from nsysan.report.cross import ranks_view
+    from nsysan.report.jsonout import ranks_to_dict
+
+    return ranks_view(ranks_to_dict(a.ranks))

@@ -91,6 +91,10 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         it_note = (f" Per '{a.iterations.range_name}' iteration: {fmt_ns(p50)} exposed (p50) of an iteration "
                    f"time of {fmt_ns(a.iterations.stats.get('p50_ns'))}.")
     multi = f" On {len(parts)} devices at once, {fmt_ns(impact)} of wall-clock time." if len(parts) > 1 else ""
+    if a.ranks is None or len(a.ranks.ranks) < 2:
+        multi += (" Only one rank is in this export: part of this may be waiting for other ranks to arrive; "
+                  "analyze every rank's export together (nsysan analyze rank*.sqlite --out-dir DIR) to split "
+                  "waiting from transfer.")
     yield finding(
         ctx, "exposed-communication",
         severity=Severity.WARNING if worst_exposed >= 0.1 * w.dur_ns else Severity.INFO,
