@@ -10,7 +10,8 @@ while batch i computes; host memory must be pinned for the copy to be asynchrono
 
 Impact: the HtoD copy time not already overlapped, capped by the compute time it could hide behind,
 claimed on those copies' wall-clock time (shared with pageable-memcpy and sync-memcpy, never
-counted twice). Every percentage is per device.
+counted twice). Every percentage is per device; one finding for all devices, whose impact is the
+largest device's (devices copy at the same time: the saving is wall-clock).
 Fires when less than ``max_overlap_frac`` of the HtoD copy time overlaps compute.
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
@@ -28,17 +31,25 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
     ov = ctx.a.overlap
     rows = ov.loc[ov["direction"] == "HtoD"] if len(ov) else ov
     ops, w = ctx.a.ops, ctx.window
+    parts, evidence, starts, ends = [], [], [], []
+    estimate = 0
     for _, r in rows.iterrows():
         if r["copy_ns"] < min_copy_ns or r["compute_ns"] == 0 or r["overlap_frac_of_copy"] >= max_overlap_frac:
             continue
-        hidden_possible = int(min(r["copy_ns"] - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"]))
+        estimate = max(estimate, int(min(r["copy_ns"] - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"])))
         cp = ops.loc[(ops["op"] == "memcpy").to_numpy() & (ops["kind"] == "HtoD").to_numpy()
                      & (ops["device_id"] == r["device_id"]).to_numpy()
                      & (ops["start_ns"] < w.end_ns).to_numpy() & (ops["end_ns"] > w.start_ns).to_numpy()]
-        yield finding(ctx, "serial-copy-compute", severity=Severity.WARNING, impact_ns=hidden_possible,
-                      claims=claims_of(cp["start_ns"], cp["end_ns"]),
-                      message=f"Device {int(r['device_id'])}: {fmt_ns(r['copy_ns'])} of host-to-device copies and "
-                              f"{fmt_ns(r['compute_ns'])} of compute in the steady state, only "
-                              f"{fmt_pct(r['overlap_frac_of_copy'])} of the copy time overlapped compute.",
-                      evidence=({"device_id": int(r["device_id"]), "copy_ns": int(r["copy_ns"]),
-                                 "compute_ns": int(r["compute_ns"]), "overlap_ns": int(r["overlap_ns"])},))
+        starts.append(cp["start_ns"].to_numpy())
+        ends.append(cp["end_ns"].to_numpy())
+        parts.append(f"Device {int(r['device_id'])}: {fmt_ns(r['copy_ns'])} of host-to-device copies and "
+                     f"{fmt_ns(r['compute_ns'])} of compute in the steady state, only "
+                     f"{fmt_pct(r['overlap_frac_of_copy'])} of the copy time overlapped compute")
+        evidence.append({"device_id": int(r["device_id"]), "copy_ns": int(r["copy_ns"]),
+                         "compute_ns": int(r["compute_ns"]), "overlap_ns": int(r["overlap_ns"])})
+    if not parts:
+        return
+    # devices copy at once: the saving is the largest device's, claimed on the union of the copies
+    yield finding(ctx, "serial-copy-compute", severity=Severity.WARNING, impact_ns=estimate,
+                  claims=claims_of(np.concatenate(starts), np.concatenate(ends)),
+                  message="; ".join(parts) + ".", evidence=tuple(evidence))
