@@ -28,6 +28,9 @@ ITERATION = {
     "train_inline": ("train_step", ["data"]),
     "train_dataloader": ("train_step", ["data"]),
     "two_procs": ("train_step", ["ncclAllReduce"]),
+    **{n: ("train_step", ["load_batch"]) for n in (
+        "ddp_overlap", "ddp_serial", "ddp_straggler", "tp", "fsdp", "pipeline", "ddp_overlap_rank0",
+        "ddp_overlap_rank1", "ddp_straggler_rank0", "ddp_straggler_rank1")},
 }
 HEADER = "## SQL-derived truth"
 

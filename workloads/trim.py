@@ -59,7 +59,8 @@ def trim(src: Path, dest_dir: Path) -> Path:
         f"- GPU: {meta.get('gpu', 'unknown')} ({meta.get('gpu_memory', '?')}), driver {meta.get('driver', '?')}",
         f"- command: `{meta.get('command', 'unknown')}`",
         f"- trimmed by `workloads/trim.py`: dropped {', '.join(dropped) or 'nothing'}; VACUUM; xz -9",
-        "- `stats/`: `nsys stats -f csv` reports made by the same nsys on the untrimmed export",
+        "- `stats/`: `nsys stats -f csv` reports made by the same nsys on the untrimmed export" if stats.is_dir()
+        else "- no `stats/`: `nsys stats` was not run on this export",
     ]
     if result_lines:
         readme += ["", "What the workload printed about itself:", "", "```", *result_lines, "```"]
