@@ -790,9 +790,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "./<trace>.nsysan.html)")
     a.add_argument("--no-html", action="store_true", help="do not write an HTML report")
     a.add_argument("--csv", metavar="DIR", help="write the tables as CSV files into DIR")
-    a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces)")
+    a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json and the cross-rank page summary.html")
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
-                   "(default: the most frequent push/pop range)")
+                   "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "
+                   "see README, Iterations)")
     a.add_argument("--min-gap-us", type=_opt_number("--min-gap-us"), default=10.0, help="smallest GPU idle gap reported (default 10 us)")
     a.add_argument("--warmup-factor", type=_opt_number("--warmup-factor", strict=True), default=1.5, help="leading iterations slower than this x the "
                    "median are warm-up (default 1.5)")
