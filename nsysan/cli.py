@@ -465,6 +465,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         planned.append(("--out-dir", str(Path(args.out_dir) / "summary.json")))
         if not args.no_html:
             planned.append(("--out-dir", str(Path(args.out_dir) / "summary.html")))
+        planned.append(("--out-dir", str(Path(args.out_dir) / "ranks.csv")))
     # options and outputs checked before the trace is opened: nothing is analysed for an output
     # that cannot be written, and no output can be written over an input
     protect = check_outputs(args.traces, planned, force=args.force)
@@ -492,6 +493,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             page = summary.with_name("summary.html")
             write_atomic(page, render_cross_html(cs), force=args.force, protect=protect)
             print(f"wrote {_say(page)}")
+        if cs.get("ranks", {}).get("ranks"):
+            import pandas as pd
+
+            from nsysan.report.jsonout import to_csv
+
+            table = summary.with_name("ranks.csv")
+            write_atomic(table, to_csv(pd.DataFrame(cs["ranks"]["ranks"])), force=args.force, protect=protect)
+            print(f"wrote {_say(table)}")
     return 1 if failed else 0
 
 
@@ -790,7 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "./<trace>.nsysan.html)")
     a.add_argument("--no-html", action="store_true", help="do not write an HTML report")
     a.add_argument("--csv", metavar="DIR", help="write the tables as CSV files into DIR")
-    a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json and the cross-rank page summary.html")
+    a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json, the cross-rank page summary.html and ranks.csv")
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
                    "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "
                    "see README, Iterations)")

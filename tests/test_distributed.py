@@ -187,6 +187,10 @@ def test_one_export_per_rank_through_the_cli(base, fixture_dir, tmp_path, monkey
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     ranks = summary["ranks"]
     assert len(ranks["ranks"]) == 2
+    page = (tmp_path / "out" / "summary.html").read_text()
+    assert page.count('class="rank-row') == 2 and "rank-lanes" in page
+    csv_rows = (tmp_path / "out" / "ranks.csv").read_text().splitlines()
+    assert len(csv_rows) == 3 and "wait_exposed_per_iter_ns" in csv_rows[0]
     st = ranks["straggler"]
     if base == "ddp_overlap":
         assert st is None
