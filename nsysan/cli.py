@@ -292,6 +292,8 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             # per process with communication: a few numbers and 3 values per collective, on the UTC
             # clock, so the ranks of several exports (or cluster workers) can be aligned
             "rank_payloads": _rank_payloads(a, trace_path),
+            "sequences": st.get("sequences"),
+            "ranks_verdict": (a.ranks.verdict if a.ranks is not None and len(a.ranks.ranks) > 1 else None),
             "warnings": list(trace.meta.warnings),
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                            a.nsys_rules.to_dict("records") if r["count"]]}
@@ -319,7 +321,10 @@ def _print_summary(res: dict[str, Any]) -> None:
                              "ahead of the GPU)")
             else:
                 head = f"latency p50 {fmt_ns(res['p50_ns'])}"
-            console.print(Text(f"iterations: '{res['range']}' x{res['iterations']} steady, {head}; "
+            seqs = int(res.get("sequences") or 1)
+            n = f"x{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
+                                                   if seqs > 1 else "")
+            console.print(Text(f"iterations: '{res['range']}' {n}, {head}; "
                                f"window: {res['window']} {fmt_ns(res['window_ns'])}"))
             console.print(Text(f"  chosen: {res.get('why', '')}", style="dim"))
         elif res.get("why"):
@@ -330,6 +335,8 @@ def _print_summary(res: dict[str, Any]) -> None:
                                style="yellow"))
         for dev, frac, idle in res["busy"]:
             console.print(Text(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)}"))
+        if res.get("ranks_verdict"):
+            console.print(Text(f"ranks: {res['ranks_verdict']}"))
         table = Table(title="Findings (ranked by estimated savings)", show_lines=False)
         for col in ("saves", "rule", "severity", "finding"):
             table.add_column(col, overflow="fold")
