@@ -26,17 +26,17 @@ from pathlib import Path
 # Tables with no bearing on nsysan's analyses (call stacks, profiler bookkeeping, embedded files).
 DROP = ("OSRT_CALLCHAINS", "SAMPLING_CALLCHAINS", "ANALYSIS_FILE", "DIAGNOSTIC_EVENT")
 # Log lines that are the workloads' own timings (copied into the fixture README).
-RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]")
+RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]", "[waits]")
 
 
-def trim(src: Path, dest_dir: Path) -> Path:
+def trim(src: Path, dest_dir: Path, keep_callchains: bool = False) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "trace.sqlite"
         shutil.copyfile(src, work)
         con = sqlite3.connect(work)
         present = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-        dropped = [t for t in DROP if t in present]
+        dropped = [t for t in DROP if t in present and not (keep_callchains and t.endswith("CALLCHAINS"))]
         for table in dropped:
             con.execute(f'DROP TABLE "{table}"')
         con.commit()
@@ -73,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", type=Path, required=True, help="folder written by record.py")
     p.add_argument("--dest", type=Path, required=True)
     p.add_argument("names", nargs="*")
+    p.add_argument("--keep-callchains", action="store_true", help="keep OSRT/SAMPLING_CALLCHAINS (CPU samples)")
     args = p.parse_args(argv)
     sources = [args.src / f"{n}.sqlite" for n in args.names] or sorted(args.src.glob("*.sqlite"))
     for src in sources:
-        out = trim(src, args.dest / src.stem)
+        out = trim(src, args.dest / src.stem, args.keep_callchains)
         size = (out / "trace.sqlite.xz").stat().st_size
         print(f"{src.name} -> {out}/trace.sqlite.xz ({size / 1024:.0f} KiB)")
     return 0
