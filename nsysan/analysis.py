@@ -69,6 +69,7 @@ class Analysis:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
+    idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
     tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
@@ -195,6 +196,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         from nsysan.analyses.ranks import analyze_ranks
 
         a.ranks = analyze_ranks(a)
+        a.idle_samples = _idle_samples(trace, a)
         a.tensorrt = trt_f.result()
         if rules:
             from nsysan.rules import run_rules
@@ -203,6 +205,25 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         a.nsys_instances = nsys_f.result()
     a.nsys_rules = nsys_rules.cross_check(a.nsys_instances, steady, {f.rule for f in a.findings})
     return a
+
+
+def _idle_samples(trace: Trace, a: Analysis) -> Any:
+    """Python samples in the host-caused idle gaps of the steady state (``analyses/samples.py``); read
+    only from exports that hold sampling or backtrace tables."""
+    from nsysan.analyses.samples import NO_SAMPLES, IdleAttribution, idle_attribution
+
+    tables = set(getattr(trace.meta, "tables", ()) or ())
+    if not tables & {"NVTX_PAYLOAD_SCHEMA_ENTRIES", "COMPOSITE_EVENTS", "CUDA_CALLCHAINS"} or not trace.meta.path:
+        return IdleAttribution(note=NO_SAMPLES)
+    import sqlite3
+
+    from nsysan.trace.samples import read_samples
+
+    try:
+        samples = read_samples(trace.meta.path)
+    except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError) as e:  # damaged sampling tables
+        return IdleAttribution(note=f"the sampling tables of this export could not be read ({type(e).__name__})")
+    return idle_attribution(samples, a.gaps, a.steady)
 
 
 def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:

@@ -81,6 +81,15 @@ def ranks_to_dict(r: Any) -> dict[str, Any]:
             "lanes": {int(k): v for k, v in (getattr(r, "lanes", None) or {}).items()}}
 
 
+def _samples_dict(s: Any) -> dict[str, Any]:
+    """Which sampling inputs the export holds, and the Python functions sampled in host-caused GPU
+    idle time (``analyses/samples.py``)."""
+    if s is None:
+        return {}
+    return {"inputs": _clean(dict(s.inputs)), "idle_samples": int(s.samples_in_gaps), "idle_gap_ns": int(s.gap_ns),
+            "note": s.note, "idle_functions": records(s.table, 50)}
+
+
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
     t = a.trace
     m = t.meta
@@ -130,6 +139,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
             "note": "communication kernels (NCCL ...) per device and collective in the steady state; exposed = "
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
+        "samples": _samples_dict(getattr(a, "idle_samples", None)),
         "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},

@@ -10,7 +10,9 @@ launch-bound.
 
 Evidence names what the submitting thread was doing during each gap, clipped to the gap: what
 covers most of it (a CUDA API or OS runtime call, else the innermost NVTX range), or "mostly
-untraced CPU work". Gaps that happen once rather than per iteration (an activity seen in fewer than
+untraced CPU work"; with Python sampling (``-s process-tree --python-sampling=true``, exported
+``--include-blobs=true``), the Python functions the samples taken in the gaps were running, with
+their share (``analyses/samples.py``), and without it, the flags that would add them. Gaps that happen once rather than per iteration (an activity seen in fewer than
 half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
 autotune, warm-up, build), or a gap over 20x its activity's median: a JIT compile, reading input,
 building a model) are one-time costs: they are listed apart and not counted. Fires when the
@@ -62,7 +64,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=total, claims=claims_of(rec["start_ns"], rec["end_ns"]),
                       message=f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
-                              f"What the submitting thread was doing: {parts}.{once_note}",
+                              f"What the submitting thread was doing: {parts}.{_python_note(ctx)}{once_note}",
                       evidence=_evidence(rec))
     elif dev_max(once) >= min_frac * w.dur_ns:
         yield finding(ctx, "host-bound-gap", severity=Severity.INFO, impact_ns=0,
@@ -71,6 +73,18 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       message=f"The GPU sat idle during one-time CPU work, per device: {by_device(once, w)}. "
                               f"No recurring gap passes the threshold.{once_note}",
                       evidence=_evidence(once))
+
+
+def _python_note(ctx: Any) -> str:
+    """Which Python functions ran on the submitting thread in the idle gaps (``analyses/samples.py``),
+    or which input would tell."""
+    s = getattr(ctx.a, "idle_samples", None)
+    if s is None:
+        return ""
+    top = s.top()
+    if top:
+        return f" Python samples taken in these gaps: {top}."
+    return f" Which code ran: {s.note}." if s.note else ""
 
 
 def _evidence(g: Any) -> tuple[dict[str, Any], ...]:
