@@ -69,6 +69,7 @@ class Analysis:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
+    gpu_metrics: Any = None  # per range GPU metric means (analyses/metrics.py), None without GPU_METRICS
     idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
@@ -197,6 +198,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
 
         a.ranks = analyze_ranks(a)
         a.idle_samples = _idle_samples(trace, a)
+        a.gpu_metrics = _gpu_metrics(trace, a)
         a.tensorrt = trt_f.result()
         if rules:
             from nsysan.rules import run_rules
@@ -224,6 +226,23 @@ def _idle_samples(trace: Trace, a: Analysis) -> Any:
     except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError) as e:  # damaged sampling tables
         return IdleAttribution(note=f"the sampling tables of this export could not be read ({type(e).__name__})")
     return idle_attribution(samples, a.gaps, a.steady)
+
+
+def _gpu_metrics(trace: Trace, a: Analysis) -> Any:
+    """GPU metric means per user range and for the steady state (``analyses/metrics.py``); None when
+    the export has no GPU metrics."""
+    if "GPU_METRICS" not in set(getattr(trace.meta, "tables", ()) or ()) or not trace.meta.path:
+        return None
+    import sqlite3
+
+    from nsysan.analyses.metrics import by_range
+    from nsysan.trace.metrics import read_metrics
+
+    try:
+        m = read_metrics(trace.meta.path)
+    except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError):  # damaged metric tables
+        return None
+    return by_range(m, a.nvtx_ranges, a.steady) if m.sources else None
 
 
 def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:

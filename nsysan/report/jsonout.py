@@ -140,6 +140,11 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
         "samples": _samples_dict(getattr(a, "idle_samples", None)),
+        "gpu_metrics": {"by_range": records(getattr(a, "gpu_metrics", None)),
+                        "note": "means of GPU metric samples (% of peak) inside each user range's instances and "
+                                "the steady window; samples = how many; verdict from tensor, DRAM, GR and SM "
+                                "activity" if getattr(a, "gpu_metrics", None) is not None else
+                                "no GPU metrics in this trace: record with nsys profile --gpu-metrics-devices=all"},
         "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
