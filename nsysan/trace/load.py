@@ -290,10 +290,28 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
 
 def _finish_cuda_api(api: pd.DataFrame) -> pd.DataFrame:
     """API names without their version suffix (``cuLaunchKernel_v2`` -> ``cuLaunchKernel``), and
-    their layer (runtime or driver)."""
+    their layer (runtime or driver). With CUDA backtraces (``--cudabacktrace``) nsys 2025.3 records a
+    backtraced call twice, ``cudaMalloc`` and inside it ``cudaMalloc_v3020``, with one correlation id
+    on one thread: the inner row is dropped, so each call (and each GPU op's launch) counts once."""
+    api = _drop_nested_duplicates(api)
     names = map_categories(api["name"], lambda s: _VERSION_SUFFIX.sub("", s))
     return api.assign(name=names,
                       api_layer=map_categories(names, lambda s: "runtime" if s.startswith("cuda") else "driver"))
+
+
+def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
+    """Rows that repeat an earlier row's (thread, correlation id) inside its interval."""
+    if len(api) < 2 or "correlation_id" not in api or "global_tid" not in api:
+        return api
+    corr = api["correlation_id"].to_numpy(dtype=np.int64, na_value=-1)
+    key = pd.MultiIndex.from_arrays([api["global_tid"].to_numpy(dtype=np.int64, na_value=-1), corr])
+    dup = key.duplicated(keep="first") & (corr > 0)
+    if not dup.any():
+        return api
+    first = pd.Series(np.arange(len(api)), index=key).groupby(level=[0, 1]).transform("min").to_numpy()
+    st, en = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
+    inside = dup & (st >= st[first]) & (en <= en[first])
+    return api.loc[~inside].reset_index(drop=True) if inside.any() else api
 
 
 def _finish_memcpy(m: pd.DataFrame) -> pd.DataFrame:
