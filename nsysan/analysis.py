@@ -225,7 +225,11 @@ def _idle_samples(trace: Trace, a: Analysis) -> Any:
         samples = read_samples(trace.meta.path)
     except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError) as e:  # damaged sampling tables
         return IdleAttribution(note=f"the sampling tables of this export could not be read ({type(e).__name__})")
-    return idle_attribution(samples, a.gaps, a.steady)
+    from nsysan.analyses.samples import call_sites
+
+    out = idle_attribution(samples, a.gaps, a.steady)
+    out.sites = call_sites(samples, trace.cuda_api, a.steady)
+    return out
 
 
 def _gpu_metrics(trace: Trace, a: Analysis) -> Any:

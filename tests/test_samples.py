@@ -123,3 +123,35 @@ def test_gpu_metric_means_per_range_from_sql(analysis, fixture_dir):
             assert got.loc[rng, short] == pytest.approx(sum(vals) / len(vals), abs=0.01)
         assert int(got.loc[rng, "samples"]) == len(vals)
         assert got.loc[rng, "verdict"] == want
+
+
+def test_call_sites_of_cuda_calls_from_python_backtraces(analysis, fixture_dir):
+    """Each Python backtrace of a CUDA call (domain 'Python Backtrace on CUDA') matches its runtime row by
+    (thread, start); per API name, the calls from each own-code function, by SQL."""
+    con = _con(fixture_dir, "waits_python")
+    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Backtrace on CUDA'"
+                         ).fetchone()
+    a = analysis("waits_python")
+    w = a.steady
+    strings = dict(con.execute("SELECT id, value FROM StringIds"))
+    want: Counter[tuple[str, str, int]] = Counter()
+    for name, blob in con.execute("""SELECT s.value, b.binaryData FROM NVTX_EVENTS b
+                                     JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = b.globalTid AND r.start = b.start
+                                     JOIN StringIds s ON s.id = r.nameId
+                                     WHERE b.eventType = 34 AND b.domainId = ? AND r.callchainId IS NOT NULL
+                                     AND b.start >= ? AND b.start < ?""", (dom, w.start_ns, w.end_ns)):
+        user = [f for f in _frames(blob) if strings[f[1]].endswith("workloads/waits.py")]
+        f = user[0]
+        want[(name, html.unescape(strings[f[0]]), f[2])] += 1
+    sites = a.idle_samples.sites
+    got = {(r["api"], r["function"], int(r["line"])): int(r["calls"]) for _, r in sites.iterrows()}
+    assert got == dict(want)
+    assert got[("cudaStreamSynchronize", "fetch_result", 67)] >= 55
+    from nsysan.rules import RuleContext
+    from nsysan.rules._helpers import call_sites
+
+    # what sync-api / sync-memcpy / alloc-in-loop append to their messages
+    note = call_sites(RuleContext(a), ["cudaStreamSynchronize"])
+    assert f"cudaStreamSynchronize from fetch_result() waits.py:67 ({got[('cudaStreamSynchronize', 'fetch_result', 67)]} " \
+           "calls)" in note
+    assert call_sites(RuleContext(analysis("train_inline")), ["cudaStreamSynchronize"]) == ""

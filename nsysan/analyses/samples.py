@@ -42,6 +42,7 @@ class IdleAttribution:
     gap_ns: int = 0
     note: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)
+    sites: pd.DataFrame | None = None  # call_sites: where the steady state's CUDA calls came from
 
     def top(self, n: int = 3) -> str:
         """'tokenize() waits.py:38 (62% of 140 samples), ...' for messages ('' without enough samples)."""
@@ -127,3 +128,49 @@ def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any) -> IdleAttri
     if n < MIN_SAMPLES:
         out.note = f"only {n} Python sample(s) in the idle gaps: too few to attribute"
     return out
+
+
+SITE_COLUMNS = ["api", "function", "file", "line", "calls", "total_ns"]
+
+
+def call_sites(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFrame:
+    """Where the CUDA calls of the steady state came from: each Python backtrace of a CUDA call
+    (``--python-backtrace=cuda``, taken at the call's start on its thread) joined to its API row by
+    (thread, start); per (API name, own-code frame): calls and their total API time."""
+    if samples is None or len(samples.backtraces) == 0 or len(cuda_api) == 0:
+        return pd.DataFrame(columns=SITE_COLUMNS)
+    api = cuda_api.loc[(cuda_api["start_ns"].to_numpy() >= window.start_ns)
+                       & (cuda_api["start_ns"].to_numpy() < window.end_ns)]
+    bt = samples.backtraces
+    key_api = pd.MultiIndex.from_arrays([api["tid"].to_numpy(np.int64), api["start_ns"].to_numpy(np.int64)])
+    pos = pd.Series(np.arange(len(api)), index=key_api)
+    pos = pos[~pos.index.duplicated(keep="first")]
+    key_bt = pd.MultiIndex.from_arrays([bt["tid"].to_numpy(np.int64), bt["ts_ns"].to_numpy(np.int64)])
+    hit = pos.reindex(key_bt).to_numpy()
+    rows: dict[tuple[str, str, str, int], list[int]] = {}
+    names, durs = api["name"].astype(str).to_numpy(), api["dur_ns"].to_numpy()
+    for j, stack in zip(hit, bt["stack"].to_numpy()):
+        if j != j:  # NaN: no API row in the window at that (thread, start)
+            continue
+        f = own_frame(samples.stacks[int(stack)])
+        if f is None:
+            continue
+        k = (names[int(j)], f[0], f[1], int(f[2]))
+        r = rows.setdefault(k, [0, 0])
+        r[0] += 1
+        r[1] += int(durs[int(j)])
+    out = pd.DataFrame([{"api": a, "function": fn, "file": fi, "line": ln, "calls": c, "total_ns": t}
+                        for (a, fn, fi, ln), (c, t) in rows.items()], columns=SITE_COLUMNS)
+    return out.sort_values(["total_ns", "api", "function"], ascending=[False, True, True], kind="stable").reset_index(drop=True)
+
+
+def site_note(sites: pd.DataFrame | None, api_names: tuple[str, ...], n: int = 2) -> str:
+    """' Called from fetch_result() waits.py:67 (72 calls), ...' for the given API names ('' without backtraces)."""
+    if sites is None or len(sites) == 0:
+        return ""
+    s = sites.loc[sites["api"].isin(list(api_names))]
+    if len(s) == 0:
+        return ""
+    parts = [f"{r['api']} from {r['function']}() {str(r['file']).rsplit('/', 1)[-1]}:{int(r['line'])} "
+             f"({int(r['calls'])} calls)" for _, r in s.head(n).iterrows()]
+    return " Call sites (Python backtraces): " + "; ".join(parts) + "."

@@ -87,7 +87,8 @@ def _samples_dict(s: Any) -> dict[str, Any]:
     if s is None:
         return {}
     return {"inputs": _clean(dict(s.inputs)), "idle_samples": int(s.samples_in_gaps), "idle_gap_ns": int(s.gap_ns),
-            "note": s.note, "idle_functions": records(s.table, 50)}
+            "note": s.note, "idle_functions": records(s.table, 50),
+            "call_sites": records(getattr(s, "sites", None), 50)}
 
 
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:

@@ -77,6 +77,15 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     return one | (sizes > ONE_TIME_OUTLIER * np.maximum(med[codes], 1.0))
 
 
+def call_sites(ctx: Any, api_names: Any) -> str:
+    """Where these CUDA calls came from, from Python backtraces (``analyses/samples.call_sites``), as a
+    sentence for a finding's message; '' when the trace has no backtraces."""
+    from nsysan.analyses.samples import site_note
+
+    s = getattr(ctx.a, "idle_samples", None)
+    return site_note(getattr(s, "sites", None), tuple(str(n) for n in api_names))
+
+
 def label(activity: str) -> str:
     """An activity label for a message, saying when an NVTX range belongs to a library."""
     a = str(activity) or "untraced CPU work"

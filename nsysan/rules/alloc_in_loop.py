@@ -26,7 +26,7 @@ import numpy as np
 
 from nsysan.analyses.frames import name_in
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import steady, steady_iterations
+from nsysan.rules._helpers import call_sites, steady, steady_iterations
 from nsysan.units import fmt_ns
 
 ALLOC_APIS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc", "cudaMallocAsync",
@@ -77,7 +77,7 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
     yield finding(ctx, "alloc-in-loop", severity=Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL,
                   impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]),
                   message=f"{len(calls)} allocation/free calls recur in the loop ({per}{fmt_ns(total)} of host time): "
-                          f"{parts}.",
+                          f"{parts}." + call_sites(ctx, calls["name"].astype(str).unique()),
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
                                        ["name", "start_ns", "dur_ns", "tid"]))
 

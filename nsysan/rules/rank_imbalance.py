@@ -43,7 +43,6 @@ def check(ctx: Any) -> Iterator[Finding]:
     impact = int(s.get("saving_ns", 0))
     if impact <= 0:
         return
-    w = ctx.window
     top = s["causes"][0]["column"] if s["causes"] else ""
     g = ctx.a.gaps
     if top == "host_idle_per_iter_ns" and len(g):

@@ -25,7 +25,7 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import has_gpu_activity, steady
+from nsysan.rules._helpers import call_sites, has_gpu_activity, steady
 from nsysan.units import fmt_ns, fmt_pct
 
 SYNC = BLOCKING_SYNC_APIS
@@ -63,5 +63,6 @@ def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
     yield finding(ctx, "sync-api", severity=Severity.WARNING,
                   impact_ns=impact, claims=claims,
                   message=f"Thread {tid} was blocked in {names} for {fmt_ns(blocked)} ({fmt_pct(blocked / w.dur_ns)} of "
-                          f"the steady state); the GPU then idled {fmt_ns(impact)} before the next submission.",
+                          f"the steady state); the GPU then idled {fmt_ns(impact)} before the next submission."
+                          + call_sites(ctx, s["name"].astype(str).unique()),
                   evidence=({"pid": pid, "tid": tid, "blocked_ns": blocked, "calls": int(len(s))},))

@@ -21,7 +21,7 @@ from typing import Any
 
 from nsysan.analyses.frames import name_in
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import steady
+from nsysan.rules._helpers import call_sites, steady
 from nsysan.units import fmt_ns
 
 SYNC_COPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
@@ -49,6 +49,7 @@ def check(ctx: Any, *, min_total_ns: int) -> Iterator[Finding]:
     yield finding(ctx, "sync-memcpy", severity=Severity.WARNING, impact_ns=impact,
                   claims=claims_of(copies["start_ns"], copies["end_ns"]),
                   message=f"{len(calls)} blocking calls ({names}) held the host for {fmt_ns(host)}; their copies ran "
-                          f"{fmt_ns(gpu)} on the GPU with nothing else to overlap.",
+                          f"{fmt_ns(gpu)} on the GPU with nothing else to overlap."
+                          + call_sites(ctx, calls["name"].astype(str).unique()),
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
                                        ["name", "start_ns", "dur_ns", "tid"]))
