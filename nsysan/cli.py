@@ -488,12 +488,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             _print_summary(res)
         return 0
     results, failed = _run_many(jobs, args)
-    _print_cross(results)
+    from nsysan.report.cross import cross_summary, render_cross_html
+
+    cs = cross_summary(results)
+    _print_cross(cs)
     if args.out_dir:
         summary = Path(args.out_dir) / "summary.json"
-        from nsysan.report.cross import cross_summary, render_cross_html
-
-        cs = cross_summary(results)
         write_atomic(summary, json.dumps(cs, indent=1, default=str) + "\n", force=args.force, protect=protect)
         print(f"wrote {_say(summary)}")
         if not args.no_html:
@@ -550,13 +550,10 @@ def _rank_payloads(a: Any, trace_path: str) -> list[dict[str, Any]]:
     return rank_payloads(a, offset_ns=a.trace.meta.epoch_offset_ns or 0, trace=str(trace_path))
 
 
-def _print_cross(results: list[dict[str, Any]]) -> None:
+def _print_cross(summary: dict[str, Any]) -> None:
     """The cross-trace table: per trace (rank) p50, GPU busy, top finding, slowest kernel, stragglers."""
     from nsysan.units import fmt_ns, fmt_pct
 
-    from nsysan.report.cross import cross_summary
-
-    summary = cross_summary(results)
     print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
     for r in summary["traces"]:
         busy = fmt_pct(r["busy"][0]["busy_frac"]) if r["busy"] else "-"

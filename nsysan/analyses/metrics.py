@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.libranges import library_of
 
 MIN_SAMPLES = 20
 SHOWN = ("gr_active", "sm_active", "sm_issue", "tensor_active", "warps_in_flight", "dram_read", "dram_write",
@@ -70,8 +71,6 @@ def by_range(metrics: Any, ranges: pd.DataFrame, steady: Any) -> pd.DataFrame:
     if metrics is None or not metrics.sources:
         return pd.DataFrame(columns=cols)
     rows = []
-    from nsysan.analyses.libranges import library_of
-
     rg = ranges
     if len(rg):
         rg = rg.loc[rg["end_ns"].notna().to_numpy() & (rg["end_ns"].to_numpy() > rg["start_ns"].to_numpy())]

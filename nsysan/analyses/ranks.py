@@ -38,7 +38,9 @@ the ranks are in step and none is named.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -250,9 +252,6 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
 
 def _natural(path: str) -> list[Any]:
     """Sort key of a trace path by its file name, numbers as numbers (rank2 before rank10)."""
-    import re
-    from pathlib import PurePath
-
     name = PurePath(str(path)).name
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t] + [(2, 0, str(path))]
 

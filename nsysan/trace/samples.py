@@ -76,7 +76,7 @@ def _layout(con: sqlite3.Connection, domain: int) -> dict[str, object] | None:
         o = by[name][2] if name in by else None
         return default if o is None else o
 
-    return {"state": off("Thread state", 8), "state_fmt": "<I" if "Thread state" in by else "<I",
+    return {"state": off("Thread state", 8),
             "count": off("Frames count", 12), "count_fmt": _fmt(by["Frames count"][1]),
             "frames": off("Frames", 16), "frame_size": int(size[0]) if size and size[0] else 24,
             "fn": off("Function", 0), "fn_fmt": _fmt(by["Function"][1]),
@@ -127,9 +127,8 @@ def _read(con: sqlite3.Connection) -> Samples:
     if "NVTX_EVENTS" not in tables or "NVTX_PAYLOAD_SCHEMA_ENTRIES" not in tables:
         inputs.update(python_samples=0, python_backtraces=0, python_frames_lost=False)
         return out
-    domains = {str(t): (int(d), int(g) >> 24 & 0xFFFFFF) for d, g, t in con.execute(
-        "SELECT domainId, globalTid, text FROM NVTX_EVENTS WHERE eventType = 75 AND text IN (?, ?)",
-        (PY_SAMPLING, PY_BACKTRACE))}
+    domains = {str(t): int(d) for d, t in con.execute(
+        "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75 AND text IN (?, ?)", (PY_SAMPLING, PY_BACKTRACE))}
     strings: dict[int, str] = {}
     stack_ix: dict[tuple[tuple[int, int, int], ...], int] = {}
     lost = False
@@ -137,7 +136,7 @@ def _read(con: sqlite3.Connection) -> Samples:
         if name not in domains:
             inputs[f"python_{'samples' if key == 'python' else 'backtraces'}"] = 0
             continue
-        dom, _ = domains[name]
+        dom = domains[name]
         lay = _layout(con, dom)
         rows = con.execute("SELECT start, globalTid, binaryData FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ? "
                            "ORDER BY start LIMIT ?", (dom, MAX_SAMPLES)).fetchall()
