@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,11 +26,15 @@ from nsysan import __version__
 from nsysan.errors import (
     EXIT_CODES,
     NsysanError,
-    OutputError,
     OutputExistsError,
     ToolNotFoundError,
     UsageError,
 )
+from nsysan.options import check_number
+from nsysan.options import load_config as _load_config
+from nsysan.options import parse_set as _parse_set
+from nsysan.outputs import read_small_file, write_atomic  # noqa: F401 - compare.py imports read_small_file from here
+from nsysan.outputs import identity as _identity
 
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 
@@ -45,73 +46,12 @@ def _say(text: object) -> str:
     return clean_text(text)
 
 
-def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[int, int]] = ()) -> None:
-    """Write via a temp file in the same folder and rename: never a half-written report, and the old
-    file stays intact when the write fails (no space, quota). ``protect``: (device, inode) of the
-    inputs, which an output never replaces, whatever ``--force`` says (also through a link)."""
-    shown = _say(path)
-    if protect and _identity(path) in set(protect):
-        raise UsageError(f"{shown}: is an input of this run; refusing to overwrite it with a report",
-                         hint="choose another output name")
-    try:
-        exists = path.exists() or path.is_symlink()
-    except OSError:
-        exists = False
-    if exists and not force:
-        raise OutputExistsError(f"{shown}: exists", hint="pass --force to overwrite it")
-    if path.is_dir():
-        raise OutputError(f"{shown}: is a directory")
-    data = text.encode("utf-8", "backslashreplace")  # lone surrogates (undecodable file names) as \udcxx
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # a short temp name: the output's own name may already be near NAME_MAX
-        fd, tmp = tempfile.mkstemp(prefix=".nsysan-", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before it replaces the old file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        import errno
-
-        why = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-               errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-               errno.EPERM: "not permitted", errno.ENAMETOOLONG: "file name too long",
-               errno.ENOTDIR: "a parent is not a directory", errno.EEXIST: "a parent is not a directory",
-               errno.EISDIR: "is a directory"}.get(e.errno or 0, e.strerror or str(e))
-        old = " (the existing file is unchanged)" if exists else ""
-        raise OutputError(f"{shown}: cannot write: {why}{old}") from e
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
 def _number(option: str, text: str, *, minimum: float = 0.0, strict: bool = False, integer: bool = False) -> Any:
     """A finite number >= minimum (> with strict), or a usage error naming the option."""
-    what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
     try:
-        v = int(text, 10) if integer else float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}") from None
-    if not math.isfinite(v) or v < minimum or (strict and v == minimum):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
-    return v
+        return check_number(text, minimum=minimum, strict=strict, integer=integer)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _opt_number(option: str, **kw: Any) -> Any:
@@ -130,102 +70,6 @@ def _scheduler_address(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{_say(text)!r}: expected a Dask scheduler address such as "
                                          "tcp://head:8786 (or host:port)")
     return text
-
-
-def _check_threshold(rid: str, name: str, value: Any, default: Any) -> Any:
-    """A threshold value of the default's kind (an integer where the default is one, else a number),
-    finite and >= 0; a usage error that names it otherwise."""
-    kind = "an integer" if isinstance(default, int) and not isinstance(default, bool) else "a number"
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-    if ok and kind == "an integer":
-        ok = float(value).is_integer()
-        value = int(value) if ok else value
-    if not ok:
-        shown = _say(json.dumps(value) if not isinstance(value, str) else value)[:60]
-        raise UsageError(f"{rid}.{name}={shown}: expected {kind} >= 0 (default {default})")
-    return value
-
-
-def _parse_set(items: Sequence[str], source: str = "--set") -> dict[str, dict[str, Any]]:
-    if not items:  # nothing to check: no need to import the rules (and pandas) here
-        return {}
-    from nsysan.rules import REGISTRY
-
-    cfg: dict[str, dict[str, Any]] = {}
-    for item in items:
-        if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise UsageError(f"{source} {_say(item)!r}: expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1")
-        key, value = item.split("=", 1)
-        rid, name = key.rsplit(".", 1)
-        if rid not in REGISTRY:
-            raise UsageError(f"{source}: unknown rule {_say(rid)!r} (see `nsysan rules`)")
-        if name not in REGISTRY[rid].thresholds:
-            raise UsageError(f"{source}: rule {rid} has no threshold {_say(name)!r}; it has: "
-                             f"{', '.join(REGISTRY[rid].thresholds) or 'none'}")
-        try:
-            parsed: Any = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            parsed = value
-        try:
-            parsed = _check_threshold(rid, name, parsed, REGISTRY[rid].thresholds[name])
-        except UsageError as e:
-            raise UsageError(f"{source} {e}") from None
-        cfg.setdefault(rid, {})[name] = parsed
-    return cfg
-
-
-MAX_SIDE_FILE = 64 << 20  # a config or saved analysis larger than this is not one
-
-
-def read_small_file(path: Path, what: str) -> bytes:
-    """The bytes of a config or saved-JSON file: a regular file (a FIFO would block the read
-    forever), at most MAX_SIDE_FILE bytes. Errors name the file."""
-    from nsysan.errors import TraceNotFoundError, TraceUnreadableError
-
-    shown = _say(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise TraceNotFoundError(f"{what} {shown}: no such file") from None
-    except OSError as e:
-        raise TraceNotFoundError(f"{what} {shown}: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TraceNotFoundError(f"{what} {shown}: is a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise TraceNotFoundError(f"{what} {shown}: not a regular file")
-    if st.st_size > MAX_SIDE_FILE:
-        raise UsageError(f"{what} {shown}: {st.st_size:,} bytes, more than the {MAX_SIDE_FILE >> 20} MB such a "
-                         "file can be")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as f:
-            return f.read(MAX_SIDE_FILE + 1)
-    except OSError as e:
-        raise TraceUnreadableError(f"{what} {shown}: cannot read: {e.strerror or e}") from e
-
-
-def _load_config(path: Path | None) -> dict[str, dict[str, Any]]:
-    if path is None:
-        return {}
-    shown = _say(path)
-    try:
-        data = json.loads(read_small_file(path, "--config").decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise UsageError(f"--config {shown}: not UTF-8 text ({e.reason} at byte {e.start})") from e
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise UsageError(f"--config {shown}: not valid JSON ({_say(e) if not isinstance(e, RecursionError) else 'nested too deeply'})") from e
-    shape = "expected {\"rules\": {RULE: {THRESHOLD: VALUE}}}"
-    if not isinstance(data, dict):
-        raise UsageError(f"--config {shown}: the top level is a JSON {type(data).__name__}; {shape}")
-    rules = data.get("rules", data)
-    if not isinstance(rules, dict):
-        raise UsageError(f"--config {shown}: \"rules\" is not an object; {shape}")
-    items = []
-    for rid, th in rules.items():
-        if not isinstance(th, dict):
-            raise UsageError(f"--config {shown}: rules.{_say(rid)} is not an object of thresholds; {shape}")
-        items += [f"{rid}.{k}={json.dumps(v)}" for k, v in th.items()]
-    return _parse_set(items, source=f"--config {shown}:")
 
 
 def _progress_factory(quiet: bool) -> Any:
@@ -428,12 +272,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     for rid, th in _parse_set(args.set or []).items():
         rule_config.setdefault(rid, {}).update(th)
     if args.disable:
-        from nsysan.rules import REGISTRY
+        from nsysan.options import disabled_rules
 
-        unknown = [r for r in args.disable if r not in REGISTRY]
-        if unknown:
-            raise UsageError(f"--disable: unknown rule(s) {_say(', '.join(unknown))}")
-        rule_config["_disabled"] = {r: True for r in args.disable}
+        rule_config["_disabled"] = disabled_rules(args.disable)
     many = len(args.traces) > 1 or bool(args.scheduler)
     if args.out_dir and (args.json or args.html or args.csv):
         raise UsageError("--out-dir writes <trace>.json and <trace>.html per trace; it cannot be combined with "

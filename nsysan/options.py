@@ -1,0 +1,139 @@
+"""Validation of the analysis options, shared by the command line and the Python API, so both accept
+the same values and reject the others with the same words: numbers (``--min-gap-us``,
+``--warmup-factor``, ``--max-events``), rule thresholds (``--set``, ``--config``) and ``--disable``.
+The rules (and pandas) are imported only when a rule option is given."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nsysan.errors import UsageError
+from nsysan.units import clean_text as _say
+
+SET_SHAPE = "expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1"
+CONFIG_SHAPE = "expected {\"rules\": {RULE: {THRESHOLD: VALUE}}}"
+
+
+def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, integer: bool = False) -> Any:
+    """A finite number >= minimum (> with ``strict``; an integer with ``integer``), from a number or
+    from command-line text; ``ValueError("'TEXT': expected a number >= 0")`` otherwise (the message
+    the CLI shows after the option's name)."""
+    what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
+    bad = ValueError(f"{_say(repr(value))}: expected {what}")
+    if isinstance(value, str):
+        try:
+            v = int(value, 10) if integer else float(value)
+        except (TypeError, ValueError):
+            raise bad from None
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy numbers are Real too
+        raise bad
+    elif integer:
+        if isinstance(value, float) or not float(value).is_integer():
+            raise bad
+        v = int(value)
+    else:
+        v = float(value)
+    if not math.isfinite(v) or v < minimum or (strict and v == minimum):
+        raise bad
+    return v
+
+
+def check_threshold(rid: str, name: str, value: Any, default: Any) -> Any:
+    """A threshold value of the default's kind (an integer where the default is one, else a number),
+    finite and >= 0; a usage error that names it otherwise."""
+    kind = "an integer" if isinstance(default, int) and not isinstance(default, bool) else "a number"
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if ok and kind == "an integer":
+        ok = float(value).is_integer()
+        value = int(value) if ok else value
+    if not ok:
+        shown = _say(json.dumps(value) if not isinstance(value, str) else value)[:60]
+        raise UsageError(f"{rid}.{name}={shown}: expected {kind} >= 0 (default {default})")
+    return value
+
+
+def parse_set(items: Sequence[str], source: str = "--set") -> dict[str, dict[str, Any]]:
+    """``RULE.THRESHOLD=VALUE`` items (VALUE as JSON) as ``{rule: {threshold: value}}``, each checked
+    against the rule's registered thresholds."""
+    if not items:  # nothing to check: no need to import the rules (and pandas) here
+        return {}
+    from nsysan.rules import REGISTRY
+
+    cfg: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if not isinstance(item, str) or "=" not in item or "." not in item.split("=", 1)[0]:
+            raise UsageError(f"{source} {_say(item)!r}: {SET_SHAPE}")
+        key, value = item.split("=", 1)
+        rid, name = key.rsplit(".", 1)
+        if rid not in REGISTRY:
+            raise UsageError(f"{source}: unknown rule {_say(rid)!r} (see `nsysan rules`)")
+        if name not in REGISTRY[rid].thresholds:
+            raise UsageError(f"{source}: rule {rid} has no threshold {_say(name)!r}; it has: "
+                             f"{', '.join(REGISTRY[rid].thresholds) or 'none'}")
+        try:
+            parsed: Any = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            parsed = value
+        try:
+            parsed = check_threshold(rid, name, parsed, REGISTRY[rid].thresholds[name])
+        except UsageError as e:
+            raise UsageError(f"{source} {e}") from None
+        cfg.setdefault(rid, {})[name] = parsed
+    return cfg
+
+
+def rules_config(rules: Any, source: str) -> dict[str, dict[str, Any]]:
+    """``{rule: {threshold: value}}`` (a config file's ``rules`` object, or the API's ``rule_config``),
+    checked as ``parse_set`` checks ``--set``."""
+    if not isinstance(rules, Mapping):
+        raise UsageError(f"{source} \"rules\" is not an object; {CONFIG_SHAPE}")
+    items = []
+    for rid, th in rules.items():
+        if not isinstance(th, Mapping):
+            raise UsageError(f"{source} rules.{_say(rid)} is not an object of thresholds; {CONFIG_SHAPE}")
+        try:
+            items += [f"{rid}.{k}={json.dumps(v)}" for k, v in th.items()]
+        except (TypeError, ValueError) as e:  # a value JSON cannot hold (an object, NaN is fine)
+            raise UsageError(f"{source} rules.{_say(rid)}: {_say(e)}") from None
+    return parse_set(items, source=source)
+
+
+def load_config(path: Path | None, option: str = "--config") -> dict[str, dict[str, Any]]:
+    """The thresholds of a JSON config file ``{"rules": {rule: {threshold: value}}}`` (or the rules
+    object alone)."""
+    if path is None:
+        return {}
+    from nsysan.outputs import read_small_file
+
+    shown = _say(path)
+    try:
+        data = json.loads(read_small_file(path, option).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{option} {shown}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise UsageError(f"{option} {shown}: not valid JSON ({_say(e) if not isinstance(e, RecursionError) else 'nested too deeply'})") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"{option} {shown}: the top level is a JSON {type(data).__name__}; {CONFIG_SHAPE}")
+    rules = data.get("rules", data)
+    if not isinstance(rules, dict):
+        raise UsageError(f"{option} {shown}: \"rules\" is not an object; {CONFIG_SHAPE}")
+    return rules_config(rules, source=f"{option} {shown}:")
+
+
+def disabled_rules(names: Iterable[str], option: str = "--disable") -> dict[str, bool]:
+    """``{rule: True}`` for the rules not to run (the ``_disabled`` entry of a rule config); a usage
+    error naming the unknown ones."""
+    names = [names] if isinstance(names, str) else list(names)
+    if not names:
+        return {}
+    from nsysan.rules import REGISTRY
+
+    unknown = [str(r) for r in names if r not in REGISTRY]
+    if unknown:
+        raise UsageError(f"{option}: unknown rule(s) {_say(', '.join(unknown))}")
+    return {r: True for r in names}
