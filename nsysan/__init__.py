@@ -13,23 +13,53 @@ __version__ = "0.1.0"
 from typing import Any
 
 
+_LAZY = ("Trace", "TraceMeta", "open_trace")
+
+
 def __getattr__(name: str) -> Any:
     # imported on first use (PEP 562): ``nsysan --version`` and argument errors do not pay for pandas
-    if name in ("Trace", "TraceMeta", "open_trace"):
+    if name in _LAZY:
         from nsysan import trace
 
         return getattr(trace, name)
     raise AttributeError(f"module 'nsysan' has no attribute {name!r}")
 
 
-def analyze(trace: Any, **kwargs: Any) -> Any:
-    """Run every analysis and rule on a trace (or a path). See ``nsysan.analysis.analyze``."""
+def __dir__() -> list[str]:
+    # the public names, the lazy ones included (dir() would list the module's __dict__ only, without
+    # them and with helpers), and the submodules already imported; nothing is imported for it
+    import types
+
+    loaded = {n for n, v in globals().items() if isinstance(v, types.ModuleType) and not n.startswith("_")}
+    return sorted({*__all__, *loaded, *(n for n in globals() if n.startswith("__"))})
+
+
+def analyze(trace: Any, params: Any = None, *, max_events: int | None = None, **options: Any) -> Any:
+    """Run every analysis and rule on a trace (a ``Trace``, or the path of an nsys SQLite export).
+
+    Keywords as ``nsysan analyze`` options, same names and units: ``iteration_range="train_step"``,
+    ``min_gap_us=10``, ``warmup_factor=1.5``, ``rule_config={"launch-bound": {"min_kernels": 50}}``,
+    ``config="rules.json"``, ``set={"host-bound-gap.min_frac": 0.1}``, ``disable=["sync-api"]``,
+    ``max_events=N`` (a path only: refuse larger traces), ``rules=False`` (analyses only). Invalid values
+    raise ``ValueError`` with the CLI's message. See ``nsysan.analysis.analyze``."""
     from nsysan.analysis import analyze as _analyze
+    from nsysan.analysis import options as _options
     from nsysan.trace import Trace, open_trace
 
     if not isinstance(trace, Trace):
-        trace = open_trace(trace)
-    return _analyze(trace, **kwargs)
+        if max_events is not None:
+            from nsysan.options import check_number
+
+            try:
+                max_events = check_number(max_events, integer=True)
+            except ValueError as e:
+                raise ValueError(f"max_events: {e}") from None
+        # the options are checked before the trace is read, as the CLI checks them
+        _options(**{k: v for k, v in options.items() if k not in ("rules", "workers")})
+        trace = open_trace(trace, max_rows=max_events)
+    elif max_events is not None:
+        raise TypeError("max_events applies when loading a trace from a path; this one is already loaded")
+    return _analyze(trace, params, **options)
 
 
 __all__ = ["Trace", "TraceMeta", "__version__", "analyze", "open_trace"]

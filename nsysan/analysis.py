@@ -7,8 +7,11 @@ in the README (schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole 
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -80,10 +83,69 @@ class Analysis:
     findings: list[Any] = field(default_factory=list)
     rule_log: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, show_env: bool = False) -> dict[str, Any]:
+        """The JSON-ready dict (schema ``nsysan.analysis/2``), as ``nsysan analyze --json`` writes it."""
         from nsysan.report.jsonout import analysis_to_dict
 
-        return analysis_to_dict(self)
+        return analysis_to_dict(self, show_env=show_env)
+
+    # -- conveniences for the Python API and notebooks -------------------------------------------------
+
+    def __repr__(self) -> str:
+        """A few lines: the trace, the iterations, the window, GPU busy, the findings and the top one."""
+        from nsysan.report.notebook import text_summary
+
+        return text_summary(self)
+
+    def _repr_html_(self) -> str:
+        """A compact, self-contained HTML fragment for notebooks (no scripts; trace text escaped)."""
+        from nsysan.report.notebook import html_summary
+
+        return html_summary(self)
+
+    def _inputs(self) -> list[tuple[int, int]]:
+        from nsysan.outputs import identity
+
+        ident = identity(self.trace.meta.path) if self.trace.meta.path else None
+        return [ident] if ident is not None else []
+
+    def to_json(self, path: str | os.PathLike[str] | None = None, *, show_env: bool = False,
+                force: bool = False) -> str:
+        """The JSON text ``nsysan analyze --json`` writes; also written to ``path`` when given (never over an
+        existing file without ``force``, never over the trace)."""
+        from nsysan.report.jsonout import to_json
+
+        text = to_json(self, show_env=show_env)
+        if path is not None:
+            from nsysan.outputs import write_atomic
+
+            write_atomic(Path(path), text, force=force, protect=self._inputs())
+        return text
+
+    def to_html(self, *, show_env: bool = False) -> str:
+        """The self-contained HTML report, as ``nsysan analyze --html`` writes it."""
+        from nsysan import __version__
+        from nsysan.report import html, view
+
+        return html.render(view.build(self, show_env=show_env, generated_by=f"nsysan {__version__}"))
+
+    def write_html(self, path: str | os.PathLike[str], *, force: bool = False, show_env: bool = False) -> Path:
+        """Write the HTML report to ``path`` atomically. An existing file is replaced only with
+        ``force=True`` (else ``OutputExistsError``); the trace itself never is (``UsageError``)."""
+        from nsysan.outputs import write_atomic
+
+        out = Path(path)
+        write_atomic(out, self.to_html(show_env=show_env), force=force, protect=self._inputs())
+        return out
+
+    def write_perfetto(self, path: str | os.PathLike[str], *, force: bool = False) -> Path:
+        """Write the timeline as Chrome trace-event JSON (Perfetto UI, chrome://tracing), as
+        ``nsysan analyze --perfetto`` does; same overwrite rules as ``write_html``."""
+        from nsysan.report.perfetto import write_perfetto
+
+        out = Path(path)
+        write_perfetto(self, out, force=force, protect=self._inputs())
+        return out
 
 
 def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
@@ -150,14 +212,76 @@ def _summaries(trace: Trace) -> tuple[pd.DataFrame, ...]:
             summaries.memcpy_summary(trace), summaries.memset_summary(trace))
 
 
-def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
-            rule_config: dict[str, dict[str, Any]] | None = None, workers: int | None = None) -> Analysis:
+def options(*, iteration_range: str | None = None, min_gap_us: float | None = None,
+            warmup_factor: float | None = None, rule_config: Mapping[str, Any] | None = None,
+            config: str | os.PathLike[str] | None = None, set: Mapping[str, Any] | Iterable[str] | None = None,
+            disable: Iterable[str] | None = None) -> tuple[Params, dict[str, dict[str, Any]]]:
+    """The analysis options of ``nsysan analyze``, under the CLI's names and units, checked as the CLI
+    checks them (``ValueError`` with the CLI's words): ``Params`` and the rules' config. ``config``: a
+    JSON file as ``--config``; ``rule_config``: the same ``{rule: {threshold: value}}`` as a dict;
+    ``set``: ``{"rule.threshold": value}`` or ``["rule.threshold=value", ...]`` as ``--set`` (applied
+    after the two others); ``disable``: rule ids, as ``--disable``."""
+    from nsysan.errors import UsageError
+    from nsysan.options import check_number, disabled_rules, load_config, parse_set, rules_config
+
+    def number(name: str, v: Any, **kw: Any) -> Any:
+        try:
+            return check_number(v, **kw)
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+
+    kw: dict[str, Any] = {}
+    if iteration_range is not None:
+        if not isinstance(iteration_range, str):
+            raise ValueError(f"iteration_range: {iteration_range!r}: expected an NVTX range name (str)")
+        kw["iteration_range"] = iteration_range
+    if min_gap_us is not None:
+        kw["min_gap_ns"] = int(number("min_gap_us", min_gap_us) * 1000)  # as cmd_analyze converts --min-gap-us
+    if warmup_factor is not None:
+        kw["warmup_factor"] = number("warmup_factor", warmup_factor, strict=True)
+    try:
+        cfg = load_config(Path(config), option="config") if config is not None else {}
+        extra = dict(rule_config or {})
+        off = extra.pop("_disabled", {})
+        for rid, th in rules_config(extra, "rule_config:").items() if extra else ():
+            cfg.setdefault(rid, {}).update(th)
+        if set is not None:
+            items = ([set] if isinstance(set, str) else
+                     [f"{k}={json.dumps(v)}" for k, v in set.items()] if isinstance(set, Mapping) else list(set))
+            for rid, th in parse_set(items, source="set").items():
+                cfg.setdefault(rid, {}).update(th)
+        names = [*off, *([disable] if isinstance(disable, str) else disable or [])]
+        if names:
+            cfg["_disabled"] = disabled_rules(names, option="disable")
+    except UsageError as e:
+        raise ValueError(str(e)) from None
+    return Params(**kw), cfg
+
+
+def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str | None = None,
+            min_gap_us: float | None = None, warmup_factor: float | None = None, rules: bool = True,
+            rule_config: Mapping[str, Any] | None = None, config: str | os.PathLike[str] | None = None,
+            set: Mapping[str, Any] | Iterable[str] | None = None, disable: Iterable[str] | None = None,
+            workers: int | None = None) -> Analysis:
     """All analyses (and, unless ``rules=False``, all rules) on ``trace``.
+
+    Options as ``nsysan analyze`` takes them, with the CLI's names and units (``options``):
+    ``iteration_range`` (NVTX range name), ``min_gap_us`` (microseconds), ``warmup_factor``,
+    ``rule_config`` / ``config`` / ``set`` (rule thresholds), ``disable`` (rule ids). Invalid values
+    raise ``ValueError`` with the CLI's message. ``params`` (a ``Params``) is the older spelling of the
+    first three; give one or the other.
 
     The analyses are pure functions of the trace, so independent ones run on ``workers`` threads
     (default: ``default_workers()``): their numpy sorts, searches and ufuncs release the GIL, and on
     2 cores the analyses take about half the time. The result does not depend on ``workers``."""
-    p = params or Params()
+    if params is not None and not isinstance(params, Params):
+        raise TypeError(f"params: expected nsysan.analysis.Params, got {type(params).__name__}; or pass the "
+                        "options as keywords (iteration_range=..., min_gap_us=..., warmup_factor=...)")
+    if params is not None and (iteration_range, min_gap_us, warmup_factor) != (None, None, None):
+        raise TypeError("pass params= or iteration_range/min_gap_us/warmup_factor, not both")
+    p, rule_config = options(iteration_range=iteration_range, min_gap_us=min_gap_us, warmup_factor=warmup_factor,
+                             rule_config=rule_config, config=config, set=set, disable=disable)
+    p = params or p
     n = workers or default_workers()
     with threads(n, "nsysan-analyze") as pool:
         # the summaries need no GPU-op table: they run while this thread builds it

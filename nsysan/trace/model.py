@@ -88,6 +88,17 @@ class Trace:
     streams: pd.DataFrame
     gpu_memory_usage: pd.DataFrame
 
+    def __repr__(self) -> str:
+        """One line (the dataclass default printed every frame): the file, nsys, the row counts."""
+        from pathlib import Path
+
+        from nsysan.units import clean_text
+
+        name = clean_text(Path(self.meta.path).name if self.meta.path else "trace")[:80]
+        counts = ", ".join(f"{n:,} {t}" for t, n in self.counts().items() if n and t in (
+            "kernels", "graph_launches", "memcpy", "memset", "cuda_api", "osrt", "nvtx"))
+        return f"<nsysan.Trace {name!r} (nsys {clean_text(self.meta.nsys_version or 'unknown')[:30]}): {counts or 'no events'}>"
+
     def tables(self) -> dict[str, pd.DataFrame]:
         return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name),
                                                                                pd.DataFrame)}
