@@ -122,6 +122,11 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
         text = html_mod.render(view.build(a, show_env=opts["show_env"], generated_by=f"nsysan {__version__}"))
         write_atomic(Path(opts["html"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["html"])
+    if opts.get("perfetto"):
+        from nsysan.report.perfetto import write_perfetto
+
+        write_perfetto(a, Path(opts["perfetto"]), force=opts["force"], protect=protect)
+        outputs.append(opts["perfetto"])
     st = a.iterations.stats
     return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
@@ -282,6 +287,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if many and (args.json or args.html or args.csv):
         raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
                          "--json/--html/--csv")
+    if args.perfetto and (many or args.out_dir):
+        raise UsageError("--perfetto writes the timeline of one trace; it cannot be combined with several traces "
+                         "or --out-dir")
     if args.out_dir and (os.path.exists(args.out_dir) or os.path.islink(args.out_dir)) \
             and not os.path.isdir(args.out_dir):
         raise UsageError(f"--out-dir {_say(args.out_dir)}: exists and is not a directory")
@@ -303,9 +311,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             o.update(json=str(d / _fit_name(stem, ".json")),
                      html=None if args.no_html else str(d / _fit_name(stem, ".html")), csv=None)
         else:
-            o.update(json=args.json, csv=args.csv,
+            o.update(json=args.json, csv=args.csv, perfetto=args.perfetto,
                      html=None if args.no_html else (args.html or _default_html(t, args.json)))
-        planned += [(opt, o[key]) for opt, key in (("--json", "json"), ("--html", "html")) if o[key]]
+        planned += [(opt, o[key]) for opt, key in (("--json", "json"), ("--html", "html"), ("--perfetto", "perfetto"))
+                    if o.get(key)]
         if o["csv"]:
             planned += [("--csv", str(Path(o["csv"]) / f"{n}.csv")) for n in CSV_NAMES]
         jobs.append((t, o))
@@ -644,6 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "./<trace>.nsysan.html)")
     a.add_argument("--no-html", action="store_true", help="do not write an HTML report")
     a.add_argument("--csv", metavar="DIR", help="write the tables as CSV files into DIR")
+    a.add_argument("--perfetto", metavar="OUT.json", help="write the timeline (GPU ops per stream, idle gaps with "
+                   "their causes, NVTX ranges, CUDA API calls, findings) as Chrome trace-event JSON for "
+                   "ui.perfetto.dev or chrome://tracing")
     a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json, the cross-rank page summary.html and ranks.csv")
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
                    "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "

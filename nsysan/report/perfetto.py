@@ -1,0 +1,380 @@
+"""The timeline as Chrome trace-event JSON, for the Perfetto UI (ui.perfetto.dev) and chrome://tracing.
+
+The "JSON Object Format" of the Trace Event Format: ``{"traceEvents": [...], "displayTimeUnit": "ns",
+"otherData": {...}}``. Times are microseconds (``ts``, ``dur``), written as exact decimals of the
+trace's integer nanoseconds (``12.345``) from ``t0_ns`` (``otherData``: the capture start, or the
+earliest event when one starts before it), so a reader that rounds ``ts * 1000`` gets the nanoseconds
+back. What is in it, all of it (nothing is capped):
+
+* a process "GPU N" per device (pid ``GPU_PID + N``): a thread per (process, stream) with the GPU
+  ops (``cat`` kernel, memcpy, memset, graph: CUDA graph launches traced whole), and a thread "GPU N
+  idle" with the idle gaps (``cat`` gap; args ``cause``, ``activity``: what the submitting thread was
+  doing, the next API call and op, and ``findings``: the rules whose estimated saving comes from
+  that gap);
+* per host process (its pid) and thread (its tid, named from the trace's ThreadNames), the NVTX
+  ranges (``cat`` nvtx) and the CUDA API calls (``cat`` cuda_api) together, so calls nest under the
+  ranges they ran in; NVTX marks as thread-scoped instant events (``cat`` nvtx_mark);
+* each finding as a global instant event (``cat`` finding) at the start of the time it claims, with
+  its rule, severity, estimated saving and message.
+
+``X`` events on one thread must nest (a child inside its parent) for the viewers. Events that
+overlap without nesting (NVTX start/end ranges, or any other overlap in a trace) go on an extra
+thread of the same process, named after the first with ``(overlap K)``, so every thread of the file
+holds properly nested events only.
+
+Written as a stream, one event per line, through the atomic writer (never half a file, never over
+an input, never over an existing file without ``force``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses.frames import group_rows
+from nsysan.units import fmt_ns
+
+GPU_PID = 1 << 30  # "GPU N" is process GPU_PID + N: far above any OS process id (at most 2**22 on Linux)
+IDLE_TID = 0  # the "GPU N idle" thread; streams get 1, 2, ... in order
+OVERLAP_TID = 1 << 24  # extra threads for overlapping events: above any OS thread id of the trace's 24-bit field
+CHUNK = 20_000  # events per write
+
+
+def _us(ns: int) -> str:
+    """Non-negative integer nanoseconds as exact decimal microseconds."""
+    q, r = divmod(ns, 1000)
+    return f"{q}.{r:03d}" if r else str(q)
+
+
+def nest_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For events sorted by (start ascending, end descending): a lane per event such that the events
+    of each lane nest properly (each one either inside the previous open one or after it ends). Lane
+    0 takes all it can; an event overlapping an open one without fitting inside goes to the first
+    lane where it fits, or a new one."""
+    n = len(start)
+    out = np.zeros(n, dtype=np.int64)
+    if n < 2:
+        return out
+    open_end = np.maximum.accumulate(end)
+    if bool((start[1:] >= open_end[:-1]).all()):  # nothing overlaps: the usual case, no loop
+        return out
+    stacks: list[list[int]] = []
+    for i, (a, b) in enumerate(zip(start.tolist(), end.tolist())):
+        for k, st in enumerate(stacks):
+            while st and st[-1] <= a:
+                st.pop()
+            if not st or b <= st[-1]:
+                st.append(b)
+                out[i] = k
+                break
+        else:
+            stacks.append([b])
+            out[i] = len(stacks) - 1
+    return out
+
+
+class _Writer:
+    """Comma-separated events, one per line, written in chunks; counts per category."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.first = True
+        self.buf: list[str] = []
+        self.counts: dict[str, int] = {}
+
+    def add(self, line: str, cat: str | None = None) -> None:
+        self.buf.append(line)
+        if cat is not None:
+            self.counts[cat] = self.counts.get(cat, 0) + 1
+        if len(self.buf) >= CHUNK:
+            self.flush()
+
+    def extend(self, lines: list[str], cat: str) -> None:
+        self.buf += lines
+        self.counts[cat] = self.counts.get(cat, 0) + len(lines)
+        if len(self.buf) >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            text = ",\n".join(self.buf)
+            self.f.write(((",\n" if not self.first else "") + text).encode("utf-8", "backslashreplace"))
+            self.first = False
+            self.buf = []
+
+
+def _meta(w: _Writer, what: str, pid: int, tid: int | None, args: dict[str, Any]) -> None:
+    ev: dict[str, Any] = {"ph": "M", "name": what, "pid": pid, "args": args}
+    if tid is not None:
+        ev["tid"] = tid
+    w.add(json.dumps(ev, separators=(",", ":")), "metadata")
+
+
+def _names(values: pd.Series, rows: np.ndarray) -> list[str]:
+    """JSON string literals of ``values[rows]``, each distinct value encoded once."""
+    arr = values.array
+    if isinstance(arr, pd.Categorical):
+        cats = [json.dumps(str(c)) for c in arr.categories] + ['""']
+        codes = np.asarray(arr.codes)[rows]
+        return [cats[c] for c in codes.tolist()]
+    cache: dict[Any, str] = {}
+    out = []
+    for v in arr.take(rows):
+        key = None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
+        s = cache.get(key)
+        if s is None:
+            s = cache[key] = json.dumps("" if key is None else str(key))
+        out.append(s)
+    return out
+
+
+def _x_lines(cat: str, pid: int, tids: np.ndarray, s: np.ndarray, e: np.ndarray, names: list[str],
+             args: list[str] | None) -> list[str]:
+    """Complete events; ``args``: each event's JSON object text (or None for none)."""
+    head = f'{{"ph":"X","cat":"{cat}","pid":{pid},"tid":'
+    if args is None:
+        return [f'{head}{t},"ts":{_us(a)},"dur":{_us(b - a)},"name":{n}}}'
+                for t, a, b, n in zip(tids.tolist(), s.tolist(), e.tolist(), names)]
+    return [f'{head}{t},"ts":{_us(a)},"dur":{_us(b - a)},"name":{n},"args":{g}}}'
+            for t, a, b, n, g in zip(tids.tolist(), s.tolist(), e.tolist(), names, args)]
+
+
+class _Tracks:
+    """Thread ids and names within one process: real threads keep their tid, extra threads for
+    overlapping events get fresh ids above OVERLAP_TID."""
+
+    def __init__(self, w: _Writer, pid: int) -> None:
+        self.w, self.pid = w, pid
+        self.next_extra = OVERLAP_TID
+        self.named: set[int] = set()
+
+    def name(self, tid: int, name: str, sort_index: int) -> None:
+        if tid in self.named:
+            return
+        self.named.add(tid)
+        _meta(self.w, "thread_name", self.pid, tid, {"name": name})
+        _meta(self.w, "thread_sort_index", self.pid, tid, {"sort_index": sort_index})
+
+    def lanes(self, tid: int, name: str, sort_index: int, lane: np.ndarray) -> np.ndarray:
+        """The thread id of each event given its lane (0: ``tid`` itself); names the threads used."""
+        self.name(tid, name, sort_index)
+        n_lanes = int(lane.max()) + 1 if len(lane) else 1
+        ids = [tid]
+        for k in range(1, n_lanes):
+            extra = self.next_extra
+            self.next_extra += 1
+            self.name(extra, f"{name} (overlap {k})", sort_index)
+            ids.append(extra)
+        return np.asarray(ids, dtype=np.int64)[lane]
+
+
+def _sorted(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Order by start ascending, end descending (a parent before the events inside it)."""
+    return np.lexsort((-e, s))
+
+
+def _claimed_by(a: Any, gs: np.ndarray, ge: np.ndarray) -> list[list[str]]:
+    """Per gap, the rules whose findings claim time inside it (their saving comes from it)."""
+    out: list[list[str]] = [[] for _ in range(len(gs))]
+    for f in a.findings:
+        if f.claims is None or int(f.impact_ns) <= 0:
+            continue
+        cs, ce = (np.asarray(x, dtype=np.int64) for x in f.claims)
+        if len(cs) == 0:
+            continue
+        order = np.argsort(cs, kind="stable")
+        cs, ce = cs[order], np.maximum.accumulate(ce[order])
+        # the first claim ending after the gap starts, and whether it starts before the gap ends
+        i = np.searchsorted(ce, gs, side="right")
+        hit = np.flatnonzero((i < len(cs)) & (cs[np.minimum(i, len(cs) - 1)] < ge))
+        for j in hit.tolist():
+            out[j].append(f.rule)
+    return out
+
+
+def _finding_time(f: Any) -> int:
+    w = f.window or {}
+    lo, hi = int(w.get("start_ns", 0)), int(w.get("end_ns", 0))
+    if f.claims is not None and len(f.claims[0]):
+        cs, ce = (np.asarray(x, dtype=np.int64) for x in f.claims)
+        inside = cs[(ce > lo) & (cs < hi)] if hi > lo else cs
+        if len(inside):
+            return max(int(inside.min()), lo)
+    starts = [int(e["start_ns"]) for e in f.evidence if isinstance(e.get("start_ns"), (int, np.integer))]
+    return min(starts) if starts else lo
+
+
+def _origin(a: Any) -> int:
+    t0 = int(a.capture.start_ns)
+    for df in (a.ops, a.gaps, a.nvtx_ranges, a.trace.cuda_api, a.trace.nvtx):
+        if len(df):
+            t0 = min(t0, int(df["start_ns"].min()))
+    for f in a.findings:
+        t0 = min(t0, _finding_time(f))
+    return t0
+
+
+def _gpu(w: _Writer, a: Any, t0: int) -> None:
+    ops, gaps, gpus = a.ops, a.gaps, a.trace.gpus
+    devices = sorted({*ops["device_id"].astype("int64").tolist(), *gaps["device_id"].astype("int64").tolist()})
+    gpu_name = {int(d): str(n) for d, n in zip(gpus["device_id"].tolist(), gpus["name"].tolist())} if len(gpus) else {}
+    tracks: dict[int, _Tracks] = {}
+    for dev in devices:
+        pid = GPU_PID + dev
+        label = f"GPU {dev}" + (f" ({gpu_name[dev]})" if dev in gpu_name else "")
+        _meta(w, "process_name", pid, None, {"name": label})
+        _meta(w, "process_sort_index", pid, None, {"sort_index": dev})
+        tracks[dev] = _Tracks(w, pid)
+    if len(gaps):
+        gs_all = gaps["start_ns"].to_numpy(np.int64)
+        ge_all = gaps["end_ns"].to_numpy(np.int64)
+        claimed = _claimed_by(a, gs_all, ge_all)
+        for (dev,), rows in group_rows(gaps["device_id"].to_numpy(np.int64)):
+            rows = rows[_sorted(gs_all[rows], ge_all[rows])]
+            gs, ge = gs_all[rows], ge_all[rows]
+            tids = tracks[dev].lanes(IDLE_TID, f"GPU {dev} idle", -1, nest_lanes(gs, ge))
+            causes = [str(c) for c in gaps["cause"].array.take(rows)]
+            args = []
+            for j, r in enumerate(rows.tolist()):
+                rec = {"cause": causes[j], "gap_ns": int(ge[j] - gs[j])}
+                for key, col in (("activity", "activity"), ("next_api", "api_name"), ("next_op", "next_op")):
+                    v = gaps[col].iat[r] if col in gaps else None
+                    if v is not None and v is not pd.NA and str(v) not in ("", "nan"):
+                        rec[key] = str(v)
+                if claimed[r]:
+                    rec["findings"] = claimed[r]
+                args.append(json.dumps(rec, separators=(",", ":")))
+            names = [json.dumps(f"idle: {c}") for c in causes]
+            w.extend(_x_lines("gap", GPU_PID + dev, tids, gs - t0, ge - t0, names, args), "gap")
+    if not len(ops):
+        return
+    s_all, e_all = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    pids = ops["pid"].to_numpy(np.int64)
+    corr = ops["correlation_id"].to_numpy(np.int64)
+    nbytes = ops["bytes"].to_numpy(np.int64) if "bytes" in ops else np.zeros(len(ops), np.int64)
+    groups = list(group_rows(ops["device_id"].to_numpy(np.int64), pids, ops["stream_id"].to_numpy(np.int64)))
+    procs_on = {}
+    for (dev, pid, _), _rows in groups:
+        procs_on.setdefault(dev, set()).add(pid)
+    sort = {dev: 0 for dev in devices}
+    for (dev, pid, stream), rows in groups:
+        sort[dev] += 1
+        tid = sort[dev]
+        name = f"stream {stream}" + (f" (pid {pid})" if len(procs_on[dev]) > 1 else "")
+        rows = rows[_sorted(s_all[rows], e_all[rows])]
+        s, e = s_all[rows], e_all[rows]
+        tids = tracks[dev].lanes(tid, name, tid, nest_lanes(s, e))
+        names = _names(ops["name"], rows)
+        opk = [str(x) for x in ops["op"].array.take(rows)]
+        kinds = [str(x) for x in ops["kind"].array.take(rows)] if "kind" in ops else [""] * len(rows)
+        args = [(f'{{"correlation_id":{c},"pid":{pid},"bytes":{b},"kind":{json.dumps(k)}}}' if o in ("memcpy", "memset")
+                 else f'{{"correlation_id":{c},"pid":{pid}}}')
+                for c, b, k, o in zip(corr[rows].tolist(), nbytes[rows].tolist(), kinds, opk)]
+        # one category per op kind: write each kind's events with their own ``cat``
+        opk_arr = np.asarray(opk, dtype=object)
+        for kind in dict.fromkeys(opk):
+            sel = np.flatnonzero(opk_arr == kind)
+            w.extend(_x_lines(kind, GPU_PID + dev, tids[sel], s[sel] - t0, e[sel] - t0,
+                              [names[i] for i in sel.tolist()], [args[i] for i in sel.tolist()]), kind)
+
+
+def _host(w: _Writer, a: Any, t0: int) -> None:
+    t = a.trace
+    rg, api, marks = a.nvtx_ranges, t.cuda_api, t.nvtx.loc[t.nvtx["style"] == "Mark"] if len(t.nvtx) else t.nvtx
+    pids = sorted({*rg["pid"].tolist(), *api["pid"].tolist(), *marks["pid"].tolist()})
+    if not pids:
+        return
+    pnames: dict[int, str] = {}
+    if len(t.processes):
+        for p, n in zip(t.processes["pid"].tolist(), t.processes["name"].tolist()):
+            if n is not None and n is not pd.NA and str(n):
+                pnames.setdefault(int(p), str(n))
+    tnames: dict[tuple[int, int], str] = {}
+    if len(t.threads):
+        for p, td, n in zip(t.threads["pid"].tolist(), t.threads["tid"].tolist(), t.threads["name"].tolist()):
+            if n is not None and n is not pd.NA and str(n):
+                tnames.setdefault((int(p), int(td)), str(n))
+    tracks: dict[int, _Tracks] = {}
+    for i, pid in enumerate(pids):
+        _meta(w, "process_name", pid, None, {"name": pnames.get(pid, f"process {pid}")})
+        _meta(w, "process_sort_index", pid, None, {"sort_index": 1000 + i})
+        tracks[pid] = _Tracks(w, pid)
+    # NVTX ranges and CUDA API calls of one thread together, nested by time
+    frames = [("nvtx", rg), ("cuda_api", api)]
+    parts = []
+    for cat, df in frames:
+        if len(df):
+            parts.append(pd.DataFrame({"pid": df["pid"].to_numpy(np.int64), "tid": df["tid"].to_numpy(np.int64),
+                                       "start_ns": df["start_ns"].to_numpy(np.int64),
+                                       "end_ns": df["end_ns"].to_numpy(np.int64),
+                                       "src": cat, "row": np.arange(len(df))}))
+    if parts:
+        both = pd.concat(parts, ignore_index=True)
+        bs, be = both["start_ns"].to_numpy(np.int64), both["end_ns"].to_numpy(np.int64)
+        src, row = both["src"].to_numpy(), both["row"].to_numpy(np.int64)
+        for (pid, tid), rows in group_rows(both["pid"].to_numpy(np.int64), both["tid"].to_numpy(np.int64)):
+            rows = rows[_sorted(bs[rows], be[rows])]
+            s, e = bs[rows], be[rows]
+            tname = tnames.get((pid, tid), f"thread {tid}")
+            tids = tracks[pid].lanes(tid, tname, tid, nest_lanes(s, e))
+            for cat, df in frames:
+                sel = np.flatnonzero(src[rows] == cat)
+                if not len(sel):
+                    continue
+                r = row[rows[sel]]
+                if cat == "nvtx":
+                    args = [f'{{"style":{json.dumps(str(st))}}}' for st in df["style"].array.take(r)]
+                else:
+                    args = [f'{{"correlation_id":{c}}}' for c in df["correlation_id"].to_numpy(np.int64)[r].tolist()]
+                w.extend(_x_lines(cat, pid, tids[sel], s[sel] - t0, e[sel] - t0, _names(df["name"], r), args), cat)
+    if len(marks):
+        ms = marks["start_ns"].to_numpy(np.int64)
+        names = _names(marks["name"], np.arange(len(marks)))
+        lines = []
+        for pid, tid, ts, n in zip(marks["pid"].tolist(), marks["tid"].tolist(), ms.tolist(), names):
+            tracks[pid].name(tid, tnames.get((pid, tid), f"thread {tid}"), tid)
+            lines.append(f'{{"ph":"i","s":"t","cat":"nvtx_mark","pid":{pid},"tid":{tid},"ts":{_us(ts - t0)},"name":{n}}}')
+        w.extend(lines, "nvtx_mark")
+
+
+def _findings(w: _Writer, a: Any, t0: int) -> None:
+    lines = []
+    for rank, f in enumerate(a.findings, 1):
+        ev = {"ph": "i", "s": "g", "cat": "finding", "pid": GPU_PID, "tid": IDLE_TID,
+              "name": f"#{rank} {f.rule}: saves {fmt_ns(f.impact_ns)}",
+              "args": {"rule": f.rule, "severity": f.severity.name.lower(), "title": f.title,
+                       "impact_ns": int(f.impact_ns), "message": f.message}}
+        lines.append(json.dumps(ev, separators=(",", ":"))[:-1] + f',"ts":{_us(_finding_time(f) - t0)}}}')
+    w.extend(lines, "finding")
+
+
+def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
+    """Stream the whole trace-event JSON document to ``f``; returns ``otherData`` (the counts per
+    category, ``t0_ns``)."""
+    t0 = _origin(a)
+    f.write(b'{"traceEvents":[\n')
+    w = _Writer(f)
+    steps: Sequence[Callable[[_Writer, Any, int], None]] = (_gpu, _host, _findings)
+    for step in steps:
+        step(w, a, t0)
+    w.flush()
+    from nsysan import __version__
+
+    other = {"generator": f"nsysan {__version__}", "trace": Path(a.trace.meta.path).name if a.trace.meta.path else "",
+             "t0_ns": t0, "time_unit": "ts and dur in microseconds from t0_ns", "capped": False,
+             "counts": dict(sorted(w.counts.items()))}
+    f.write(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(other, separators=(",", ":")).encode() + b"}\n")
+    return other
+
+
+def write_perfetto(a: Any, path: Path, *, force: bool = False, protect: Sequence[tuple[int, int]] = ()) -> dict[str, Any]:
+    """Write ``a``'s timeline to ``path`` (atomically; see ``nsysan.outputs.atomic_file``)."""
+    from nsysan.outputs import atomic_file
+
+    with atomic_file(Path(path), force=force, protect=protect) as f:
+        return write_events(a, f)
