@@ -2,8 +2,9 @@
 
     import nsysan
     trace = nsysan.open_trace("report.sqlite")      # typed tables (pandas)
-    result = nsysan.analyze(trace)                   # analyses + ranked findings
+    result = nsysan.analyze(trace, min_gap_us=10)    # analyses + ranked findings (the CLI's options)
     result.findings[0].message, result.to_dict()     # JSON-ready dict (schema nsysan.analysis/2)
+    result.write_html("report.html")                 # the CLI's report (also to_json, write_perfetto)
 """
 
 from __future__ import annotations

@@ -133,15 +133,16 @@ def _names(values: pd.Series, rows: np.ndarray) -> list[str]:
     return out
 
 
-def _x_lines(cat: str, pid: int, tids: np.ndarray, s: np.ndarray, e: np.ndarray, names: list[str],
-             args: list[str] | None) -> list[str]:
-    """Complete events; ``args``: each event's JSON object text (or None for none)."""
+def _emit(w: _Writer, cat: str, pid: int, tids: np.ndarray, s: np.ndarray, e: np.ndarray,
+          names: Callable[[np.ndarray], list[str]], args: Callable[[np.ndarray], list[str]]) -> None:
+    """Complete events, CHUNK at a time (a thread with millions of calls is never held as text at
+    once): ``names(idx)`` / ``args(idx)`` give the JSON texts of the events at positions ``idx``."""
     head = f'{{"ph":"X","cat":"{cat}","pid":{pid},"tid":'
-    if args is None:
-        return [f'{head}{t},"ts":{_us(a)},"dur":{_us(b - a)},"name":{n}}}'
-                for t, a, b, n in zip(tids.tolist(), s.tolist(), e.tolist(), names)]
-    return [f'{head}{t},"ts":{_us(a)},"dur":{_us(b - a)},"name":{n},"args":{g}}}'
-            for t, a, b, n, g in zip(tids.tolist(), s.tolist(), e.tolist(), names, args)]
+    for lo in range(0, len(s), CHUNK):
+        idx = np.arange(lo, min(lo + CHUNK, len(s)))
+        w.extend([f'{head}{t},"ts":{_us(a)},"dur":{_us(b - a)},"name":{n},"args":{g}}}'
+                  for t, a, b, n, g in zip(tids[idx].tolist(), s[idx].tolist(), e[idx].tolist(), names(idx), args(idx))],
+                 cat)
 
 
 class _Tracks:
@@ -238,19 +239,25 @@ def _gpu(w: _Writer, a: Any, t0: int) -> None:
             rows = rows[_sorted(gs_all[rows], ge_all[rows])]
             gs, ge = gs_all[rows], ge_all[rows]
             tids = tracks[dev].lanes(IDLE_TID, f"GPU {dev} idle", -1, nest_lanes(gs, ge))
-            causes = [str(c) for c in gaps["cause"].array.take(rows)]
-            args = []
-            for j, r in enumerate(rows.tolist()):
-                rec = {"cause": causes[j], "gap_ns": int(ge[j] - gs[j])}
-                for key, col in (("activity", "activity"), ("next_api", "api_name"), ("next_op", "next_op")):
-                    v = gaps[col].iat[r] if col in gaps else None
-                    if v is not None and v is not pd.NA and str(v) not in ("", "nan"):
-                        rec[key] = str(v)
-                if claimed[r]:
-                    rec["findings"] = claimed[r]
-                args.append(json.dumps(rec, separators=(",", ":")))
-            names = [json.dumps(f"idle: {c}") for c in causes]
-            w.extend(_x_lines("gap", GPU_PID + dev, tids, gs - t0, ge - t0, names, args), "gap")
+            causes = np.asarray([str(c) for c in gaps["cause"].array.take(rows)], dtype=object)
+            extra = {key: [None if v is None or v is pd.NA or str(v) in ("", "nan") else str(v)
+                           for v in gaps[col].array.take(rows)]
+                     for key, col in (("activity", "activity"), ("next_api", "api_name"), ("next_op", "next_op"))
+                     if col in gaps}
+
+            def gap_args(idx: np.ndarray, rows: np.ndarray = rows, gs: np.ndarray = gs, ge: np.ndarray = ge,
+                         causes: np.ndarray = causes, extra: dict[str, list[Any]] = extra) -> list[str]:
+                out = []
+                for j in idx.tolist():
+                    rec: dict[str, Any] = {"cause": causes[j], "gap_ns": int(ge[j] - gs[j])}
+                    rec.update((k, v[j]) for k, v in extra.items() if v[j] is not None)
+                    if claimed[rows[j]]:
+                        rec["findings"] = claimed[rows[j]]
+                    out.append(json.dumps(rec, separators=(",", ":")))
+                return out
+
+            _emit(w, "gap", GPU_PID + dev, tids, gs - t0, ge - t0,
+                  lambda idx, causes=causes: [json.dumps(f"idle: {c}") for c in causes[idx]], gap_args)
     if not len(ops):
         return
     s_all, e_all = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
@@ -269,18 +276,22 @@ def _gpu(w: _Writer, a: Any, t0: int) -> None:
         rows = rows[_sorted(s_all[rows], e_all[rows])]
         s, e = s_all[rows], e_all[rows]
         tids = tracks[dev].lanes(tid, name, tid, nest_lanes(s, e))
-        names = _names(ops["name"], rows)
-        opk = [str(x) for x in ops["op"].array.take(rows)]
-        kinds = [str(x) for x in ops["kind"].array.take(rows)] if "kind" in ops else [""] * len(rows)
-        args = [(f'{{"correlation_id":{c},"pid":{pid},"bytes":{b},"kind":{json.dumps(k)}}}' if o in ("memcpy", "memset")
-                 else f'{{"correlation_id":{c},"pid":{pid}}}')
-                for c, b, k, o in zip(corr[rows].tolist(), nbytes[rows].tolist(), kinds, opk)]
-        # one category per op kind: write each kind's events with their own ``cat``
-        opk_arr = np.asarray(opk, dtype=object)
-        for kind in dict.fromkeys(opk):
-            sel = np.flatnonzero(opk_arr == kind)
-            w.extend(_x_lines(kind, GPU_PID + dev, tids[sel], s[sel] - t0, e[sel] - t0,
-                              [names[i] for i in sel.tolist()], [args[i] for i in sel.tolist()]), kind)
+        opk = np.asarray([str(x) for x in ops["op"].array.take(rows)], dtype=object)
+        kinds = (np.asarray([str(x) for x in ops["kind"].array.take(rows)], dtype=object) if "kind" in ops
+                 else np.full(len(rows), "", dtype=object))
+        # one category per op kind: each kind's events with their own ``cat``
+        for kind in dict.fromkeys(opk.tolist()):
+            sel = np.flatnonzero(opk == kind)
+            r = rows[sel]
+            if kind in ("memcpy", "memset"):
+                def args(idx: np.ndarray, r: np.ndarray = r, sel: np.ndarray = sel, pid: int = pid) -> list[str]:
+                    return [f'{{"correlation_id":{c},"pid":{pid},"bytes":{b},"kind":{json.dumps(k)}}}'
+                            for c, b, k in zip(corr[r[idx]].tolist(), nbytes[r[idx]].tolist(), kinds[sel[idx]])]
+            else:
+                def args(idx: np.ndarray, r: np.ndarray = r, pid: int = pid) -> list[str]:
+                    return [f'{{"correlation_id":{c},"pid":{pid}}}' for c in corr[r[idx]].tolist()]
+            _emit(w, kind, GPU_PID + dev, tids[sel], s[sel] - t0, e[sel] - t0,
+                  lambda idx, r=r: _names(ops["name"], r[idx]), args)
 
 
 def _host(w: _Writer, a: Any, t0: int) -> None:
@@ -328,10 +339,15 @@ def _host(w: _Writer, a: Any, t0: int) -> None:
                     continue
                 r = row[rows[sel]]
                 if cat == "nvtx":
-                    args = [f'{{"style":{json.dumps(str(st))}}}' for st in df["style"].array.take(r)]
+                    def args(idx: np.ndarray, df: pd.DataFrame = df, r: np.ndarray = r) -> list[str]:
+                        return [f'{{"style":{json.dumps(str(st))}}}' for st in df["style"].array.take(r[idx])]
                 else:
-                    args = [f'{{"correlation_id":{c}}}' for c in df["correlation_id"].to_numpy(np.int64)[r].tolist()]
-                w.extend(_x_lines(cat, pid, tids[sel], s[sel] - t0, e[sel] - t0, _names(df["name"], r), args), cat)
+                    corr = df["correlation_id"].to_numpy(np.int64)
+
+                    def args(idx: np.ndarray, corr: np.ndarray = corr, r: np.ndarray = r) -> list[str]:
+                        return [f'{{"correlation_id":{c}}}' for c in corr[r[idx]].tolist()]
+                _emit(w, cat, pid, tids[sel], s[sel] - t0, e[sel] - t0,
+                      lambda idx, df=df, r=r: _names(df["name"], r[idx]), args)
     if len(marks):
         ms = marks["start_ns"].to_numpy(np.int64)
         names = _names(marks["name"], np.arange(len(marks)))
