@@ -73,6 +73,8 @@ class Analysis:
     idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
+    # the kernel, CUDA API and copy summaries of the steady window ("kernels", "cuda_api", "memcpy")
+    steady_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
     tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -193,6 +195,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
             nccl_calls=comm_mod.nccl_calls(rg),
             breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
+            steady_summaries=summaries.window_summaries(trace, steady.start_ns, steady.end_ns),
         )
         from nsysan.analyses.ranks import analyze_ranks
 

@@ -281,6 +281,12 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     st = a.iterations.stats
     return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
+            "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
+                       "title": f.title, "message": f.message, "suggestion": f.suggestion} for f in a.findings],
+            "breakdown": _breakdown_lines(a),
+            "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
+                            a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
+            "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
             "p50_ns": st.get("p50_ns"), "iterations": st.get("count", 0), "range": a.iterations.range_name,
             "latency_p50_ns": st.get("latency_p50_ns"), "queueing": bool(st.get("latency_includes_queueing")),
             "queue_depth_p50": st.get("queue_depth_p50"), "headline": st.get("headline"),
@@ -299,64 +305,137 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
                            a.nsys_rules.to_dict("records") if r["count"]]}
 
 
+def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
+    """Where one steady iteration's time goes, per sequence group (``report.view`` draws the same
+    numbers as a stacked bar): (label, mean period ns, [(part, mean ns, share)])."""
+    from nsysan.analyses.breakdown import breakdown_summary
+    from nsysan.report.view import BREAKDOWN_PARTS
+
+    bd = a.breakdown
+    if len(bd) == 0:
+        return []
+    groups = [("one iteration", bd)] if bd["pid"].nunique() == 1 else \
+        [(f"pid {int(p)} (GPU {int(g['device_id'].iloc[0])})", g) for p, g in bd.groupby("pid", sort=True)]
+    out = []
+    for label, g in groups:
+        sm = breakdown_summary(g)
+        if sm:
+            out.append((label, int(sm["span_mean_ns"]), [(name, int(sm[k + "_mean_ns"]), float(sm[k + "_frac"]))
+                                                         for k, name, _ in BREAKDOWN_PARTS if sm[k + "_mean_ns"] > 0]))
+    return out
+
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def short_kernel_name(name: str) -> str:
+    """A C++ kernel name without its return type and argument list (the terminal shows the rest)."""
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    if n.endswith(")"):  # drop the balanced parameter list at the end
+        depth = 0
+        for i in range(len(n) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(n[i], 0)
+            if depth == 0:
+                n = n[:i] if i > 0 else n
+                break
+    return n
+
+
 def _print_summary(res: dict[str, Any]) -> None:
+    """The terminal summary: the iteration, where its time goes, the fixes by severity then saving
+    (each with its evidence and what to change), the top kernels of the steady state. Lines are
+    wrapped to a terminal's width (never between a number and its unit) and not wrapped at all when
+    the output is piped; colour only on a terminal (rich honours NO_COLOR)."""
+    import textwrap
+
+    from rich.console import Console
+    from rich.text import Text
+
     from nsysan.units import fmt_ns, fmt_pct
 
-    try:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text as _Text
+    console = Console(highlight=False, soft_wrap=True)
+    width = console.width if console.is_terminal else 0
+    nb = "\u00a0"
 
-        def Text(text: object, **kw: Any) -> _Text:  # everything printed passes through here
-            return _Text(_say(text), **kw)
+    def glue(text: str) -> str:  # a number and its unit stay on one line
+        import re
 
-        console = Console(stderr=False, highlight=False, soft_wrap=False)
-        console.print(Text(f"{res['trace']}  (nsys {res['nsys']}, {res['seconds']} s)", style="bold"))
-        if res["range"]:
-            if res.get("headline") == "period":
-                head = (f"one every {fmt_ns(res['p50_ns'])} (p50, {res.get('throughput_per_s', 0):,.1f}/s), "
-                        f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
-                if res.get("queueing"):
-                    head += (f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) "
-                             "ahead of the GPU)")
-            else:
-                head = f"latency p50 {fmt_ns(res['p50_ns'])}"
-            seqs = int(res.get("sequences") or 1)
-            n = f"x{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
-                                                   if seqs > 1 else "")
-            console.print(Text(f"iterations: '{res['range']}' {n}, {head}; "
-                               f"window: {res['window']} {fmt_ns(res['window_ns'])}"))
-            console.print(Text(f"  chosen: {res.get('why', '')}", style="dim"))
-        elif res.get("why"):
-            console.print(Text(f"iterations: none ({res['why']})"))
-        if not res.get("gpu_recorded", True):
-            console.print(Text("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): "
-                               "record it with nsys profile -t cuda (WSL2 captures have no GPU activity)",
-                               style="yellow"))
-        for dev, frac, idle in res["busy"]:
-            console.print(Text(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)}"))
-        if res.get("ranks_verdict"):
-            console.print(Text(f"ranks: {res['ranks_verdict']}"))
-        table = Table(title="Findings (ranked by estimated savings)", show_lines=False)
-        for col in ("saves", "rule", "severity", "finding"):
-            table.add_column(col, overflow="fold")
-        for rule_id, sev, impact, msg in res["findings"]:
-            table.add_row(fmt_ns(impact), Text(rule_id), Text(sev), Text(msg))
-        console.print(table)
-        if res.get("nsys_rules"):
-            listed = ", ".join(f"{rule} {n:,} ({k:,} in steady state)" for rule, n, k in res["nsys_rules"])
-            console.print(Text(f"nsys analyze would list: {listed} (where, and which rule judges it: the "
-                               f"report's cross-check table, JSON nsys_analyze)"))
-        for w in res["warnings"]:
-            console.print(Text(f"warning: {w}", style="yellow"))
-        for out in res["outputs"]:
-            console.print(Text(f"wrote {out}"))
-    except ImportError:  # pragma: no cover - rich is a dependency; plain text fallback
-        print(_say(res["trace"]))
-        for rule_id, sev, impact, msg in res["findings"]:
-            print(_say(f"  {fmt_ns(impact):>10}  {rule_id} [{sev}] {msg}"))
-        for out in res["outputs"]:
-            print(_say(f"wrote {out}"))
+        return re.sub(r"(\d)\s(ns|us|ms|s|%|MB|GB|KB|B|GB/s|MB/s|x)\b", lambda m: m.group(1) + nb + m.group(2), text)
+
+    def say(text: object, style: str = "", indent: int = 0, first: str | None = None) -> None:
+        body = _say(text)
+        lead = " " * indent if first is None else first
+        if width and width > indent + 20:
+            lines = textwrap.wrap(glue(body), width=width, initial_indent=lead, subsequent_indent=" " * indent,
+                                  break_on_hyphens=False, break_long_words=True) or [lead]
+            body = "\n".join(x.replace(nb, " ") for x in lines)
+        else:
+            body = lead + body
+        console.print(Text(body, style=style))
+
+    say(f"{res['trace']}  (nsys {res['nsys']}, analysed in {res['seconds']} s)", "bold")
+    if res["range"]:
+        seqs = int(res.get("sequences") or 1)
+        if res.get("headline") == "period":
+            head = (f"one every {fmt_ns(res['p50_ns'])} (p50 period, {res.get('throughput_per_s', 0):,.1f}/s), "
+                    f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
+            if res.get("queueing"):
+                head += f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) ahead of the GPU)"
+        else:
+            head = f"latency p50 {fmt_ns(res['p50_ns'])}"
+        n = f"{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
+                                            if seqs > 1 else "")
+        say(f"Iteration '{res['range']}' ({n}): {head}", indent=2, first="")
+        say(f"chosen: {res.get('why', '')}", "dim", indent=2)
+    elif res.get("why"):
+        say(f"Iteration: none ({res['why']}); the whole capture is judged", indent=2, first="")
+    say(f"Window: {res['window']}, {fmt_ns(res['window_ns'])}", indent=2, first="")
+    if not res.get("gpu_recorded", True):
+        say("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): record it with "
+            "nsys profile -t cuda (WSL2 captures have no GPU activity)", "yellow", indent=2, first="")
+    for dev, frac, idle in res["busy"]:
+        say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
+    for label, span, parts in res.get("breakdown", []):
+        say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
+                                                              for p, ns, fr in parts), indent=2, first="")
+    if res.get("ranks_verdict"):
+        say(f"Ranks: {res['ranks_verdict']}", indent=2, first="")
+    fixes = res.get("fixes") or []
+    console.print()
+    if fixes:
+        total = sum(f["impact_ns"] for f in fixes)
+        say(f"Fixes, by severity then time saved ({fmt_ns(total)} in all, "
+            f"{fmt_pct(total / res['window_ns']) if res['window_ns'] else '-'} of the window, no time counted twice)",
+            "bold")
+        for i, f in enumerate(fixes, 1):
+            sev = f["severity"]
+            saves = (f"saves {fmt_ns(f['impact_ns'])}"
+                     + (f" ({fmt_pct(f['impact_ns'] / res['window_ns'])})" if res["window_ns"] else "")
+                     if f["impact_ns"] > 0 else "no time estimate")
+            head = Text(f"{i:>2}. ")
+            head.append(f"{sev.upper():<8}", style=SEVERITY_STYLE.get(sev, ""))
+            head.append(_say(f" {saves}  [{f['rule']}]"))
+            console.print(head)
+            say(f["title"], "bold", indent=5)
+            say(f["message"], indent=5)
+            say(f"fix: {f['suggestion']}", "green", indent=10, first=" " * 5)
+    else:
+        say("No findings: no rule found time to save in this window.", "bold")
+    if res.get("top_kernels"):
+        console.print()
+        say(f"Top kernels ({res['window']}, {fmt_ns(res.get('kernel_ns', 0))} of kernel time)", "bold")
+        for name, tot, share, count in res["top_kernels"]:
+            line = f"{fmt_ns(tot):>10} {fmt_pct(share):>6} {count:>7,}x  "
+            short = _say(short_kernel_name(name))
+            if width and len(line) + len(short) > width:
+                short = short[:max(10, width - len(line) - 3)] + "..."
+            console.print(Text(line + short))
+    for w in res["warnings"]:
+        say(f"note: {w}", "yellow", indent=6, first="")
+    for out in res["outputs"]:
+        say(f"wrote {out}", first="")
 
 
 def _fit_name(name: str, suffix: str) -> str:

@@ -152,7 +152,11 @@ MEMCPY_LABEL = {
 def memcpy_summary(trace: Trace) -> pd.DataFrame:
     """Per copy kind: duration stats, bytes, throughput (bytes / busy time of that kind), and the host
     memory split (pageable vs pinned, from the export's own enum: 0 pageable, 1 pinned)."""
-    m = trace.memcpy
+    return memcpy_stats(trace.memcpy)
+
+
+def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
+    """``memcpy_summary`` of a frame of copies (the whole trace's, or a window's)."""
     if len(m) == 0:
         return pd.DataFrame(columns=["kind", *STAT_COLUMNS, "total_bytes", "throughput_bytes_per_s",
                                      "pageable_count", "pinned_count", "pageable_bytes", "pinned_bytes"])
@@ -169,6 +173,20 @@ def memcpy_summary(trace: Trace) -> pd.DataFrame:
     out = stats.merge(extra, on="kind", how="left")
     thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
     return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
+
+
+def in_window(df: pd.DataFrame, start_ns: int, end_ns: int) -> pd.DataFrame:
+    """The rows that start inside ``[start_ns, end_ns)`` (how a window owns an op or a call)."""
+    s = df["start_ns"].to_numpy()
+    return df.loc[(s >= start_ns) & (s < end_ns)]
+
+
+def window_summaries(trace: Trace, start_ns: int, end_ns: int) -> dict[str, pd.DataFrame]:
+    """The kernel, CUDA API and copy summaries of the rows that start in a window (the steady state):
+    the same statistics as the whole-capture ones, so a table can switch between the two."""
+    return {"kernels": with_share(duration_stats(in_window(trace.kernels, start_ns, end_ns), ["name"])),
+            "cuda_api": with_share(duration_stats(in_window(trace.cuda_api, start_ns, end_ns), ["name"])),
+            "memcpy": memcpy_stats(in_window(trace.memcpy, start_ns, end_ns))}
 
 
 def memset_summary(trace: Trace) -> pd.DataFrame:

@@ -324,7 +324,9 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             fmt_pct(float(r["busy_frac"]))) for _, r in busy.iterrows()) if len(busy) else
           [("GPU busy", "not recorded" if not len(a.ops) else "-")]),
         ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0])) if len(ov) else "-"),
-        ("Est. savings (top finding)", fmt_ns(a.findings[0].impact_ns) if a.findings else "-"),
+        ("Est. savings (all findings)", (fmt_ns(sum(f.impact_ns for f in a.findings))
+                                         + (f" ({fmt_pct(sum(f.impact_ns for f in a.findings) / a.steady.dur_ns)})"
+                                            if a.steady.dur_ns else "")) if a.findings else "-"),
     ]
     gpus = ", ".join(f"{r['name']} ({int(r['sm_count']) if pd.notna(r['sm_count']) else '?'} SMs)"
                      for _, r in t.gpus.iterrows()) or "none recorded"
