@@ -181,6 +181,8 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
         busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
         comm_ops = comm_mod.comm_ops(ops, busy)
         kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
+        window_f = pool.submit(summaries.window_summaries, trace, steady.start_ns, steady.end_ns,
+                               {"kernels": kernels, "cuda_api": cuda_api, "memcpy": memcpy})
         lau, launch_summary, per_kernel = launch_f.result()
         gp, gap_summary = gaps_f.result()
         a = Analysis(
@@ -195,7 +197,7 @@ def analyze(trace: Trace, params: Params | None = None, *, rules: bool = True,
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
             nccl_calls=comm_mod.nccl_calls(rg),
             breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
-            steady_summaries=summaries.window_summaries(trace, steady.start_ns, steady.end_ns),
+            steady_summaries=window_f.result(),
         )
         from nsysan.analyses.ranks import analyze_ranks
 

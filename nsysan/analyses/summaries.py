@@ -175,18 +175,31 @@ def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
     return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
 
 
-def in_window(df: pd.DataFrame, start_ns: int, end_ns: int) -> pd.DataFrame:
-    """The rows that start inside ``[start_ns, end_ns)`` (how a window owns an op or a call)."""
+def in_window(df: pd.DataFrame, start_ns: int, end_ns: int, columns: list[str] | None = None) -> pd.DataFrame | None:
+    """The rows that start inside ``[start_ns, end_ns)`` (how a window owns an op or a call), only
+    ``columns`` of them; None when every row is inside (the whole table's summary then holds)."""
     s = df["start_ns"].to_numpy()
-    return df.loc[(s >= start_ns) & (s < end_ns)]
+    mask = (s >= start_ns) & (s < end_ns)
+    if bool(mask.all()):
+        return None
+    rows = np.flatnonzero(mask)
+    return pd.DataFrame({c: df[c].array.take(rows) for c in (columns or list(df.columns))}, copy=False)
 
 
-def window_summaries(trace: Trace, start_ns: int, end_ns: int) -> dict[str, pd.DataFrame]:
+def window_summaries(trace: Trace, start_ns: int, end_ns: int,
+                     whole: dict[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
     """The kernel, CUDA API and copy summaries of the rows that start in a window (the steady state):
-    the same statistics as the whole-capture ones, so a table can switch between the two."""
-    return {"kernels": with_share(duration_stats(in_window(trace.kernels, start_ns, end_ns), ["name"])),
-            "cuda_api": with_share(duration_stats(in_window(trace.cuda_api, start_ns, end_ns), ["name"])),
-            "memcpy": memcpy_stats(in_window(trace.memcpy, start_ns, end_ns))}
+    the same statistics as the whole-capture ones (``whole``, reused when every row is inside), so a
+    table can switch between the two."""
+    whole = whole or {}
+    out = {}
+    for key, frame, cols, fn in (
+            ("kernels", trace.kernels, ["name", "dur_ns"], lambda d: with_share(duration_stats(d, ["name"]))),
+            ("cuda_api", trace.cuda_api, ["name", "dur_ns"], lambda d: with_share(duration_stats(d, ["name"]))),
+            ("memcpy", trace.memcpy, ["kind", "dur_ns", "bytes", "host_mem"], memcpy_stats)):
+        sub = in_window(frame, start_ns, end_ns, cols if all(c in frame.columns for c in cols) else None)
+        out[key] = whole[key] if sub is None and key in whole else fn(frame if sub is None else sub)
+    return out
 
 
 def memset_summary(trace: Trace) -> pd.DataFrame:
