@@ -686,8 +686,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         write_atomic(Path(args.json), compare.dumps(d.to_dict()), force=args.force, protect=protect)
     if args.html:
-        write_atomic(Path(args.html), _render_compare(title=f"nsysan diff: {lb} vs {ln}", diff=d, ladder=None,
-                                                      short_names=compare.short_names),
+        write_atomic(Path(args.html), _render_compare(title=f"nsysan diff: {lb} vs {ln}", diff=d, ladder=None),
                      force=args.force, protect=protect)
     if not args.quiet:
         _print_diff(d)
