@@ -678,7 +678,7 @@ def gate(dd: Diff, metric: str, threshold: float) -> dict[str, Any]:
         size = "grew from 0" if math.isinf(change) else f"got {change:.1%} worse"
         why = (f"{label} {size}, more than the {lim} allowed"
                + (f", and the change is significant (p = {p:.3g})" if tested else
-                  "; too few iterations for a noise test" if metric in _TESTED_BY else
+                  "; too few iterations: no noise test possible" if metric in _TESTED_BY else
                   "; no noise test for this metric"))
     elif worse:
         why = (f"{label} is {change:+.1%} but within noise (p = {p:.3g} >= {dd.noise['alpha']}): "
