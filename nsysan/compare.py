@@ -12,10 +12,13 @@ latency (start to completion) grows with the queue even as the program speeds up
 shown beside it, never gated by default.
 
 Noise: the per-iteration periods of the steady state (warm-up excluded) of both runs are compared
-with a two-sided Mann-Whitney U test (normal approximation with tie correction). A change counts as
-real when ``p < alpha``; the gate fails when the chosen metric got worse by more than the allowed
-fraction *and* the change is real. With fewer than ``MIN_SAMPLES`` iterations on a side, no test is
-possible and the verdict says so (the threshold alone decides).
+with a two-sided Mann-Whitney U test (normal approximation with tie correction), the latencies
+likewise for the latency. ``verdict`` is the one place that turns a change into words: better or
+worse (faster or slower) only when the test says ``p < alpha``, or, for a metric without a test of
+its own, when the change exceeds the run-to-run spread of the periods; else "no clear change". The
+gate fails when the chosen metric got worse by more than the allowed percentage *and* the test does
+not call it noise. With fewer than ``MIN_SAMPLES`` iterations on a side, no test is possible and the
+verdict says so (the threshold alone decides).
 """
 
 from __future__ import annotations

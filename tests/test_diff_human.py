@@ -410,3 +410,15 @@ def test_page_fits_a_1440_pixel_window_and_a_printed_page(fixture_dir, tmp_path)
                 page.close()
         finally:
             b.close()
+
+
+def test_names_from_files_are_escaped_in_the_page(tmp_path):
+    evil = "</script><img src=x onerror=alert(1)>void k<128, float>(T*)"
+    per = spread_periods(10e6)
+    a = write(tmp_path, "a.json", fake(per, kernels=[(evil, 1_000_000)], gpus=(evil,), rng_name=evil))
+    b = write(tmp_path, "b.json", fake(per, kernels=[(evil, 2_000_000)], rng_name="step"))
+    h = tmp_path / "d.html"
+    assert main(["diff", a, b, "--html", str(h), "-q"]) == 0
+    html = h.read_text()
+    assert "<img src=x" not in html and "</script><img" not in html
+    assert "&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;void k&lt;128, float&gt;(T*)" in html
