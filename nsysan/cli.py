@@ -877,7 +877,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", metavar="OUT.json", help="write the diff as JSON (schema nsysan.diff/1)")
     d.add_argument("--html", metavar="OUT.html", help="write the diff as an HTML page")
     d.add_argument("--fail-on-regression", metavar="PCT", help="exit 11 when --metric got worse by more than "
-                   "PCT percent and the change is beyond noise; PCT is always a percentage, with or without the "
+                   "PCT percent, unless its noise test (iteration metrics) calls the change noise; PCT is always a percentage, with or without the "
                    "%% sign: 5 and 5%% both mean five percent, 0.5 half a percent (0 to 1000)")
     d.add_argument("--metric", default="iter_p50_ns", choices=GATE_METRICS, help="gate metric (default "
                    "iter_p50_ns: the steady-state iteration time p50, the period between completions)")
