@@ -714,6 +714,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 
 def _fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
+    """A metric's value with its unit (``metric`` is its id: the suffix says the unit)."""
     from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
 
     if v is None:
@@ -725,6 +726,8 @@ def _fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
         return (f"{v * 100:+.1f} pt" if signed else fmt_pct(v))
     if metric.endswith("bytes_per_s"):
         return sign + fmt_bytes(v) + "/s"
+    if metric.endswith("_per_s"):
+        return f"{sign}{v:,.2f}/s"
     return f"{sign}{v:,.2f}"
 
 
@@ -743,6 +746,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from nsysan import compare
 
     threshold = compare.parse_threshold(args.fail_on_regression) if args.fail_on_regression is not None else None
+    if threshold is not None:
+        compare.gate_rule(args.metric, threshold)  # a wrong --metric fails before the traces are read
     inputs = [args.base, args.new]
     protect = check_outputs(inputs, [(o, v) for o, v in (("--json", args.json), ("--html", args.html)) if v],
                             force=args.force)
@@ -754,6 +759,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     d = compare.diff(base, new, base_label=lb, new_label=ln)
     if threshold is not None:
         d.gate = compare.gate(d, args.metric, threshold)
+        note = compare.threshold_note(args.fail_on_regression)
+        if note:
+            d.gate["note"] = note
     if args.json:
         write_atomic(Path(args.json), compare.dumps(d.to_dict()), force=args.force, protect=protect)
     if args.html:
@@ -773,34 +781,58 @@ def _print_diff(d: Any) -> None:
     from rich.table import Table
     from rich.text import Text as _Text
 
+    from nsysan.compare import short_names
     from nsysan.units import fmt_ns
 
     def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
         return _Text(_say(text), **kw)
 
     c = Console(highlight=False, soft_wrap=False)
+    for w in d.warnings:
+        c.print(Text(f"{w['level']}: {w['message']}", style="yellow" if w["level"] == "warning" else None))
+    if d.gate:
+        c.print(Text(f"gate: {d.gate['rule']}"))
+        if d.gate.get("note"):
+            c.print(Text(f"note: {d.gate['note']}", style="yellow"))
     t = Table(title=Text(f"{d.base} -> {d.new}"))
-    for col in ("metric", d.base, d.new, "delta", "ratio", "verdict"):
-        t.add_column(Text(col), overflow="fold")
+    t.add_column("metric", overflow="fold", ratio=3)
+    for col in (d.base, d.new):
+        t.add_column(Text(col), overflow="fold", justify="right", ratio=2)
+    t.add_column("change", overflow="fold", justify="right", ratio=2)
+    t.add_column("ratio", justify="right", ratio=1)
+    t.add_column("verdict", overflow="fold", ratio=4)
+    styles = {"better": "green", "worse": "red"}
     for m in d.metrics:
         if m["base"] is None and m["new"] is None:
             continue
-        t.add_row(*(Text(x) for x in (m["metric"], _fmt_metric(m["metric"], m["base"]),
+        t.add_row(*(Text(x) for x in (m["label"], _fmt_metric(m["metric"], m["base"]),
                                       _fmt_metric(m["metric"], m["new"]), _fmt_metric(m["metric"], m["delta"], signed=True),
-                                      f"{m['ratio']:.3f}" if m["ratio"] is not None else "-", m["verdict"] or "-")))
+                                      f"{m['ratio']:.3f}" if m["ratio"] is not None else "-")),
+                  Text(m["verdict_text"], style=styles.get(m["verdict"] or "")))
     c.print(t)
-    c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations)"))
+    c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations); "
+                 f"{d.noise['spread_note']}"))
     for k in ("resolved", "remaining", "new"):
         names = ", ".join(f["rule"] for f in d.findings[k]) or "none"
         c.print(Text(f"findings {k}: {names}"))
-    for label, rows in (("kernels", d.kernels), ("NVTX ranges", d.nvtx)):
+    for label, rows in (("Kernels", d.kernels), ("NVTX ranges", d.nvtx)):
         top = [r for r in rows if r["delta_total_ns"] != 0][:5]
+        if not top:
+            continue
+        short = short_names([r["name"] for r in rows], width=max(40, c.width - 40))
+        kt = Table(title=Text(f"{label}: largest changes in total time"), title_justify="left")
+        kt.add_column("name", overflow="fold", ratio=6)
+        kt.add_column("status")
+        kt.add_column("count", justify="right")
+        kt.add_column("change", justify="right")
         for r in top:
-            c.print(Text(f"  {label}: {r['status']:8s} {fmt_ns(r['delta_total_ns']):>10s}  {r['name'][:60]}"))
-    for n in d.notes:
+            kt.add_row(Text(short[r["name"]]), Text(r["status"]), Text(f"{r['base_count']} -> {r['new_count']}"),
+                       Text(("+" if r["delta_total_ns"] > 0 else "") + fmt_ns(r["delta_total_ns"])))
+        c.print(kt)
+    for n in d.other_notes:
         c.print(Text(f"note: {n}", style="yellow"))
     if d.gate:
-        c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate: ") + d.gate["message"],
+        c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate passed: ") + d.gate["message"],
                      style="bold red" if d.gate["failed"] else "green"))
 
 
@@ -924,9 +956,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", metavar="OUT.json", help="write the diff as JSON (schema nsysan.diff/1)")
     d.add_argument("--html", metavar="OUT.html", help="write the diff as an HTML page")
     d.add_argument("--fail-on-regression", metavar="PCT", help="exit 11 when --metric got worse by more than "
-                   "PCT (e.g. 5%%) and the change is beyond noise")
+                   "PCT percent, unless its noise test (iteration metrics) calls the change noise; PCT is always a percentage, with or without the "
+                   "%% sign: 5 and 5%% both mean five percent, 0.5 half a percent (0 to 1000)")
     d.add_argument("--metric", default="iter_p50_ns", choices=GATE_METRICS, help="gate metric (default "
-                   "iter_p50_ns: steady-state iteration latency p50)")
+                   "iter_p50_ns: the steady-state iteration time p50, the period between completions)")
     _compare_common(d)
     d.set_defaults(fn=cmd_diff, traces=None)
     c = sub.add_parser("compare", help="one table over many traces (an optimization ladder)")
