@@ -343,6 +343,17 @@ def short_kernel_name(name: str) -> str:
     return n
 
 
+def _table_console() -> Any:
+    """A console for tables: the terminal's width on a terminal; piped, wide enough that a row is
+    a line (no number split from its unit at 80 columns)."""
+    from rich.console import Console
+
+    c = Console(highlight=False, soft_wrap=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(highlight=False, soft_wrap=False, width=200)
+    return c
+
+
 def _print_summary(res: dict[str, Any]) -> None:
     """The terminal summary: the iteration, where its time goes, the fixes by severity then saving
     (each with its evidence and what to change), the top kernels of the steady state. Lines are
@@ -787,7 +798,7 @@ def _print_diff(d: Any) -> None:
     def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
         return _Text(_say(text), **kw)
 
-    c = Console(highlight=False, soft_wrap=False)
+    c = _table_console()
     for w in d.warnings:
         c.print(Text(f"{w['level']}: {w['message']}", style="yellow" if w["level"] == "warning" else None))
     if d.gate:
@@ -878,7 +889,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
                 _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
                 r["top_finding"] or "-")))
-        Console(highlight=False).print(t)
+        _table_console().print(t)
     return 0
 
 
