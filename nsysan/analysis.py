@@ -76,6 +76,8 @@ class Analysis:
     idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
+    # the kernel, CUDA API and copy summaries of the steady window ("kernels", "cuda_api", "memcpy")
+    steady_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
     tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -303,6 +305,8 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
         comm_ops = comm_mod.comm_ops(ops, busy)
         kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
+        window_f = pool.submit(summaries.window_summaries, trace, steady.start_ns, steady.end_ns,
+                               {"kernels": kernels, "cuda_api": cuda_api, "memcpy": memcpy})
         lau, launch_summary, per_kernel = launch_f.result()
         gp, gap_summary = gaps_f.result()
         a = Analysis(
@@ -317,6 +321,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
             nccl_calls=comm_mod.nccl_calls(rg),
             breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
+            steady_summaries=window_f.result(),
         )
         from nsysan.analyses.ranks import analyze_ranks
 

@@ -130,6 +130,12 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     st = a.iterations.stats
     return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
+            "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
+                       "title": f.title, "message": f.message, "suggestion": f.suggestion} for f in a.findings],
+            "breakdown": _breakdown_lines(a),
+            "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
+                            a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
+            "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
             "p50_ns": st.get("p50_ns"), "iterations": st.get("count", 0), "range": a.iterations.range_name,
             "latency_p50_ns": st.get("latency_p50_ns"), "queueing": bool(st.get("latency_includes_queueing")),
             "queue_depth_p50": st.get("queue_depth_p50"), "headline": st.get("headline"),
@@ -148,64 +154,148 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
                            a.nsys_rules.to_dict("records") if r["count"]]}
 
 
+def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
+    """Where one steady iteration's time goes, per sequence group (``report.view`` draws the same
+    numbers as a stacked bar): (label, mean period ns, [(part, mean ns, share)])."""
+    from nsysan.analyses.breakdown import breakdown_summary
+    from nsysan.report.view import BREAKDOWN_PARTS
+
+    bd = a.breakdown
+    if len(bd) == 0:
+        return []
+    groups = [("one iteration", bd)] if bd["pid"].nunique() == 1 else \
+        [(f"pid {int(p)} (GPU {int(g['device_id'].iloc[0])})", g) for p, g in bd.groupby("pid", sort=True)]
+    out = []
+    for label, g in groups:
+        sm = breakdown_summary(g)
+        if sm:
+            out.append((label, int(sm["span_mean_ns"]), [(name, int(sm[k + "_mean_ns"]), float(sm[k + "_frac"]))
+                                                         for k, name, _ in BREAKDOWN_PARTS if sm[k + "_mean_ns"] > 0]))
+    return out
+
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def short_kernel_name(name: str) -> str:
+    """A C++ kernel name without its return type and argument list (the terminal shows the rest)."""
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    if n.endswith(")"):  # drop the balanced parameter list at the end
+        depth = 0
+        for i in range(len(n) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(n[i], 0)
+            if depth == 0:
+                n = n[:i] if i > 0 else n
+                break
+    return n
+
+
+def _table_console() -> Any:
+    """A console for tables: the terminal's width on a terminal; piped, wide enough that a row is
+    a line (no number split from its unit at 80 columns)."""
+    from rich.console import Console
+
+    c = Console(highlight=False, soft_wrap=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(highlight=False, soft_wrap=False, width=200)
+    return c
+
+
 def _print_summary(res: dict[str, Any]) -> None:
+    """The terminal summary: the iteration, where its time goes, the fixes by severity then saving
+    (each with its evidence and what to change), the top kernels of the steady state. Lines are
+    wrapped to a terminal's width (never between a number and its unit) and not wrapped at all when
+    the output is piped; colour only on a terminal (rich honours NO_COLOR)."""
+    import textwrap
+
+    from rich.console import Console
+    from rich.text import Text
+
     from nsysan.units import fmt_ns, fmt_pct
 
-    try:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text as _Text
+    console = Console(highlight=False, soft_wrap=True)
+    width = console.width if console.is_terminal else 0
+    nb = "\u00a0"
 
-        def Text(text: object, **kw: Any) -> _Text:  # everything printed passes through here
-            return _Text(_say(text), **kw)
+    def glue(text: str) -> str:  # a number and its unit stay on one line
+        import re
 
-        console = Console(stderr=False, highlight=False, soft_wrap=False)
-        console.print(Text(f"{res['trace']}  (nsys {res['nsys']}, {res['seconds']} s)", style="bold"))
-        if res["range"]:
-            if res.get("headline") == "period":
-                head = (f"one every {fmt_ns(res['p50_ns'])} (p50, {res.get('throughput_per_s', 0):,.1f}/s), "
-                        f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
-                if res.get("queueing"):
-                    head += (f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) "
-                             "ahead of the GPU)")
-            else:
-                head = f"latency p50 {fmt_ns(res['p50_ns'])}"
-            seqs = int(res.get("sequences") or 1)
-            n = f"x{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
-                                                   if seqs > 1 else "")
-            console.print(Text(f"iterations: '{res['range']}' {n}, {head}; "
-                               f"window: {res['window']} {fmt_ns(res['window_ns'])}"))
-            console.print(Text(f"  chosen: {res.get('why', '')}", style="dim"))
-        elif res.get("why"):
-            console.print(Text(f"iterations: none ({res['why']})"))
-        if not res.get("gpu_recorded", True):
-            console.print(Text("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): "
-                               "record it with nsys profile -t cuda (WSL2 captures have no GPU activity)",
-                               style="yellow"))
-        for dev, frac, idle in res["busy"]:
-            console.print(Text(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)}"))
-        if res.get("ranks_verdict"):
-            console.print(Text(f"ranks: {res['ranks_verdict']}"))
-        table = Table(title="Findings (ranked by estimated savings)", show_lines=False)
-        for col in ("saves", "rule", "severity", "finding"):
-            table.add_column(col, overflow="fold")
-        for rule_id, sev, impact, msg in res["findings"]:
-            table.add_row(fmt_ns(impact), Text(rule_id), Text(sev), Text(msg))
-        console.print(table)
-        if res.get("nsys_rules"):
-            listed = ", ".join(f"{rule} {n:,} ({k:,} in steady state)" for rule, n, k in res["nsys_rules"])
-            console.print(Text(f"nsys analyze would list: {listed} (where, and which rule judges it: the "
-                               f"report's cross-check table, JSON nsys_analyze)"))
-        for w in res["warnings"]:
-            console.print(Text(f"warning: {w}", style="yellow"))
-        for out in res["outputs"]:
-            console.print(Text(f"wrote {out}"))
-    except ImportError:  # pragma: no cover - rich is a dependency; plain text fallback
-        print(_say(res["trace"]))
-        for rule_id, sev, impact, msg in res["findings"]:
-            print(_say(f"  {fmt_ns(impact):>10}  {rule_id} [{sev}] {msg}"))
-        for out in res["outputs"]:
-            print(_say(f"wrote {out}"))
+        return re.sub(r"(\d)\s(ns|us|ms|s|%|MB|GB|KB|B|GB/s|MB/s|x)\b", lambda m: m.group(1) + nb + m.group(2), text)
+
+    def say(text: object, style: str = "", indent: int = 0, first: str | None = None) -> None:
+        body = _say(text)
+        lead = " " * indent if first is None else first
+        if width and width > indent + 20:
+            lines = textwrap.wrap(glue(body), width=width, initial_indent=lead, subsequent_indent=" " * indent,
+                                  break_on_hyphens=False, break_long_words=True) or [lead]
+            body = "\n".join(x.replace(nb, " ") for x in lines)
+        else:
+            body = lead + body
+        console.print(Text(body, style=style))
+
+    say(f"{res['trace']}  (nsys {res['nsys']}, analysed in {res['seconds']} s)", "bold")
+    if res["range"]:
+        seqs = int(res.get("sequences") or 1)
+        if res.get("headline") == "period":
+            head = (f"one every {fmt_ns(res['p50_ns'])} (p50 period, {res.get('throughput_per_s', 0):,.1f}/s), "
+                    f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
+            if res.get("queueing"):
+                head += f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) ahead of the GPU)"
+        else:
+            head = f"latency p50 {fmt_ns(res['p50_ns'])}"
+        n = f"{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
+                                            if seqs > 1 else "")
+        say(f"Iteration '{res['range']}' ({n}): {head}", indent=2, first="")
+        say(f"chosen: {res.get('why', '')}", "dim", indent=2)
+    elif res.get("why"):
+        say(f"Iteration: none ({res['why']}); the whole capture is judged", indent=2, first="")
+    say(f"Window: {res['window']}, {fmt_ns(res['window_ns'])}", indent=2, first="")
+    if not res.get("gpu_recorded", True):
+        say("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): record it with "
+            "nsys profile -t cuda (WSL2 captures have no GPU activity)", "yellow", indent=2, first="")
+    for dev, frac, idle in res["busy"]:
+        say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
+    for label, span, parts in res.get("breakdown", []):
+        say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
+                                                              for p, ns, fr in parts), indent=2, first="")
+    if res.get("ranks_verdict"):
+        say(f"Ranks: {res['ranks_verdict']}", indent=2, first="")
+    fixes = res.get("fixes") or []
+    console.print()
+    if fixes:
+        total = sum(f["impact_ns"] for f in fixes)
+        say(f"Fixes, by severity then time saved ({fmt_ns(total)} in all, "
+            f"{fmt_pct(total / res['window_ns']) if res['window_ns'] else '-'} of the window, no time counted twice)",
+            "bold")
+        for i, f in enumerate(fixes, 1):
+            sev = f["severity"]
+            saves = (f"saves {fmt_ns(f['impact_ns'])}"
+                     + (f" ({fmt_pct(f['impact_ns'] / res['window_ns'])})" if res["window_ns"] else "")
+                     if f["impact_ns"] > 0 else "no time estimate")
+            head = Text(f"{i:>2}. ")
+            head.append(f"{sev.upper():<8}", style=SEVERITY_STYLE.get(sev, ""))
+            head.append(_say(f" {saves}  [{f['rule']}]"))
+            console.print(head)
+            say(f["title"], "bold", indent=5)
+            say(f["message"], indent=5)
+            say(f"fix: {f['suggestion']}", "green", indent=10, first=" " * 5)
+    else:
+        say("No findings: no rule found time to save in this window.", "bold")
+    if res.get("top_kernels"):
+        console.print()
+        say(f"Top kernels ({res['window']}, {fmt_ns(res.get('kernel_ns', 0))} of kernel time)", "bold")
+        for name, tot, share, count in res["top_kernels"]:
+            line = f"{fmt_ns(tot):>10} {fmt_pct(share):>6} {count:>7,}x  "
+            short = _say(short_kernel_name(name))
+            if width and len(line) + len(short) > width:
+                short = short[:max(10, width - len(line) - 3)] + "..."
+            console.print(Text(line + short))
+    for w in res["warnings"]:
+        say(f"note: {w}", "yellow", indent=6, first="")
+    for out in res["outputs"]:
+        say(f"wrote {out}", first="")
 
 
 def _fit_name(name: str, suffix: str) -> str:
@@ -485,6 +575,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 
 def _fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
+    """A metric's value with its unit (``metric`` is its id: the suffix says the unit)."""
     from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
 
     if v is None:
@@ -496,6 +587,8 @@ def _fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
         return (f"{v * 100:+.1f} pt" if signed else fmt_pct(v))
     if metric.endswith("bytes_per_s"):
         return sign + fmt_bytes(v) + "/s"
+    if metric.endswith("_per_s"):
+        return f"{sign}{v:,.2f}/s"
     return f"{sign}{v:,.2f}"
 
 
@@ -514,6 +607,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from nsysan import compare
 
     threshold = compare.parse_threshold(args.fail_on_regression) if args.fail_on_regression is not None else None
+    if threshold is not None:
+        compare.gate_rule(args.metric, threshold)  # a wrong --metric fails before the traces are read
     inputs = [args.base, args.new]
     protect = check_outputs(inputs, [(o, v) for o, v in (("--json", args.json), ("--html", args.html)) if v],
                             force=args.force)
@@ -525,6 +620,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     d = compare.diff(base, new, base_label=lb, new_label=ln)
     if threshold is not None:
         d.gate = compare.gate(d, args.metric, threshold)
+        note = compare.threshold_note(args.fail_on_regression)
+        if note:
+            d.gate["note"] = note
     if args.json:
         write_atomic(Path(args.json), compare.dumps(d.to_dict()), force=args.force, protect=protect)
     if args.html:
@@ -544,34 +642,58 @@ def _print_diff(d: Any) -> None:
     from rich.table import Table
     from rich.text import Text as _Text
 
+    from nsysan.compare import short_names
     from nsysan.units import fmt_ns
 
     def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
         return _Text(_say(text), **kw)
 
-    c = Console(highlight=False, soft_wrap=False)
+    c = _table_console()
+    for w in d.warnings:
+        c.print(Text(f"{w['level']}: {w['message']}", style="yellow" if w["level"] == "warning" else None))
+    if d.gate:
+        c.print(Text(f"gate: {d.gate['rule']}"))
+        if d.gate.get("note"):
+            c.print(Text(f"note: {d.gate['note']}", style="yellow"))
     t = Table(title=Text(f"{d.base} -> {d.new}"))
-    for col in ("metric", d.base, d.new, "delta", "ratio", "verdict"):
-        t.add_column(Text(col), overflow="fold")
+    t.add_column("metric", overflow="fold", ratio=3)
+    for col in (d.base, d.new):
+        t.add_column(Text(col), overflow="fold", justify="right", ratio=2)
+    t.add_column("change", overflow="fold", justify="right", ratio=2)
+    t.add_column("ratio", justify="right", ratio=1)
+    t.add_column("verdict", overflow="fold", ratio=4)
+    styles = {"better": "green", "worse": "red"}
     for m in d.metrics:
         if m["base"] is None and m["new"] is None:
             continue
-        t.add_row(*(Text(x) for x in (m["metric"], _fmt_metric(m["metric"], m["base"]),
+        t.add_row(*(Text(x) for x in (m["label"], _fmt_metric(m["metric"], m["base"]),
                                       _fmt_metric(m["metric"], m["new"]), _fmt_metric(m["metric"], m["delta"], signed=True),
-                                      f"{m['ratio']:.3f}" if m["ratio"] is not None else "-", m["verdict"] or "-")))
+                                      f"{m['ratio']:.3f}" if m["ratio"] is not None else "-")),
+                  Text(m["verdict_text"], style=styles.get(m["verdict"] or "")))
     c.print(t)
-    c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations)"))
+    c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations); "
+                 f"{d.noise['spread_note']}"))
     for k in ("resolved", "remaining", "new"):
         names = ", ".join(f["rule"] for f in d.findings[k]) or "none"
         c.print(Text(f"findings {k}: {names}"))
-    for label, rows in (("kernels", d.kernels), ("NVTX ranges", d.nvtx)):
+    for label, rows in (("Kernels", d.kernels), ("NVTX ranges", d.nvtx)):
         top = [r for r in rows if r["delta_total_ns"] != 0][:5]
+        if not top:
+            continue
+        short = short_names([r["name"] for r in rows], width=max(40, c.width - 40))
+        kt = Table(title=Text(f"{label}: largest changes in total time"), title_justify="left")
+        kt.add_column("name", overflow="fold", ratio=6)
+        kt.add_column("status")
+        kt.add_column("count", justify="right")
+        kt.add_column("change", justify="right")
         for r in top:
-            c.print(Text(f"  {label}: {r['status']:8s} {fmt_ns(r['delta_total_ns']):>10s}  {r['name'][:60]}"))
-    for n in d.notes:
+            kt.add_row(Text(short[r["name"]]), Text(r["status"]), Text(f"{r['base_count']} -> {r['new_count']}"),
+                       Text(("+" if r["delta_total_ns"] > 0 else "") + fmt_ns(r["delta_total_ns"])))
+        c.print(kt)
+    for n in d.other_notes:
         c.print(Text(f"note: {n}", style="yellow"))
     if d.gate:
-        c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate: ") + d.gate["message"],
+        c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate passed: ") + d.gate["message"],
                      style="bold red" if d.gate["failed"] else "green"))
 
 
@@ -617,7 +739,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
                 _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
                 r["top_finding"] or "-")))
-        Console(highlight=False).print(t)
+        _table_console().print(t)
     return 0
 
 
@@ -698,9 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", metavar="OUT.json", help="write the diff as JSON (schema nsysan.diff/1)")
     d.add_argument("--html", metavar="OUT.html", help="write the diff as an HTML page")
     d.add_argument("--fail-on-regression", metavar="PCT", help="exit 11 when --metric got worse by more than "
-                   "PCT (e.g. 5%%) and the change is beyond noise")
+                   "PCT percent, unless its noise test (iteration metrics) calls the change noise; PCT is always a percentage, with or without the "
+                   "%% sign: 5 and 5%% both mean five percent, 0.5 half a percent (0 to 1000)")
     d.add_argument("--metric", default="iter_p50_ns", choices=GATE_METRICS, help="gate metric (default "
-                   "iter_p50_ns: steady-state iteration latency p50)")
+                   "iter_p50_ns: the steady-state iteration time p50, the period between completions)")
     _compare_common(d)
     d.set_defaults(fn=cmd_diff, traces=None)
     c = sub.add_parser("compare", help="one table over many traces (an optimization ladder)")

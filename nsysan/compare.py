@@ -12,10 +12,13 @@ latency (start to completion) grows with the queue even as the program speeds up
 shown beside it, never gated by default.
 
 Noise: the per-iteration periods of the steady state (warm-up excluded) of both runs are compared
-with a two-sided Mann-Whitney U test (normal approximation with tie correction). A change counts as
-real when ``p < alpha``; the gate fails when the chosen metric got worse by more than the allowed
-fraction *and* the change is real. With fewer than ``MIN_SAMPLES`` iterations on a side, no test is
-possible and the verdict says so (the threshold alone decides).
+with a two-sided Mann-Whitney U test (normal approximation with tie correction), the latencies
+likewise for the latency. ``verdict`` is the one place that turns a change into words: better or
+worse (faster or slower) only when the test says ``p < alpha``, or, for a metric without a test of
+its own, when the change exceeds the run-to-run spread of the periods; else "no clear change". The
+gate fails when the chosen metric got worse by more than the allowed percentage *and* the test does
+not call it noise. With fewer than ``MIN_SAMPLES`` iterations on a side, no test is possible and the
+verdict says so (the threshold alone decides).
 """
 
 from __future__ import annotations
@@ -33,25 +36,52 @@ from nsysan.errors import UsageError
 MIN_SAMPLES = 5
 ALPHA = 0.01
 
-# name -> (getter, direction): +1 means higher is better, -1 lower is better
+# id -> (human name, direction): +1 means higher is better, -1 lower is better. The ids are the
+# machine names (JSON, --metric); the human names are what a person reads (terminal, HTML).
 METRICS: dict[str, tuple[str, int]] = {
-    "iter_p50_ns": ("iteration time p50 (period between completions, steady state)", -1),
-    "iter_p90_ns": ("iteration time p90 (period, steady state)", -1),
-    "iter_p99_ns": ("iteration time p99 (period, steady state)", -1),
-    "iter_mean_ns": ("iteration time mean (period, steady state)", -1),
-    "throughput_per_s": ("iterations per second (steady state)", +1),
-    "iter_latency_p50_ns": ("iteration latency p50 (start to completion; includes queueing)", -1),
-    "timed_region_ns": ("timed region ('Total Elapsed Time'), CPU", -1),
-    "timed_region_gpu_ns": ("timed region including its GPU work", -1),
-    "gpu_busy_frac": ("GPU busy (steady state)", +1),
-    "gpu_idle_ns": ("GPU idle (steady state)", -1),
-    "overlap_frac_of_copy": ("share of copy time overlapped with compute", +1),
-    "kernel_total_ns": ("total kernel time (CUDA Graph launches included)", -1),
-    "launch_api_med_ns": ("median kernel launch call", -1),
-    "launch_dominated_frac": ("kernels whose launch outlasts them", -1),
-    "htod_throughput_bytes_per_s": ("host-to-device copy throughput", +1),
+    "iter_p50_ns": ("Iteration time p50 (period)", -1),
+    "iter_p90_ns": ("Iteration time p90 (period)", -1),
+    "iter_p99_ns": ("Iteration time p99 (period)", -1),
+    "iter_mean_ns": ("Iteration time mean (period)", -1),
+    "throughput_per_s": ("Iterations per second", +1),
+    "iter_latency_p50_ns": ("Iteration latency p50 (start to completion)", -1),
+    "timed_region_ns": ("Timed region (CPU)", -1),
+    "timed_region_gpu_ns": ("Timed region with its GPU work", -1),
+    "gpu_busy_frac": ("GPU busy (steady)", +1),
+    "gpu_idle_ns": ("GPU idle (steady)", -1),
+    "overlap_frac_of_copy": ("Copy time overlapped with compute", +1),
+    "kernel_total_ns": ("Kernel time, total", -1),
+    "launch_api_med_ns": ("Kernel launch call, median", -1),
+    "launch_dominated_frac": ("Kernels shorter than their launch call", -1),
+    "htod_throughput_bytes_per_s": ("Host-to-device copy throughput", +1),
     "gap_total_ns": ("GPU idle gaps, total", -1),
 }
+# What each metric means, for a tooltip and the docs.
+METRIC_HELP: dict[str, str] = {
+    "iter_p50_ns": "median time between consecutive iterations' completions, steady state (warm-up excluded)",
+    "iter_p90_ns": "90th percentile of the iteration period, steady state",
+    "iter_p99_ns": "99th percentile of the iteration period, steady state",
+    "iter_mean_ns": "mean iteration period, steady state",
+    "throughput_per_s": "iterations completed per second, steady state",
+    "iter_latency_p50_ns": "median time from an iteration's start to its completion; includes queueing when the "
+                           "CPU runs ahead of the GPU",
+    "timed_region_ns": "the first 'Total Elapsed Time' NVTX range, on the CPU",
+    "timed_region_gpu_ns": "the same range until its last GPU op ended",
+    "gpu_busy_frac": "share of the steady-state window with at least one GPU op running (all devices)",
+    "gpu_idle_ns": "time in the steady-state window with no GPU op running (all devices)",
+    "overlap_frac_of_copy": "share of copy time during which a compute kernel ran",
+    "kernel_total_ns": "sum of kernel durations, CUDA Graph launches included",
+    "launch_api_med_ns": "median duration of the CUDA calls that launched kernels",
+    "launch_dominated_frac": "share of kernels that ran shorter than the call that launched them",
+    "htod_throughput_bytes_per_s": "bytes copied host to device per second of copy time",
+    "gap_total_ns": "sum of the GPU idle gaps of the capture",
+}
+# metrics whose better/worse reads as faster/slower
+_SPEED = {"iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "throughput_per_s", "iter_latency_p50_ns",
+          "timed_region_ns", "timed_region_gpu_ns"}
+# metrics the per-iteration samples test: the periods (the latencies for the latency)
+_TESTED_BY = {"iter_p50_ns": "period", "iter_p90_ns": "period", "iter_p99_ns": "period", "iter_mean_ns": "period",
+              "throughput_per_s": "period", "iter_latency_p50_ns": "latency"}
 GATE_METRICS = ("iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "iter_latency_p50_ns", "timed_region_ns",
                 "timed_region_gpu_ns", "kernel_total_ns", "gpu_idle_ns")
 
@@ -61,7 +91,8 @@ GATE_METRICS = ("iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "it
 # is named ("kernels.by_name[3].total_ns: expected a number, got null"). "num?" may be null.
 _NUM, _NUM_NULL, _STR, _STR_NULL, _BOOL_NULL = "num", "num?", "str", "str?", "bool?"
 SAVED_SHAPE: dict[str, Any] = {
-    "trace": {"cuda_graph_trace": _STR_NULL},
+    "trace": {"cuda_graph_trace": _STR_NULL, "nsys_version": _STR_NULL, "gpus": [{"name": _STR_NULL}]},
+    "windows": {"steady": {"label": _STR_NULL}},
     "iterations": {"range": _STR_NULL,
                    "stats": {k: _NUM_NULL for k in ("p50_ns", "p90_ns", "p99_ns", "mean_ns", "throughput_per_s",
                                                     "latency_p50_ns", "queue_depth_p50")}
@@ -257,6 +288,12 @@ def mann_whitney(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(math.erfc(max(z, 0.0) / math.sqrt(2)))
 
 
+def steady_latencies(d: dict[str, Any]) -> np.ndarray:
+    """The steady-state iterations' latencies (start to completion), warm-up excluded."""
+    rows = [r for r in (d.get("iterations") or {}).get("per_iteration") or [] if not r.get("warmup")]
+    return np.array([r["latency_ns"] for r in rows], dtype=np.float64)
+
+
 @dataclass
 class Diff:
     base: str
@@ -267,12 +304,20 @@ class Diff:
     findings: dict[str, list[dict[str, Any]]]
     noise: dict[str, Any]
     gate: dict[str, Any] | None = None
+    # every remark as text, the comparability warnings first; ``warnings`` holds those structured
     notes: list[str] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def other_notes(self) -> list[str]:
+        """The notes that are not comparability warnings (shown after them)."""
+        said = {w["message"] for w in self.warnings}
+        return [n for n in self.notes if n not in said]
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "nsysan.diff/1", "base": self.base, "new": self.new, "metrics": self.metrics,
                 "kernels": self.kernels, "nvtx": self.nvtx, "findings": self.findings, "noise": self.noise,
-                "gate": self.gate, "notes": self.notes}
+                "gate": self.gate, "notes": self.notes, "warnings": self.warnings}
 
 
 def _delta(b: float | None, n: float | None) -> tuple[float | None, float | None]:
@@ -307,30 +352,172 @@ def _table_diff(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[d
     return rows
 
 
+# -- noise and the verdict -----------------------------------------------------------------------
+
+SPREAD_FLOOR = 0.05  # a metric without a test of its own is never called better or worse for a change under 5%
+
+
+def noise_test(a: np.ndarray, b: np.ndarray, *, alpha: float = ALPHA, samples: str = "iteration periods"
+               ) -> dict[str, Any]:
+    """The Mann-Whitney test of two samples of per-iteration times, with its verdict in words."""
+    p = mann_whitney(a, b)
+    out: dict[str, Any] = {"test": "Mann-Whitney U, two-sided", "samples": samples, "alpha": alpha,
+                           "base_samples": int(len(a)), "new_samples": int(len(b)), "p_value": p,
+                           "significant": (p is not None and p < alpha),
+                           "base_iqr_ns": _iqr(a), "new_iqr_ns": _iqr(b)}
+    if p is None:
+        out["note"] = (f"fewer than {MIN_SAMPLES} steady-state iterations on one side: differences cannot be "
+                       "told from noise")
+    elif p >= alpha:
+        out["note"] = f"the {samples} are not distinguishable (p = {p:.3g})"
+    else:
+        out["note"] = f"the {samples} differ (p = {p:.3g})"
+    return out
+
+
+def relative_spread(a: np.ndarray, b: np.ndarray) -> float | None:
+    """How much the iteration periods vary within a run: the larger of the two runs' interquartile
+    range of the steady periods divided by their median; None with fewer than ``MIN_SAMPLES``
+    iterations on a side. ``max(spread, SPREAD_FLOOR)`` is the noise yardstick for the metrics
+    without a test of their own (totals and shares, one number per run)."""
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
+        return None
+    rel = []
+    for v in (a, b):
+        med = float(np.median(v))
+        if med <= 0:
+            return None
+        rel.append((_iqr(v) or 0.0) / med)
+    return max(rel)
+
+
+def _change_words(metric: str, base: float, new: float) -> str:
+    """The size of a change in words: points for shares, else relative."""
+    if metric.endswith("_frac"):
+        return f"{(new - base) * 100:+.1f} pt"
+    if base == 0:
+        return "from 0"
+    return f"{(new - base) / abs(base):+.1%}"
+
+
+def verdict(metric: str, base: float | None, new: float | None, *, test: dict[str, Any] | None = None,
+            spread: float | None = None) -> dict[str, Any]:
+    """The verdict on one metric: the one place that decides whether a change is better, worse or
+    noise; the terminal, the HTML page, the JSON and the gate all read what it returns.
+
+    ``test``: the ``noise_test`` of the per-iteration samples that carry this metric (periods for
+    the iteration time and throughput, latencies for the latency), or None for a metric with no
+    samples (totals, shares). ``spread``: ``relative_spread``, the noise yardstick for the latter.
+
+    Returns ``verdict`` (a code), ``text`` (words for a person), ``basis`` and ``p_value``:
+
+    * None: missing on a side; ``"same"``: identical values;
+    * ``"better"`` / ``"worse"`` (by the metric's direction: a time lower, a share of busy time
+      higher...): only when the test says the samples differ (basis ``"test"``), or, for a metric
+      without a test, when its relative change exceeds the run-to-run spread (basis ``"spread"``);
+    * ``"no clear change"``: the test cannot tell the samples apart, or the change is within the
+      spread;
+    * ``"changed"``: no test and no spread to judge by (fewer than 5 iterations on a side): the
+      size of the change, no claim.
+    """
+    direction = METRICS[metric][1]
+    out: dict[str, Any] = {"verdict": None, "text": "-", "basis": None, "p_value": None}
+    if base is None or new is None:
+        out["text"] = "missing in the base" if base is None and new is not None else \
+            "missing in the new" if new is None and base is not None else "-"
+        return out
+    if new == base:
+        return out | {"verdict": "same", "text": "no change"}
+    good = (new - base) * direction > 0
+    code = "better" if good else "worse"
+    word = ({"better": "faster", "worse": "slower"} if metric in _SPEED else {"better": "better", "worse": "worse"})[code]
+    size = _change_words(metric, base, new)
+    if test is not None and test.get("p_value") is not None:
+        p = float(test["p_value"])
+        if test["significant"]:
+            return out | {"verdict": code, "text": f"{word} ({size}, p={p:.2g})", "basis": "test", "p_value": p}
+        return out | {"verdict": "no clear change", "text": f"no clear change ({size}, p={p:.3g})", "basis": "test",
+                      "p_value": p}
+    if spread is not None:
+        rel = abs(new - base) / abs(base) if base else math.inf
+        if rel > spread:
+            return out | {"verdict": code, "text": f"{word} ({size}; noise ~{spread:.0%})", "basis": "spread"}
+        return out | {"verdict": "no clear change", "text": f"no clear change ({size}; noise ~{spread:.0%})",
+                      "basis": "spread"}
+    why = "too few iterations for a noise test" if metric in _TESTED_BY else "no noise estimate"
+    return out | {"verdict": "changed", "text": f"changed by {size} ({why})", "basis": None}
+
+
+# -- comparability -------------------------------------------------------------------------------
+
+def _gpu_models(d: dict[str, Any]) -> list[str] | None:
+    gpus = (d.get("trace") or {}).get("gpus")
+    if not gpus:
+        return None
+    return sorted(str(g.get("name")) for g in gpus if g.get("name"))
+
+
+def comparability(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, str]]:
+    """What makes the two analyses not like for like, each ``{"code", "level", "message"}``; level
+    ``"warning"`` (the numbers may mislead) or ``"note"`` (worth knowing). Checks: the GPU models,
+    the CUDA Graph trace mode (``trace.cuda_graph_trace``), the iteration range (``iterations.range``),
+    the window the steady-state metrics cover (``windows.steady.label``), the nsys version."""
+    out: list[dict[str, str]] = []
+
+    def add(code: str, level: str, message: str) -> None:
+        out.append({"code": code, "level": level, "message": message})
+
+    gb, gn = _gpu_models(base), _gpu_models(new)
+    if gb and gn and gb != gn:
+        add("gpu-model", "warning", f"different GPUs: {', '.join(gb)} vs {', '.join(gn)}; times compare the "
+            "hardware as much as the program")
+    tb, tn = ((x.get("trace") or {}).get("cuda_graph_trace") for x in (base, new))
+    if tb and tn and tb != tn and "none" not in (tb, tn):
+        add("cuda-graph-trace", "warning", f"CUDA Graphs were traced differently ({tb} vs {tn}: "
+            "--cuda-graph-trace=graph records one entry per graph launch, =node each kernel): compare the GPU "
+            "totals, not the kernel tables")
+    rb, rn = ((x.get("iterations") or {}).get("range") for x in (base, new))
+    if rb and rn and rb != rn:
+        add("iteration-range", "warning", f"different iteration ranges: {rb!r} vs {rn!r}; the iteration metrics "
+            "compare different things (pass --iteration-range NAME to choose one for both)")
+    elif bool(rb) != bool(rn):
+        add("iteration-range", "warning", f"only the {'base' if rb else 'new'} run has an iteration range "
+            f"({rb or rn!r}); there are no iteration metrics to compare (pass --iteration-range NAME)")
+    wb, wn = ((((x.get("windows") or {}).get("steady") or {}).get("label")) for x in (base, new))
+    if wb and wn and wb != wn:
+        add("steady-window", "warning", f"GPU busy, idle and overlap cover the {wb} in the base but the {wn} in "
+            "the new run; shares of different windows do not compare")
+    vb, vn = ((x.get("trace") or {}).get("nsys_version") for x in (base, new))
+    if vb and vn and vb != vn:
+        add("nsys-version", "note", f"recorded by different nsys versions ({vb} vs {vn}); its overhead and what "
+            "it records can differ a little")
+    return out
+
+
 def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base", new_label: str = "new",
          alpha: float = ALPHA) -> Diff:
     hb, hn = headline(base), headline(new)
+    lb, ln = steady_periods(base), steady_periods(new)
+    noise = noise_test(lb, ln, alpha=alpha)
+    noise["latency"] = noise_test(steady_latencies(base), steady_latencies(new), alpha=alpha,
+                                  samples="iteration latencies")
+    measured = relative_spread(lb, ln)
+    spread = None if measured is None else max(measured, SPREAD_FLOOR)
+    noise["spread_measured"], noise["spread"] = measured, spread
+    noise["spread_note"] = (f"metrics without a test of their own are called better or worse only beyond "
+                            f"{spread:.1%} (the iteration periods' spread, interquartile range / median: "
+                            f"{measured:.1%}; at least {SPREAD_FLOOR:.0%})" if spread is not None and measured is not None
+                            else "too few iterations for a noise estimate: metrics without a test of their own "
+                            "show the size of their change only")
+    tests = {"period": noise, "latency": noise["latency"]}
     metrics = []
     for key, (label, direction) in METRICS.items():
         d, ratio = _delta(hb[key], hn[key])
-        verdict = None
-        if d is not None:
-            verdict = "same" if d == 0 else ("better" if d * direction > 0 else "worse")
-        metrics.append({"metric": key, "label": label, "base": hb[key], "new": hn[key], "delta": d, "ratio": ratio,
-                        "higher_is_better": direction > 0, "verdict": verdict})
-    lb, ln = steady_periods(base), steady_periods(new)
-    p = mann_whitney(lb, ln)
-    noise = {"test": "Mann-Whitney U, two-sided", "alpha": alpha, "base_samples": int(len(lb)),
-             "new_samples": int(len(ln)), "p_value": p,
-             "significant": (p is not None and p < alpha),
-             "base_iqr_ns": _iqr(lb), "new_iqr_ns": _iqr(ln)}
-    if p is None:
-        noise["note"] = (f"fewer than {MIN_SAMPLES} steady-state iterations on one side: differences cannot be "
-                         "told from noise")
-    elif p >= alpha:
-        noise["note"] = f"the iteration time distributions are not distinguishable (p = {p:.3g})"
-    else:
-        noise["note"] = f"the iteration time distributions differ (p = {p:.3g})"
+        test = tests[_TESTED_BY[key]] if key in _TESTED_BY else None
+        v = verdict(key, hb[key], hn[key], test=test, spread=None if test else spread)
+        metrics.append({"metric": key, "label": label, "help": METRIC_HELP[key], "base": hb[key], "new": hn[key],
+                        "delta": d, "ratio": ratio, "higher_is_better": direction > 0, "verdict": v["verdict"],
+                        "verdict_text": v["text"], "basis": v["basis"], "p_value": v["p_value"]})
     fb = {f["rule"]: f for f in base.get("findings") or []}
     fn = {f["rule"]: f for f in new.get("findings") or []}
 
@@ -345,14 +532,8 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
         "remaining": [brief(fn[r], fb[r]) for r in sorted(set(fb) & set(fn))],
         "new": [brief(fn[r]) for r in sorted(set(fn) - set(fb))],
     }
-    notes = []
-    rb, rn = (base.get("iterations") or {}).get("range"), (new.get("iterations") or {}).get("range")
-    if rb != rn:
-        notes.append(f"iteration ranges differ: {rb!r} vs {rn!r}; iteration metrics compare different things")
-    gb, gn = ((x.get("trace") or {}).get("cuda_graph_trace") for x in (base, new))
-    if gb and gn and gb != gn and "none" not in (gb, gn):
-        notes.append(f"CUDA Graphs were traced differently ({gb} vs {gn}: --cuda-graph-trace=graph records one "
-                     "entry per graph launch, =node each kernel): compare the GPU totals, not the kernel tables")
+    warnings = comparability(base, new)
+    notes = [w["message"] for w in warnings]
     for label, x in ((base_label, base), (new_label, new)):
         st = (x.get("iterations") or {}).get("stats") or {}
         if st.get("latency_includes_queueing"):
@@ -361,7 +542,7 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
     return Diff(base_label, new_label, metrics,
                 _table_diff((base.get("kernels") or {}).get("by_name") or [], (new.get("kernels") or {}).get("by_name") or []),
                 _table_diff((base.get("nvtx") or {}).get("by_name") or [], (new.get("nvtx") or {}).get("by_name") or []),
-                findings, noise, notes=notes)
+                findings, noise, notes=notes, warnings=warnings)
 
 
 def _iqr(v: np.ndarray) -> float | None:
@@ -371,47 +552,144 @@ def _iqr(v: np.ndarray) -> float | None:
     return float(q3 - q1)
 
 
+# -- names ---------------------------------------------------------------------------------------
+
+ELLIPSIS = "\u2026"
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def short_names(names: list[str], width: int = 70) -> dict[str, str]:
+    """A short form of each name that no other name in ``names`` shares: names up to ``width``
+    characters stay whole; a longer one keeps its start, its end, and the part around the first
+    character where it differs from its nearest names (templated C++ kernels share long prefixes),
+    with an ellipsis for each cut. Where two short forms would still look the same, both names stay
+    whole: two different names never look alike."""
+    width = max(int(width), 24)
+    uniq = sorted(set(names))
+    out: dict[str, str] = {}
+    head, tail, ctx, win = width // 3, width // 4, 8, width // 3
+    for i, n in enumerate(uniq):
+        if len(n) <= width:
+            out[n] = n
+            continue
+        diffs = [_common_prefix(n, uniq[j]) for j in (i - 1, i + 1) if 0 <= j < len(uniq)]
+        keep = [(0, head), (len(n) - tail, len(n))] + [(max(0, d - ctx), d - ctx + win) for d in diffs if d >= head]
+        keep.sort()
+        merged: list[list[int]] = []
+        for s, e in keep:
+            if merged and s <= merged[-1][1] + 1:  # overlapping, touching, or one character apart
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        out[n] = ELLIPSIS.join(n[s:min(e, len(n))] for s, e in merged)
+    while True:  # any clash: those names stay whole (whole names are unique)
+        seen: dict[str, list[str]] = {}
+        for n, s in out.items():
+            seen.setdefault(s, []).append(n)
+        clash = [n for group in seen.values() if len(group) > 1 for n in group if out[n] != n]
+        if not clash:
+            return out
+        for n in clash:
+            out[n] = n
+
+
+# -- the gate ------------------------------------------------------------------------------------
+
+THRESHOLD_MAX_PCT = 1000.0
+
+
 def parse_threshold(text: str) -> float:
-    """'5%' -> 0.05; '0.05' -> 0.05."""
-    t = text.strip()
+    """``--fail-on-regression``: a percentage, with or without the sign: '5%' and '5' are both 5
+    percent, '0.5' is half a percent (never a fraction: '0.05' is 0.05%). Returns the fraction
+    (0.05 for 5%). Negative, NaN, infinite and over 1000% are usage errors."""
+    t = str(text).strip()
+    num = t[:-1].strip() if t.endswith("%") else t
     try:
-        v = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
-    except ValueError as e:
-        raise UsageError(f"--fail-on-regression {text!r}: expected a percentage such as 5%") from e
-    if not math.isfinite(v) or not 0 <= v < 10:
-        raise UsageError(f"--fail-on-regression {text!r}: out of range")
-    return v
+        pct = float(num)
+    except ValueError:
+        pct = math.nan
+        if not num or not any(c.isdigit() for c in num):
+            raise UsageError(f"--fail-on-regression {text!r}: expected a percentage such as 5 or 5%") from None
+    if not math.isfinite(pct) or pct < 0 or pct > THRESHOLD_MAX_PCT:
+        raise UsageError(f"--fail-on-regression {text!r}: expected a percentage from 0 to "
+                         f"{THRESHOLD_MAX_PCT:g} (5 or 5% mean five percent)")
+    return pct / 100.0
+
+
+def threshold_note(text: str) -> str | None:
+    """A reminder when a bare number below 1 may have been meant as a fraction ('0.05' is 0.05%)."""
+    t = str(text).strip()
+    if t.endswith("%"):
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        return None
+    if 0 < v < 1:
+        return (f"--fail-on-regression {t} is read as {t} percent (a number is always a percentage); "
+                f"for {v * 100:g} percent write {v * 100:g}%")
+    return None
+
+
+def fmt_threshold(threshold: float) -> str:
+    """A threshold fraction as a percentage, without rounding a small one away: 0.05 -> '5.0%',
+    0.0005 -> '0.05%'."""
+    pct = threshold * 100.0
+    return f"{pct:.1f}%" if pct == 0 or round(pct, 1) == round(pct, 6) else f"{pct:.3g}%"
+
+
+def gate_rule(metric: str, threshold: float) -> str:
+    """The gate as the user asked for it, in words."""
+    if metric not in GATE_METRICS:
+        raise UsageError(f"--metric {metric!r}: choose one of {', '.join(GATE_METRICS)}")
+    label = METRICS[metric][0]
+    label = label[:1].lower() + label[1:]
+    noise = ("and the change is significant (Mann-Whitney test of the iterations)" if metric in _TESTED_BY else
+             "(no noise test for this metric: the threshold alone decides)")
+    return f"fail when {label} gets more than {fmt_threshold(threshold)} worse {noise}"
 
 
 def gate(dd: Diff, metric: str, threshold: float) -> dict[str, Any]:
-    """Regression verdict for ``metric`` (lower is better for every gate metric)."""
-    if metric not in GATE_METRICS:
-        raise UsageError(f"--metric {metric!r}: choose one of {', '.join(GATE_METRICS)}")
+    """Regression verdict for ``metric`` (lower is better for every gate metric). A change beyond
+    the threshold fails unless the metric's noise test (its ``verdict``, basis ``"test"``) calls it
+    noise; a metric without a test (or with too few iterations for one) fails on the threshold alone."""
+    rule = gate_rule(metric, threshold)
     row = next(m for m in dd.metrics if m["metric"] == metric)
+    label = row["label"]
     if row["base"] is None or row["new"] is None:
-        raise UsageError(f"metric {metric} is missing in {'the base' if row['base'] is None else 'the new'} "
+        raise UsageError(f"{label} ({metric}) is missing in {'the base' if row['base'] is None else 'the new'} "
                          "analysis (no iteration range found? pass --iteration-range NAME or choose another --metric)")
     if row["base"] < 0 or row["new"] < 0:
-        raise UsageError(f"metric {metric} is negative in {'the base' if row['base'] < 0 else 'the new'} analysis")
+        raise UsageError(f"{label} ({metric}) is negative in {'the base' if row['base'] < 0 else 'the new'} analysis")
     if row["base"] > 0:
         change = (row["new"] - row["base"]) / row["base"]
     else:  # a baseline of 0: any growth is a regression (of unbounded size), none is no change
         change = math.inf if row["new"] > 0 else 0.0
-    uses_iterations = metric.startswith("iter_")
-    significant = dd.noise["significant"] if uses_iterations else None
-    tested = uses_iterations and dd.noise["p_value"] is not None
     worse = change > threshold
-    failed = worse and (significant is not False or not tested)
+    tested = row["basis"] == "test"
+    failed = worse and not (tested and row["verdict"] == "no clear change")
+    lim = fmt_threshold(threshold)
+    p = row["p_value"]
     if failed:
-        why = (f"{metric} regressed by {change:+.1%} (threshold {threshold:.1%})"
-               + (f", and the change is significant (p = {dd.noise['p_value']:.3g})" if tested else
-                  ", no noise test possible" if uses_iterations else ""))
+        size = "grew from 0" if math.isinf(change) else f"got {change:.1%} worse"
+        why = (f"{label} {size}, more than the {lim} allowed"
+               + (f", and the change is significant (p = {p:.3g})" if tested else
+                  "; too few iterations: no noise test possible" if metric in _TESTED_BY else
+                  "; no noise test for this metric"))
     elif worse:
-        why = (f"{metric} is {change:+.1%} but within noise (p = {dd.noise['p_value']:.3g} >= {dd.noise['alpha']}); "
+        why = (f"{label} is {change:+.1%} but within noise (p = {p:.3g} >= {dd.noise['alpha']}): "
                "not a regression")
     else:
-        why = f"{metric} changed by {change:+.1%} (threshold {threshold:.1%}): OK"
-    return {"metric": metric, "threshold": threshold, "change": change, "failed": failed, "message": why}
+        why = f"{label} changed by {change:+.1%} (allowed: {lim} worse): OK"
+    return {"metric": metric, "label": label, "threshold": threshold, "threshold_pct": threshold * 100.0,
+            "rule": rule, "change": change, "failed": failed, "basis": row["basis"], "message": why}
 
 
 # -- ladder ------------------------------------------------------------------------------------

@@ -17,7 +17,11 @@ from nsysan.analysis import Params, analyze
 from nsysan.report import html, view
 
 CHROMIUM = os.environ.get("NSYSAN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+if os.environ.get("NSYSAN_REQUIRE_BROWSER"):  # CI: a missing browser is a failure, not a skip
+    assert CHROMIUM, "NSYSAN_REQUIRE_BROWSER is set but there is no chromium executable (apt-get install chromium)"
+    from playwright import sync_api
+else:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium executable (apt-get install chromium)")
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-dev-shm-usage", "--disable-extensions"]

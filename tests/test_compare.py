@@ -51,7 +51,7 @@ def test_gate_fails_on_a_real_regression_and_names_it(fixture_dir, tmp_path, cap
     rc = main(["diff", str(base), str(new), "--fail-on-regression", "5%", "--json", str(out), "-q"])
     assert rc == 11
     err = capsys.readouterr().err
-    assert "iter_p50_ns regressed by +" in err and "significant" in err
+    assert "Iteration time p50 (period) got " in err and "% worse" in err and "significant" in err
     d = json.loads(out.read_text())
     assert d["schema"] == "nsysan.diff/1" and d["gate"]["failed"]
     # the other way round it is an improvement

@@ -52,7 +52,7 @@ CASES = {
                            "(SELECT nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1)"], None),
     "invalid_utf8_nvtx": (["UPDATE NVTX_EVENTS SET text=CAST(x'fffe41c328' AS TEXT) WHERE eventType=59"], None),
     "mb_long_nvtx_text": (["UPDATE NVTX_EVENTS SET text=printf('%.*c', 3000000, 'x') WHERE rowid IN "
-                           "(SELECT rowid FROM NVTX_EVENTS WHERE eventType=59 LIMIT 1)"], "were cut"),
+                           "(SELECT rowid FROM NVTX_EVENTS WHERE eventType=59 LIMIT 1)"], "were shortened to their first 8,192"),
     "reversed_intervals": (['UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start="end"+1000 WHERE rowid<20'],
                            "end is before their start"),
     "negative_times": (['UPDATE CUPTI_ACTIVITY_KIND_GRAPH_TRACE SET start=-start, "end"=-"end" WHERE rowid<3'],

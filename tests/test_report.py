@@ -149,14 +149,6 @@ def test_json_sorted_keys_one_section_per_line(analysis):
     assert [ln.split('"')[1] for ln in lines[1:-1]] == sorted(d)
 
 
-def test_terminal_summary_names_what_nsys_analyze_would_list(fixture_dir, tmp_path, capsys):
-    assert main(["analyze", str(fixture_dir / "ladder_pinned.sqlite"), "--json", str(tmp_path / "p.json"),
-                 "--no-html"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "nsys analyze would list: cuda_memcpy_async 122 (0 in steady state)" in out
-    assert "cuda_api_sync 255 (10 in steady state)" in out
-
-
 def test_nsysan_alone_prints_help_and_example_takes_the_readme_name(capsys):
     assert main([]) == 0
     assert "usage: nsysan" in capsys.readouterr().out

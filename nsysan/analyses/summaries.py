@@ -152,7 +152,11 @@ MEMCPY_LABEL = {
 def memcpy_summary(trace: Trace) -> pd.DataFrame:
     """Per copy kind: duration stats, bytes, throughput (bytes / busy time of that kind), and the host
     memory split (pageable vs pinned, from the export's own enum: 0 pageable, 1 pinned)."""
-    m = trace.memcpy
+    return memcpy_stats(trace.memcpy)
+
+
+def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
+    """``memcpy_summary`` of a frame of copies (the whole trace's, or a window's)."""
     if len(m) == 0:
         return pd.DataFrame(columns=["kind", *STAT_COLUMNS, "total_bytes", "throughput_bytes_per_s",
                                      "pageable_count", "pinned_count", "pageable_bytes", "pinned_bytes"])
@@ -169,6 +173,33 @@ def memcpy_summary(trace: Trace) -> pd.DataFrame:
     out = stats.merge(extra, on="kind", how="left")
     thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
     return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
+
+
+def in_window(df: pd.DataFrame, start_ns: int, end_ns: int, columns: list[str] | None = None) -> pd.DataFrame | None:
+    """The rows that start inside ``[start_ns, end_ns)`` (how a window owns an op or a call), only
+    ``columns`` of them; None when every row is inside (the whole table's summary then holds)."""
+    s = df["start_ns"].to_numpy()
+    mask = (s >= start_ns) & (s < end_ns)
+    if bool(mask.all()):
+        return None
+    rows = np.flatnonzero(mask)
+    return pd.DataFrame({c: df[c].array.take(rows) for c in (columns or list(df.columns))}, copy=False)
+
+
+def window_summaries(trace: Trace, start_ns: int, end_ns: int,
+                     whole: dict[str, pd.DataFrame] | None = None) -> dict[str, pd.DataFrame]:
+    """The kernel, CUDA API and copy summaries of the rows that start in a window (the steady state):
+    the same statistics as the whole-capture ones (``whole``, reused when every row is inside), so a
+    table can switch between the two."""
+    whole = whole or {}
+    out = {}
+    for key, frame, cols, fn in (
+            ("kernels", trace.kernels, ["name", "dur_ns"], lambda d: with_share(duration_stats(d, ["name"]))),
+            ("cuda_api", trace.cuda_api, ["name", "dur_ns"], lambda d: with_share(duration_stats(d, ["name"]))),
+            ("memcpy", trace.memcpy, ["kind", "dur_ns", "bytes", "host_mem"], memcpy_stats)):
+        sub = in_window(frame, start_ns, end_ns, cols if all(c in frame.columns for c in cols) else None)
+        out[key] = whole[key] if sub is None and key in whole else fn(frame if sub is None else sub)
+    return out
 
 
 def memset_summary(trace: Trace) -> pd.DataFrame:

@@ -108,14 +108,17 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
     if show_env:
         trace["capture"] = [{"name": k, "value": v} for k, v in m.capture]
     it = a.iterations
+    ss = a.steady_summaries
     out = {
         "schema": SCHEMA,
         "trace": trace,
         "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
-        "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit)},
-        "cuda_api": {"by_name": records(a.cuda_api, limit)},
+        "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit),
+                    "steady_by_name": records(ss["kernels"], limit) if "kernels" in ss else []},
+        "cuda_api": {"by_name": records(a.cuda_api, limit),
+                     "steady_by_name": records(ss["cuda_api"], limit) if "cuda_api" in ss else []},
         "os_runtime": {"by_name": records(a.osrt, limit)},
-        "memcpy": {"by_kind": records(a.memcpy)},
+        "memcpy": {"by_kind": records(a.memcpy), "steady_by_kind": records(ss["memcpy"]) if "memcpy" in ss else []},
         "memset": {"by_kind": records(a.memset)},
         "graph_launches": {"count": int(len(t.graph_launches)),
                            "total_ns": int(t.graph_launches["dur_ns"].sum()) if len(t.graph_launches) else 0,

@@ -20,6 +20,7 @@ from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
 MAX_TIMELINE_OPS = 20_000  # per lane beyond this, ops are aggregated into bins
 MAX_TABLE_ROWS = 200
+SHOW_ROWS = 15  # a long table shows this many rows, the rest one click away
 
 
 @dataclass
@@ -32,6 +33,9 @@ class Table:
     note: str = ""
     bar_column: int = -1  # this column's cells get a bar of length bars[row] (0..1 of the largest)
     bars: list[float] = field(default_factory=list)
+    alt: Table | None = None  # the same table over the whole capture (this one is the steady state)
+    alt_label: str = ""  # what the toggle calls each: ("steady state", "whole capture")
+    show: int = SHOW_ROWS  # rows shown before "show all" (the rest are in the page, folded)
 
 
 @dataclass
@@ -61,10 +65,6 @@ class Report:
     findings: list[FindingView]
     tables: list[Table]
     kernel_bars: list[Bar]
-    latency_points: str  # SVG polyline points
-    latency_warmup_points: str
-    latency_axis: tuple[str, str]
-    util_points: str
     overlap_bars: list[Bar]
     timeline: dict[str, Any]
     rules_log: list[tuple[str, str]]
@@ -74,6 +74,28 @@ class Report:
     breakdown: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
     # several ranks in this export: the ranks panel (report/cross.py ranks_view), shared with summary.html
     ranks_view: dict[str, Any] = field(default_factory=dict)
+    # the first screen: the top fixes (rank, severity, title, rule, saving, share of the window, anchor)
+    top_fixes: list[tuple[int, str, str, str, str, str, str]] = field(default_factory=list)
+    savings_total: str = ""
+    iteration_plot: Plot | None = None
+    util_plot: Plot | None = None
+    subtitle: str = ""
+
+
+@dataclass
+class Plot:
+    """An SVG line plot with axes, drawn by the template: coordinates already in the plot's pixels."""
+    width: int
+    height: int
+    left: int  # the plot area: x in [left, width - 8], y in [8, height - bottom]
+    bottom: int
+    series: list[tuple[str, str, str]]  # (css class, legend text, polyline points)
+    dots: list[tuple[str, float, float, str]]  # (css class, x, y, title)
+    xticks: list[tuple[float, str]]
+    yticks: list[tuple[float, str]]
+    xlabel: str
+    ylabel: str
+    label: str  # the aria label: what the plot shows
 
 
 BREAKDOWN_PARTS = (("compute", "compute", "bd-compute"), ("comm_exposed", "communication (exposed)", "bd-comm"),
@@ -172,24 +194,63 @@ def _stat_cols(first: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
                     ("Min", "min_ns", fmt_ns), ("Max", "max_ns", fmt_ns), ("StdDev", "std_ns", fmt_ns)]
 
 
-def _evidence(ev: tuple[Any, ...]) -> Table | None:
+EVIDENCE_LABELS = {"device_id": "GPU", "tid": "Thread", "pid": "Process", "start_ns": "Start", "dur_ns": "Duration",
+                   "gap_ns": "Idle", "next_api": "Next API call", "next_op": "Next GPU op", "activity": "Thread was in",
+                   "api_name": "API", "api_ns": "API call", "gpu_ns": "GPU time", "queue_ns": "Queued",
+                   "copy_ns": "Copies", "compute_ns": "Compute", "overlap_ns": "Overlapped", "busy_ns": "Busy",
+                   "idle_ns": "Idle", "busy_frac": "Busy", "latency_ns": "Latency", "index": "Iteration",
+                   "total_ns": "Total", "count": "Count", "name": "Name", "kind": "Kind", "bytes": "Bytes",
+                   "stream_id": "Stream", "rank": "Rank", "trace": "Trace", "iterations": "Iterations",
+                   "period_p50_ns": "Period p50", "arrived_last": "Arrived last", "collectives": "Collectives",
+                   "host_idle_activity": "Host was in"}
+
+
+def evidence_label(key: str) -> str:
+    """A column name a reader understands: ``wait_exposed_per_iter_ns`` -> ``Wait exposed / it``."""
+    if key in EVIDENCE_LABELS:
+        return EVIDENCE_LABELS[key]
+    k = key.removesuffix("_ns").removesuffix("_frac")
+    k = k.replace("_per_iter", " / it").replace("_", " ").strip()
+    return (k[:1].upper() + k[1:]) or key
+
+
+def evidence_value(key: str, v: Any, t0: int) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else ""
+    if isinstance(v, (int, float)):
+        if key.startswith("start") and key.endswith("_ns"):
+            return "at " + fmt_ns(v - t0)
+        if key.endswith("_ns"):
+            return fmt_ns(v)
+        if key.endswith("_frac") or key == "share":
+            return fmt_pct(v)
+        if key == "bytes":
+            return fmt_bytes(v)
+        return f"{v:,}" if isinstance(v, int) else f"{v:,.3g}"
+    if isinstance(v, (list, tuple)):
+        return f"{len(v)} item(s)"
+    return str(v)
+
+
+def _evidence(ev: tuple[Any, ...], t0: int = 0) -> Table | None:
+    """A finding's evidence rows with readable headers and values (times from the capture start)."""
     if not ev:
         return None
-    cols = [k for k in ev[0].keys() if k != "breakdown"]
+    cols = [k for k in ev[0].keys() if k != "breakdown" and not isinstance(ev[0].get(k), (list, dict))]
     rows, keys = [], []
     for e in ev[:10]:
-        r = []
-        for c in cols:
-            v = e.get(c)
-            r.append(fmt_ns(v) if c.endswith("_ns") and isinstance(v, (int, float)) and not c.startswith("start")
-                     else str(v))
+        r = [evidence_value(c, e.get(c), t0) for c in cols]
         if "breakdown" in e and e["breakdown"]:
             r.append("; ".join(f"{b['source']}:{b['name']} {fmt_pct(b.get('share', 0))}" for b in e["breakdown"][:4]))
         rows.append(r)
         keys.append(r)
+    labels = [evidence_label(c) for c in cols]
     if "breakdown" in ev[0]:
-        cols = cols + ["during the gap (clipped)"]
-    return Table("", "", cols, rows, keys)
+        labels.append("During the gap (share)")
+    note = f"The first 10 of {len(ev)}." if len(ev) > 10 else ""
+    return Table("", "", labels, rows, keys, note)
 
 
 def _timeline(a: Any) -> dict[str, Any]:
@@ -296,13 +357,78 @@ def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.n
     return codes.reshape(-1).astype(np.int64), [str(u) for u in uniq]
 
 
-def _polyline(xs: np.ndarray, ys: np.ndarray, w: float, h: float, ymax: float) -> str:
+def nice_ticks(hi: float, n: int = 4) -> list[float]:
+    """About ``n`` round tick values from 0 to at least ``hi`` (1, 2, 2.5 or 5 times a power of ten)."""
+    if not hi > 0:
+        return [0.0, 1.0]
+    raw = hi / n
+    mag = 10 ** np.floor(np.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    return [float(k * step) for k in range(int(np.ceil(hi / step - 1e-9)) + 1)]
+
+
+def _fmt_s(ns: float) -> str:
+    return fmt_ns(int(ns)) if ns else "0"
+
+
+def line_plot(xs: np.ndarray, ys: np.ndarray, *, warm: np.ndarray | None = None, xlabel: str, ylabel: str,
+              yfmt: Callable[[float], str], xfmt: Callable[[float], str], label: str, series: str,
+              cls: str = "line", ymax: float | None = None, width: int = 600, height: int = 190) -> Plot | None:
+    """A line plot with both axes ticked and labelled; warm-up points (``warm``) drawn as red dots
+    and left out of the line, so a single warm-up iteration still shows."""
     if xs.size == 0:
-        return ""
-    xmin, xmax = float(xs.min()), float(xs.max())
-    span = (xmax - xmin) or 1.0
-    pts = [f"{(x - xmin) / span * w:.1f},{h - (y / ymax) * h if ymax else h:.1f}" for x, y in zip(xs, ys)]
-    return " ".join(pts)
+        return None
+    left, bottom, top, right = 80, 34, 8, 12
+    warm = np.zeros(xs.size, dtype=bool) if warm is None else warm.astype(bool)
+    steady_y = ys[~warm] if (~warm).any() else ys
+    yt = nice_ticks(float(ymax if ymax is not None else steady_y.max()) or 1.0)
+    ytop = yt[-1] or 1.0
+    x0, x1 = float(xs.min()), float(xs.max())
+    xspan = (x1 - x0) or 1.0
+    pw, ph = width - left - right, height - top - bottom
+
+    def px(x: float) -> float:
+        return left + (x - x0) / xspan * pw
+
+    def py(y: float) -> float:
+        return top + ph - min(max(y, 0.0), ytop) / ytop * ph  # off the scale: drawn at the top
+
+    pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, w in zip(xs, ys, warm) if not w)
+    dots = [("dot-warm", px(x), py(y), f"warm-up: {yfmt(y)}") for x, y, w in zip(xs, ys, warm) if w]
+    if len(xs) <= 60:
+        dots += [("dot", px(x), py(y), yfmt(y)) for x, y, w in zip(xs, ys, warm) if not w]
+    xt = [x0 + v for v in nice_ticks(xspan, 5) if v <= xspan * (1 + 1e-9)] if x1 > x0 else [x0]
+    plot_series = [(cls, series, pts)]
+    if warm.any():
+        off = int((ys[warm] > ytop).sum())
+        plot_series.append(("dot-warm", "warm-up (excluded)" + (f"; {off} off the scale, drawn at the top" if off else ""),
+                            ""))
+    return Plot(width, height, left, bottom, plot_series, dots, [(px(x), xfmt(x)) for x in xt],
+                [(py(y), yfmt(y)) for y in yt], xlabel, ylabel, label)
+
+
+def _iteration_plot(a: Any) -> Plot | None:
+    it = a.iterations.table
+    if not len(it):
+        return None
+    # the period (time since the previous completion on the thread), or the service time for a
+    # sequence's first iteration (no previous completion)
+    y = np.where(it["period_ns"].to_numpy() >= 0, it["period_ns"].to_numpy(), it["service_ns"].to_numpy())
+    return line_plot(it["index"].to_numpy(float), y.astype(float), warm=it["warmup"].to_numpy(dtype=bool),
+                     xlabel=f"iteration ('{a.iterations.range_name}')", ylabel="time per iteration",
+                     yfmt=_fmt_s, xfmt=lambda v: f"{v:,.0f}", series="period (time between completions)",
+                     label="time per iteration, by iteration")
+
+
+def _util_plot(a: Any) -> Plot | None:
+    u = a.utilization
+    if not len(u):
+        return None
+    u0 = u.groupby("bin_start_ns", sort=True)["busy_frac"].max()
+    t = u0.index.to_numpy(float) - a.capture.start_ns
+    return line_plot(t, u0.to_numpy(float) * 100, xlabel="time since capture start", ylabel="GPU busy",
+                     yfmt=lambda v: f"{v:.0f}%", xfmt=_fmt_s, series="busy (the busiest GPU, per bin)",
+                     label="GPU utilization over the capture", cls="line util", ymax=100.0, height=160)
 
 
 def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Report:
@@ -324,7 +450,9 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             fmt_pct(float(r["busy_frac"]))) for _, r in busy.iterrows()) if len(busy) else
           [("GPU busy", "not recorded" if not len(a.ops) else "-")]),
         ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0])) if len(ov) else "-"),
-        ("Est. savings (top finding)", fmt_ns(a.findings[0].impact_ns) if a.findings else "-"),
+        ("Est. savings (all findings)", (fmt_ns(sum(f.impact_ns for f in a.findings))
+                                         + (f" ({fmt_pct(sum(f.impact_ns for f in a.findings) / a.steady.dur_ns)})"
+                                            if a.steady.dur_ns else "")) if a.findings else "-"),
     ]
     gpus = ", ".join(f"{r['name']} ({int(r['sm_count']) if pd.notna(r['sm_count']) else '?'} SMs)"
                      for _, r in t.gpus.iterrows()) or "none recorded"
@@ -344,57 +472,74 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     for r in a.iterations.timed_regions:
         info.append((str(r["name"]), f"{fmt_ns(r['cpu_ns'])} CPU, {fmt_ns(r['with_gpu_ns'])} with GPU work"))
     findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
-                            _evidence(f.evidence)) for f in a.findings]
-    kmax = (float(a.kernels["total_ns"].max()) if len(a.kernels) else 0.0) or 1.0  # all-zero durations happen
+                            _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
+    kdf = a.steady_summaries.get("kernels", a.kernels)
+    kmax = (float(kdf["total_ns"].max()) if len(kdf) else 0.0) or 1.0  # all-zero durations happen
     kernel_bars = [Bar(str(r["name"])[:140], f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})",
-                       float(r["total_ns"]) / kmax) for _, r in a.kernels.head(15).iterrows()]
+                       float(r["total_ns"]) / kmax) for _, r in kdf.head(15).iterrows()]
+    wdur = a.steady.dur_ns
+    top_fixes = [(i, f.severity.name.lower(), f.title, f.rule,
+                  fmt_ns(f.impact_ns) if f.impact_ns > 0 else "no estimate",
+                  fmt_pct(f.impact_ns / wdur) if f.impact_ns > 0 and wdur else "", f"finding-{i}")
+                 for i, f in enumerate(a.findings, 1)]
+    total_saving = sum(f.impact_ns for f in a.findings)
+    savings_total = (f"{fmt_ns(total_saving)} in all ({fmt_pct(total_saving / wdur)} of the {a.steady.label}; "
+                     "no time counted twice)") if total_saving and wdur else ""
+    it_txt = (f"'{a.iterations.range_name}' x{st.get('count', 0)}, one every {fmt_ns(st.get('p50_ns'))}"
+              if has_it else "no iteration range")
+    subtitle = " · ".join(x for x in [gpus if len(t.gpus) else "", f"nsys {m.nsys_version or '?'}", it_txt,
+                                      f"judged on the {a.steady.label}: {fmt_ns(a.steady.dur_ns)}"] if x)
     it = a.iterations.table
-    lat_pts = warm_pts = ""
-    axis = ("", "")
-    if len(it):
-        # the iteration time: the period (time since the previous completion on the thread), or
-        # the service time for a sequence's first iteration (no previous completion)
-        y = np.where(it["period_ns"].to_numpy() >= 0, it["period_ns"].to_numpy(), it["service_ns"].to_numpy())
-        y = y.astype(float)
-        ymax = float(y.max()) or 1.0
-        ys = y[~it["warmup"].to_numpy(dtype=bool)]
-        ymax_s = (float(ys.max()) if len(ys) else ymax) or 1.0
-        lat_pts = _polyline(it["index"].to_numpy(float), np.minimum(y, ymax_s * 1.2), 600, 160, ymax_s * 1.2)
-        if a.iterations.warmup:
-            w = it.loc[it["warmup"]]
-            warm_pts = " ".join(p for p in lat_pts.split(" ")[: len(w)])
-        axis = ("0", fmt_ns(ymax_s * 1.2))
-    u = a.utilization
-    util_pts = ""
-    if len(u):
-        u0 = u.groupby("bin_start_ns", sort=True)["busy_frac"].max()
-        util_pts = _polyline(u0.index.to_numpy(float), u0.to_numpy(float), 600, 120, 1.0)
     ovb = []
     for _, r in a.overlap.iterrows():
         ovb.append(Bar(f"GPU {r['device_id']} {r['direction']}",
                        f"{fmt_ns(r['overlap_ns'])} of {fmt_ns(r['copy_ns'])} copy overlapped compute "
                        f"({fmt_pct(r['overlap_frac_of_copy'])})", float(r["overlap_frac_of_copy"])))
+    ss = a.steady_summaries
+    steady_lbl = f"{a.steady.label} ({fmt_ns(a.steady.dur_ns)})"
+    cap_lbl = f"whole capture ({fmt_ns(a.capture.dur_ns)}, with warm-up)"
+
+    def steady_first(tid: str, title: str, steady_df: Any, capture_df: pd.DataFrame,
+                     cols: list[tuple[str, str, Any]], note: str = "") -> Table:
+        """The steady-state table, with the whole capture's one click away (or only the capture's
+        when the steady window is the capture)."""
+        if steady_df is None or a.steady.label == "capture":
+            return _table(tid, title, capture_df, cols, note)
+        t = _table(tid, title, steady_df, cols, note)
+        t.alt = _table(tid + "-capture", title, capture_df, cols, note)
+        t.alt_label = f"{steady_lbl}|{cap_lbl}"
+        return t
+
+    g = a.gaps
+    gap_cols = [("Device", "device_id", None), ("Start", "start_ns", lambda v: fmt_ns(v - a.capture.start_ns)),
+                ("Gap", "gap_ns", fmt_ns), ("Cause", "cause", None), ("Submitting thread was in", "activity", None),
+                ("Next API", "api_name", None), ("Next op", "next_op", lambda v: str(v)[:120])]
+    gaps_steady = None
+    if len(g):
+        gs = g["start_ns"].to_numpy()
+        gaps_steady = g.loc[(gs >= a.steady.start_ns) & (gs < a.steady.end_ns)].nlargest(MAX_TABLE_ROWS, "gap_ns")
     tables = [
-        _table("kernels", "Kernels", a.kernels, _stat_cols([("Name", "name", None)])),
-        _table("api", "CUDA API", a.cuda_api, _stat_cols([("Name", "name", None)])),
+        steady_first("kernels", "Kernels", ss.get("kernels"), a.kernels, _stat_cols([("Name", "name", None)])),
+        steady_first("api", "CUDA API", ss.get("cuda_api"), a.cuda_api, _stat_cols([("Name", "name", None)])),
         _table("osrt", "OS runtime calls", a.osrt, _stat_cols([("Function", "name", None)]),
                note="libc calls traced by nsys -t osrt (only calls longer than its --osrt-threshold)."),
-        _table("memcpy", "Memory copies", a.memcpy, _stat_cols([("Kind", "kind", None)]) + [
+        steady_first("memcpy", "Memory copies", ss.get("memcpy"), a.memcpy, _stat_cols([("Kind", "kind", None)]) + [
             ("Bytes", "total_bytes", fmt_bytes), ("Throughput", "throughput_bytes_per_s", fmt_rate),
             ("Pageable", "pageable_count", lambda v: f"{int(v):,}"), ("Pinned", "pinned_count", lambda v: f"{int(v):,}")]),
         _table("memset", "Memsets", a.memset, _stat_cols([("Kind", "kind", None)]) + [("Bytes", "total_bytes", fmt_bytes)]),
-        _table("nvtx", "NVTX ranges", a.nvtx, _stat_cols([("Range", "name", None), ("Style", "style", None)]) + [
+        _table("nvtx", "NVTX ranges", a.nvtx, [c for c in _stat_cols([("Range", "name", None), ("Style", "style", None)])
+                                               if c[1] != "share"] + [
             ("Self total", "self_total_ns", fmt_ns), ("GPU proj. total", "proj_total_ns", fmt_ns),
             ("GPU ops", "gpu_ops", lambda v: f"{int(v):,}"), ("Max GPU after end", "max_gpu_after_end_ns", fmt_ns)],
-            note="A GPU op belongs to a range when its launching API call started on the range's thread inside it."),
+            note="A GPU op belongs to a range when its launching API call started on the range's thread inside it. "
+                 "No share column: ranges nest, so their times overlap and would add up past 100%."),
         _table("launches", "Launches (API call vs kernel)", a.launch_per_kernel, [
             ("API", "api_name", None), ("Kernel", "name", None), ("Count", "count", lambda v: f"{int(v):,}"),
             ("API med", "api_med_ns", fmt_ns), ("Queue med", "queue_med_ns", fmt_ns), ("GPU med", "gpu_med_ns", fmt_ns),
             ("Launch > run", "launch_dominated_frac", fmt_pct)]),
-        _table("gaps", "Largest GPU idle gaps", a.gaps.nlargest(MAX_TABLE_ROWS, "gap_ns") if len(a.gaps) else a.gaps, [
-            ("Device", "device_id", None), ("Start", "start_ns", lambda v: fmt_ns(v - a.capture.start_ns)),
-            ("Gap", "gap_ns", fmt_ns), ("Cause", "cause", None), ("Submitting thread was in", "activity", None),
-            ("Next API", "api_name", None), ("Next op", "next_op", lambda v: str(v)[:120])]),
+        steady_first("gaps", "Largest GPU idle gaps", gaps_steady,
+                     g.nlargest(MAX_TABLE_ROWS, "gap_ns") if len(g) else g, gap_cols,
+                     note="Every idle gap longer than --min-gap-us, longest first, with its cause."),
         _table("iterations", f"Iterations ({a.iterations.range_name or 'none found'})", it, [
             ("#", "index", None), ("Period", "period_ns", lambda v: fmt_ns(v) if v >= 0 else "-"),
             ("Latency", "latency_ns", fmt_ns), ("Queued ahead", "queue_depth", lambda v: f"{int(v)}"),
@@ -461,11 +606,11 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
     capture = [(k, v) for k, v in m.capture] if show_env else []
     return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=headline, info=info,
-                  findings=findings, tables=tables, kernel_bars=kernel_bars, latency_points=lat_pts,
-                  breakdown=_breakdown_rows(a),
-                  latency_warmup_points=warm_pts, latency_axis=axis, util_points=util_pts, overlap_bars=ovb,
+                  findings=findings, tables=tables, kernel_bars=kernel_bars,
+                  breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
+                  overlap_bars=ovb,
                   timeline=_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
-                  ranks_view=_ranks_view(a))
+                  ranks_view=_ranks_view(a), top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle)
 
 
 def _ranks_view(a: Any) -> dict[str, Any]:

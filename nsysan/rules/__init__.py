@@ -48,7 +48,8 @@ class RuleContext:
 
 def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
               pool: Any = None) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """Run every rule; returns findings sorted by impact (desc) then rule id, and a log of what ran.
+    """Run every rule; returns findings graded (``graded``) and sorted by severity, then counted saving
+    (desc), then rule id, and a log of what ran.
     Rules only read the analysis, so with an executor (``pool.submit``) they run concurrently; the
     findings and the log do not depend on it."""
     ctx = RuleContext(analysis)
@@ -71,9 +72,28 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         got = job.result()
         findings += got
         log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
-    findings = allocate(findings)
-    findings.sort(key=lambda f: (-f.impact_ns, -int(f.severity), f.rule))
+    findings = [graded(f) for f in allocate(findings)]
+    findings.sort(key=lambda f: (-int(f.severity), -f.impact_ns, f.rule))
     return findings, log
+
+
+CRITICAL_SHARE = 0.10  # a counted saving of >= 10% of its window is critical
+WARNING_SHARE = 0.01  # >= 1% a warning, less is information
+
+
+def graded(f: Finding) -> Finding:
+    """The severity of a finding with a saving follows its counted saving as a share of its window
+    (critical >= 10%, warning >= 1%, else info), so ranking by severity then saving never puts a
+    critical finding under a warning that saves more; a finding without a saving (a diagnosis or a
+    caution: timing that misleads, a low-utilisation note) keeps its rule's severity, at most warning."""
+    dur = int(f.window.get("end_ns", 0)) - int(f.window.get("start_ns", 0))
+    if f.impact_ns <= 0 or dur <= 0:
+        sev = min(f.severity, Severity.WARNING)
+    else:
+        share = f.impact_ns / dur
+        sev = Severity.CRITICAL if share >= CRITICAL_SHARE else Severity.WARNING if share >= WARNING_SHARE \
+            else Severity.INFO
+    return f if sev == f.severity else replace(f, severity=sev)
 
 
 def allocate(findings: list[Finding]) -> list[Finding]:
@@ -144,4 +164,4 @@ def allocate(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-__all__ = ["allocate", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity", "rule", "run_rules"]
+__all__ = ["allocate", "graded", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity", "rule", "run_rules"]

@@ -654,10 +654,14 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 epoch_offset = utc - (_int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0)
 
     frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
-    n_cut = sum(1 for v in strings.categories if str(v).endswith(CUT_MARK))
-    n_cut += int(frames["nvtx"]["text"].fillna("").str.endswith(CUT_MARK).sum())
-    if n_cut:
-        warnings.append(f"{n_cut} string(s) longer than {MAX_STRING:,} characters were cut (names, NVTX text)")
+    cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)]
+    nv = frames["nvtx"]["text"].fillna("")
+    cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
+    if len(cut) or len(cut_nvtx):
+        first = (cut or [str(cut_nvtx.iloc[0])])[0]
+        warnings.append(f"{len(cut) + len(cut_nvtx)} name(s) or NVTX text(s) longer than {MAX_STRING:,} characters "
+                        f"were shortened to their first {MAX_STRING:,} (e.g. {first[:60]!r}...); numbers are "
+                        "unaffected unless two names differ only after that point")
     gm = frames["gpu_memory_usage"]
     frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
     th = frames["threads"]

@@ -21,6 +21,24 @@
     });
   });
 
+  // Long tables: the first rows, the rest one click away (all rows stay in the page: print shows them).
+  document.querySelectorAll("table.data.long").forEach(function (table) {
+    var n = table.tBodies[0].rows.length, show = parseInt(table.dataset.show || "15", 10);
+    table.classList.add("folded");
+    var b = document.createElement("button");
+    b.className = "more-rows"; b.type = "button";
+    b.textContent = "Show all " + n + " rows";
+    b.addEventListener("click", function () {
+      var folded = table.classList.toggle("folded");
+      b.textContent = folded ? "Show all " + n + " rows" : "Show the first " + show + " rows";
+    });
+    table.parentNode.insertAdjacentElement("afterend", b);
+  });
+  // Printing opens every folded part (evidence, capture tables, trace details).
+  window.addEventListener("beforeprint", function () {
+    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+  });
+
   // Timeline on a canvas: lanes of [start, end, kind, nameIndex(, depth)] relative to the capture start.
   var el = document.getElementById("tl-data"), canvas = document.getElementById("tl");
   if (!el || !canvas) { return; }

@@ -1,0 +1,105 @@
+"""The terminal summary as a user reads it: piped (a file, a pager, CI logs) and on a terminal.
+
+Truth from the trace: the steady state's top kernels by SQL over the kernel table (in nsysan's
+steady window, read from its JSON), and the severity order from the findings' own savings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from nsysan.cli import main, short_kernel_name
+from nsysan.units import fmt_ns
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SEV = {"critical": 3, "warning": 2, "info": 1}
+
+
+def _run_piped(fixture_dir, tmp_path, capsys, name="ladder_baseline"):
+    js = tmp_path / f"{name}.json"
+    assert main(["analyze", str(fixture_dir / f"{name}.sqlite"), "--json", str(js), "--no-html"]) == 0
+    return capsys.readouterr().out, json.loads(js.read_text())
+
+
+def test_piped_output_is_not_wrapped_and_lists_fixes_with_suggestions(fixture_dir, tmp_path, capsys):
+    out, d = _run_piped(fixture_dir, tmp_path, capsys)
+    lines = out.splitlines()
+    assert "\x1b[" not in out  # no colour when piped
+    # no line break between a number and its unit, and every finding's message whole on one line
+    assert not re.search(r"\d\n\s*(ns|us|ms|s|%)\b", out)
+    for f in d["findings"]:
+        assert any(ln.strip() == f["message"] for ln in lines), f["rule"]
+        assert any(ln.strip() == "fix: " + f["suggestion"] for ln in lines), f["rule"]
+    assert "nsys analyze would list" not in out  # jargon: that cross-check lives in the report and JSON
+
+
+def test_fixes_are_ranked_by_severity_then_saving_and_severity_follows_the_saving(fixture_dir, tmp_path, capsys):
+    for name in ("ladder_baseline", "launch_eager", "decode_eager", "train_dataloader"):
+        out, d = _run_piped(fixture_dir, tmp_path, capsys, name)
+        w = d["windows"]["steady"]["dur_ns"]
+        fs = d["findings"]
+        keys = [(SEV[f["severity"]], f["impact_ns"]) for f in fs]
+        assert keys == sorted(keys, reverse=True), name
+        for f in fs:
+            if f["impact_ns"] > 0:
+                share = f["impact_ns"] / w
+                want = "critical" if share >= 0.10 else "warning" if share >= 0.01 else "info"
+                assert f["severity"] == want, (name, f["rule"], share)
+            else:
+                assert f["severity"] != "critical", (name, f["rule"])
+        # the terminal lists them in that order, numbered
+        heads = re.findall(r"^\s*(\d+)\. (CRITICAL|WARNING|INFO)\s+.*\[([a-z0-9-]+)\]$", out, re.M)
+        assert [(int(i), s.lower(), r) for i, s, r in heads] == [
+            (i, f["severity"], f["rule"]) for i, f in enumerate(fs, 1)], name
+
+
+def test_top_kernels_are_the_steady_states_by_sql(fixture_dir, tmp_path, capsys):
+    out, d = _run_piped(fixture_dir, tmp_path, capsys)
+    w = d["windows"]["steady"]
+    con = sqlite3.connect(f"file:{fixture_dir / 'ladder_baseline.sqlite'}?mode=ro", uri=True)
+    rows = con.execute("""SELECT s.value, SUM(k.end - k.start) AS tot, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                          JOIN StringIds s ON s.id = k.demangledName WHERE k.start >= ? AND k.start < ?
+                          GROUP BY s.value ORDER BY tot DESC, s.value LIMIT 5""", (w["start_ns"], w["end_ns"])).fetchall()
+    total = con.execute("SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= ? AND start < ?",
+                        (w["start_ns"], w["end_ns"])).fetchone()[0]
+    con.close()
+    block = out.split("Top kernels (steady state, ", 1)[1]
+    assert block.startswith(f"{fmt_ns(total)} of kernel time)")
+    got = [ln for ln in block.splitlines()[1:6]]
+    for (name, tot, n), ln in zip(rows, got):
+        assert ln.split()[0] + " " + ln.split()[1] == fmt_ns(tot)
+        assert f"{n:,}x" in ln and ln.endswith(short_kernel_name(name))
+    # the JSON carries the same steady table
+    assert [(r["name"], r["total_ns"], r["count"]) for r in d["kernels"]["steady_by_name"][:5]] == \
+        [(a, b, c) for a, b, c in rows]
+
+
+def test_on_a_terminal_lines_fit_the_width_and_severity_is_coloured(fixture_dir, tmp_path):
+    env = {**os.environ, "FORCE_COLOR": "1", "COLUMNS": "72", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    cmd = [sys.executable, "-m", "nsysan", "analyze", str(fixture_dir / "ladder_baseline.sqlite"), "--no-html"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    plain = ANSI.sub("", p.stdout)
+    assert max(len(ln) for ln in plain.splitlines()) <= 72
+    assert not re.search(r"\d\n\s*(ns|us|ms|s|%)\b", plain)
+    assert "\x1b[1;31mCRITICAL" in p.stdout  # critical in bold red
+    p2 = subprocess.run(cmd, env={**env, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "\x1b[1;31m" not in p2.stdout and "CRITICAL" in p2.stdout
+
+
+@pytest.mark.parametrize("name, short", [
+    ("void cudnn::bn_fw<float, (int)1>(T2, const T1 *)", "cudnn::bn_fw<float, (int)1>"),
+    ("sm90_xmma_gemm_kernel", "sm90_xmma_gemm_kernel"),
+    ("void f<(a)>(g(h), i)", "f<(a)>"),
+    ("(weird)", "(weird)"),
+])
+def test_short_kernel_name(name, short):
+    assert short_kernel_name(name) == short
