@@ -227,10 +227,10 @@ def build_timeline(a: Any) -> dict[str, Any]:
         code_all[copy_all & is_(kind_codes, kind_text, "HtoD")] = COPY_H2D
         code_all[copy_all & is_(kind_codes, kind_text, "DtoH")] = COPY_D2H
         dur_all, pid_all = ops["dur_ns"].to_numpy(), ops["pid"].to_numpy()
-        for (dev, stream), rows in group_rows(ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()):
+        # a stream id is per process: two processes on one GPU each have their stream 7
+        for (dev, pid, stream), rows in group_rows(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
             nm = names.ids(ops["name"], rows)
-            pid_set = distinct(pid_all[rows])
-            who = proc(int(pid_set[0])) if len(pid_set) == 1 else ""
+            who = proc(int(pid))
             comm = comm_all[rows]
             comm_names = [names.names[i] for i in distinct(nm[comm]).tolist()] if comm.any() else []
             role = stream_role(ops["role"].iloc[rows], ops["kind"].iloc[rows], dur_all[rows], comm_names)
