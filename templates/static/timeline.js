@@ -196,7 +196,11 @@
     ctx.fillStyle = "#333"; ctx.strokeStyle = "#e3e6ea"; ctx.lineWidth = 1;
     // far from 0 at a fine step, ticks count from a round base shown at the left ("3.8776 s +")
     var base = Math.abs(view.a) / stepNs > 1000 ? Math.floor(view.a / (stepNs * 10)) * stepNs * 10 : 0;
-    if (base) ctx.fillText("time: " + tickLabel(base, stepNs * 10) + " +", 4, 12);
+    if (base) {
+      var u = Math.abs(base) >= 1e9 ? [1e9, "s"] : Math.abs(base) >= 1e6 ? [1e6, "ms"] : [1e3, "us"];
+      var dec = Math.max(0, Math.min(9, Math.ceil(Math.log10(u[0] / (stepNs * 10)) - 1e-9)));
+      ctx.fillText("time: " + (base / u[0]).toFixed(dec) + " " + u[1] + " +", 4, 12);
+    }
     for (var t = Math.ceil(view.a / stepNs) * stepNs; t <= view.b; t += stepNs) {
       var tx = Math.round(xOf(t)) + 0.5;
       if (tx < LABEL) continue;
@@ -316,7 +320,9 @@
       if (!isFinite(t0)) return;
       if (!isFinite(t1) || t1 < t0) t1 = t0;
       var w = Math.max(t1 - t0, 20000), m = w * 0.6;
-      wrap.scrollIntoView({ block: "start" });
+      var nav = document.querySelector("nav");  // a sticky header would cover the toolbar
+      bar.style.scrollMarginTop = ((nav ? nav.getBoundingClientRect().height : 0) + 8) + "px";
+      bar.scrollIntoView({ block: "start" });
       zoomTo(t0 - m, t0 + w + m, [t0, t1]);
     });
   });
