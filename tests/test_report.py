@@ -36,7 +36,7 @@ def test_html_escapes_every_trace_string():
     # the JSON island cannot close its script tag
     island = re.search(r'<script type="application/json" id="tl-data">(.*?)</script>', out, re.S).group(1)
     assert "<" not in island and json.loads(island)["names"]
-    assert out.count("<script") == 2  # the JSON island and our own script, nothing injected
+    assert out.count("<script") == 3  # the JSON island and our two scripts, nothing injected
 
 
 def test_csv_neutralises_formulas():

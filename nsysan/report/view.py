@@ -14,11 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import distinct, group_rows
+from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
-MAX_TIMELINE_OPS = 20_000  # per lane beyond this, ops are aggregated into bins
 MAX_TABLE_ROWS = 200
 SHOW_ROWS = 15  # a long table shows this many rows, the rest one click away
 
@@ -36,6 +34,7 @@ class Table:
     alt: Table | None = None  # the same table over the whole capture (this one is the steady state)
     alt_label: str = ""  # what the toggle calls each: ("steady state", "whole capture")
     show: int = SHOW_ROWS  # rows shown before "show all" (the rest are in the page, folded)
+    spans: list[tuple[int, int] | None] = field(default_factory=list)  # per row: its interval on the timeline (ns)
 
 
 @dataclass
@@ -250,111 +249,7 @@ def _evidence(ev: tuple[Any, ...], t0: int = 0) -> Table | None:
     if "breakdown" in ev[0]:
         labels.append("During the gap (share)")
     note = f"The first 10 of {len(ev)}." if len(ev) > 10 else ""
-    return Table("", "", labels, rows, keys, note)
-
-
-def _timeline(a: Any) -> dict[str, Any]:
-    """Lanes for the canvas timeline, times relative to the capture start (ns)."""
-    t0 = a.capture.start_ns
-    lanes: list[dict[str, Any]] = []
-    names: list[str] = []
-    name_ix: dict[str, int] = {}
-
-    def nid(n: str) -> int:
-        if n not in name_ix:
-            name_ix[n] = len(names)
-            names.append(n[:300])
-        return name_ix[n]
-
-    def first_seen_ids(codes: np.ndarray, text: Callable[[int], str]) -> np.ndarray:
-        """Name ids of rows given a code per row and the text of a code, assigned in order of first
-        appearance (as calling ``nid`` row by row would), with one ``nid`` call per distinct code."""
-        if len(codes) == 0:
-            return np.zeros(0, dtype=np.int64)
-        u, first, inv = np.unique(codes, return_index=True, return_inverse=True)
-        lut = np.empty(len(u), dtype=np.int64)
-        for j in np.argsort(first, kind="stable").tolist():
-            lut[j] = nid(text(int(u[j])))
-        return lut[inv.reshape(-1)]
-
-    kind_code = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}
-    ops = a.ops
-    for (dev, stream), rows in group_rows(ops["device_id"].to_numpy(), ops["stream_id"].to_numpy()):
-        s = ops["start_ns"].to_numpy()[rows] - t0
-        e = ops["end_ns"].to_numpy()[rows] - t0
-        lane: dict[str, Any] = {"label": f"GPU {dev} stream {stream}", "group": "gpu"}
-        if len(rows) > MAX_TIMELINE_OPS:  # aggregate: busy fraction per bin
-            edges = np.linspace(s.min(), e.max(), MAX_TIMELINE_OPS + 1)
-            ms, me = iv.merge(s, e)
-            cov = iv.coverage_in_bins(ms, me, edges.astype(np.int64))
-            lane["bins"] = {"start": int(edges[0]), "width": float(edges[1] - edges[0]),
-                            "busy": np.round(cov / max(edges[1] - edges[0], 1), 3).tolist()}
-        else:  # columns taken by row number: no copy of the whole ops frame per lane
-            op_codes, op_text = _text_codes(ops["op"], rows)
-            dir_codes, dir_text = _text_codes(ops["kind"], rows)
-            name_codes, name_text = _text_codes(ops["name"], rows)
-            kinds = np.array([kind_code.get(t, 0) for t in op_text], dtype=np.int64)[op_codes]
-            sub = np.where(np.array([t == "DtoH" for t in dir_text], dtype=bool)[dir_codes], 4, kinds)
-            lane["ops"] = np.column_stack([s, e, sub, first_seen_ids(name_codes, name_text.__getitem__)]
-                                          ).astype(np.int64).tolist()
-        lanes.append(lane)
-    g = a.gaps
-    if len(g):
-        gg = g.nlargest(MAX_TIMELINE_OPS, "gap_ns")
-        # a label per distinct (length, cause, activity), not per gap
-        lens, len_codes = np.unique(gg["gap_ns"].to_numpy(), return_inverse=True)
-        cause_codes, cause_text = _text_codes(gg["cause"])
-        act_codes, act_text = _text_codes(gg["activity"])
-        na, nc = len(act_text), len(cause_text)
-        key = (len_codes.reshape(-1) * nc + cause_codes) * na + act_codes
-
-        def gap_label(k: int) -> str:
-            act = act_text[k % na]
-            return f"idle {fmt_ns(int(lens[k // na // nc]))}: {cause_text[k // na % nc]}" + (f" ({act})" if act else "")
-
-        lanes.append({"label": "GPU idle gaps", "group": "gaps",
-                      "ops": np.column_stack([gg["start_ns"].to_numpy() - t0, gg["end_ns"].to_numpy() - t0,
-                                              np.full(len(gg), 5, dtype=np.int64),
-                                              first_seen_ids(key, gap_label)]
-                                             ).astype(np.int64).tolist()})
-    rg = a.nvtx_ranges
-    for (pid, tid), d in rg.groupby(["pid", "tid"], sort=True):
-        d = d.head(MAX_TIMELINE_OPS)
-        lanes.append({"label": f"NVTX {pid}/{tid}", "group": "nvtx",
-                      "ops": [[int(s_ - t0), int(e_ - t0), 6, nid(str(n_)), int(k_)]
-                              for s_, e_, n_, k_ in zip(d["start_ns"].tolist(), d["end_ns"].tolist(),
-                                                        list(d["name"].array), d["depth"].tolist())]})
-    api = a.trace.cuda_api
-    if len(api):
-        gpu_pids = distinct(a.ops["pid"].to_numpy()) if len(a.ops) else None
-        dur = api["dur_ns"].to_numpy()
-        for (pid, tid), rows in group_rows(api["pid"].to_numpy(), api["tid"].to_numpy()):
-            if gpu_pids is not None and pid not in gpu_pids:
-                continue
-            if len(rows) > MAX_TIMELINE_OPS:  # the longest calls of this thread, in time order
-                rows = np.sort(rows[np.argpartition(-dur[rows], MAX_TIMELINE_OPS)[:MAX_TIMELINE_OPS]])
-            name_codes, name_text = _text_codes(api["name"], rows)
-            lanes.append({"label": f"CUDA API {pid}/{tid}", "group": "api",
-                          "ops": np.column_stack([api["start_ns"].to_numpy()[rows] - t0,
-                                                  api["end_ns"].to_numpy()[rows] - t0,
-                                                  np.full(len(rows), 7, dtype=np.int64),
-                                                  first_seen_ids(name_codes, name_text.__getitem__)]
-                                                 ).astype(np.int64).tolist()})
-    return {"t0": int(t0), "span": int(a.capture.dur_ns), "lanes": lanes, "names": names}
-
-
-def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
-    """A code per row (of ``rows``, default all) and the text of each code (``str`` of the value,
-    ``"nan"`` for a missing one): a categorical column's own codes, else codes of the values' text."""
-    arr = values.array
-    if isinstance(arr, pd.Categorical):
-        texts = [str(c) for c in arr.categories] + ["nan"]
-        codes = np.asarray(arr.codes)
-        codes = (codes if rows is None else codes[rows]).astype(np.int64)
-        return np.where(codes < 0, len(texts) - 1, codes), texts
-    taken = arr if rows is None else arr.take(rows)
-    uniq, codes = np.unique(np.array([str(v) for v in taken], dtype=object), return_inverse=True)
-    return codes.reshape(-1).astype(np.int64), [str(u) for u in uniq]
+    return Table("", "", labels, rows, keys, note, spans=[evidence_span(e, t0) for e in ev[:10]])
 
 
 def nice_ticks(hi: float, n: int = 4) -> list[float]:
@@ -609,7 +504,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                   findings=findings, tables=tables, kernel_bars=kernel_bars,
                   breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                   overlap_bars=ovb,
-                  timeline=_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
+                  timeline=build_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
                   ranks_view=_ranks_view(a), top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle)
 
 

@@ -1,0 +1,297 @@
+"""The canvas timeline's data: every GPU op, idle gap, NVTX range and CUDA API call, one lane per
+stream or thread, shipped whole and compactly.
+
+Nothing is dropped or binned here: each lane carries all its operations as columns of unsigned
+LEB128 varints (start delta from the previous op, duration, name index, kind, NVTX depth), deflated
+(zlib) and base64-encoded. On the 84 MB ``launch_eager`` x40 replica (1.3M kernels and API calls)
+that is ~3.5 MB of HTML. The browser (``templates/static/timeline.js``) inflates it with the native
+``DecompressionStream`` and aggregates per pixel column when several ops share one, so a lane that
+is 5% busy looks 5% busy at every zoom.
+
+Times are ns relative to the capture start. Strings from the trace (kernel, API, NVTX, thread and
+process names) stay raw: ``tojson`` escapes them in the page and the script sets them as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses.frames import distinct, group_rows
+
+MAX_NAME = 300  # characters of an op name shipped (C++ kernel names run to thousands)
+ITERATIONS_SHOWN = 3  # the timeline opens on this many steady iterations
+
+# kind codes: the colour of an op in timeline.js (KIND_NAMES there, same order)
+KERNEL, COPY_H2D, MEMSET, GRAPH, COPY_D2H, GAP, NVTX, API, COMM, COPY_OTHER = range(10)
+
+
+def varint(values: np.ndarray) -> bytes:
+    """Unsigned LEB128 of each value (7 bits a byte, low first, high bit = more follows)."""
+    v = np.asarray(values, dtype=np.int64)
+    if len(v) and int(v.min()) < 0:
+        raise ValueError("varint: negative value")
+    v = v.astype(np.uint64)
+    nb = np.ones(len(v), dtype=np.int64)
+    for k in range(1, 10):
+        nb += v >= (np.uint64(1) << np.uint64(7 * k))
+    off = np.cumsum(nb) - nb
+    out = np.zeros(int(nb.sum()), dtype=np.uint8)
+    for k in range(int(nb.max()) if len(v) else 0):
+        m = nb > k
+        b = ((v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        out[off[m] + k] = b | np.where(nb[m] > k + 1, 0x80, 0).astype(np.uint8)
+    return out.tobytes()
+
+
+def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
+               depth: np.ndarray | None = None) -> tuple[str, np.ndarray]:
+    """One lane's ops as base64(zlib(varint columns)): start deltas, durations, name ids, kinds,
+    depths, ``n`` values each, in start order. Returns the text and the order used (positions into
+    the inputs), so callers can check what was shipped."""
+    s = np.asarray(start, dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    e = np.maximum(np.asarray(end, dtype=np.int64)[order], s)
+    first = int(s[0]) if len(s) else 0
+    if first < 0:  # an op before the capture start (clock skew): the first delta is from 0, so clamp
+        s = np.maximum(s, 0)
+        e = np.maximum(e, s)
+    d = np.diff(s, prepend=0)
+    dep = np.zeros(len(s), dtype=np.int64) if depth is None else np.asarray(depth, dtype=np.int64)[order]
+    raw = b"".join(varint(c) for c in (d, e - s, np.asarray(name, dtype=np.int64)[order],
+                                         np.asarray(kind, dtype=np.int64)[order], np.maximum(dep, 0)))
+    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii"), order
+
+
+class _Names:
+    """Op names shipped once; ops refer to them by index (first seen, first numbered)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def id(self, n: str) -> int:
+        n = n[:MAX_NAME]
+        if n not in self.index:
+            self.index[n] = len(self.names)
+            self.names.append(n)
+        return self.index[n]
+
+    def ids(self, values: pd.Series, rows: np.ndarray | None = None) -> np.ndarray:
+        """The name id of each row of ``values`` (``rows`` of it), one lookup per distinct text."""
+        codes, texts = _text_codes(values, rows)
+        if len(codes) == 0:
+            return np.zeros(0, dtype=np.int64)
+        lut = np.array([self.id(t) for t in texts], dtype=np.int64)
+        return lut[codes]
+
+
+def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+    """A code per row (of ``rows``, default all) and the text of each code (``str`` of the value,
+    ``"nan"`` for a missing one): a categorical column's own codes, else codes of the values' text."""
+    arr = values.array
+    if isinstance(arr, pd.Categorical):
+        texts = [str(c) for c in arr.categories] + ["nan"]
+        codes = np.asarray(arr.codes)
+        codes = (codes if rows is None else codes[rows]).astype(np.int64)
+        return np.where(codes < 0, len(texts) - 1, codes), texts
+    taken = arr if rows is None else arr.take(rows)
+    uniq, codes = np.unique(np.array([str(v) for v in taken], dtype=object), return_inverse=True)
+    return codes.reshape(-1).astype(np.int64), [str(u) for u in uniq]
+
+
+def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: list[str]) -> str:
+    """What a stream mostly does, by GPU time: ``compute``, ``NCCL`` (or ``communication`` for other
+    libraries' collectives), ``copies H2D`` / ``D2H`` / ``D2D`` ..., ``memsets``. ``role`` and ``kind``
+    are the stream's ops' ``role`` and (memcpy) ``kind`` columns, ``comm_names`` its communication
+    kernels' names."""
+    per = pd.Series(np.asarray(dur, dtype=np.int64)).groupby(
+        [np.asarray(role.array), np.asarray(kind.array)], sort=True, observed=True).sum()
+    if len(per) == 0:
+        return "empty"
+    totals: dict[str, int] = {}
+    for (r, k), d in per.items():
+        lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
+            str(r), "copies " + {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}.get(str(k), str(k)))
+        totals[lab] = totals.get(lab, 0) + int(d)
+    top = max(sorted(totals), key=lambda x: totals[x])
+    if top == "communication" and any(n.lower().startswith("nccl") for n in comm_names):
+        return "NCCL"
+    return top
+
+
+def _thread_names(trace: Any) -> dict[tuple[int, int], str]:
+    th = trace.threads
+    if len(th) == 0:
+        return {}
+    return {(int(p), int(t)): str(n) for p, t, n in zip(th["pid"].tolist(), th["tid"].tolist(), list(th["name"].array))
+            if n is not None and n is not pd.NA and str(n) not in ("", "nan", "<NA>")}
+
+
+def _process_names(trace: Any) -> dict[int, str]:
+    pr = trace.processes
+    if len(pr) == 0:
+        return {}
+    return {int(p): str(n) for p, n in zip(pr["pid"].tolist(), list(pr["name"].array))
+            if n is not None and n is not pd.NA and str(n) not in ("", "nan", "<NA>")}
+
+
+def initial_window(a: Any) -> tuple[int, int, str]:
+    """Where the timeline opens (absolute ns) and what it is: ``ITERATIONS_SHOWN`` consecutive steady
+    iterations of the chosen iteration range (of its longest sequence: one thread), from the first
+    steady one, clipped to the steady window; else the steady window; else the capture."""
+    st, cap = a.steady, a.capture
+    t = a.iterations.table
+    if len(t) and {"start_ns", "end_ns", "warmup", "pid", "tid"} <= set(t.columns):
+        steady = t.loc[~t["warmup"].to_numpy(dtype=bool)
+                       & (t["start_ns"].to_numpy() >= st.start_ns) & (t["end_ns"].to_numpy() <= st.end_ns)]
+        if len(steady):
+            seq = steady.groupby(["pid", "tid"], sort=True).size().idxmax()
+            one = steady.loc[(steady["pid"] == seq[0]).to_numpy() & (steady["tid"] == seq[1]).to_numpy()]
+            one = one.sort_values("start_ns", kind="stable")
+            first = one.iloc[: ITERATIONS_SHOWN]
+            lo = int(first["start_ns"].iloc[0])
+            # to the start of the iteration after the last one shown (its GPU work has run by then),
+            # or the last one's end
+            nxt = one["start_ns"].to_numpy()[ITERATIONS_SHOWN:ITERATIONS_SHOWN + 1]
+            hi = max(int(first["end_ns"].max()), int(nxt[0]) if len(nxt) else 0)
+            hi = min(hi, st.end_ns)
+            if hi > lo:
+                return lo, hi, f"{len(first)} steady iteration{'s' if len(first) > 1 else ''} of '{a.iterations.range_name}'"
+    if st.dur_ns > 0 and st.label != cap.label:
+        return st.start_ns, st.end_ns, st.label
+    return cap.start_ns, cap.end_ns, "whole capture"
+
+
+def build_timeline(a: Any) -> dict[str, Any]:
+    """Lanes for the canvas timeline, times relative to the capture start (ns).
+
+    Returns ``{"t0", "span", "names", "lanes", "initial": [a, b], "initial_label", "steady": [a, b]}``;
+    a lane is ``{"label", "group" (gpu, gaps, nvtx, api), "n" (ops), "rows" (NVTX depth + 1),
+    "busy" (fraction of the capture covered, merged), "data"}`` with ``data`` as in ``encode_ops``.
+    Every op of the trace is in a lane: none is dropped or binned.
+    """
+    t0 = int(a.capture.start_ns)
+    span = int(a.capture.dur_ns)
+    names = _Names()
+    lanes: list[dict[str, Any]] = []
+    threads, procs = _thread_names(a.trace), _process_names(a.trace)
+    ops, gaps, rg, api = a.ops, a.gaps, a.nvtx_ranges, a.trace.cuda_api
+    gpu_pids = distinct(ops["pid"].to_numpy()) if len(ops) else None
+    pids = set(distinct(ops["pid"].to_numpy()).tolist() if len(ops) else []) \
+        | set(distinct(rg["pid"].to_numpy()).tolist() if len(rg) else [])
+    if len(api):
+        api_pids = distinct(api["pid"].to_numpy())
+        pids |= set((api_pids if gpu_pids is None else api_pids[np.isin(api_pids, gpu_pids)]).tolist())
+    several = len(pids) > 1
+
+    def proc(pid: int) -> str:
+        return f"{procs.get(pid, 'pid')} [{pid}] · " if several else ""
+
+    def thread(pid: int, tid: int) -> str:
+        n = threads.get((pid, tid))
+        return f"{proc(pid)}{n} (tid {tid})" if n else f"{proc(pid)}tid {tid}"
+
+    def add(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
+            depth: np.ndarray | None = None) -> None:
+        data, order = encode_ops(s - t0, e - t0, nm, kind, depth)
+        from nsysan.analyses import intervals as iv
+
+        ms, me = iv.merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) if len(s) else ([], [])
+        busy = float(np.sum(np.asarray(me) - np.asarray(ms))) / span if span > 0 and len(s) else 0.0
+        rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
+        lanes.append({"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
+                      "busy": round(busy, 6), "data": data})
+
+    if len(ops):
+        op_codes, op_text = _text_codes(ops["op"])
+        role_codes, role_text = _text_codes(ops["role"])
+        kind_codes, kind_text = _text_codes(ops["kind"])
+
+        def is_(codes: np.ndarray, texts: list[str], *want: str) -> np.ndarray:
+            return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
+
+        code_all = np.full(len(ops), KERNEL, dtype=np.int64)
+        code_all[is_(op_codes, op_text, "graph")] = GRAPH
+        code_all[is_(op_codes, op_text, "memset")] = MEMSET
+        comm_all = is_(role_codes, role_text, "communication")
+        code_all[comm_all] = COMM
+        copy_all = is_(op_codes, op_text, "memcpy")
+        code_all[copy_all] = COPY_OTHER
+        code_all[copy_all & is_(kind_codes, kind_text, "HtoD")] = COPY_H2D
+        code_all[copy_all & is_(kind_codes, kind_text, "DtoH")] = COPY_D2H
+        dur_all, pid_all = ops["dur_ns"].to_numpy(), ops["pid"].to_numpy()
+        # a stream id is per process: two processes on one GPU each have their stream 7
+        for (dev, pid, stream), rows in group_rows(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
+            nm = names.ids(ops["name"], rows)
+            who = proc(int(pid))
+            comm = comm_all[rows]
+            comm_names = [names.names[i] for i in distinct(nm[comm]).tolist()] if comm.any() else []
+            role = stream_role(ops["role"].iloc[rows], ops["kind"].iloc[rows], dur_all[rows], comm_names)
+            add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu", ops["start_ns"].to_numpy()[rows],
+                ops["end_ns"].to_numpy()[rows], nm, code_all[rows])
+    if len(gaps):
+        cause_codes, cause_text = _text_codes(gaps["cause"])
+        act_codes, act_text = _text_codes(gaps["activity"])
+        na = len(act_text)
+        gap_key = cause_codes * na + act_codes  # a name per (cause, activity), not per gap
+
+        def gap_name(k: int) -> str:
+            act = act_text[k % na]
+            return f"idle: {cause_text[k // na]}" + (f" ({act})" if act not in ("", "nan", "None", "<NA>") else "")
+
+        for (dev,), rows in group_rows(gaps["device_id"].to_numpy()):
+            keys, inv = np.unique(gap_key[rows], return_inverse=True)
+            nm = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int64)[inv.reshape(-1)]
+            add(f"GPU {dev} · idle gaps", "gaps", gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows],
+                nm, np.full(len(rows), GAP, dtype=np.int64))
+    nv_groups = dict(group_rows(rg["pid"].to_numpy(), rg["tid"].to_numpy())) if len(rg) else {}
+    api_groups = {k: r for k, r in group_rows(api["pid"].to_numpy(), api["tid"].to_numpy())
+                  if gpu_pids is None or k[0] in gpu_pids} if len(api) else {}
+    threads_seen = sorted(set(nv_groups) | set(api_groups))
+    for key in threads_seen:
+        if key in nv_groups:
+            rows = nv_groups[key]
+            add(f"NVTX · {thread(*key)}", "nvtx", rg["start_ns"].to_numpy()[rows], rg["end_ns"].to_numpy()[rows],
+                names.ids(rg["name"], rows), np.full(len(rows), NVTX, dtype=np.int64), rg["depth"].to_numpy()[rows])
+        if key in api_groups:
+            rows = api_groups[key]
+            add(f"CUDA API · {thread(*key)}", "api", api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows],
+                names.ids(api["name"], rows), np.full(len(rows), API, dtype=np.int64))
+    lo, hi, what = initial_window(a)
+    return {"t0": t0, "span": span, "lanes": lanes, "names": names.names,
+            "initial": [int(lo - t0), int(hi - t0)], "initial_label": what,
+            "steady": [int(a.steady.start_ns - t0), int(a.steady.end_ns - t0)], "steady_label": a.steady.label}
+
+
+def evidence_span(rec: Mapping[str, Any], t0: int) -> tuple[int, int] | None:
+    """Where an evidence row lies on the timeline (ns relative to the capture start), from its time
+    fields: start and end, start and a length (duration, gap, span), or a start alone (a point);
+    None when it has no time."""
+
+    def num(k: str) -> int | None:
+        v = rec.get(k)
+        return int(v) if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) \
+            and v == v else None
+
+    for s_key, e_key in (("start_ns", "end_ns"), ("gap_start_ns", "gap_end_ns"), ("api_start_ns", "api_end_ns")):
+        s, e = num(s_key), num(e_key)
+        if s is not None and e is not None and e >= s:
+            return s - t0, e - t0
+    s = num("start_ns")
+    if s is not None:
+        for k in ("dur_ns", "gap_ns", "span_ns"):
+            d = num(k)
+            if d is not None and d >= 0:
+                return s - t0, s + d - t0
+        return s - t0, s - t0
+    ws = num("worst_start_ns")
+    if ws is not None:  # timing-unsynchronized: the worst instance, its range (average length) and GPU tail
+        return ws - t0, ws + (num("range_avg_ns") or 0) + (num("worst_after_ns") or 0) - t0
+    return None
