@@ -137,6 +137,13 @@ def test_dark_mode_follows_the_system(browser, report, tmp_path):
         assert (_luminance(bg) < 0.2) == dark and (_luminance(fg) > 0.7) == dark, (scheme, bg, fg)
         card = page.evaluate("getComputedStyle(document.querySelector('.finding')).backgroundColor")
         assert (_luminance(card) < 0.3) == dark
+        # the timeline canvas follows too: its lane label column is painted in the page's colours
+        page.locator("#tl").scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        px = page.evaluate("""() => { const c = document.getElementById('tl');
+            const d = c.getContext('2d').getImageData(2, Math.round(c.height * 0.6), 1, 1).data;
+            return `rgb(${d[0]}, ${d[1]}, ${d[2]})`; }""")
+        assert (_luminance(px) < 0.3) == dark, (scheme, px)
         if dark:
             page.screenshot(path=str(shots_dir(tmp_path) / "dark-1440.png"))
         ctx.close()

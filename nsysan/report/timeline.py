@@ -120,10 +120,12 @@ def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: l
         lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
             str(r), "copies " + {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}.get(str(k), str(k)))
         totals[lab] = totals.get(lab, 0) + int(d)
-    top = max(sorted(totals), key=lambda x: totals[x])
-    if top == "communication" and any(n.lower().startswith("nccl") for n in comm_names):
-        return "NCCL"
-    return top
+    nccl = any(n.lower().startswith("nccl") for n in comm_names)
+    whole = sum(totals.values()) or 1
+    # the roles with a quarter of the stream's time or more, the largest first ("copies H2D + compute")
+    ranked = sorted(totals, key=lambda x: (-totals[x], x))
+    shown = [r for r in ranked if totals[r] >= 0.25 * whole] or ranked[:1]
+    return " + ".join("NCCL" if r == "communication" and nccl else r for r in shown)
 
 
 def _thread_names(trace: Any) -> dict[tuple[int, int], str]:

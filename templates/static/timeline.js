@@ -21,14 +21,20 @@
   var y = AXIS;
   lanes.forEach(function (l) { l.y = y; l.h = l.rows * ROW + PAD; y += l.h; });
   var totalH = y + 4, ctx = canvas.getContext("2d");
+  // colours from the page's theme (light or dark: report.css), read at each draw
+  function theme() {
+    var cs = getComputedStyle(document.documentElement);
+    function v(name, dflt) { return (cs.getPropertyValue(name) || "").trim() || dflt; }
+    return { bg: v("--bg", "#fff"), alt: v("--panel", "#f7f8fa"), fg: v("--fg", "#222"), rule: v("--rule", "#e3e6ea") };
+  }
 
   // ---- toolbar and styles (made here: the template only holds the canvas) ----
   var css = document.createElement("style");
   css.textContent = ".tlx-bar{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin:.4em 0;font-size:13px}" +
-    ".tlx-bar button{font:inherit;padding:2px 8px;border:1px solid #b8c0cc;border-radius:4px;background:#f5f7fa;cursor:pointer}" +
-    ".tlx-bar button.on{background:#2f6fdf;color:#fff;border-color:#2f6fdf}.tlx-bar input{font:inherit;padding:2px 6px;width:16em}" +
-    ".tlx-win{color:#555;margin-left:auto}.tlx-count{color:#555;min-width:7em}" +
-    "[data-t0]{cursor:pointer}[data-t0]:hover{background:#fff3c4}[data-t0] td:first-child::before{content:\"\\23F5  \";color:#2f6fdf}";
+    ".tlx-bar button{font:inherit;padding:2px 8px;border:1px solid var(--line,#b8c0cc);border-radius:4px;background:var(--panel2,#f5f7fa);color:var(--fg,#222);cursor:pointer}" +
+    ".tlx-bar button.on{background:#2f6fdf;color:#fff;border-color:#2f6fdf}.tlx-bar input{font:inherit;padding:2px 6px;width:16em;max-width:100%;background:var(--bg,#fff);color:var(--fg,#222);border:1px solid var(--line,#b8c0cc)}" +
+    ".tlx-win{color:var(--muted,#555);margin-left:auto}.tlx-count{color:var(--muted,#555);min-width:7em}" +
+    "[data-t0]{cursor:pointer}[data-t0]:hover{background:rgba(245,179,1,.25)}[data-t0] td:first-child::before{content:\"\\23F5  \";color:#2f6fdf}";
   document.head.appendChild(css);
   var bar = document.createElement("div");
   bar.className = "tlx-bar";
@@ -184,16 +190,18 @@
     canvas.style.height = totalH + "px";
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     var W = plotW();
+    var th = theme();
     ctx.clearRect(0, 0, cw, totalH); ctx.font = "11px system-ui, sans-serif"; ctx.textBaseline = "alphabetic";
+    ctx.fillStyle = th.bg; ctx.fillRect(0, 0, cw, AXIS);
     lanes.forEach(function (lane, i) {
-      ctx.fillStyle = i % 2 ? "#f7f8fa" : "#fff"; ctx.fillRect(0, lane.y, cw, lane.h);
+      ctx.fillStyle = i % 2 ? th.alt : th.bg; ctx.fillRect(0, lane.y, cw, lane.h);
     });
     // the steady window, faintly
     var sx0 = Math.max(LABEL, xOf(data.steady[0])), sx1 = Math.min(cw, xOf(data.steady[1]));
     if (sx1 > sx0) { ctx.fillStyle = "rgba(47,111,223,0.05)"; ctx.fillRect(sx0, AXIS - 4, sx1 - sx0, 4); }
     // axis with round ticks
     var stepNs = niceStep(view.b - view.a, W);
-    ctx.fillStyle = "#333"; ctx.strokeStyle = "#e3e6ea"; ctx.lineWidth = 1;
+    ctx.fillStyle = th.fg; ctx.strokeStyle = th.rule; ctx.lineWidth = 1;
     // far from 0 at a fine step, ticks count from a round base shown at the left ("3.8776 s +")
     var base = Math.abs(view.a) / stepNs > 1000 ? Math.floor(view.a / (stepNs * 10)) * stepNs * 10 : 0;
     if (base) {
@@ -217,10 +225,10 @@
     }
     ctx.restore();
     // lane labels over a white column
-    ctx.fillStyle = "#fff"; ctx.fillRect(0, AXIS, LABEL - 2, totalH - AXIS);
+    ctx.fillStyle = th.bg; ctx.fillRect(0, AXIS, LABEL - 2, totalH - AXIS);
     lanes.forEach(function (lane, i) {
-      ctx.fillStyle = i % 2 ? "#f7f8fa" : "#fff"; ctx.fillRect(0, lane.y, LABEL - 2, lane.h);
-      ctx.fillStyle = "#222"; ctx.fillText(ellipsize(lane.label, LABEL - 10), 4, lane.y + 12);
+      ctx.fillStyle = i % 2 ? th.alt : th.bg; ctx.fillRect(0, lane.y, LABEL - 2, lane.h);
+      ctx.fillStyle = th.fg; ctx.fillText(ellipsize(lane.label, LABEL - 10), 4, lane.y + 12);
     });
     if (!state.ready) { ctx.fillStyle = "#a00"; ctx.fillText(state.error || "decoding the timeline\u2026", LABEL + 6, AXIS + 12); }
     winText.textContent = "showing " + fmt(view.a) + " \u2013 " + fmt(view.b) + " (" + fmt(view.b - view.a) + ")";
