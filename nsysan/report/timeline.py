@@ -31,15 +31,18 @@ ITERATIONS_SHOWN = 3  # the timeline opens on this many steady iterations
 KERNEL, COPY_H2D, MEMSET, GRAPH, COPY_D2H, GAP, NVTX, API, COMM, COPY_OTHER = range(10)
 
 
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)  # 1 more byte from each
+
+
 def varint(values: np.ndarray) -> bytes:
     """Unsigned LEB128 of each value (7 bits a byte, low first, high bit = more follows)."""
     v = np.asarray(values, dtype=np.int64)
     if len(v) and int(v.min()) < 0:
         raise ValueError("varint: negative value")
+    if len(v) == 0 or int(v.max()) < 0x80:  # one byte each (kinds, depths, most name ids)
+        return v.astype(np.uint8).tobytes()
     v = v.astype(np.uint64)
-    nb = np.ones(len(v), dtype=np.int64)
-    for k in range(1, 10):
-        nb += v >= (np.uint64(1) << np.uint64(7 * k))
+    nb = np.searchsorted(_VARINT_LIMITS, v, side="right").astype(np.int64) + 1
     off = np.cumsum(nb) - nb
     out = np.zeros(int(nb.sum()), dtype=np.uint8)
     for k in range(int(nb.max()) if len(v) else 0):
@@ -66,7 +69,7 @@ def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.nd
     dep = np.zeros(len(s), dtype=np.int64) if depth is None else np.asarray(depth, dtype=np.int64)[order]
     raw = b"".join(varint(c) for c in (d, e - s, np.asarray(name, dtype=np.int64)[order],
                                          np.asarray(kind, dtype=np.int64)[order], np.maximum(dep, 0)))
-    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii"), order
+    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order
 
 
 class _Names:
