@@ -149,9 +149,9 @@ def _table() -> dict[int, tuple[bytes, int, int, int]] | None:
 
 
 def _agents(root: int, table: dict[int, tuple[bytes, int, int, int]]) -> set[int]:
-    """nsys' agents for the run whose nsys is ``root``: ``nsys --start-agent
-    --session-name=profile-<program>-<root>`` daemonizes (its own session, its parent gone), so
-    neither the process group nor the parent links reach it."""
+    """nsys' agents for the run whose nsys is ``root``: ``nsys --start-agent --session-name
+    profile-<root>`` (2025.3; 2022.4: ``--session-name=profile-<program>-<root>``) daemonizes (its own
+    session, its parent gone), so neither the process group nor the parent links reach it."""
     found = set()
     tag = b"-%d" % root
     for pid, (_state, _ppid, _pgrp, sid) in table.items():
@@ -162,7 +162,11 @@ def _agents(root: int, table: dict[int, tuple[bytes, int, int, int]]) -> set[int
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if b"--start-agent" in args and any(a.startswith(b"--session-name=") and a.endswith(tag) for a in args):
+        if b"--start-agent" not in args:
+            continue
+        names = [a.split(b"=", 1)[1] for a in args if a.startswith(b"--session-name=")]
+        names += [args[i + 1] for i, a in enumerate(args[:-1]) if a == b"--session-name"]
+        if any(n.endswith(tag) for n in names):
             found.add(pid)
     return found
 

@@ -38,7 +38,7 @@ argv = sys.argv[1:]
 signal.signal(signal.SIGINT, lambda *_: sys.exit(130))  # as nsys: no traceback on Ctrl-C
 AGENT = """import subprocess, sys
 p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "--start-agent",
-                      "--session-name=" + sys.argv[1]], start_new_session=True, stdout=subprocess.DEVNULL,
+                      "--session-name", sys.argv[1]], start_new_session=True, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
 print(p.pid)"""  # double fork: the agent's parent is gone at once, as a daemon's
 with open(os.environ["FAKE_LOG"], "a") as f:
@@ -68,7 +68,7 @@ elif argv[:1] == ["profile"]:
         time.sleep(600)
     if mode == "hang-detached":  # as nsys 2022.4: the program in a session of its own, an agent daemon
         child = subprocess.Popen(["sleep", "600"], start_new_session=True)
-        agent = subprocess.run([sys.executable, "-c", AGENT, f"profile-sleep-{{os.getpid()}}"],
+        agent = subprocess.run([sys.executable, "-c", AGENT, f"profile-{{os.getpid()}}"],
                                capture_output=True, text=True).stdout.strip()
         open(os.environ["FAKE_PIDS"], "w").write(f"{{os.getpid()}} {{child.pid}} {{agent}}")
         time.sleep(600)
@@ -422,6 +422,27 @@ def test_profile_ctrl_c_stops_nsys_and_exits_130(env, tmp_path):
             p.kill()
     assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
     assert not running(nsys_pid) and not running(child)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="/proc")
+@pytest.mark.parametrize("args", [["--session-name", "profile-{root}"], ["--session-name=profile-true-{root}"]],
+                         ids=["2025.3", "2022.4"])
+def test_nsys_agents_are_found_by_their_session_name(args):
+    """nsys' agent daemonizes (own session, parent init): it is found by the session name that ends
+    with the nsys pid, as nsys 2025.3 and 2022.4 write it; another run's agent is not."""
+    from nsysan.inputs import _agents, _table
+
+    root = os.getpid()
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "--start-agent",
+                               *(a.format(root=r) for a in args)], start_new_session=True)
+             for r in (root, root + 1)]
+    try:
+        time.sleep(0.3)
+        assert _agents(root, _table()) == {procs[0].pid}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def test_stop_group_escalates_to_sigkill(tmp_path):
