@@ -345,7 +345,7 @@ def _export_flags(nsys: str) -> list[str]:
     return ["--include-blobs=true"] if b"--include-blobs" in helptext else []
 
 
-def _tail(path: Path, lines: int = 4) -> str:
+def _tail(path: Path) -> str:
     try:
         text = path.read_bytes()[-4000:].decode("utf-8", "replace")
     except OSError:
@@ -355,16 +355,24 @@ def _tail(path: Path, lines: int = 4) -> str:
     return " | ".join(ln for ln in shown if ln)[-600:] if any(shown) else ""
 
 
-def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str, *, timeout: float | None,
+def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str | None, *, timeout: float | None,
            say: Callable[[str], None]) -> Path:
     """Export ``report`` with ``nsys export --type sqlite`` into the cache (see the module's doc) and
-    return the export's path; a cached export of the same report (path, size, time) is reused."""
+    return the export's path; a cached export of the same report (path, size, time) is reused, also
+    when no nsys is at hand."""
     shown = _say(report)
     final = export_path(report, st)
     if _usable(final):
         say(f"nsysan: {shown}: using its SQLite export cached at {_say(final)}")
         return final
+    if not nsys:
+        raise NotSQLiteError(
+            f"{shown}: an Nsight Systems report, not its SQLite export, and nsys is not on PATH to export it",
+            hint=f"export it first: nsys export --type sqlite {shown} (then analyse the .sqlite), or put nsys "
+                 "on PATH (or set NSYSAN_NSYS=/path/to/nsys) and nsysan exports it into its cache")
     check_nsys(nsys)
+    if os.sep in nsys:  # nsys runs in a temporary folder: a relative path to it must not break
+        nsys = os.path.abspath(nsys)
     try:
         final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # reports hold command lines, env
         work = Path(tempfile.mkdtemp(prefix=".export-", dir=final.parent.parent))
@@ -419,12 +427,5 @@ def resolve(path: str | os.PathLike[str], *, nsys: str | None = None, timeout: A
     st = regular_file(path)
     if not is_report(path, _head(path)):
         return os.fspath(path)
-    found = find_nsys(nsys)
-    shown = _say(path)
-    if not found:
-        raise NotSQLiteError(
-            f"{shown}: an Nsight Systems report, not its SQLite export, and nsys is not on PATH to export it",
-            hint=f"export it first: nsys export --type sqlite {shown} (then analyse the .sqlite), or put nsys "
-                 "on PATH (or set NSYSAN_NSYS=/path/to/nsys) and nsysan exports it into its cache")
     limit = export_timeout() if timeout is DEFAULT else timeout
-    return str(export(path, st, found, timeout=limit, say=say or (lambda _line: None)))
+    return str(export(path, st, find_nsys(nsys), timeout=limit, say=say or (lambda _line: None)))

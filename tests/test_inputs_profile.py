@@ -225,6 +225,18 @@ def test_report_without_nsys_says_how_to_export_it(env, tmp_path):
     assert r.returncode == 5
     assert f"hint: export it first: nsys export --type sqlite {rep}" in r.stderr and "NSYSAN_NSYS" in r.stderr
     assert not Path(env["XDG_CACHE_HOME"]).exists()
+    # an export already cached is read without nsys
+    assert nsysan(["analyze", str(rep), "--no-html", "-q"], env, tmp_path).returncode == 0
+    r = nsysan(["analyze", str(rep), "--no-html"], e, tmp_path)
+    assert r.returncode == 0 and "using its SQLite export cached at" in r.stderr and len(exports(env)) == 1
+
+
+def test_a_relative_nsys_path_works(env, tmp_path):
+    rep = a_report(tmp_path / "data")
+    nsys = Path(env["NSYSAN_NSYS"])
+    r = nsysan(["analyze", str(rep), "--no-html", "-q"], {**env, "NSYSAN_NSYS": f"./{nsys.name}"}, nsys.parent)
+    assert r.returncode == 0, r.stderr
+    assert len(exports(env)) == 1
 
 
 def test_a_report_nsys_cannot_export_is_a_clear_error(env, tmp_path):
