@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 import re
-import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -26,6 +26,7 @@ from nsysan import __version__
 from nsysan.errors import (
     EXIT_CODES,
     NsysanError,
+    OutputError,
     OutputExistsError,
     ToolNotFoundError,
     UsageError,
@@ -88,6 +89,14 @@ def _progress_factory(quiet: bool) -> Any:
     return prog, cb
 
 
+def _input(path: str, quiet: bool = False) -> str:
+    """The SQLite file to read for a trace argument: a ``.nsys-rep`` is exported with nsys into
+    nsysan's cache (see ``nsysan.inputs``); a FIFO, directory or device is refused before any open."""
+    from nsysan import inputs
+
+    return inputs.resolve(path, say=None if quiet else inputs._stderr)
+
+
 def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
     from nsysan.analysis import Params, analyze
@@ -96,11 +105,14 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     from nsysan.trace import open_trace
 
     t0 = time.perf_counter()
+    # a .nsys-rep is read from its export (made once into the cache); names stay the user's
+    source = opts.get("source") or _input(trace_path, opts["quiet"])
+    protect = [tuple(x) for x in opts.get("protect", ())] + [i for i in [_identity(source)] if i is not None]
     prog, cb = _progress_factory(opts["quiet"]) if opts.get("interactive") else (None, None)
     if prog:
         prog.start()
     try:
-        trace = open_trace(trace_path, progress=cb, max_rows=opts["max_events"])
+        trace = open_trace(source, progress=cb, max_rows=opts["max_events"])
     finally:
         if prog:
             prog.stop()
@@ -108,7 +120,6 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
                     warmup_factor=opts["warmup_factor"])
     a = analyze(trace, params, rule_config=opts["rule_config"])
     outputs = []
-    protect = [tuple(x) for x in opts.get("protect", ())]
     if opts["json"]:
         write_atomic(Path(opts["json"]), jsonout.to_json(a, show_env=opts["show_env"]), force=opts["force"],
                      protect=protect)
@@ -422,7 +433,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         # decode the big tables on background threads (C, no GIL) while pandas is being imported
         from nsysan.trace import prefetch
 
-        prefetch.start(args.traces[0], max_rows=args.max_events)
+        jobs[0][1]["source"] = _input(args.traces[0], args.quiet)
+        prefetch.start(jobs[0][1]["source"], max_rows=args.max_events)
         res = analyze_one(*jobs[0])
         if not args.quiet:
             _print_summary(res)
@@ -531,39 +543,92 @@ def rules_markdown() -> str:
 MIN_NSYS = (2021, 2)
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    nsys = args.nsys or shutil.which("nsys")
-    if not nsys:
-        raise ToolNotFoundError("nsys (Nsight Systems CLI) is not on PATH",
-                                hint="install Nsight Systems, or pass --nsys /path/to/nsys")
-    if not (Path(nsys).is_file() and os.access(nsys, os.X_OK)):
-        raise ToolNotFoundError(f"{nsys}: not an executable nsys", hint="pass --nsys /path/to/nsys")
-    try:
-        ver = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolNotFoundError(f"{nsys}: cannot run it ({e})") from e
-    import re
+PROFILE_SLACK_NS = 2_000_000_000  # file times are coarse on some file systems (FAT: 2 s)
 
-    m = re.search(r"(\d{4})\.(\d+)", ver)
-    if not m or (int(m.group(1)), int(m.group(2))) < MIN_NSYS:
-        raise ToolNotFoundError(f"{nsys}: version {ver.strip() or 'unknown'} is too old; need "
-                                f"{MIN_NSYS[0]}.{MIN_NSYS[1]} or newer for SQLite export with NVTX")
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Run a command under ``nsys profile --export sqlite``. Outputs are checked first (nsys itself
+    writes to another name when the output exists, e.g. /tmp/nsys-report-XXXX or x(1), and exits 0);
+    nsys runs in its own process group, stopped as a whole on ``--timeout`` or Ctrl-C; the trace
+    reported is checked to be written by this run."""
+    from nsysan import inputs
+
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("nothing to profile: nsysan profile [options] -- COMMAND ...")
     out = args.output
+    for suffix in (".nsys-rep", ".qdrep", ".sqlite"):  # -o x.nsys-rep means x
+        if out.lower().endswith(suffix) and len(out) > len(suffix):
+            out = out[: -len(suffix)]
+            break
+    if "%" in out:
+        raise UsageError(f"-o {_say(out)}: nsys expands %p, %h, %q{{VAR}} in output names, so nsysan could not "
+                         "tell which file it wrote", hint="give a plain name")
+    if not out or out.endswith(("/", os.sep)) or os.path.isdir(out):
+        raise UsageError(f"-o {_say(out)}: expected an output name without extension (e.g. -o runs/mytrace)")
+    nsys = inputs.find_nsys(args.nsys)
+    if not nsys:
+        raise ToolNotFoundError("nsys (Nsight Systems CLI) is not on PATH",
+                                hint="install Nsight Systems, or pass --nsys /path/to/nsys (or set NSYSAN_NSYS)")
+    inputs.check_nsys(nsys)
+    report, sqlite = Path(out + ".nsys-rep"), Path(out + ".sqlite")
+    existing = [p for p in (report, sqlite) if p.exists() or p.is_symlink()]
+    for p in existing:
+        if p.is_dir() and not p.is_symlink():
+            raise UsageError(f"{_say(p)}: is a directory", hint="choose another -o name")
+    if existing and not args.force:
+        raise OutputExistsError(f"{' and '.join(_say(p) for p in existing)}: exists; nsys would write its trace "
+                                "under another name", hint="pass -f to overwrite, or choose another -o name")
+    try:
+        ver = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolNotFoundError(f"{_say(nsys)}: cannot run it ({_say(e)})") from e
+    m = re.search(r"(\d{4})\.(\d+)", ver)
+    if not m or (int(m.group(1)), int(m.group(2))) < MIN_NSYS:
+        raise ToolNotFoundError(f"{_say(nsys)}: version {_say(ver.strip()) or 'unknown'} is too old; need "
+                                f"{MIN_NSYS[0]}.{MIN_NSYS[1]} or newer for SQLite export with NVTX")
+    for p in existing:  # -f: the old files go first, so a file found afterwards is this run's
+        try:
+            p.unlink()
+        except OSError as e:
+            raise OutputError(f"{_say(p)}: cannot remove it to overwrite it: {e.strerror or e}") from e
+    try:  # nsys 2022.4 writes /tmp/nsys-report-XXXX.* (and exits 0) when the folder is missing
+        sqlite.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"-o {_say(out)}: cannot create its folder: {e.strerror or e}") from e
     full = [nsys, "profile", "-t", args.trace, "-s", "none", "--export", "sqlite", "-o", out,
             "-f", "true" if args.force else "false", *(["--cuda-graph-trace=node"] if args.graph_nodes else []), *cmd]
-    print("running: " + " ".join(full), file=sys.stderr)
-    rc = subprocess.run(full).returncode
-    sqlite = Path(f"{out}.sqlite")
+    print("running: " + _say(" ".join(full)), file=sys.stderr, flush=True)
+    started_ns = time.time_ns()
+    try:
+        rc = inputs.run_group(full, timeout=args.timeout, say=inputs._stderr)
+    except subprocess.TimeoutExpired:
+        from nsysan.errors import ResourceLimitError
+
+        kept = _fresh(sqlite, started_ns)
+        raise ResourceLimitError(
+            f"nsys did not finish within --timeout {args.timeout:g} s; it and every process it started were stopped",
+            hint=(f"nsys wrote {_say(sqlite)} before it stopped: nsysan analyze {_say(sqlite)}" if kept else
+                  "raise --timeout, or make the run shorter (nsys profile --duration SECONDS)")) from None
     if not sqlite.exists():
-        print(f"nsysan: nsys exited {rc} and wrote no {sqlite}", file=sys.stderr)
+        print(f"nsysan: nsys exited {rc} and wrote no {_say(sqlite)}", file=sys.stderr)
         return rc or 1
-    print(f"trace: {sqlite}\nnext:  nsysan analyze {sqlite}")
+    if not _fresh(sqlite, started_ns):
+        raise OutputError(f"{_say(sqlite)}: not written by this run (older than its start); nsys wrote its "
+                          "trace elsewhere (see its \"Generated:\" lines above)", hint="pass -f to overwrite")
+    print(f"trace: {_say(sqlite)}\nnext:  nsysan analyze {_say(sqlite)}")
     return rc
+
+
+def _fresh(path: Path, started_ns: int) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_mtime_ns >= started_ns - PROFILE_SLACK_NS
 
 
 def cmd_example(args: argparse.Namespace) -> int:
@@ -600,7 +665,7 @@ def _render_compare(**ctx: Any) -> str:
 
 
 def _labels(paths: Sequence[str]) -> list[str]:
-    return [Path(p).name.removesuffix(".json").removesuffix(".sqlite") for p in paths]
+    return [Path(p).name.removesuffix(".json").removesuffix(".sqlite").removesuffix(".nsys-rep") for p in paths]
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -612,8 +677,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     inputs = [args.base, args.new]
     protect = check_outputs(inputs, [(o, v) for o, v in (("--json", args.json), ("--html", args.html)) if v],
                             force=args.force)
-    base = compare.load(args.base, iteration_range=args.iteration_range)
-    new = compare.load(args.new, iteration_range=args.iteration_range)
+    base = compare.load(_input(args.base, args.quiet), iteration_range=args.iteration_range)
+    new = compare.load(_input(args.new, args.quiet), iteration_range=args.iteration_range)
     lb, ln = _labels([args.base, args.new])
     if lb == ln:
         lb, ln = "base", "new"
@@ -638,7 +703,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _print_diff(d: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text as _Text
 
@@ -709,12 +773,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("compare needs at least two traces (or nsysan JSON files)")
     protect = check_outputs(args.traces, [(o, v) for o, v in (("--json", args.json), ("--html", args.html)) if v],
                             force=args.force)
-    workers = _positive_jobs(args.jobs, len(args.traces))
+    sources = [_input(t, args.quiet) for t in args.traces]
+    workers = _positive_jobs(args.jobs, len(sources))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            dicts = list(pool.map(compare.load, args.traces, [args.iteration_range] * len(args.traces)))
+            dicts = list(pool.map(compare.load, sources, [args.iteration_range] * len(sources)))
     else:
-        dicts = [compare.load(t, iteration_range=args.iteration_range) for t in args.traces]
+        dicts = [compare.load(t, iteration_range=args.iteration_range) for t in sources]
     lad = compare.ladder(list(zip(labels, dicts)), args.metric)
     if args.json:
         write_atomic(Path(args.json), compare.dumps(lad), force=args.force, protect=protect)
@@ -725,7 +790,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown:
         print(ladder_markdown(lad), end="")
     elif not args.quiet:
-        from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
@@ -806,10 +870,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_rules)
     pr = sub.add_parser("profile", help="run a command under nsys and export SQLite")
     pr.add_argument("-o", "--output", default="nsysan_trace", help="output name without extension")
-    pr.add_argument("--nsys", help="path to nsys (default: on PATH)")
+    pr.add_argument("--nsys", help="path to nsys (default: $NSYSAN_NSYS, else nsys on PATH)")
     pr.add_argument("--trace", default="cuda,nvtx,osrt", help="nsys -t value (default cuda,nvtx,osrt)")
     pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
-    pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing report")
+    pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing NAME.nsys-rep / NAME.sqlite "
+                    "(without it nsysan refuses to start when either exists)")
+    pr.add_argument("--timeout", type=_opt_number("--timeout", strict=True), metavar="SECONDS",
+                    help="stop nsys and everything it started after SECONDS (SIGINT, then SIGTERM, then SIGKILL "
+                    "to its process group; exit 9); default: no limit")
     pr.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     pr.set_defaults(fn=cmd_profile)
     from nsysan.compare import GATE_METRICS, METRICS

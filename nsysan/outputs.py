@@ -104,7 +104,9 @@ def read_small_file(path: Path, what: str) -> bytes:
     if stat.S_ISDIR(st.st_mode):
         raise TraceNotFoundError(f"{what} {shown}: is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
-        raise TraceNotFoundError(f"{what} {shown}: not a regular file")
+        from nsysan.inputs import file_kind
+
+        raise TraceNotFoundError(f"{what} {shown}: not a regular file ({file_kind(st.st_mode)})")
     if st.st_size > MAX_SIDE_FILE:
         raise UsageError(f"{what} {shown}: {st.st_size:,} bytes, more than the {MAX_SIDE_FILE >> 20} MB such a "
                          "file can be")

@@ -4,7 +4,6 @@ stored beside each fixture). Same rows, same counts, totals, min/max, mean, medi
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -38,6 +38,7 @@ from nsysan.errors import (
     TraceNotFoundError,
     TraceUnreadableError,
 )
+from nsysan.inputs import file_kind
 from nsysan.trace import direct, prefetch
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -67,14 +68,15 @@ def check_file(path: Path) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise TraceNotFoundError(f"{shown}: is a directory, not a trace file")
     if not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: opening it could block forever
-        raise TraceNotFoundError(f"{shown}: not a regular file")
+        raise TraceNotFoundError(f"{shown}: not a regular file ({file_kind(st.st_mode)})")
     if not os.access(path, os.R_OK):
         raise TraceUnreadableError(f"{shown}: permission denied", hint="make the file readable (chmod +r)")
     try:  # O_NONBLOCK: should the path have been swapped for a FIFO since the stat, do not wait on it
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise TraceNotFoundError(f"{shown}: not a regular file")
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise TraceNotFoundError(f"{shown}: not a regular file ({file_kind(mode)})")
             head = os.pread(fd, 100, 0)
         finally:
             os.close(fd)
