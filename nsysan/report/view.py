@@ -498,6 +498,9 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             note="What nsys analyze would list on this trace (its own definitions), where it falls, and which "
                  "nsysan rule judges it. Setup, warm-up and teardown are reported apart, not ranked."),
     ]
+    rv = _ranks_view(a)
+    if rv:  # the ranks panel shows this table (with its bars and lanes): not twice
+        tables = [tb for tb in tables if tb.id != "ranks"]
     rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
     capture = [(k, v) for k, v in m.capture] if show_env else []
     return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=headline, info=info,
@@ -505,7 +508,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                   breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                   overlap_bars=ovb,
                   timeline=build_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
-                  ranks_view=_ranks_view(a), top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle)
+                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle)
 
 
 def _ranks_view(a: Any) -> dict[str, Any]:
