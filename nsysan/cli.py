@@ -121,9 +121,14 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     a = analyze(trace, params, rule_config=opts["rule_config"])
     outputs = []
     if opts["json"]:
-        write_atomic(Path(opts["json"]), jsonout.to_json(a, show_env=opts["show_env"]), force=opts["force"],
-                     protect=protect)
+        text = jsonout.to_json(a, show_env=opts["show_env"])
+        write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["json"])
+        if not opts["show_env"]:  # compare and diff of this trace with these options reuse it
+            from nsysan import results
+
+            results.put(results.key(source, results.options_of(
+                opts["iteration_range"], opts["min_gap_ns"], opts["warmup_factor"], opts["rule_config"])), text)
     if opts["csv"]:
         d = Path(opts["csv"])
         for name, df in jsonout.csv_tables(a).items():

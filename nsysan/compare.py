@@ -196,11 +196,19 @@ def load(source: str | Path, iteration_range: str | None = None) -> dict[str, An
             raise UsageError(f"{shown}: a damaged nsysan.analysis/2 file: {clean_text(bad)}",
                              hint="write it again with nsysan analyze TRACE --json OUT.json")
         return d
+    from nsysan import results
+
+    k = results.key(path, results.options_of(iteration_range))
+    d = results.get(k)  # analysed before with these options (nsysan analyze, compare or diff)
+    if d is not None:
+        return d
     from nsysan.analysis import Params, analyze
-    from nsysan.report.jsonout import analysis_to_dict
+    from nsysan.report.jsonout import analysis_to_dict, dumps
     from nsysan.trace import open_trace
 
-    return analysis_to_dict(analyze(open_trace(path), Params(iteration_range=iteration_range)))
+    d = analysis_to_dict(analyze(open_trace(path), Params(iteration_range=iteration_range)))
+    results.put(k, dumps(d))
+    return d
 
 
 def finite(v: Any) -> Any:

@@ -56,3 +56,17 @@ def analysis(load):
         return _analyses[name]
 
     return _an
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_results_cache(tmp_path_factory: pytest.TempPathFactory):
+    """The analysis cache (nsysan/results.py) of this test run: its own folder, not the user's."""
+    import os
+
+    old = os.environ.get("NSYSAN_CACHE_DIR")
+    os.environ["NSYSAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("results-cache"))
+    yield
+    if old is None:
+        os.environ.pop("NSYSAN_CACHE_DIR", None)
+    else:
+        os.environ["NSYSAN_CACHE_DIR"] = old
