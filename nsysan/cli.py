@@ -173,21 +173,12 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
     """Where one steady iteration's time goes, per sequence group (``report.view`` draws the same
     numbers as a stacked bar): (label, mean period ns, [(part, mean ns, share)])."""
-    from nsysan.analyses.breakdown import breakdown_summary
+    from nsysan.analyses.breakdown import breakdown_groups
     from nsysan.report.view import BREAKDOWN_PARTS
 
-    bd = a.breakdown
-    if len(bd) == 0:
-        return []
-    groups = [("one iteration", bd)] if bd["pid"].nunique() == 1 else \
-        [(f"pid {int(p)} (GPU {int(g['device_id'].iloc[0])})", g) for p, g in bd.groupby("pid", sort=True)]
-    out = []
-    for label, g in groups:
-        sm = breakdown_summary(g)
-        if sm:
-            out.append((label, int(sm["span_mean_ns"]), [(name, int(sm[k + "_mean_ns"]), float(sm[k + "_frac"]))
-                                                         for k, name, _ in BREAKDOWN_PARTS if sm[k + "_mean_ns"] > 0]))
-    return out
+    return [(label, int(sm["span_mean_ns"]), [(name, int(sm[k + "_mean_ns"]), float(sm[k + "_frac"]))
+                                              for k, name, _ in BREAKDOWN_PARTS if sm[k + "_mean_ns"] > 0])
+            for label, sm in breakdown_groups(a.breakdown)]
 
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -70,3 +70,12 @@ def _private_results_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("NSYSAN_CACHE_DIR", None)
     else:
         os.environ["NSYSAN_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium through Playwright (tests/browser_kit.py: skipped or required)."""
+    from browser_kit import launched
+
+    with launched() as b:
+        yield b

@@ -7,8 +7,6 @@ Screenshots go to ``$NSYSAN_SCREENSHOTS`` when set (else the test's temp folder)
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,29 +14,9 @@ import pytest
 from nsysan.analysis import Params, analyze
 from nsysan.report import html, view
 
-CHROMIUM = os.environ.get("NSYSAN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-if os.environ.get("NSYSAN_REQUIRE_BROWSER"):  # CI: a missing browser is a failure, not a skip
-    assert CHROMIUM, "NSYSAN_REQUIRE_BROWSER is set but there is no chromium executable (apt-get install chromium)"
-    from playwright import sync_api
-else:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium executable (apt-get install chromium)")
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-dev-shm-usage", "--disable-extensions"]
+from browser_kit import SKIP, shots_dir
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
-
-
-def shots_dir(tmp_path: Path) -> Path:
-    d = Path(os.environ.get("NSYSAN_SCREENSHOTS") or tmp_path)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+pytestmark = SKIP
 
 
 def open_report(browser, path: Path):

@@ -16,17 +16,9 @@ import pytest
 from nsysan.report import html, view
 from nsysan.units import fmt_ns
 
-from test_browser import ARGS, CHROMIUM, shots_dir, sync_api  # noqa: F401  (the same skip/require rules)
+from browser_kit import SKIP, shots_dir
 
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium executable (apt-get install chromium)")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
+pytestmark = SKIP
 
 
 @pytest.fixture(scope="module")

@@ -11,35 +11,16 @@ Skipped cleanly when Chromium or Playwright is missing (``apt-get install chromi
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from nsysan.report import html, view
 
-CHROMIUM = os.environ.get("NSYSAN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium executable (apt-get install chromium)")
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-dev-shm-usage", "--disable-extensions"]
+from browser_kit import SKIP, shots_dir
+
+pytestmark = SKIP
 WIDTH = 1440
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
-
-
-def shots_dir(tmp_path: Path) -> Path:
-    d = Path(os.environ.get("NSYSAN_SCREENSHOTS") or tmp_path)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 @pytest.fixture

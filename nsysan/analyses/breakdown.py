@@ -75,3 +75,13 @@ def breakdown_summary(bd: pd.DataFrame) -> dict[str, Any]:
         out[f"{c[:-3]}_mean_ns"] = int(round(m))
         out[f"{c[:-3]}_frac"] = round(m / span, 4) if span > 0 else 0.0
     return out
+
+
+def breakdown_groups(bd: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
+    """``breakdown_summary`` per group that gets its own bar: the one sequence of iterations, or
+    each process when there are several (label, summary); groups with no steady iteration left out."""
+    if len(bd) == 0:
+        return []
+    groups = [("one iteration", bd)] if bd["pid"].nunique() == 1 else \
+        [(f"pid {int(p)} (GPU {int(g['device_id'].iloc[0])})", g) for p, g in bd.groupby("pid", sort=True)]
+    return [(label, s) for label, g in groups if (s := breakdown_summary(g))]

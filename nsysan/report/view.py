@@ -104,18 +104,10 @@ BREAKDOWN_PARTS = (("compute", "compute", "bd-compute"), ("comm_exposed", "commu
 def _breakdown_rows(a: Any) -> list[tuple[str, list[tuple[str, float, str, str]]]]:
     """One stacked bar per sequence of iterations (per process when there are several): the mean
     steady iteration period split into compute, exposed communication, copies alone and idle."""
-    from nsysan.analyses.breakdown import breakdown_summary
+    from nsysan.analyses.breakdown import breakdown_groups
 
-    bd = a.breakdown
-    if len(bd) == 0:
-        return []
-    groups = [("one iteration", bd)] if bd["pid"].nunique() == 1 else \
-        [(f"pid {int(p)} (GPU {int(g['device_id'].iloc[0])})", g) for p, g in bd.groupby("pid", sort=True)]
     rows = []
-    for label, g in groups:
-        s = breakdown_summary(g)
-        if not s:
-            continue
+    for label, s in breakdown_groups(a.breakdown):
         parts = [(name, round(100 * s[k + "_frac"], 2), css, f"{name} {fmt_ns(s[k + '_mean_ns'])} "
                   f"({fmt_pct(s[k + '_frac'])})") for k, name, css in BREAKDOWN_PARTS if s[k + "_mean_ns"] > 0]
         rows.append((f"{label}: {fmt_ns(s['span_mean_ns'])}", parts))
