@@ -185,7 +185,6 @@ def build_timeline(a: Any) -> dict[str, Any]:
     t0 = int(a.capture.start_ns)
     span = int(a.capture.dur_ns)
     names = _Names()
-    lanes: list[dict[str, Any]] = []
     threads, procs = _thread_names(a.trace), _process_names(a.trace)
     ops, gaps, rg, api = a.ops, a.gaps, a.nvtx_ranges, a.trace.cuda_api
     gpu_pids = distinct(ops["pid"].to_numpy()) if len(ops) else None
@@ -203,16 +202,22 @@ def build_timeline(a: Any) -> dict[str, Any]:
         n = threads.get((pid, tid))
         return f"{proc(pid)}{n} (tid {tid})" if n else f"{proc(pid)}tid {tid}"
 
+    jobs: list[tuple[Any, ...]] = []
+
     def add(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
             depth: np.ndarray | None = None) -> None:
-        data, order = encode_ops(s - t0, e - t0, nm, kind, depth)
+        jobs.append((label, group, s, e, nm, kind, depth))  # encoded below, lanes on threads
+
+    def lane(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
+             depth: np.ndarray | None) -> dict[str, Any]:
         from nsysan.analyses import intervals as iv
 
+        data, order = encode_ops(s - t0, e - t0, nm, kind, depth)
         ms, me = iv.merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) if len(s) else ([], [])
         busy = float(np.sum(np.asarray(me) - np.asarray(ms))) / span if span > 0 and len(s) else 0.0
         rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
-        lanes.append({"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
-                      "busy": round(busy, 6), "data": data})
+        return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
+                "busy": round(busy, 6), "data": data}
 
     if len(ops):
         op_codes, op_text = _text_codes(ops["op"])
@@ -269,6 +274,13 @@ def build_timeline(a: Any) -> dict[str, Any]:
             rows = api_groups[key]
             add(f"CUDA API · {thread(*key)}", "api", api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows],
                 names.ids(api["name"], rows), np.full(len(rows), API, dtype=np.int64))
+    # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
+    from nsysan._executor import threads as thread_pool
+    from nsysan.analysis import default_workers
+
+    with thread_pool(min(default_workers(), max(len(jobs), 1)), "nsysan-timeline") as pool:
+        futures = [pool.submit(lane, *job) for job in jobs]
+        lanes = [f.result() for f in futures]
     lo, hi, what = initial_window(a)
     return {"t0": t0, "span": span, "lanes": lanes, "names": names.names,
             "initial": [int(lo - t0), int(hi - t0)], "initial_label": what,
