@@ -152,3 +152,69 @@ def test_edge_traces_write_every_output(fixture_dir, tmp_path):
         assert sum(k["count"] for k in d["kernels"]["by_name"]) == nk
         assert sum(1 for e in pf["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel") == nk
         assert (tmp_path / f"{name}.html").stat().st_size > 0
+
+
+XSS = ["</script><script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "{{7*7}}<svg onload=alert(3)>"]
+
+
+def test_html_pages_run_nothing_from_trace_strings_in_chromium(fixture_dir, tmp_path):
+    """Regression guard (passed when written): report (tables, lane labels from thread names, search
+    box, tooltip), diff page, compare page and notebook fragment, all from a trace whose kernel names,
+    NVTX texts, thread and process names carry script and markup, opened in Chromium."""
+    from test_browser import ARGS, CHROMIUM
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM:
+        pytest.skip("no chromium executable")
+    base = fixture_dir / f"{SRC}.sqlite"
+    t = tmp_path / "x.sqlite"
+    shutil.copy(base, t)
+    con = sqlite3.connect(t)
+    ids = [r[0] for r in con.execute("SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL UNION "
+                                     "SELECT DISTINCT textId FROM NVTX_EVENTS WHERE textId IS NOT NULL ORDER BY 1")]
+    for i, sid in enumerate(ids):
+        con.execute("UPDATE StringIds SET value = value || ? WHERE id = ?", (XSS[i % len(XSS)], sid))
+    # the thread that made the CUDA calls, and its process
+    gtid, tname_id = con.execute("""SELECT t.globalTid, t.nameId FROM ThreadNames t WHERE t.globalTid IN
+                                    (SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME) LIMIT 1""").fetchone()
+    con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (XSS[1] + " worker", tname_id))
+    con.execute("UPDATE PROCESSES SET name = ? WHERE pid = ?", (XSS[0], (gtid >> 24) & 0xFFFFFF))
+    con.commit()
+    con.close()
+    assert _cli(["analyze", str(t), "--html", "r.html", "-q"], tmp_path).returncode == 0
+    assert _cli(["diff", str(base), str(t), "--html", "d.html", "-q"], tmp_path).returncode == 0
+    assert _cli(["compare", str(base), str(t), "--labels", f"base,{XSS[0]}", "--html", "c.html", "-q"], tmp_path).returncode == 0
+    import nsysan
+
+    (tmp_path / "nb.html").write_text("<!doctype html><body>" + nsysan.analyze(str(t))._repr_html_(),
+                                      encoding="utf-8")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            for name in ("r.html", "d.html", "c.html", "nb.html"):
+                page = b.new_page(viewport={"width": 1400, "height": 1000})
+                dialogs: list[str] = []
+                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+                page.goto((tmp_path / name).as_uri())
+                page.wait_for_load_state("load")
+                if name == "r.html":
+                    labels = page.evaluate("window.nsysanTimeline.lanes.map(l => l.label)")
+                    assert f"CUDA API · {XSS[1]} worker (tid {gtid & 0xFFFFFF})" in labels
+                    box = page.get_by_placeholder("search op names")
+                    for s in XSS:
+                        box.fill(s)
+                    box.fill("")
+                    c = page.locator("#tl")
+                    c.scroll_into_view_if_needed()
+                    bb = c.bounding_box()
+                    for y in range(0, int(bb["height"]), 8):
+                        page.mouse.move(bb["x"] + bb["width"] * 0.5, bb["y"] + y)
+                # THEN nothing from the trace ran or became markup
+                page.wait_for_timeout(100)
+                assert dialogs == [], (name, dialogs)
+                assert page.evaluate("document.querySelectorAll('img, svg[onload], [onerror], [onload]').length") == 0
+                text = page.locator("body").inner_text()
+                assert any(x in text for x in XSS), name  # shown as text
+                page.close()
+        finally:
+            b.close()
