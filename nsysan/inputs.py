@@ -309,7 +309,8 @@ def export_path(path: str | os.PathLike[str], st: os.stat_result) -> Path:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return cache_root() / cache_key(path, st) / ((name or "report") + ".sqlite")
+    raw = os.fsencode(name or "report")[:255 - len(".sqlite")]  # one path component (NAME_MAX); the folder is unique
+    return cache_root() / cache_key(path, st) / (os.fsdecode(raw) + ".sqlite")
 
 
 def export_timeout() -> float | None:

@@ -49,9 +49,10 @@ def fmt_pct(frac: float | None) -> str:
 
 
 # C0 and C1 control characters (ESC starts terminal escape sequences: titles, OSC 8 links, clearing
-# the screen), DEL, bidirectional overrides (text that reads differently from what it is) and lone
-# surrogates (bytes of a file name that are not UTF-8)
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# the screen), DEL, bidirectional overrides and marks (text that reads differently from what it is),
+# the Unicode line and paragraph separators (a name that fakes a new line) and lone surrogates (bytes
+# of a file name that are not UTF-8)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape_char(m: re.Match[str]) -> str:

@@ -362,7 +362,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                             _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
     kdf = a.steady_summaries.get("kernels", a.kernels)
     kmax = (float(kdf["total_ns"].max()) if len(kdf) else 0.0) or 1.0  # all-zero durations happen
-    kernel_bars = [Bar(str(r["name"])[:140], f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})",
+    kernel_bars = [Bar(str(r["name"]), f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})",
                        float(r["total_ns"]) / kmax) for _, r in kdf.head(15).iterrows()]
     wdur = a.steady.dur_ns
     top_fixes = [(i, f.severity.name.lower(), f.title, f.rule,
