@@ -161,7 +161,7 @@ def test_html_pages_run_nothing_from_trace_strings_in_chromium(fixture_dir, tmp_
     """Regression guard (passed when written): report (tables, lane labels from thread names, search
     box, tooltip), diff page, compare page and notebook fragment, all from a trace whose kernel names,
     NVTX texts, thread and process names carry script and markup, opened in Chromium."""
-    from test_browser import ARGS, CHROMIUM
+    from browser_kit import ARGS, CHROMIUM
 
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM:
