@@ -124,7 +124,7 @@ def put(k: str | None, text: str) -> None:
             except OSError:
                 pass
             raise
-    except OSError:
+    except (OSError, UnicodeError):  # a file name that is not UTF-8 in the text: not cached
         return
     trim(d)
 
