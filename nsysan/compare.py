@@ -312,15 +312,13 @@ class Diff:
     findings: dict[str, list[dict[str, Any]]]
     noise: dict[str, Any]
     gate: dict[str, Any] | None = None
-    # every remark as text, the comparability warnings first; ``warnings`` holds those structured
-    notes: list[str] = field(default_factory=list)
-    warnings: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)  # comparability warnings, structured
+    other_notes: list[str] = field(default_factory=list)  # remarks that are not warnings (shown after them)
 
     @property
-    def other_notes(self) -> list[str]:
-        """The notes that are not comparability warnings (shown after them)."""
-        said = {w["message"] for w in self.warnings}
-        return [n for n in self.notes if n not in said]
+    def notes(self) -> list[str]:
+        """Every remark as text, the comparability warnings first."""
+        return [w["message"] for w in self.warnings] + self.other_notes
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "nsysan.diff/1", "base": self.base, "new": self.new, "metrics": self.metrics,
@@ -541,7 +539,7 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
         "new": [brief(fn[r]) for r in sorted(set(fn) - set(fb))],
     }
     warnings = comparability(base, new)
-    notes = [w["message"] for w in warnings]
+    notes = []
     for label, x in ((base_label, base), (new_label, new)):
         st = (x.get("iterations") or {}).get("stats") or {}
         if st.get("latency_includes_queueing"):
@@ -550,7 +548,7 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
     return Diff(base_label, new_label, metrics,
                 _table_diff((base.get("kernels") or {}).get("by_name") or [], (new.get("kernels") or {}).get("by_name") or []),
                 _table_diff((base.get("nvtx") or {}).get("by_name") or [], (new.get("nvtx") or {}).get("by_name") or []),
-                findings, noise, notes=notes, warnings=warnings)
+                findings, noise, warnings=warnings, other_notes=notes)
 
 
 def _iqr(v: np.ndarray) -> float | None:

@@ -39,6 +39,7 @@ from nsysan.errors import (
     TraceUnreadableError,
     UsageError,
 )
+from nsysan.units import clean_text as _say
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 # the first bytes of a report written by nsys 2022.4 and 2025.3 (a .nsys-rep under another name)
@@ -50,10 +51,6 @@ STOP_STEPS: tuple[tuple[signal.Signals, float], ...] = (
     (signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0))
 
 
-def _say(text: object) -> str:
-    from nsysan.units import clean_text
-
-    return clean_text(text)
 
 
 # -- what kind of file ------------------------------------------------------------------------
@@ -291,8 +288,9 @@ def run_group(cmd: Sequence[str], *, timeout: float | None = None, say: Callable
 # -- the export cache -------------------------------------------------------------------------
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nsysan" / "exports"
+    from nsysan.outputs import user_cache
+
+    return user_cache("exports")
 
 
 def cache_key(path: str | os.PathLike[str], st: os.stat_result) -> str:

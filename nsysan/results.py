@@ -41,8 +41,9 @@ def enabled() -> bool:
 def root() -> Path:
     if os.environ.get("NSYSAN_CACHE_DIR"):
         return Path(os.environ["NSYSAN_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nsysan" / "results"
+    from nsysan.outputs import user_cache
+
+    return user_cache("results")
 
 
 def code_stamp() -> str:

@@ -19,8 +19,9 @@ def names() -> list[str]:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    d = Path(base) / "nsysan" / "examples"
+    from nsysan.outputs import user_cache
+
+    d = user_cache("examples")
     try:
         d.mkdir(parents=True, exist_ok=True)
         return d

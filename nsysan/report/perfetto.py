@@ -300,16 +300,7 @@ def _host(w: _Writer, a: Any, t0: int) -> None:
     pids = sorted({*rg["pid"].tolist(), *api["pid"].tolist(), *marks["pid"].tolist()})
     if not pids:
         return
-    pnames: dict[int, str] = {}
-    if len(t.processes):
-        for p, n in zip(t.processes["pid"].tolist(), t.processes["name"].tolist()):
-            if n is not None and n is not pd.NA and str(n):
-                pnames.setdefault(int(p), str(n))
-    tnames: dict[tuple[int, int], str] = {}
-    if len(t.threads):
-        for p, td, n in zip(t.threads["pid"].tolist(), t.threads["tid"].tolist(), t.threads["name"].tolist()):
-            if n is not None and n is not pd.NA and str(n):
-                tnames.setdefault((int(p), int(td)), str(n))
+    pnames, tnames = t.process_names(), t.thread_names()
     tracks: dict[int, _Tracks] = {}
     for i, pid in enumerate(pids):
         _meta(w, "process_name", pid, None, {"name": pnames.get(pid, f"process {pid}")})

@@ -131,22 +131,6 @@ def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: l
     return " + ".join("NCCL" if r == "communication" and nccl else r for r in shown)
 
 
-def _thread_names(trace: Any) -> dict[tuple[int, int], str]:
-    th = trace.threads
-    if len(th) == 0:
-        return {}
-    return {(int(p), int(t)): str(n) for p, t, n in zip(th["pid"].tolist(), th["tid"].tolist(), list(th["name"].array))
-            if n is not None and n is not pd.NA and str(n) not in ("", "nan", "<NA>")}
-
-
-def _process_names(trace: Any) -> dict[int, str]:
-    pr = trace.processes
-    if len(pr) == 0:
-        return {}
-    return {int(p): str(n) for p, n in zip(pr["pid"].tolist(), list(pr["name"].array))
-            if n is not None and n is not pd.NA and str(n) not in ("", "nan", "<NA>")}
-
-
 def initial_window(a: Any) -> tuple[int, int, str]:
     """Where the timeline opens (absolute ns) and what it is: ``ITERATIONS_SHOWN`` consecutive steady
     iterations of the chosen iteration range (of its longest sequence: one thread), from the first
@@ -185,7 +169,7 @@ def build_timeline(a: Any) -> dict[str, Any]:
     t0 = int(a.capture.start_ns)
     span = int(a.capture.dur_ns)
     names = _Names()
-    threads, procs = _thread_names(a.trace), _process_names(a.trace)
+    threads, procs = a.trace.thread_names(), a.trace.process_names()
     ops, gaps, rg, api = a.ops, a.gaps, a.nvtx_ranges, a.trace.cuda_api
     gpu_pids = distinct(ops["pid"].to_numpy()) if len(ops) else None
     pids = set(distinct(ops["pid"].to_numpy()).tolist() if len(ops) else []) \

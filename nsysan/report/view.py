@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.summaries import in_window
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
@@ -402,9 +403,9 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                 ("Gap", "gap_ns", fmt_ns), ("Cause", "cause", None), ("Submitting thread was in", "activity", None),
                 ("Next API", "api_name", None), ("Next op", "next_op", lambda v: str(v)[:120])]
     gaps_steady = None
-    if len(g):
-        gs = g["start_ns"].to_numpy()
-        gaps_steady = g.loc[(gs >= a.steady.start_ns) & (gs < a.steady.end_ns)].nlargest(MAX_TABLE_ROWS, "gap_ns")
+    if len(g):  # a window owns the gaps that start in it, as it owns ops and calls
+        inside = in_window(g, a.steady.start_ns, a.steady.end_ns)
+        gaps_steady = (g if inside is None else inside).nlargest(MAX_TABLE_ROWS, "gap_ns")
     tables = [
         steady_first("kernels", "Kernels", ss.get("kernels"), a.kernels, _stat_cols([("Name", "name", None)])),
         steady_first("api", "CUDA API", ss.get("cuda_api"), a.cuda_api, _stat_cols([("Name", "name", None)])),

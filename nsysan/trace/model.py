@@ -106,6 +106,19 @@ class Trace:
     def counts(self) -> dict[str, int]:
         return {name: len(df) for name, df in self.tables().items()}
 
+    def thread_names(self) -> dict[tuple[int, int], str]:
+        """(pid, tid) -> the thread's name from ThreadNames (unnamed threads left out; the last
+        name of a renamed thread)."""
+        th = self.threads
+        return {(int(p), int(t)): str(n) for p, t, n in zip(th["pid"].tolist(), th["tid"].tolist(), list(th["name"].array))
+                if _named(n)} if len(th) else {}
+
+    def process_names(self) -> dict[int, str]:
+        """pid -> the process's name (unnamed processes left out)."""
+        pr = self.processes
+        return {int(p): str(n) for p, n in zip(pr["pid"].tolist(), list(pr["name"].array)) if _named(n)} \
+            if len(pr) else {}
+
     @property
     def is_empty(self) -> bool:
         """No GPU activity, no API calls and no NVTX: the capture recorded nothing to analyse."""
@@ -139,3 +152,7 @@ class Trace:
             if (closed["end_ns"] < closed["start_ns"]).any():
                 problems.append("nvtx: end_ns < start_ns")
         return problems
+
+
+def _named(n: object) -> bool:
+    return n is not None and n is not pd.NA and str(n) not in ("", "nan", "<NA>")
