@@ -55,6 +55,19 @@ def _number(option: str, text: str, *, minimum: float = 0.0, strict: bool = Fals
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _time_range(text: str) -> tuple[float, float]:
+    """``START:END`` in seconds from the capture's start, 0 <= START < END."""
+    start, sep, end = text.partition(":")
+    try:
+        a, b = check_number(start), check_number(end)
+    except ValueError:
+        a = b = -1.0
+    if not sep or not 0 <= a < b:
+        raise argparse.ArgumentTypeError(f"{_say(text)!r}: expected START:END in seconds from the capture's start, "
+                                         "0 <= START < END (e.g. 10:12.5)")
+    return (float(a), float(b))
+
+
 def _opt_number(option: str, **kw: Any) -> Any:
     def parse(text: str) -> Any:
         return _number(option, text, **kw)
@@ -112,7 +125,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     if prog:
         prog.start()
     try:
-        trace = open_trace(source, progress=cb, max_rows=opts["max_events"])
+        trace = open_trace(source, progress=cb, max_rows=opts["max_events"], time_range=opts.get("time_range"))
     finally:
         if prog:
             prog.stop()
@@ -124,7 +137,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
         text = jsonout.to_json(a, show_env=opts["show_env"])
         write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["json"])
-        if not opts["show_env"]:  # compare and diff of this trace with these options reuse it
+        if not opts["show_env"] and not opts.get("time_range"):  # compare and diff of this trace reuse it
             from nsysan import results
 
             results.put(results.key(source, results.options_of(
@@ -392,7 +405,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise UsageError(f"--out-dir {_say(args.out_dir)}: exists and is not a directory")
     base = {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
             "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
-            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many}
+            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many,
+            "time_range": args.time_range}
     jobs = []
     planned: list[tuple[str, str]] = []
     stems: dict[str, str] = {}
@@ -852,6 +866,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "lines in reports (off by default: they often hold secrets)")
     a.add_argument("--max-events", type=_opt_number("--max-events", integer=True), default=200_000_000, help="refuse traces with more events "
                    "(default 200M)")
+    a.add_argument("--time-range", type=_time_range, metavar="START:END", help="analyse only the events that start "
+                   "in this part of the capture (seconds from its start): a trace too big for the memory then fits")
     a.add_argument("--jobs", type=_opt_number("--jobs", integer=True), default=0,
                    help="parallel processes for several traces (default and most: min(traces, cores))")
     a.add_argument("--scheduler", metavar="ADDRESS", type=_scheduler_address, help="run each trace as a task on this Dask distributed "

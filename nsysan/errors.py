@@ -61,6 +61,12 @@ class ResourceLimitError(NsysanError):
     exit_code = 9
 
 
+class MemoryLimitError(ResourceLimitError):
+    """The analysis of the trace would not fit in the memory available (estimated before loading)."""
+
+    exit_code = 13
+
+
 class ToolNotFoundError(NsysanError):
     """An external tool (nsys) is missing or too old."""
 

@@ -316,7 +316,8 @@ class Database:
         return self.direct_read_many({"t": (p, leaf_rows)}, workers=1).get("t")
 
     def direct_read_many(self, plans: dict[str, tuple[direct.Plan, np.ndarray]], workers: int,
-                         rows_per_part: int = direct.ROWS_PER_PART) -> dict[str, pa.Table | None]:
+                         rows_per_part: int = direct.ROWS_PER_PART,
+                         window: tuple[int, int] | None = None) -> dict[str, pa.Table | None]:
         """Several tables at once: their parts decode on ``workers`` threads, each into its rows of
         the table's own arrays. None for a table the direct reader declines (SQLite reads it)."""
         assert self._direct is not None or not plans
@@ -326,7 +327,7 @@ class Database:
                        for name, (p, leaves) in plans.items()}
             for name, job in pending.items():
                 try:
-                    out[name] = direct.finish(job)
+                    out[name] = direct.finish(job, window)
                 except (OSError, direct.Unsupported):
                     out[name] = None
         return out

@@ -162,9 +162,10 @@ def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | No
     return Pending(p, data, valid, futures)
 
 
-def finish(pending: Pending) -> Any:
-    """Wait for the parts and build the Arrow table (keep_only filter, defaults, NULLs). Raises
-    ``Unsupported`` if any part was declined."""
+def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
+    """Wait for the parts and build the Arrow table (keep_only filter, defaults, NULLs); with
+    ``window``, only the rows that start in ``[lo, hi)`` (``--time-range``). Raises ``Unsupported``
+    if any part was declined. The decoded columns are let go (a filtered table holds copies)."""
     import pyarrow as pa  # here, not at import: the prefetch starts before pyarrow and pandas load
 
     for f in pending.futures:
@@ -180,7 +181,16 @@ def finish(pending: Pending) -> Any:
         keep = d == p.keep_only[1]
         if null is not None:
             keep &= ~null
+    start = next((src for alias, src, _ in p.outputs if alias == "start_ns"), None)
+    if window is not None and start in values:
+        d, null = values[start]
+        inside = (d >= window[0]) & (d < window[1])
+        if null is not None:
+            inside &= ~null
+        keep = inside if keep is None else keep & inside
+    if keep is not None:
         n = int(keep.sum())
+    pending.data, pending.valid = [], []
     out: dict[str, Any] = {}
     for alias, src, default in p.outputs:
         if src is None:

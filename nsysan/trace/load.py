@@ -17,7 +17,7 @@ import pyarrow as pa
 from nsysan import _memory
 from nsysan._executor import threads
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
-from nsysan.trace import direct, prefetch
+from nsysan.trace import budget, direct, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
@@ -426,16 +426,19 @@ SLICE_ROWS = 400_000  # rows of an event table per SQL read (rowid slices read o
 
 
 def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: int | None = None,
-               all_columns: bool = False, workers: int | None = None) -> Trace:
+               all_columns: bool = False, workers: int | None = None,
+               time_range: tuple[float, float] | None = None) -> Trace:
     """Load an Nsight Systems SQLite export, read-only. Raises ``NsysanError`` subclasses on bad input.
 
     ``max_rows`` refuses traces whose event tables hold more rows in total (a resource guard).
     ``all_columns`` also reads columns no analysis uses (kernel registers and shared memory, context
     ids, return values...). Big tables are read in rowid slices on ``workers`` threads (default: the
-    CPU count, at most 4), each with its own read-only connection.
+    CPU count, at most 4), each with its own read-only connection. A trace whose analysis would not
+    fit in memory is refused before it is read (``budget``); ``time_range`` (seconds from the
+    capture's start) keeps only the events that start inside it.
     """
     try:
-        return _open_trace(Path(path), progress, max_rows, all_columns, workers)
+        return _open_trace(Path(path), progress, max_rows, all_columns, workers, time_range)
     except NsysanError:
         raise
     except (sqlite3.Error, UnicodeError, ValueError, TypeError, KeyError, IndexError, OverflowError,
@@ -493,7 +496,7 @@ def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -
 
 
 def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all_columns: bool,
-                workers: int | None) -> Trace:
+                workers: int | None, time_range: tuple[float, float] | None = None) -> Trace:
     """See ``open_trace``."""
     workers = workers or min(4, os.cpu_count() or 1)
     _memory.tune_allocator()
@@ -550,6 +553,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                             [src for spec, src in by_sql if spec.name in INTERVAL_TABLES + ("nvtx_raw",)])
                 _check_other_rows(db, path, max_rows, ["StringIds"] + [
                     src for spec, src in by_sql if spec.name not in INTERVAL_TABLES + ("nvtx_raw",)])
+            time_window = budget.guard(db, display(path), direct_plans, prefetched, by_sql, time_range)
             queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
             for spec, src in by_sql:
                 queries += _sql_queries(db, spec, src, all_columns)
@@ -577,12 +581,12 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 try:
                     for name, job in prefetched.items():
                         try:
-                            raw[name] = direct.finish(job)
+                            raw[name] = direct.finish(job, time_window)
                         except (OSError, direct.Unsupported):
                             raw[name] = None
                 finally:
                     early.close()
-            raw.update(db.direct_read_many(direct_plans, workers))
+            raw.update(db.direct_read_many(direct_plans, workers, window=time_window))
             strings = strings_f.result()
         tick("strings")
         for name, t in raw.items():
@@ -666,6 +670,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
     th = frames["threads"]
     frames["threads"] = th.assign(name=th["name"].astype("string"))
+    if time_window is not None:  # the tables read by SQL; the capture is then the events' extent
+        frames, session = budget.restrict(frames, time_window, warnings), None
     window = _capture_window(frames, session, warnings)
     version = meta.get("EXPORT_PRODUCT_VERSION") or _infer_version(caps)
     trace_meta = TraceMeta(

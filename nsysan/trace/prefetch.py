@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysan import _memory
-from nsysan.trace import direct
+from nsysan.trace import budget, direct
 from nsysan.trace import schema as S
 
 # real tables only: nsys writes no views, and a view (or a virtual table) is a query that can run
@@ -109,7 +109,8 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
         finally:
             con.close()
         rows = sum(int(leaves[:, 1].sum(dtype="int64")) for _, leaves in plans.values())
-        if not plans or (max_rows is not None and rows > max_rows):
+        if not plans or (max_rows is not None and rows > max_rows) \
+                or not budget.fits({n: (int(lv[:, 1].sum(dtype="int64")), len(p.slots)) for n, (p, lv) in plans.items()}):
             file.close()
             return False
     except (OSError, sqlite3.Error, direct.Unsupported, ValueError):

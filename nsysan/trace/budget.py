@@ -1,0 +1,272 @@
+"""Will the analysis fit in memory? An estimate made before any event is decoded.
+
+The loader knows each big event table's row count before it reads a row (the direct reader's leaf
+lists: the cell counts in the leaf pages' headers) and how many columns it decodes from it. The
+peak of ``nsysan analyze`` grows linearly with those rows, so it is estimated as
+
+    BASE + rows x columns x 9 bytes (the decoded int64 columns and their NULL masks, exact)
+         + rows x PER_ROW x fraction (frames, analyses and the report; measured, with a margin)
+
+``fraction`` is the share of the events kept by ``--time-range`` (decoding still reads every row,
+then drops those outside the range before anything else is built). The estimate is compared with
+the memory this process may still take: ``MemAvailable`` of /proc/meminfo, lowered by a cgroup's
+limit (v2 ``memory.max`` - ``memory.current`` up the hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT``
+(bytes, or with a K/M/G suffix) when set. A trace that would not fit is refused up front with
+``MemoryLimitError`` (exit 13), which names the time range that would fit, instead of being killed
+by the kernel half-way through.
+
+PER_ROW was measured on replicated traces of 245 MB and 2.5 GB and on the real 329 MB launch-loop
+export (README, Performance): the largest per-row figure seen, plus a quarter.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+BASE = 200 << 20  # interpreter, imports, the report's fixed parts
+DECODED_BYTES = 9  # per decoded value: int64 + a one-byte NULL mask
+PER_ROW = 240  # bytes per event row beyond its decoded columns (see the module doc)
+LIMIT_ENV = "NSYSAN_MEMORY_LIMIT"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    rows: int
+    decoded: int  # bytes of the decoded columns
+    rest: int  # bytes of everything built from them, with the whole capture
+
+    def peak(self, fraction: float = 1.0) -> int:
+        return BASE + self.decoded + int(self.rest * max(0.0, min(1.0, fraction)))
+
+    def fitting_fraction(self, available: int) -> float:
+        """The share of the capture that fits (0 when even decoding does not)."""
+        room = available - BASE - self.decoded
+        return 0.0 if room <= 0 or self.rest <= 0 else min(1.0, room / self.rest)
+
+
+def estimate(tables: dict[str, tuple[int, int]]) -> Estimate:
+    """``tables``: name -> (rows, decoded columns)."""
+    rows = sum(r for r, _ in tables.values())
+    return Estimate(rows, sum(r * c * DECODED_BYTES for r, c in tables.values()), rows * PER_ROW)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``123``, ``512M``, ``24G`` (powers of 1024); ValueError otherwise."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    value = float(t[:-1] if scale > 1 else t)
+    if not value >= 0 or value != value or value == float("inf"):
+        raise ValueError(text)
+    return int(value * scale)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeError):
+        return None
+    return int(text) if text.isdigit() else None  # "max" (no limit) or unreadable: None
+
+
+def _meminfo_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room(root: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("/proc/self/cgroup")) -> int | None:
+    """The smallest (limit - usage) over this process's memory cgroups, v2 or v1; None if unlimited."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    rooms: list[int] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "":  # v2: every level up to the root
+            d = root / rel.lstrip("/")
+            while True:
+                limit, used = _read_int(d / "memory.max"), _read_int(d / "memory.current")
+                if limit is not None:
+                    rooms.append(limit - (used or 0))
+                if d == root or root not in d.parents:
+                    break
+                d = d.parent
+        elif "memory" in controllers.split(","):
+            d = root / "memory" / rel.lstrip("/")
+            limit, used = _read_int(d / "memory.limit_in_bytes"), _read_int(d / "memory.usage_in_bytes")
+            if limit is not None and limit < (1 << 60):  # v1 writes a huge number for "no limit"
+                rooms.append(limit - (used or 0))
+    return min(rooms) if rooms else None
+
+
+def available() -> tuple[int | None, str]:
+    """Bytes this process may still take, and where the figure comes from (None: unknown)."""
+    env = os.environ.get(LIMIT_ENV)
+    if env:
+        try:
+            return parse_size(env), LIMIT_ENV
+        except (ValueError, IndexError):
+            pass  # a malformed override is ignored: the machine's own figures apply
+    figures = [(v, src) for v, src in ((_meminfo_available(), "MemAvailable"), (_cgroup_room(), "cgroup limit"))
+               if v is not None]
+    return min(figures) if figures else (None, "unknown")
+
+
+def fits(tables: dict[str, tuple[int, int]]) -> bool:
+    """Whether the whole capture's analysis fits (the prefetch starts only then; otherwise
+    ``open_trace`` refuses it, or reads the part ``--time-range`` keeps)."""
+    avail, _ = available()
+    return avail is None or estimate(tables).peak() <= avail
+
+
+SAMPLES = 256  # start times read per event table (by evenly spaced rowids) to place a time range
+
+
+def check(label: str, tables: dict[str, tuple[int, int]], *, fraction: float = 1.0,
+          when: Callable[[float], tuple[float, float, float]] | None = None) -> None:
+    """Raise ``MemoryLimitError`` when the estimated peak exceeds the memory available. ``when(share)``
+    gives (start, end, share of events) of a time range, in seconds, that holds about ``share`` of
+    the events, for the hint."""
+    from nsysan.errors import MemoryLimitError
+
+    est = estimate(tables)
+    avail, source = available()
+    need = est.peak(fraction)
+    if avail is None or need <= avail:
+        return
+    fits = est.fitting_fraction(avail)
+    what = f"{label}: analysing {est.rows:,} events needs about {_size(need)} of memory; " \
+           f"{_size(max(avail, 0))} available ({source})"
+    if fits <= 0.01:
+        hint = ("decoding the event tables alone does not fit: use a machine with more memory, or export a "
+                "shorter capture (nsys profile --duration, or --capture-range)")
+    else:
+        hint = f"analyse part of the capture with --time-range START:END (seconds from its start): {fits:.0%} of " \
+               "its events fit"
+        if when is not None:
+            a, b, share = when(fits * 0.9)  # a margin for the sampling
+            if b > a:
+                hint += f", e.g. --time-range {a:.3f}:{b:.3f} (about {share:.0%} of them)"
+    raise MemoryLimitError(what, hint=hint + f"; {LIMIT_ENV} overrides the available figure")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MiB"
+
+
+def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[str, Any],
+          by_sql: list[tuple[Any, str]], time_range: tuple[float, float] | None) -> tuple[int, int] | None:
+    """The loader's hook, called once the tables are planned and before any is read: refuses a trace
+    that would not fit (``check``), and turns ``time_range`` (seconds from the capture's start) into
+    ``[lo, hi)`` on the event clock (None without one). Where the events lie in time comes from
+    ``SAMPLES`` start times per table, read by evenly spaced rowids (b-tree descents, a few ms): the
+    share of a table's rows inside a range is the share of its samples inside it."""
+    from nsysan.errors import NsysanError
+    from nsysan.trace.schema import INTERVAL_TABLES
+
+    tables: dict[str, tuple[int, int]] = {}
+    sources: dict[str, str] = {}
+    for name, (p, leaves) in direct_plans.items():
+        tables[name] = (int(leaves[:, 1].sum(dtype="int64")) if leaves is not None else 0, len(p.slots))
+        sources[name] = p.table
+    for name, job in prefetched.items():
+        tables[name] = (len(job.data[0]) if job.data else 0, len(job.data))
+        sources[name] = job.plan.table
+    for spec, src in by_sql:
+        if spec.name in INTERVAL_TABLES + ("nvtx_raw",):
+            try:  # a bound, two b-tree descents
+                lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+                rows = 0 if lo is None else int(hi) - int(lo) + 1
+            except NsysanError:  # no rowid (WITHOUT ROWID): counted
+                rows = int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
+            tables[spec.name] = (rows, len(db.caps.columns(src)))
+            sources[spec.name] = src
+    shift = _shift(db)
+    samples = {name: _sample_starts(db, src) for name, src in sources.items()}
+    weights = {name: tables[name][0] / len(v) for name, v in samples.items() if len(v)}
+
+    def share_in(lo: int, hi: int) -> float:
+        total = sum(tables[n][0] for n in weights)
+        kept = sum(weights[n] * sum(1 for v in samples[n] if lo <= v < hi) for n in weights)
+        return 1.0 if total == 0 else kept / total
+
+    def when(share: float) -> tuple[float, float, float]:
+        points = sorted((v, weights[n]) for n in weights for v in samples[n])
+        if not points:
+            return (0.0, 0.0, 0.0)
+        total, acc, end = sum(w for _, w in points), 0.0, points[0][0]
+        for v, w in points:
+            if acc + w > share * total:
+                break
+            acc, end = acc + w, v
+        a = max(0, points[0][0] - shift) // 1_000_000 / 1e3  # ms, rounded down / up to stay inside
+        b = (end - shift) // 1_000_000 / 1e3
+        return (a, b, share_in(shift + int(a * 1e9), shift + int(b * 1e9)))
+
+    window = None
+    fraction = 1.0
+    if time_range is not None:
+        window = (shift + int(time_range[0] * 1e9), shift + int(time_range[1] * 1e9))
+        if weights:
+            fraction = min(1.0, share_in(*window) + 1.0 / SAMPLES)  # one sample's width of margin
+    check(label, tables, fraction=fraction, when=when)
+    return window
+
+
+def _shift(db: Any) -> int:
+    """The event clock's shift (EXPORT_CONFIG_TIME_SHIFT): the capture's start on that clock."""
+    try:
+        if db.caps.has("META_DATA_EXPORT", "name"):
+            rows = db.rows("SELECT value FROM \"META_DATA_EXPORT\" WHERE name = 'EXPORT_CONFIG_TIME_SHIFT'")
+            if rows and str(rows[0][0]).lstrip("-").isdigit():
+                return int(rows[0][0])
+    except Exception:  # noqa: BLE001 - an odd table: no shift
+        pass
+    return 0
+
+
+def _sample_starts(db: Any, src: str) -> list[int]:
+    """Up to ``SAMPLES`` start times of ``src``, at evenly spaced rowids (rows nsys wrote are about
+    in time order, and each stands for its stretch of rowids)."""
+    try:
+        lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+        if lo is None:
+            return []
+        lo, hi = int(lo), int(hi)
+        ids = sorted({lo + (hi - lo) * i // max(1, SAMPLES - 1) for i in range(SAMPLES)})
+        got = []
+        for i in range(0, len(ids), 500):  # SQLite's parameter limit
+            chunk = ids[i:i + 500]
+            got += db.rows(f'SELECT "start" FROM "{src}" WHERE rowid IN ({",".join("?" * len(chunk))})',
+                           tuple(chunk))
+        return [int(r[0]) for r in got if isinstance(r[0], int)]
+    except Exception:  # noqa: BLE001 - no rowid, no start column: nothing known about when
+        return []
+
+
+def restrict(frames: dict[str, Any], window: tuple[int, int], warnings: list[str]) -> dict[str, Any]:
+    """Keep the events that start inside ``window`` in every table with a start time (the direct
+    reader dropped the others of its tables while decoding; this covers the tables read by SQL)."""
+    lo, hi = window
+    out = {}
+    for name, df in frames.items():
+        if "start_ns" in getattr(df, "columns", ()):
+            st = df["start_ns"].to_numpy()
+            keep = (st >= lo) & (st < hi)
+            df = df if keep.all() else df.loc[keep].reset_index(drop=True)
+        out[name] = df
+    warnings.append("--time-range: only the events that start inside the range were analysed (a GPU op inside "
+                    "it may have been launched before it)")
+    return out
