@@ -187,7 +187,7 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
     for spec, src in by_sql:
         if spec.name in INTERVAL_TABLES + ("nvtx_raw",):
             try:  # a bound, two b-tree descents
-                lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+                lo, hi = db.rows(f'SELECT (SELECT min(rowid) FROM "{src}"), (SELECT max(rowid) FROM "{src}")')[0]
                 rows = 0 if lo is None else int(hi) - int(lo) + 1
             except NsysanError:  # no rowid (WITHOUT ROWID): counted
                 rows = int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
@@ -241,7 +241,7 @@ def _sample_starts(db: Any, src: str) -> list[int]:
     """Up to ``SAMPLES`` start times of ``src``, at evenly spaced rowids (rows nsys wrote are about
     in time order, and each stands for its stretch of rowids)."""
     try:
-        lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+        lo, hi = db.rows(f'SELECT (SELECT min(rowid) FROM "{src}"), (SELECT max(rowid) FROM "{src}")')[0]
         if lo is None:
             return []
         lo, hi = int(lo), int(hi)
