@@ -33,25 +33,32 @@ PER_ROW = 240  # bytes per event row beyond its decoded columns (see the module 
 LIMIT_ENV = "NSYSAN_MEMORY_LIMIT"
 
 
+# tables read whole at analysis time, whatever --time-range says, and their bytes per row beyond
+# the decoded values (GPU metrics: three columns of the selected metrics, means per range)
+WHOLE_TABLES = {"gpu_metrics": 16}
+
+
 @dataclass(frozen=True)
 class Estimate:
     rows: int
     decoded: int  # bytes of the decoded columns
-    rest: int  # bytes of everything built from them, with the whole capture
+    rest: int  # bytes of everything built from the event tables, with the whole capture
+    fixed: int = 0  # bytes of the tables read whole (WHOLE_TABLES)
 
     def peak(self, fraction: float = 1.0) -> int:
-        return BASE + self.decoded + int(self.rest * max(0.0, min(1.0, fraction)))
+        return BASE + self.decoded + self.fixed + int(self.rest * max(0.0, min(1.0, fraction)))
 
     def fitting_fraction(self, available: int) -> float:
         """The share of the capture that fits (0 when even decoding does not)."""
-        room = available - BASE - self.decoded
+        room = available - BASE - self.decoded - self.fixed
         return 0.0 if room <= 0 or self.rest <= 0 else min(1.0, room / self.rest)
 
 
 def estimate(tables: dict[str, tuple[int, int]]) -> Estimate:
     """``tables``: name -> (rows, decoded columns)."""
-    rows = sum(r for r, _ in tables.values())
-    return Estimate(rows, sum(r * c * DECODED_BYTES for r, c in tables.values()), rows * PER_ROW)
+    events = [r for name, (r, _) in tables.items() if name not in WHOLE_TABLES]
+    return Estimate(sum(events), sum(r * c * DECODED_BYTES for r, c in tables.values()), sum(events) * PER_ROW,
+                    sum(r * WHOLE_TABLES[name] for name, (r, _) in tables.items() if name in WHOLE_TABLES))
 
 
 def parse_size(text: str) -> int:
@@ -173,7 +180,6 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
     ``[lo, hi)`` on the event clock (None without one). Where the events lie in time comes from
     ``SAMPLES`` start times per table, read by evenly spaced rowids (b-tree descents, a few ms): the
     share of a table's rows inside a range is the share of its samples inside it."""
-    from nsysan.errors import NsysanError
     from nsysan.trace.schema import INTERVAL_TABLES
 
     tables: dict[str, tuple[int, int]] = {}
@@ -186,13 +192,10 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
         sources[name] = job.plan.table
     for spec, src in by_sql:
         if spec.name in INTERVAL_TABLES + ("nvtx_raw",):
-            try:  # a bound, two b-tree descents
-                lo, hi = db.rows(f'SELECT (SELECT min(rowid) FROM "{src}"), (SELECT max(rowid) FROM "{src}")')[0]
-                rows = 0 if lo is None else int(hi) - int(lo) + 1
-            except NsysanError:  # no rowid (WITHOUT ROWID): counted
-                rows = int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
-            tables[spec.name] = (rows, len(db.caps.columns(src)))
+            tables[spec.name] = (_rows(db, src), len(db.caps.columns(src)))
             sources[spec.name] = src
+    if db.caps.has("GPU_METRICS", "value"):
+        tables["gpu_metrics"] = (_rows(db, "GPU_METRICS"), 3)
     shift = _shift(db)
     samples = {name: _sample_starts(db, src) for name, src in sources.items()}
     weights = {name: tables[name][0] / len(v) for name, v in samples.items() if len(v)}
@@ -223,6 +226,17 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
             fraction = min(1.0, share_in(*window) + 1.0 / SAMPLES)  # one sample's width of margin
     check(label, tables, fraction=fraction, when=when)
     return window
+
+
+def _rows(db: Any, src: str) -> int:
+    """A bound on the rows of ``src``: its rowid span (two b-tree descents), else a count."""
+    from nsysan.errors import NsysanError
+
+    try:
+        lo, hi = db.rows(f'SELECT (SELECT min(rowid) FROM "{src}"), (SELECT max(rowid) FROM "{src}")')[0]
+        return 0 if lo is None else int(hi) - int(lo) + 1
+    except NsysanError:  # no rowid (WITHOUT ROWID): counted
+        return int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
 
 
 def _shift(db: Any) -> int:
