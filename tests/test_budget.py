@@ -150,6 +150,11 @@ def test_available_memory_sources(tmp_path, monkeypatch):
     me.write_text("4:memory:/\n")
     (root / "memory" / "memory.limit_in_bytes").write_text(f"{1 << 62}\n")  # v1 "no limit"
     assert budget._cgroup_room(root, me) is None
+    # v1 in a container: the group's path is not under the mount, whose root is the group itself
+    me.write_text("4:memory:/process_api/abc\n")
+    (root / "memory" / "memory.limit_in_bytes").write_text(f"{8 << 20}\n")
+    (root / "memory" / "memory.usage_in_bytes").write_text(f"{3 << 20}\n")
+    assert budget._cgroup_room(root, me) == 5 << 20
     monkeypatch.setenv("NSYSAN_MEMORY_LIMIT", "2G")
     assert budget.available() == (2 << 30, "NSYSAN_MEMORY_LIMIT")
     assert budget.parse_size("512M") == 512 << 20 and budget.parse_size("1.5GiB") == 3 << 29

@@ -111,10 +111,16 @@ def _cgroup_room(root: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("
                     break
                 d = d.parent
         elif "memory" in controllers.split(","):
-            d = root / "memory" / rel.lstrip("/")
-            limit, used = _read_int(d / "memory.limit_in_bytes"), _read_int(d / "memory.usage_in_bytes")
-            if limit is not None and limit < (1 << 60):  # v1 writes a huge number for "no limit"
-                rooms.append(limit - (used or 0))
+            # v1, every level up; in a container the group's own folder is often the mount's root
+            top = root / "memory"
+            d = top / rel.lstrip("/")
+            while True:
+                limit, used = _read_int(d / "memory.limit_in_bytes"), _read_int(d / "memory.usage_in_bytes")
+                if limit is not None and limit < (1 << 60):  # v1 writes a huge number for "no limit"
+                    rooms.append(limit - (used or 0))
+                if d == top or top not in d.parents:
+                    break
+                d = d.parent
     return min(rooms) if rooms else None
 
 
