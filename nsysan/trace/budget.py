@@ -202,16 +202,23 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
             sources[spec.name] = src
     if db.caps.has("GPU_METRICS", "value"):
         tables["gpu_metrics"] = (_rows(db, "GPU_METRICS"), 3)
-    shift = _shift(db)
-    samples = {name: _sample_starts(db, src) for name, src in sources.items()}
-    weights = {name: tables[name][0] / len(v) for name, v in samples.items() if len(v)}
+    shift = _shift(db) if time_range is not None or not fits(tables) else 0
+    samples: dict[str, list[int]] = {}
+    weights: dict[str, float] = {}
+
+    def sample() -> None:  # only for a time range or a refusal: about 10 ms
+        if not samples:
+            samples.update({name: _sample_starts(db, src) for name, src in sources.items()})
+            weights.update({name: tables[name][0] / len(v) for name, v in samples.items() if len(v)})
 
     def share_in(lo: int, hi: int) -> float:
+        sample()
         total = sum(tables[n][0] for n in weights)
         kept = sum(weights[n] * sum(1 for v in samples[n] if lo <= v < hi) for n in weights)
         return 1.0 if total == 0 else kept / total
 
     def when(share: float) -> tuple[float, float, float]:
+        sample()
         points = sorted((v, weights[n]) for n in weights for v in samples[n])
         if not points:
             return (0.0, 0.0, 0.0)
@@ -228,8 +235,9 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
     fraction = 1.0
     if time_range is not None:
         window = (shift + int(time_range[0] * 1e9), shift + int(time_range[1] * 1e9))
+        kept = share_in(*window)
         if weights:
-            fraction = min(1.0, share_in(*window) + 1.0 / SAMPLES)  # one sample's width of margin
+            fraction = min(1.0, kept + 1.0 / SAMPLES)  # one sample's width of margin
     check(label, tables, fraction=fraction, when=when)
     return window
 
