@@ -444,7 +444,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from nsysan.trace import prefetch
 
         jobs[0][1]["source"] = _input(args.traces[0], args.quiet)
-        prefetch.start(jobs[0][1]["source"], max_rows=args.max_events)
+        if not args.time_range:  # the prefetch decodes whole tables; a range is kept while decoding
+            prefetch.start(jobs[0][1]["source"], max_rows=args.max_events)
         res = analyze_one(*jobs[0])
         if not args.quiet:
             _print_summary(res)

@@ -7,8 +7,8 @@ peak of ``nsysan analyze`` grows linearly with those rows, so it is estimated as
     BASE + rows x columns x 9 bytes (the decoded int64 columns and their NULL masks, exact)
          + rows x PER_ROW x fraction (frames, analyses and the report; measured, with a margin)
 
-``fraction`` is the share of the events kept by ``--time-range`` (decoding still reads every row,
-then drops those outside the range before anything else is built). The estimate is compared with
+With ``--time-range`` each part of a table (400,000 rows) keeps only its rows inside the range as
+it is decoded, so both terms scale with the share of events kept, plus the parts being decoded. The estimate is compared with
 the memory this process may still take: ``MemAvailable`` of /proc/meminfo, lowered by a cgroup's
 limit (v2 ``memory.max`` - ``memory.current`` up the hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT``
 (bytes, or with a K/M/G suffix) when set. A trace that would not fit is refused up front with
@@ -36,6 +36,9 @@ LIMIT_ENV = "NSYSAN_MEMORY_LIMIT"
 # tables read whole at analysis time, whatever --time-range says, and their bytes per row beyond
 # the decoded values (GPU metrics: three columns of the selected metrics, means per range)
 WHOLE_TABLES = {"gpu_metrics": 16}
+# with --time-range each decoding thread holds one part of a table undecimated: 4 threads x 400,000
+# rows x 20 columns x 9 bytes at most
+IN_FLIGHT = 4 * 400_000 * 20 * DECODED_BYTES
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,14 @@ class Estimate:
     fixed: int = 0  # bytes of the tables read whole (WHOLE_TABLES)
 
     def peak(self, fraction: float = 1.0) -> int:
-        return BASE + self.decoded + self.fixed + int(self.rest * max(0.0, min(1.0, fraction)))
+        if fraction >= 1.0:
+            return BASE + self.decoded + self.fixed + self.rest
+        return BASE + min(self.decoded, IN_FLIGHT) + self.fixed + int((self.decoded + self.rest) * max(0.0, fraction))
 
     def fitting_fraction(self, available: int) -> float:
-        """The share of the capture that fits (0 when even decoding does not)."""
-        room = available - BASE - self.decoded - self.fixed
-        return 0.0 if room <= 0 or self.rest <= 0 else min(1.0, room / self.rest)
+        """The share of the events that fits (0 when none does)."""
+        room = available - BASE - min(self.decoded, IN_FLIGHT) - self.fixed
+        return 0.0 if room <= 0 or self.rest <= 0 else min(1.0, room / (self.decoded + self.rest))
 
 
 def estimate(tables: dict[str, tuple[int, int]]) -> Estimate:
@@ -162,9 +167,9 @@ def check(label: str, tables: dict[str, tuple[int, int]], *, fraction: float = 1
     fits = est.fitting_fraction(avail)
     what = f"{label}: analysing {est.rows:,} events needs about {_size(need)} of memory; " \
            f"{_size(max(avail, 0))} available ({source})"
-    if fits <= 0.01:
-        hint = ("decoding the event tables alone does not fit: use a machine with more memory, or export a "
-                "shorter capture (nsys profile --duration, or --capture-range)")
+    if fits <= 0.001:
+        hint = ("not even a part of it fits: use a machine with more memory, or record a shorter capture (nsys "
+                "profile --duration, or --capture-range)")
     else:
         hint = f"analyse part of the capture with --time-range START:END (seconds from its start): {fits:.0%} of " \
                "its events fit"

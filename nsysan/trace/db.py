@@ -323,7 +323,8 @@ class Database:
         assert self._direct is not None or not plans
         out: dict[str, pa.Table | None] = {}
         with threads(workers, "nsysan-direct") as pool:
-            pending = {name: direct.start(self._direct, p, leaves, rows_per_part=rows_per_part, submit=pool.submit)
+            pending = {name: direct.start(self._direct, p, leaves, rows_per_part=rows_per_part, submit=pool.submit,
+                                          window=window)
                        for name, (p, leaves) in plans.items()}
             for name, job in pending.items():
                 try:

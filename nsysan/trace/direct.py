@@ -139,12 +139,34 @@ class Pending:
     data: list[np.ndarray]
     valid: list[np.ndarray]
     futures: list[Future[Any]]
+    windowed: bool = False  # each future returns its part's (data, valid) rows inside the window
+
+
+def _decode_window(file: File, p: Plan, part: np.ndarray, window: tuple[int, int], start: int) -> Any:
+    """One part decoded into arrays of its own, then only its rows that start inside ``window``
+    kept: at most one raw part per thread is alive at a time."""
+    assert _btree is not None
+    n = int(part[:, 1].sum(dtype=np.int64)) if len(part) else 0
+    data = [np.empty(n, dtype=np.int64) for _ in p.slots]
+    valid = [np.empty(n, dtype=np.uint8) for _ in p.slots]
+    _btree.decode(file.fd, file.page_size, file.reserved, file.size, np.ascontiguousarray(part).tobytes(), p.fields,
+                  -1, list(zip(data, valid)))
+    d = data[start]
+    keep = (d >= window[0]) & (d < window[1]) & (valid[start] != 0)
+    return [x[keep] for x in data], [v[keep] for v in valid]
 
 
 def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | None = None,
-          submit: Callable[..., Future[Any]] | None = None) -> Pending:
-    """Allocate the table's columns and start decoding its parts (``finish`` waits for them)."""
+          submit: Callable[..., Future[Any]] | None = None, window: tuple[int, int] | None = None) -> Pending:
+    """Allocate the table's columns and start decoding its parts (``finish`` waits for them). With
+    ``window`` (``--time-range``), each part keeps only its rows that start inside it, so the memory
+    follows the rows kept, not the table."""
     assert _btree is not None
+    src = next((s for alias, s, _ in p.outputs if alias == "start_ns"), None)
+    if window is not None and src in p.slots:
+        parts = split(leaf_rows, rows_per_part or ROWS_PER_PART)
+        return Pending(p, [], [], [(submit or Inline().submit)(_decode_window, file, p, part, window,
+                                                                  p.slots.index(src)) for part in parts], True)
     counts = leaf_rows[:, 1].astype(np.int64) if len(leaf_rows) else np.zeros(0, np.int64)
     total = int(counts.sum())
     data = [np.empty(total, dtype=np.int64) for _ in p.slots]
@@ -168,8 +190,14 @@ def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
     if any part was declined. The decoded columns are let go (a filtered table holds copies)."""
     import pyarrow as pa  # here, not at import: the prefetch starts before pyarrow and pandas load
 
+    if pending.windowed:
+        got = [f.result() for f in pending.futures]
+        pending.data = [np.concatenate([g[0][i] for g in got]) for i in range(len(pending.plan.slots))]
+        pending.valid = [np.concatenate([g[1][i] for g in got]) for i in range(len(pending.plan.slots))]
+        del got
     for f in pending.futures:
         f.result()
+    pending.futures = []
     p = pending.plan
     values = {}
     for src, d, v in zip(p.slots, pending.data, pending.valid):
