@@ -13,4 +13,3 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$1" "$tmp/t.sqlite"
 "$NSYS" stats -q -r "$REPORTS" -f csv -o "$tmp/r" "$tmp/t.sqlite" >/dev/null
 "$NSYS" analyze -q "$tmp/t.sqlite" >/dev/null 2>&1 || "$NSYS" analyze "$tmp/t.sqlite" >/dev/null
-ls "$tmp" >&2

@@ -85,7 +85,8 @@ def _key(path: str | os.PathLike[str], all_columns: bool) -> tuple[Any, ...]:
 def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: int | None = None,
           max_rows: int | None = None) -> bool:
     """Begin decoding the event tables of ``path`` in the background. True if it started. Nothing
-    starts when the tables hold more than ``max_rows`` rows: ``open_trace`` then refuses the trace
+    starts when the tables hold more than ``max_rows`` rows, or their analysis would not fit in memory
+    (``budget``): ``open_trace`` then refuses the trace (or reads the part ``--time-range`` keeps)
     with its clear error before any memory is spent (the row counts come from the page headers)."""
     if not direct.available() or os.environ.get("NSYSAN_PREFETCH", "1") == "0" or not regular_file(path):
         return False
