@@ -8,8 +8,9 @@ Plain: ``nsys profile -t cuda,nvtx,osrt -s none --export sqlite -o NAME -f false
 * ``-s process-tree --cpuctxsw=none``: CPU samples of the program's threads with native call chains
   (``COMPOSITE_EVENTS``, ``SAMPLING_CALLCHAINS``); context switches are left out (they cost time and
   space and nsysan does not read them);
-* ``--cudabacktrace=all``: the call chain of each CUDA API call that runs longer than nsys' threshold
-  (80 us by default: syncs, pageable copies, allocations) in ``CUDA_CALLCHAINS``;
+* ``--cudabacktrace=all``: the call chain of each CUDA API call in ``CUDA_CALLCHAINS`` (nsys 2025.3
+  backtraces every call, launches included, which is what costs most in launch-bound programs:
+  ``--cuda-backtrace sync,memory`` or a threshold, ``all:20000`` (ns), records fewer);
 * for a Python program only, ``--python-sampling=true --python-backtrace=cuda``: Python frames of
   the samples and of those CUDA calls (stored as blobs). A command is taken for Python when its
   program's name is ``python``/``python3``/``python3.12``..., ``ipython``, ``pytest``, ``torchrun``,
@@ -42,9 +43,10 @@ def is_python(command: Sequence[str]) -> bool:
     return bool(words) and bool(PYTHON_PROGRAMS.search(os.path.basename(words[0])))
 
 
-def diagnose_flags(command: Sequence[str], *, python: str = "auto", gpu_metrics_devices: str = "all") -> list[str]:
+def diagnose_flags(command: Sequence[str], *, python: str = "auto", gpu_metrics_devices: str = "all",
+                   cuda_backtrace: str = "all") -> list[str]:
     """The ``nsys profile`` flags the ``--diagnose`` preset adds (after ``-t``; replaces ``-s none``)."""
-    flags = ["-s", "process-tree", "--cpuctxsw=none", "--cudabacktrace=all"]
+    flags = ["-s", "process-tree", "--cpuctxsw=none", f"--cudabacktrace={cuda_backtrace}"]
     if python == "on" or (python == "auto" and is_python(command)):
         flags += ["--python-sampling=true", "--python-backtrace=cuda"]
     if gpu_metrics_devices != "none":
@@ -54,10 +56,11 @@ def diagnose_flags(command: Sequence[str], *, python: str = "auto", gpu_metrics_
 
 def profile_command(nsys: str, out: str, command: Sequence[str], *, trace: str = "cuda,nvtx,osrt",
                     force: bool = False, graph_nodes: bool = False, diagnose: bool = False, python: str = "auto",
-                    gpu_metrics_devices: str = "all") -> list[str]:
+                    gpu_metrics_devices: str = "all", cuda_backtrace: str = "all") -> list[str]:
     """``nsys profile ...`` for ``nsysan profile``: plain (exports SQLite itself) or the ``--diagnose``
     preset (writes only NAME.nsys-rep; :func:`export_command` exports it)."""
-    what = (diagnose_flags(command, python=python, gpu_metrics_devices=gpu_metrics_devices) if diagnose
+    what = (diagnose_flags(command, python=python, gpu_metrics_devices=gpu_metrics_devices,
+                           cuda_backtrace=cuda_backtrace) if diagnose
             else ["-s", "none", "--export", "sqlite"])
     return [nsys, "profile", "-t", trace, *what, "-o", out, "-f", "true" if force else "false",
             *(["--cuda-graph-trace=node"] if graph_nodes else []), *command]

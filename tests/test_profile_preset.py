@@ -61,10 +61,11 @@ def test_diagnose_without_python_leaves_python_flags_out(env, tmp_path):
 def test_diagnose_overrides(env, tmp_path):
     env["FAKE_BLOBS"] = "1"
     r = nsysan(["profile", "--diagnose", "--python-sampling", "on", "--gpu-metrics-devices", "none",
-                "--trace", "cuda,nvtx", "--graph-nodes", "-o", "t", "--", "./launcher.sh"], env, tmp_path)
+                "--cuda-backtrace", "sync,memory", "--trace", "cuda,nvtx", "--graph-nodes", "-o", "t", "--",
+                "./launcher.sh"], env, tmp_path)
     assert r.returncode == 0, r.stderr
     assert profiles(env) == [["profile", "-t", "cuda,nvtx", "-s", "process-tree", "--cpuctxsw=none",
-                              "--cudabacktrace=all", "--python-sampling=true", "--python-backtrace=cuda",
+                              "--cudabacktrace=sync,memory", "--python-sampling=true", "--python-backtrace=cuda",
                               "-o", "t", "-f", "false", "--cuda-graph-trace=node", "./launcher.sh"]]
     r = nsysan(["profile", "--diagnose", "--python-sampling", "off", "-f", "-o", "t", "--", "python3", "x.py"],
                env, tmp_path)
