@@ -881,8 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --diagnose: Python sampling and backtraces (default auto: when COMMAND is Python)")
     pr.add_argument("--gpu-metrics-devices", default="all", metavar="all|none|N[,N]",
                     help="with --diagnose: GPUs whose metrics are sampled at 10 kHz (default all)")
-    pr.add_argument("--cuda-backtrace", default="all", metavar="SPEC",
-                    help="with --diagnose: nsys --cudabacktrace value (default all; e.g. sync,memory or all:20000)")
+    pr.add_argument("--cuda-backtrace", default="sync,memory", metavar="SPEC",
+                    help="with --diagnose: nsys --cudabacktrace value (default sync,memory; all adds launches)")
     pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing NAME.nsys-rep / NAME.sqlite "
                     "(without it nsysan refuses to start when either exists)")
     pr.add_argument("--timeout", type=_opt_number("--timeout", strict=True), metavar="SECONDS",

@@ -8,16 +8,17 @@ Plain: ``nsys profile -t cuda,nvtx,osrt -s none --export sqlite -o NAME -f false
 * ``-s process-tree --cpuctxsw=none``: CPU samples of the program's threads with native call chains
   (``COMPOSITE_EVENTS``, ``SAMPLING_CALLCHAINS``); context switches are left out (they cost time and
   space and nsysan does not read them);
-* ``--cudabacktrace=all``: the call chain of each CUDA API call in ``CUDA_CALLCHAINS`` (nsys 2025.3
-  backtraces every call, launches included, which is what costs most in launch-bound programs:
-  ``--cuda-backtrace sync,memory`` or a threshold, ``all:20000`` (ns), records fewer);
+* ``--cudabacktrace=sync,memory``: the native call chain of each synchronization, copy and allocation
+  call in ``CUDA_CALLCHAINS`` (nsys 2025.3 takes one for every such call, whatever its duration);
+  kernel launches are left out, since backtracing them all slows a launch-bound program and inflates
+  the launch costs nsysan measures (``--cuda-backtrace all`` records them too);
 * for a Python program only, ``--python-sampling=true --python-backtrace=cuda``: Python frames of
   the samples and of those CUDA calls (stored as blobs). A command is taken for Python when its
   program's name is ``python``/``python3``/``python3.12``..., ``ipython``, ``pytest``, ``torchrun``,
   ``accelerate``, ``deepspeed`` or ends in ``.py``; ``--python-sampling on|off`` overrides the guess;
 * ``--gpu-metrics-devices=all --gpu-metrics-frequency=10000``: GPU metrics (SMs active, tensor
   active, DRAM and PCIe throughput...) at 10 kHz (``--gpu-metrics-devices none`` leaves them out:
-  they need access to the GPU's performance counters, and one process per GPU may collect them);
+  they need access to the GPU's performance counters);
 
 and no ``--export``: ``nsys profile --export sqlite`` leaves the Python frames out, so the report is
 exported by a second step, ``nsys export --type sqlite --include-blobs=true``, into NAME.sqlite.
@@ -31,6 +32,11 @@ from collections.abc import Callable, Sequence
 
 PYTHON_PROGRAMS = re.compile(r"^(python[\d.]*|pypy[\d.]*|ipython[\d.]*|pytest|torchrun|accelerate|deepspeed)$|\.py$")
 GPU_METRICS_FREQUENCY = 10_000  # Hz: nsys' default, stated so that the command line says it
+# syncs, copies, allocations: the calls whose call sites the findings name. Not launches: nsys 2025.3 takes a
+# backtrace of every traced call, and on a launch-bound loop (H200, 200 launches a step) backtraces of all calls
+# took the step from 3.70 ms (plain tracing) to 4.92 ms, inflating the launch costs nsysan measures; sync,memory
+# took 3.67 ms (README, "Recording for a diagnosis").
+CUDA_BACKTRACE = "sync,memory"
 
 
 def is_python(command: Sequence[str]) -> bool:
@@ -44,7 +50,7 @@ def is_python(command: Sequence[str]) -> bool:
 
 
 def diagnose_flags(command: Sequence[str], *, python: str = "auto", gpu_metrics_devices: str = "all",
-                   cuda_backtrace: str = "all") -> list[str]:
+                   cuda_backtrace: str = CUDA_BACKTRACE) -> list[str]:
     """The ``nsys profile`` flags the ``--diagnose`` preset adds (after ``-t``; replaces ``-s none``)."""
     flags = ["-s", "process-tree", "--cpuctxsw=none", f"--cudabacktrace={cuda_backtrace}"]
     if python == "on" or (python == "auto" and is_python(command)):
@@ -56,7 +62,7 @@ def diagnose_flags(command: Sequence[str], *, python: str = "auto", gpu_metrics_
 
 def profile_command(nsys: str, out: str, command: Sequence[str], *, trace: str = "cuda,nvtx,osrt",
                     force: bool = False, graph_nodes: bool = False, diagnose: bool = False, python: str = "auto",
-                    gpu_metrics_devices: str = "all", cuda_backtrace: str = "all") -> list[str]:
+                    gpu_metrics_devices: str = "all", cuda_backtrace: str = CUDA_BACKTRACE) -> list[str]:
     """``nsys profile ...`` for ``nsysan profile``: plain (exports SQLite itself) or the ``--diagnose``
     preset (writes only NAME.nsys-rep; :func:`export_command` exports it)."""
     what = (diagnose_flags(command, python=python, gpu_metrics_devices=gpu_metrics_devices,

@@ -16,7 +16,7 @@ from nsysan import presets
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups: POSIX")
 
-PY = ["-s", "process-tree", "--cpuctxsw=none", "--cudabacktrace=all", "--python-sampling=true",
+PY = ["-s", "process-tree", "--cpuctxsw=none", "--cudabacktrace=sync,memory", "--python-sampling=true",
       "--python-backtrace=cuda", "--gpu-metrics-devices=all", "--gpu-metrics-frequency=10000"]
 
 
@@ -50,7 +50,7 @@ def test_diagnose_without_python_leaves_python_flags_out(env, tmp_path):
                env, tmp_path)
     assert r.returncode == 0, r.stderr
     assert profiles(env) == [["profile", "-t", "cuda,nvtx,osrt", "-s", "process-tree", "--cpuctxsw=none",
-                              "--cudabacktrace=all", "--gpu-metrics-devices=0", "--gpu-metrics-frequency=10000",
+                              "--cudabacktrace=sync,memory", "--gpu-metrics-devices=0", "--gpu-metrics-frequency=10000",
                               "-o", "t", "-f", "true", "./app", "-n", "2"]]
     # the fake nsys has no --include-blobs here (as nsys 2022.4): exported without it, and said so
     assert exports(env) == [["export", "--type", "sqlite", "--force-overwrite", "true", "--output", "t.sqlite",
@@ -61,16 +61,16 @@ def test_diagnose_without_python_leaves_python_flags_out(env, tmp_path):
 def test_diagnose_overrides(env, tmp_path):
     env["FAKE_BLOBS"] = "1"
     r = nsysan(["profile", "--diagnose", "--python-sampling", "on", "--gpu-metrics-devices", "none",
-                "--cuda-backtrace", "sync,memory", "--trace", "cuda,nvtx", "--graph-nodes", "-o", "t", "--",
+                "--cuda-backtrace", "all", "--trace", "cuda,nvtx", "--graph-nodes", "-o", "t", "--",
                 "./launcher.sh"], env, tmp_path)
     assert r.returncode == 0, r.stderr
     assert profiles(env) == [["profile", "-t", "cuda,nvtx", "-s", "process-tree", "--cpuctxsw=none",
-                              "--cudabacktrace=sync,memory", "--python-sampling=true", "--python-backtrace=cuda",
+                              "--cudabacktrace=all", "--python-sampling=true", "--python-backtrace=cuda",
                               "-o", "t", "-f", "false", "--cuda-graph-trace=node", "./launcher.sh"]]
     r = nsysan(["profile", "--diagnose", "--python-sampling", "off", "-f", "-o", "t", "--", "python3", "x.py"],
                env, tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "--python-sampling=true" not in profiles(env)[-1] and "--cudabacktrace=all" in profiles(env)[-1]
+    assert "--python-sampling=true" not in profiles(env)[-1] and "--cudabacktrace=sync,memory" in profiles(env)[-1]
 
 
 def test_diagnose_without_a_report_does_not_export(env, tmp_path):
