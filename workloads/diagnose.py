@@ -5,7 +5,7 @@ pageable copies and allocations in the loop, and named phases for GPU metrics.
   NATIVE work on the thread that launches the GPU work, ``sort_records()`` (numpy sort) and
   ``pack_log()`` (zlib), then ``upload()``: a ``cudaMalloc`` of a scratch buffer and a synchronous
   ``cudaMemcpy`` from pageable host memory into it, plus ``torch.from_numpy(...).to("cuda")`` (a
-  pageable ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``), then an MLP forward on the GPU (a few
+  pageable ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``), then an FP32 MLP forward (about 11
   ms), then ``read_loss()`` (``.item()``: ``cudaStreamSynchronize``), ``torch.cuda.synchronize()``
   and a ``cudaFree`` of the scratch buffer. Record with CPU sampling and CUDA backtraces and NO Python
   sampling (native frames only)::
