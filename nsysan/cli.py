@@ -2,7 +2,7 @@
 
     nsysan analyze TRACE.sqlite [--json OUT.json] [--html OUT.html] [--csv DIR] ...
     nsysan rules [--markdown]
-    nsysan profile [-o NAME] [--nsys PATH] -- COMMAND ...
+    nsysan profile [-o NAME] [--nsys PATH] [--diagnose] -- COMMAND ...
     nsysan example            # path of the bundled example trace
     nsysan diff BASE NEW [--fail-on-regression 5%] [--json OUT] [--html OUT]
     nsysan compare T1 T2 ... [--labels a,b,...] [--markdown] [--json OUT] [--html OUT]
@@ -595,12 +595,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"-o {_say(out)}: cannot create its folder: {e.strerror or e}") from e
-    full = [nsys, "profile", "-t", args.trace, "-s", "none", "--export", "sqlite", "-o", out,
-            "-f", "true" if args.force else "false", *(["--cuda-graph-trace=node"] if args.graph_nodes else []), *cmd]
+    from nsysan import presets
+
+    full = presets.profile_command(nsys, out, cmd, trace=args.trace, force=args.force, graph_nodes=args.graph_nodes,
+                                   diagnose=args.diagnose, python=args.python_sampling,
+                                   gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
     print("running: " + _say(" ".join(full)), file=sys.stderr, flush=True)
     started_ns = time.time_ns()
     try:
         rc = inputs.run_group(full, timeout=args.timeout, say=inputs._stderr)
+        if args.diagnose and _fresh(report, started_ns):  # the preset exports with blobs in a step of its own
+            rc = presets.export_report(nsys, str(report), str(sqlite), timeout=args.timeout,
+                                       say=inputs._stderr) or rc
     except subprocess.TimeoutExpired:
         from nsysan.errors import ResourceLimitError
 
@@ -869,6 +875,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--nsys", help="path to nsys (default: $NSYSAN_NSYS, else nsys on PATH)")
     pr.add_argument("--trace", default="cuda,nvtx,osrt", help="nsys -t value (default cuda,nvtx,osrt)")
     pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
+    pr.add_argument("--diagnose", action="store_true", help="also record CPU samples, CUDA backtraces, Python "
+                    "samples and backtraces (Python programs) and GPU metrics, and export with blobs (see README)")
+    pr.add_argument("--python-sampling", choices=["auto", "on", "off"], default="auto",
+                    help="with --diagnose: Python sampling and backtraces (default auto: when COMMAND is Python)")
+    pr.add_argument("--gpu-metrics-devices", default="all", metavar="all|none|N[,N]",
+                    help="with --diagnose: GPUs whose metrics are sampled at 10 kHz (default all)")
+    pr.add_argument("--cuda-backtrace", default="sync,memory", metavar="SPEC",
+                    help="with --diagnose: nsys --cudabacktrace value (default sync,memory; all adds launches)")
     pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing NAME.nsys-rep / NAME.sqlite "
                     "(without it nsysan refuses to start when either exists)")
     pr.add_argument("--timeout", type=_opt_number("--timeout", strict=True), metavar="SECONDS",
