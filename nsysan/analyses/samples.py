@@ -22,7 +22,7 @@ frame of the best tier, tiers in this order: (0) a resolved symbol of the progra
 address in own code, (3) in a library; (4) the runtime below every program, never "self" unless
 nothing else is on the stack: libc, libpthread, libm, libdl, librt, libstdc++, libgcc_s, the dynamic
 loader, the kernel (``[kernel.kallsyms]``, ``[vdso]``, kernel-mode frames), the Python and Julia
-interpreters (``python3.X``, ``libpython``, ``libjulia``), the CUDA driver and runtime stack
+interpreters (``python3.X``, ``libpython``, its ``lib-dynload`` modules, ``libjulia``), the CUDA driver and runtime stack
 (``libcuda``, ``libcudart``, ``libcupti``, ``libnvidia-*``, ``libnvrtc``; and the statically linked
 runtime by its symbols: ``cuda*`` API names and templates, ``__cudart*``, ``libcudart_static_*``), nsys' own injection
 libraries, and nsys' markers (``[Unknown]``, ``[Broken backtraces]``, ``[Max depth]``). A stack whose
@@ -114,7 +114,7 @@ RUNTIME_MODULE = re.compile(
     r"(^|/)(libc|libpthread|libm|libdl|librt|libutil|libresolv|libgcc_s|libstdc\+\+|libc\+\+(abi)?|ld|ld-linux[^/]*|"
     r"libcuda|libcudart|libcupti|libnvidia-[^/]*|libnvrtc[^/]*|libnvrtc-builtins[^/]*|libToolsInjection[^/]*|"
     r"libpython[^/]*|libjulia[^/]*)([.-][^/]*)?$"
-    r"|(^|/)python(\d(\.\d+)?)?[dmu]?$|(^|/)julia$|^\[|kallsyms|^//anon|\.ko$|^$")
+    r"|(^|/)python(\d(\.\d+)?)?[dmu]?$|(^|/)julia$|/lib/python\d\.\d+/lib-dynload/|^\[|kallsyms|^//anon|\.ko$|^$")
 INTERPRETER_MODULE = re.compile(r"(^|/)(libpython[^/]*|python(\d(\.\d+)?)?[dmu]?|libjulia[^/]*|julia)$")
 LIBRARY_MODULE = re.compile(r"site-packages|dist-packages|conda|/envs/|^/(usr/)?(local/)?lib(32|64|x32|exec)?/|"
                             r"^/opt/nvidia/|^/nix/store/|/nsight-systems|/cuda[-\d.]*/")
