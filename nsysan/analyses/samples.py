@@ -18,14 +18,16 @@ Own-code frame, Python: the innermost frame outside the interpreter's and site-p
 a comprehension or lambda counts for the function around it. Own-code frame, native: the innermost
 frame of the best tier, tiers in this order: (0) a resolved symbol of the program's own modules;
 (1) a resolved symbol of an installed library (``site-packages``, ``dist-packages``, conda, ``/usr/lib``,
-``/lib``, ``/opt/nvidia``, ``/nix/store``: e.g. libtorch, cuBLAS, OpenBLAS); (2) an unresolved
+``/lib``, ``/opt/nvidia``, ``/nix/store``, and Python extension modules ``*.cpython-*.so``: e.g. libtorch,
+cuBLAS, OpenBLAS, numpy); (2) an unresolved
 address in own code, (3) in a library; (4) the runtime below every program, never "self" unless
 nothing else is on the stack: libc, libpthread, libm, libdl, librt, libstdc++, libgcc_s, the dynamic
 loader, the kernel (``[kernel.kallsyms]``, ``[vdso]``, kernel-mode frames), the Python and Julia
 interpreters (``python3.X``, ``libpython``, its ``lib-dynload`` modules, ``libjulia``), the CUDA driver and runtime stack
 (``libcuda``, ``libcudart``, ``libcupti``, ``libnvidia-*``, ``libnvrtc``; and the statically linked
 runtime by its symbols: ``cuda*`` API names and templates, ``__cudart*``, ``libcudart_static_*``), nsys' own injection
-libraries, and nsys' markers (``[Unknown]``, ``[Broken backtraces]``, ``[Max depth]``). A stack whose
+libraries, and nsys' markers (``[Unknown]``, ``[Broken backtraces]``, ``[Max depth]``). An unresolved
+address is counted as ``[unresolved]`` in its module. A stack whose
 own frame is the interpreter says so: only Python sampling can tell which Python function ran.
 
 Each with its share of the samples and the sample count: short gaps hold few samples, so attribution is
@@ -117,7 +119,7 @@ RUNTIME_MODULE = re.compile(
     r"|(^|/)python(\d(\.\d+)?)?[dmu]?$|(^|/)julia$|/lib/python\d\.\d+/lib-dynload/|^\[|kallsyms|^//anon|\.ko$|^$")
 INTERPRETER_MODULE = re.compile(r"(^|/)(libpython[^/]*|python(\d(\.\d+)?)?[dmu]?|libjulia[^/]*|julia)$")
 LIBRARY_MODULE = re.compile(r"site-packages|dist-packages|conda|/envs/|^/(usr/)?(local/)?lib(32|64|x32|exec)?/|"
-                            r"^/opt/nvidia/|^/nix/store/|/nsight-systems|/cuda[-\d.]*/")
+                            r"^/opt/nvidia/|^/nix/store/|/nsight-systems|/cuda[-\d.]*/|\.cpython-\d+[^/]*\.so$|\.abi3\.so$")
 _HEX = re.compile(r"^0x[0-9a-fA-F]+$")
 # the CUDA runtime linked statically into a program (its API, its templates in cuda_runtime.h and its
 # internals) is the runtime too, whatever module holds it
@@ -135,8 +137,12 @@ def native_tier(symbol: str, module: str, unresolved: int) -> int:
     return 1 if lib else 0
 
 
+UNRESOLVED = "[unresolved]"
+
+
 def native_own_frame(stack: tuple[tuple[str, str, int], ...]) -> tuple[str, str, int] | None:
-    """The innermost frame of the best tier (``native_tier``)."""
+    """The innermost frame of the best tier (``native_tier``). An unresolved address counts as
+    ``[unresolved]`` in its module (addresses alone would split one module's time into many rows)."""
     best, best_tier = None, 99
     for f in stack:
         t = native_tier(f[0], f[1], f[2])
@@ -144,6 +150,8 @@ def native_own_frame(stack: tuple[tuple[str, str, int], ...]) -> tuple[str, str,
             best, best_tier = f, t
             if t == 0:
                 break
+    if best is not None and (best[2] or _HEX.match(best[0] or "")):
+        return (UNRESOLVED, best[1], best[2])
     return best
 
 
