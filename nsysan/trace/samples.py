@@ -169,9 +169,11 @@ def read_from(con: sqlite3.Connection, *, window: tuple[int, int] | None = None,
     native_keys: dict[str, int] = {}
     if "COMPOSITE_EVENTS" in tables and "SAMPLING_CALLCHAINS" in tables and inputs["cpu_samples"]:
         out.native = _native(con, window, threads, native_keys)
-    if "CUDA_CALLCHAINS" in tables and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and inputs["cuda_backtraces"]:
-        out.cuda_chains = _cuda_chains(con, window, native_keys)
     _python(con, tables, window, threads, out)
+    if "CUDA_CALLCHAINS" in tables and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and inputs["cuda_backtraces"]:
+        bt = out.backtraces  # calls with a Python backtrace need no native one (Python first)
+        skip = set(zip(((bt["pid"].to_numpy() << 24) | bt["tid"].to_numpy()).tolist(), bt["ts_ns"].tolist()))
+        out.cuda_chains = _cuda_chains(con, window, native_keys, skip)
     chains = [(_parse_chain(k), ix) for k, ix in native_keys.items()]
     for frames, _ in chains:
         ids.update(i for f in frames for i in f[:2])
@@ -229,21 +231,35 @@ def _native(con: sqlite3.Connection, window: tuple[int, int] | None, threads: li
                          "state": np.array(st, np.int64), "stack": np.array(stack, np.int64)})
 
 
-def _cuda_chains(con: sqlite3.Connection, window: tuple[int, int] | None, keys: dict[str, int]) -> pd.DataFrame:
-    """The CUDA runtime/driver calls with a native backtrace (``callchainId``) in the window."""
+def _cuda_chains(con: sqlite3.Connection, window: tuple[int, int] | None, keys: dict[str, int],
+                 skip: set[tuple[int, int]] | None = None) -> pd.DataFrame:
+    """The CUDA runtime/driver calls with a native backtrace (``callchainId``) in the window, but those in
+    ``skip`` ((pid << 24 | tid, start): calls a Python backtrace already explains): their chains are read
+    for the remaining calls only."""
     cols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")}
     if "callchainId" not in cols:
         return _empty_calls()
-    where, params = _filters(window, None, "r.start")
-    sql = (f"SELECT r.start, r.globalTid, r.correlationId, {_CHAIN.format(table='CUDA_CALLCHAINS', ref='r.callchainId')} "
-           f"FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.callchainId IS NOT NULL{where} LIMIT {MAX_SAMPLES}")
+    where, params = _filters(window, None, "start")
+    rows = [(int(s), int(g), int(c) if c is not None else -1, int(cc)) for s, g, c, cc in con.execute(
+        f"SELECT start, globalTid, correlationId, callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+        f"WHERE callchainId IS NOT NULL AND globalTid IS NOT NULL{where} LIMIT {MAX_SAMPLES}", params)]
+    if skip:
+        rows = [r for r in rows if ((r[1] & TID_MASK), r[0]) not in skip]
+    chain_of: dict[int, str] = {}
+    ids = sorted({r[3] for r in rows})
+    for i in range(0, len(ids), 50_000):
+        q = ",".join(str(x) for x in ids[i:i + 50_000])
+        chain_of.update((int(k), str(v)) for k, v in con.execute(
+            f"SELECT i.id, {_CHAIN.format(table='CUDA_CALLCHAINS', ref='i.id')} FROM "
+            f"(SELECT DISTINCT id FROM CUDA_CALLCHAINS WHERE id IN ({q})) i") if v)
     ts, g, corr, stack = [], [], [], []
-    for s, gt, c, key in con.execute(sql, params):
-        if gt is None or not key:
+    for s, gt, c, cc in rows:
+        key = chain_of.get(cc)
+        if not key:
             continue
-        ts.append(int(s))
-        g.append(int(gt))
-        corr.append(int(c) if c is not None else -1)
+        ts.append(s)
+        g.append(gt)
+        corr.append(c)
         stack.append(keys.setdefault(key, len(keys)))
     ga = np.array(g, dtype=np.int64)
     return pd.DataFrame({"pid": ga >> 24 & 0xFFFFFF, "tid": ga & 0xFFFFFF, "start_ns": np.array(ts, np.int64),
