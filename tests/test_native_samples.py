@@ -145,7 +145,13 @@ def test_native_samples_in_idle_gaps_from_sql(analysis, fixture_dir, name):
         for (_, m), c in own.items():
             mods[m.rsplit("/", 1)[-1].split(".")[0]] += c
         assert mods["_multiarray_umath"] + mods["libz"] > 0.3 * n
-        assert "CPU samples taken in these gaps: " in f.message and "_multiarray_umath" in f.message
+        assert "CPU samples taken in these gaps: " in f.message and "; by module: _multiarray_umath" in f.message
+    by_module: Counter[str] = Counter()
+    for (_, m), c in own.items():
+        by_module[m.rsplit("/", 1)[-1]] += c
+    whole = next(c for c in got.classes if c.key == "nvtx:step")
+    for m, share in whole.modules(3):
+        assert share == pytest.approx(by_module[m] / n, abs=0.02), m
 
 
 @pytest.mark.parametrize("name", [n for n in ("waits_python_noblobs", "waits_native") if n in FIXTURE_NAMES])

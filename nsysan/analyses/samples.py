@@ -220,20 +220,32 @@ class Attribution:
     def attributed(self) -> bool:
         return self.samples >= MIN_SAMPLES and len(self.table) > 0
 
+    def modules(self, n: int = 3) -> list[tuple[str, float]]:
+        """Native samples: the self share per module (library), largest first."""
+        if self.source != "native" or len(self.table) == 0:
+            return []
+        by = self.table.groupby(self.table["module"].astype(str).map(module_name), sort=False)["self_samples"].sum()
+        by = by.sort_values(ascending=False, kind="stable")
+        return [(str(m), float(c) / self.samples) for m, c in by.head(n).items()]
+
     def top(self, n: int = 3) -> str:
-        """'tokenize() waits.py:37 (62%), ... of 140 Python samples' ('' without enough samples)."""
+        """'tokenize() waits.py:37 (62%), ... of 140 Python samples' ('' without enough samples); for
+        native samples also the share per module."""
         if not self.attributed:
             return ""
         parts = [f"{where(r)} ({r['self_share']:.0%})" for r in self.table.head(n).to_dict("records")]
         what = "Python samples" if self.source == "python" else "CPU samples"
         tail = ""
-        if self.source == "native" and INTERPRETER_MODULE.search(str(self.table.iloc[0]["module"])):
-            tail = " (the Python interpreter: only Python samples tell which Python function ran)"
+        if self.source == "native":
+            tail = "; by module: " + ", ".join(f"{m} {share:.0%}" for m, share in self.modules())
+            if INTERPRETER_MODULE.search(str(self.table.iloc[0]["module"])):
+                tail += " (the Python interpreter: only Python samples tell which Python function ran)"
         return ", ".join(parts) + f" of {self.samples:,} {what}{tail}"
 
     def to_dict(self, limit: int = 20) -> dict[str, Any]:
         return {"key": self.key, "label": self.label, "kind": self.kind, "source": self.source, "gaps": self.gaps,
                 "gap_ns": self.gap_ns, "samples": self.samples, "attributed": self.attributed, "note": self.note,
+                "modules": [{"module": m, "self_share": round(v, 4)} for m, v in self.modules(10)],
                 "functions": self.table.head(limit).to_dict("records"), "stacks": self.stacks[:TOP_STACKS]}
 
 

@@ -35,6 +35,8 @@ def _group(g: Any) -> dict[str, Any]:
         head = f"{g.gaps:,} gap{'s' if g.gaps != 1 else ''}, {fmt_ns(g.gap_ns)} idle; " + head
     else:
         head = f"over the {fmt_ns(g.gap_ns)} steady window; " + head
+    if g.attributed and g.source == "native":
+        head += "; by module: " + ", ".join(f"{clean_text(m)[:60]} {fmt_pct(v)}" for m, v in g.modules())
     return {"label": clean_text(str(g.label))[:160], "head": head, "attributed": g.attributed,
             "note": clean_text(g.note) if g.note else (
                 "" if g.attributed else f"fewer than {MIN_SAMPLES} samples: too few to attribute"),
