@@ -182,6 +182,18 @@ def short_symbol(symbol: str, limit: int = 100) -> str:
             cut = i
     if cut > 0:
         s = s[cut + 1:]
+    if len(s) > 60:  # long template arguments: shown as <…>
+        out, depth = [], 0
+        for ch in s:
+            if ch == "<" and not "".join(out).endswith("operator"):
+                if depth == 0:
+                    out.append("<…>")
+                depth += 1
+            elif ch == ">" and depth > 0:
+                depth -= 1
+            elif depth == 0:
+                out.append(ch)
+        s = "".join(out)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -334,6 +346,13 @@ def _display(stack: tuple[tuple[str, str, int], ...], source: str) -> tuple[tupl
     return tuple(items[-STACK_FRAMES:])
 
 
+def _frame_key(f: tuple[str, str, int], source: str) -> tuple[str, str]:
+    """(function, file or module) of a frame, an unresolved native address as ``[unresolved]``."""
+    if source != "python" and (f[2] or _HEX.match(f[0] or "")):
+        return (UNRESOLVED, f[1])
+    return (f[0], f[1])
+
+
 def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label: str, kind: str,
                n_gaps: int = 0, gap_ns: int = 0) -> Attribution:
     """Functions (self, inclusive) and top stacks of the samples in ``df``: counted per distinct stack,
@@ -356,7 +375,7 @@ def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label
             k = (f[0], f[1])
             self_c[k] += c
             lines.setdefault(k, Counter())[f[2]] += c
-        for k in {(fr[0], fr[1]) for fr in st}:
+        for k in {_frame_key(fr, source) for fr in st}:
             incl[k] += c
         shown[_display(st, source)] += c
     rows = []
