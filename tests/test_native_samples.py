@@ -481,3 +481,43 @@ def test_waits_sync_python_samples_in_gaps(analysis, fixture_dir):
     assert sum(c.samples for c in cls.values()) == got.samples_in_gaps
     f = next(f for f in a.findings if f.rule == "host-bound-gap")
     assert "Python samples taken in these gaps: prepare_batch() diagnose.py:" in f.message
+
+
+@pytest.mark.skipif("waits_sync" not in FIXTURE_NAMES, reason="fixture missing")
+def test_call_sites_inside_ranges(analysis, fixture_dir):
+    """What timing-unsynchronized quotes: the backtraced calls made inside given NVTX ranges on their thread
+    (here the steady 'step' ranges), per call site, by SQL (Python backtraces joined to runtime rows)."""
+    a = analysis("waits_sync")
+    con = _con(fixture_dir / "waits_sync.sqlite")
+    w = a.steady
+    rg = a.nvtx_ranges
+    steps = rg.loc[(rg["name"] == "step") & (rg["start_ns"] >= w.start_ns) & (rg["end_ns"] <= w.end_ns)]
+    spans = [(int(s), int(e)) for s, e in con.execute(
+        """SELECT n.start, n."end" FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+           WHERE n.eventType = 59 AND coalesce(n.text, s.value) = 'step' AND n.start >= ? AND n."end" <= ?""",
+        (w.start_ns, w.end_ns))]
+    assert len(spans) == len(steps) > 30
+    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Backtrace on CUDA'"
+                         ).fetchone()
+    strings = dict(con.execute("SELECT id, value FROM StringIds"))
+    want: Counter[tuple[str, str, int]] = Counter()
+    spent: Counter[tuple[str, str, int]] = Counter()
+    for name, ts, dur, blob in con.execute("""SELECT s.value, r.start, r."end" - r.start, b.binaryData FROM NVTX_EVENTS b
+                                         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = b.globalTid AND r.start = b.start
+                                         JOIN StringIds s ON s.id = r.nameId
+                                         WHERE b.eventType = 34 AND b.domainId = ? AND b.start >= ? AND b.start < ?""",
+                                      (dom, w.start_ns, w.end_ns)):
+        if _inside(ts, spans):
+            fn, ln = _own_workload(_py_frames(con, blob, strings))
+            want[(re.sub(r"_v\d+$", "", name), fn, ln)] += 1
+            spent[(re.sub(r"_v\d+$", "", name), fn, ln)] += int(dur)
+    from nsysan.analyses.samples import aggregate_sites, calls_in
+
+    got = aggregate_sites(calls_in(a.idle_samples.site_calls, steps))
+    assert {(r["api"], r["function"], int(r["line"])): int(r["calls"]) for _, r in got.iterrows()} == dict(want)
+    from nsysan.rules import RuleContext
+    from nsysan.rules._helpers import call_sites_in
+
+    (api, fn, ln), _ = max(spent.items(), key=lambda kv: kv[1])  # the site with the most time in its calls first
+    note = call_sites_in(RuleContext(a), steps)
+    assert note.startswith(f" Call sites (Python backtraces): {api} from {fn}() diagnose.py:{ln} ({want[(api, fn, ln)]} calls)")
