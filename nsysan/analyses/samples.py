@@ -158,8 +158,7 @@ def native_own_frame(stack: tuple[tuple[str, str, int], ...]) -> tuple[str, str,
 def short_symbol(symbol: str, limit: int = 100) -> str:
     """A C++ symbol without its parameter list (and return type): ``ns::Class::method``."""
     s = str(symbol).strip()
-    if s.endswith(" const"):
-        s = s[:-6]
+    s = s.removesuffix(" const")
     if s.endswith(")"):
         depth = 0
         for i in range(len(s) - 1, -1, -1):
@@ -283,7 +282,7 @@ class IdleAttribution:
     def for_gaps(self, gaps: pd.DataFrame, label: str = "") -> Attribution:
         """The attribution of exactly these gaps (a rule's own selection)."""
         if self._data is None or len(gaps) == 0:
-            return Attribution(label, label, "gaps", self.source, gaps=int(len(gaps)),
+            return Attribution(label, label, "gaps", self.source, gaps=len(gaps),
                                gap_ns=int(gaps["gap_ns"].sum()) if len(gaps) else 0)
         df, stacks, source = self._data
         k = gap_index(df, gaps)
@@ -322,8 +321,8 @@ def _display(stack: tuple[tuple[str, str, int], ...], source: str) -> tuple[tupl
     def flush() -> None:
         if run:
             mods = list(dict.fromkeys(run))
-            items.append((f"[{len(run)} frame{'s' if len(run) > 1 else ''}: {', '.join(mods[:3])}"
-                          f"{', ...' if len(mods) > 3 else ''}]", False))
+            more = ", ..." if len(mods) > 3 else ""
+            items.append((f"[{len(run)} frame{'s' if len(run) > 1 else ''}: {', '.join(mods[:3])}{more}]", False))
             run.clear()
 
     for f in reversed(stack):
@@ -357,7 +356,7 @@ def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label
                n_gaps: int = 0, gap_ns: int = 0) -> Attribution:
     """Functions (self, inclusive) and top stacks of the samples in ``df``: counted per distinct stack,
     then per function (never a loop over samples)."""
-    out = Attribution(key, label, kind, source, gaps=int(n_gaps), gap_ns=int(gap_ns), samples=int(len(df)))
+    out = Attribution(key, label, kind, source, gaps=int(n_gaps), gap_ns=int(gap_ns), samples=len(df))
     if len(df) == 0:
         out.note = "no sample was taken here"
         return out
@@ -477,7 +476,7 @@ def site_calls(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFram
         pos = pos[~pos.index.duplicated(keep="first")]
         hit = pos.reindex(pd.MultiIndex.from_arrays([bt["tid"].to_numpy(np.int64), bt["ts_ns"].to_numpy(np.int64)])).to_numpy()
         for j, stack in zip(hit, bt["stack"].to_numpy()):
-            if j != j:  # NaN: no API row in the window at that (thread, start)
+            if np.isnan(j):  # no API row in the window at that (thread, start)
                 continue
             f = own_frame(samples.stacks[int(stack)])
             if f is not None:
@@ -490,7 +489,7 @@ def site_calls(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFram
         hit = pos.reindex(pd.MultiIndex.from_arrays([cc["pid"].to_numpy(np.int64),
                                                      cc["correlation_id"].to_numpy(np.int64)])).to_numpy()
         for j, stack in zip(hit, cc["stack"].to_numpy()):
-            if j != j or int(j) in site:  # no API row, or a Python backtrace already names the site
+            if np.isnan(j) or int(j) in site:  # no API row, or a Python backtrace already names the site
                 continue
             f = native_own_frame(samples.native_stacks[int(stack)])
             if f is not None:

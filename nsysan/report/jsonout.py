@@ -98,6 +98,11 @@ def _samples_dict(s: Any) -> dict[str, Any]:
             "by_gap_class": [group(g) for g in getattr(s, "classes", [])],
             "steady_loop": group(s.steady) if getattr(s, "steady", None) is not None else None,
             "min_samples": 10,
+            "about": "samples on the submitting thread inside the host-caused idle gaps of the steady state (all, "
+                     "and per gap class: the gap's activity label), and every sample on the launching thread(s) "
+                     "over the steady window (steady_loop); self = the innermost own-code frame, inclusive = "
+                     "anywhere on the stack; Python frames first, else native ones (module = library); fewer "
+                     "than min_samples are not attributed",
             "call_sites": records(getattr(s, "sites", None), 50)}
 
 
