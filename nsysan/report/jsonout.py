@@ -82,12 +82,27 @@ def ranks_to_dict(r: Any) -> dict[str, Any]:
 
 
 def _samples_dict(s: Any) -> dict[str, Any]:
-    """Which sampling inputs the export holds, and the Python functions sampled in host-caused GPU
-    idle time (``analyses/samples.py``)."""
+    """Which sampling inputs the export holds (and which it lacks, with the flag that adds each), the
+    functions sampled in host-caused GPU idle time, per gap class and over the steady loop, and the
+    call sites of the steady state's CUDA calls (``analyses/samples.py``)."""
     if s is None:
         return {}
-    return {"inputs": _clean(dict(s.inputs)), "idle_samples": int(s.samples_in_gaps), "idle_gap_ns": int(s.gap_ns),
+
+    def group(g: Any) -> dict[str, Any]:
+        return {**_clean({k: v for k, v in g.to_dict().items() if k not in ("functions", "stacks")}),
+                "functions": records(g.table, 20), "stacks": _clean(g.stacks)}
+
+    return {"inputs": _clean(dict(s.inputs)), "missing_inputs": _clean(list(getattr(s, "missing", []))),
+            "source": getattr(s, "source", ""), "idle_samples": int(s.samples_in_gaps), "idle_gap_ns": int(s.gap_ns),
             "note": s.note, "idle_functions": records(s.table, 50),
+            "by_gap_class": [group(g) for g in getattr(s, "classes", [])],
+            "steady_loop": group(s.steady) if getattr(s, "steady", None) is not None else None,
+            "min_samples": 10,
+            "about": "samples on the submitting thread inside the host-caused idle gaps of the steady state (all, "
+                     "and per gap class: the gap's activity label), and every sample on the launching thread(s) "
+                     "over the steady window (steady_loop); self = the innermost own-code frame, inclusive = "
+                     "anywhere on the stack; Python frames first, else native ones (module = library); fewer "
+                     "than min_samples are not attributed",
             "call_sites": records(getattr(s, "sites", None), 50)}
 
 

@@ -80,6 +80,7 @@ class Report:
     iteration_plot: Plot | None = None
     util_plot: Plot | None = None
     subtitle: str = ""
+    samples_view: dict[str, Any] = field(default_factory=dict)  # report/samples_view.py
 
 
 @dataclass
@@ -501,7 +502,14 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                   breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                   overlap_bars=ovb,
                   timeline=build_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
-                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle)
+                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
+                  samples_view=samples_view(a))
+
+
+def samples_view(a: Any) -> dict[str, Any]:
+    from nsysan.report.samples_view import samples_view as build_samples
+
+    return build_samples(a)
 
 
 def _ranks_view(a: Any) -> dict[str, Any]:
