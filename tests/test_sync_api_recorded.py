@@ -69,3 +69,20 @@ def test_sync_api_fires_with_the_round_trips_sql_finds(analysis, fixture_dir, na
     # the gaps nsysan sees come from the same rows; the estimate is the round trips SQL finds
     assert after > 0.2 * w.dur_ns
     assert abs(est - after) <= 0.02 * after
+
+
+@pytest.mark.skipif("waits_sync" not in FIXTURE_NAMES, reason="fixture missing")
+def test_sync_api_names_the_lines_that_synchronize(analysis):
+    """The workload's own source says where it synchronizes: ``.item()`` in read_loss() and
+    ``torch.cuda.synchronize()`` in the step loop; the finding must quote exactly those lines."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "workloads" / "diagnose.py").read_text().splitlines()
+    f = {f.rule: f for f in analysis("waits_sync").findings}["sync-api"]
+    quoted = re.findall(r"(cuda\w+Synchronize) from (\w+)\(\) diagnose\.py:(\d+) \((\d+) calls\)", f.message)
+    assert {q[0] for q in quoted} == {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
+    for api, _, line, calls in quoted:
+        text = src[int(line) - 1]
+        assert (".item()" in text) if api == "cudaStreamSynchronize" else ("torch.cuda.synchronize()" in text)
+        assert int(calls) == 39  # one a step in the 39 steady steps
