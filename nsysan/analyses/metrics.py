@@ -18,16 +18,21 @@ inside it, ``nvtx.ranges``' projection) when it launched any, else its CPU span.
 its start to its completion (``iterations``). Kernel groups are judged in the steady window, per
 device: the roles (``opclass``: compute, communication, copies per direction, memsets), the GEMM /
 convolution kernels (``MATMUL``, the names ``fp32-compute`` calls heavy) and the ``TOP_KERNELS``
-kernels with the most time.
+kernels with the most time; ``measured_ns`` is the part of a group's busy time that holds samples
+(runs of its ops at least one sampling period long): the rules judge and claim only that part.
 
 **Verdicts** (thresholds in % of peak; several can hold):
 
 * ``tensor-bound``: tensor active >= 40;
 * ``memory-bound``: DRAM read + write >= ``DRAM_NEAR_PEAK`` (60) with tensor active < 10;
-* ``PCIe-bound``: PCIe RX or TX >= ``PCIE_NEAR_PEAK`` (60);
+* ``PCIe-bound``: PCIe RX or TX >= ``PCIE_NEAR_PEAK`` (60) (RX is host-to-device: 90% during the
+  HtoD copies of ``metrics_mix``, TX 91% during its DtoH copies);
+* ``tensor cores idle`` (GEMM/convolution kernel groups only): tensor active < 5 while SMs active
+  >= 50 (FP32 GEMMs on the CUDA cores);
 * ``SMs mostly idle``: GR active >= 5 (the GPU has work) but SMs active < 0.4 x GR active (few
   blocks, tiny kernels, low occupancy: the SMs are used less than half the time the GPU is busy);
-* ``GPU idle much of the time``: GR active < 50.
+* ``GPU idle much of the time``: GR active < 50 (not said of PCIe-bound rows: copies run on the copy
+  engines).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ TOP_KERNELS = 10
 DRAM_NEAR_PEAK = 60.0
 PCIE_NEAR_PEAK = 60.0
 TENSOR_BOUND = 40.0
+TENSOR_IDLE = 5.0
 SM_IDLE_RATIO = 0.4
 SHOWN = ("gr_active", "sm_active", "sm_issue", "tensor_active", "warps_in_flight", "dram_read", "dram_write",
          "pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx")
@@ -87,6 +93,14 @@ class _Source:
                 out[k] = np.where(n > 0, (self.sum[k][hi] - self.sum[k][lo]) / np.maximum(n, 1), np.nan)
         return out
 
+    def measured(self, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The merged intervals that hold at least one sample (the rest were not measured: shorter
+        than the sampling period, or outside the metric capture)."""
+        s, e = iv.merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64))
+        lo, hi = self._bounds(s, e)
+        keep = hi > lo
+        return s[keep], e[keep]
+
     def union(self, s: np.ndarray, e: np.ndarray) -> dict[str, Any]:
         """Over the union of the intervals: samples, coverage and each metric's mean (None: no samples)."""
         s, e = iv.merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64))
@@ -126,14 +140,22 @@ class GpuMetrics:
                 return self._pre[i]
         return None
 
+    def measured(self, device_id: int | None, s: Any, e: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Of the union of the intervals, the parts the samples measured (``_Source.measured``)."""
+        src = self.source_of(device_id)
+        if src is None:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return src.measured(np.asarray(s), np.asarray(e))
+
     def means(self, device_id: int | None, s: Any, e: Any) -> dict[str, Any] | None:
         """Samples, coverage and metric means over the union of intervals on one device's source."""
         src = self.source_of(device_id)
         return None if src is None else src.union(np.asarray(s), np.asarray(e))
 
 
-def verdicts(r: dict[str, Any]) -> list[str]:
-    """The verdicts a row's means support (module docstring); none under ``MIN_SAMPLES`` samples."""
+def verdicts(r: dict[str, Any], matmul: bool = False) -> list[str]:
+    """The verdicts a row's means support (module docstring); none under ``MIN_SAMPLES`` samples.
+    ``matmul``: the row is GEMM/convolution kernels (``tensor cores idle`` is judged only there)."""
     if (r.get("samples") or 0) < MIN_SAMPLES:
         return []
     g = {k: r.get(k) for k in SHOWN}
@@ -144,17 +166,26 @@ def verdicts(r: dict[str, Any]) -> list[str]:
     if dr is not None and dw is not None and dr + dw >= DRAM_NEAR_PEAK and (t is None or t < 10):
         out.append("memory-bound")
     pcie = [v for v in (g["pcie_rx"], g["pcie_tx"]) if v is not None]
-    if pcie and max(pcie) >= PCIE_NEAR_PEAK:
+    copying = bool(pcie) and max(pcie) >= PCIE_NEAR_PEAK
+    if copying:
         out.append("PCIe-bound")
+    if matmul and t is not None and sm is not None and t < TENSOR_IDLE and sm >= 50:
+        out.append("tensor cores idle")
     if gr is not None and sm is not None and gr >= 5 and sm < SM_IDLE_RATIO * gr:
         out.append("SMs mostly idle")
-    if gr is not None and gr < 50:
+    if gr is not None and gr < 50 and not copying:  # copies run on the copy engines, not the SMs
         out.append("GPU idle much of the time")
     return out
 
 
 def verdict(r: dict[str, Any]) -> str:
-    return "; ".join(verdicts(r))
+    return "; ".join(verdicts(r, matmul=is_matmul_row(r)))
+
+
+def is_matmul_row(r: dict[str, Any]) -> bool:
+    """A kernel-group row of GEMM/convolution kernels (the class, or one kernel of it)."""
+    return (r.get("kind") == "class" and r.get("group") == MATMUL_GROUP) or \
+        (r.get("kind") == "kernel" and bool(MATMUL.search(str(r.get("group", "")))))
 
 
 def _devices(sources: list[Any]) -> pd.DataFrame:
@@ -272,7 +303,8 @@ def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations:
             for kind, group, m in kernel_groups(ops, s.device_id, lo, hi):
                 a, b = iv.clip(ops["start_ns"].to_numpy(np.int64)[m], ops["end_ns"].to_numpy(np.int64)[m], lo, hi)
                 krows.append({**head, "kind": kind, "group": group, "ops": int(m.sum()),
-                              "busy_ns": iv.total(*iv.merge(a, b)), **pre.union(a, b)})
+                              "busy_ns": iv.total(*iv.merge(a, b)), "measured_ns": iv.total(*pre.measured(a, b)),
+                              **pre.union(a, b)})
     rcols = ["source", "device_id", "device", "range", "instances", "samples", "coverage", *shown, "verdict"]
     br = pd.DataFrame(rrows)
     br["verdict"] = [verdict(r) for r in br.to_dict("records")]
@@ -280,7 +312,7 @@ def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations:
     icols = ["source", "device_id", "device", "pid", "tid", "iteration", "start_ns", "end_ns", "warmup", "samples",
              "coverage", *shown]
     out.by_iteration = pd.DataFrame(irows, columns=icols)
-    kcols = ["source", "device_id", "device", "kind", "group", "ops", "busy_ns", "samples", "coverage", *shown, "verdict"]
+    kcols = ["source", "device_id", "device", "kind", "group", "ops", "busy_ns", "measured_ns", "samples", "coverage", *shown, "verdict"]
     bk = pd.DataFrame(krows, columns=kcols[:-1])
     bk["verdict"] = [verdict(r) for r in bk.to_dict("records")] if len(bk) else []
     out.by_kernel = bk[kcols]
