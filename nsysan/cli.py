@@ -750,11 +750,40 @@ def _print_diff(d: Any) -> None:
             kt.add_row(Text(short[r["name"]]), Text(r["status"]), Text(f"{r['base_count']} -> {r['new_count']}"),
                        Text(("+" if r["delta_total_ns"] > 0 else "") + fmt_ns(r["delta_total_ns"])))
         c.print(kt)
+    _print_gpu_metric_deltas(c, d, Text)
     for n in d.other_notes:
         c.print(Text(f"note: {n}", style="yellow"))
     if d.gate:
         c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate passed: ") + d.gate["message"],
                      style="bold red" if d.gate["failed"] else "green"))
+
+
+def _print_gpu_metric_deltas(c: Any, d: Any, Text: Any) -> None:
+    """GPU metric means per device and range on both sides (``compare.gpu_metric_deltas``)."""
+    from rich.table import Table
+
+    if not d.gpu_metrics:
+        return
+    t = Table(title=Text("GPU metrics (mean % of peak): base -> new"), title_justify="left")
+    t.add_column("device / range", overflow="fold", ratio=3)
+    for k in ("SMs active", "tensor", "DRAM rd+wr", "PCIe rx/tx"):
+        t.add_column(k, justify="right", ratio=2)
+    t.add_column("verdict", overflow="fold", ratio=3)
+
+    def pair(r: dict[str, Any], *keys: str) -> str:
+        got = [r.get(k) for k in keys]
+        if any(g is None for g in got):
+            return "-"
+        b = sum(g["base"] or 0 for g in got)
+        n = sum(g["new"] or 0 for g in got)
+        return f"{b:.1f} -> {n:.1f}"
+
+    for r in d.gpu_metrics:
+        v = r["base_verdict"] if r["base_verdict"] == r["new_verdict"] else f"{r['base_verdict'] or '-'} -> {r['new_verdict'] or '-'}"
+        t.add_row(Text(f"{r['device']} {r['range']}"), Text(pair(r, "sm_active")), Text(pair(r, "tensor_active")),
+                  Text(pair(r, "dram_read", "dram_write")),
+                  Text(f"{pair(r, 'pcie_rx')} / {pair(r, 'pcie_tx')}"), Text(v))
+    c.print(t)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -329,3 +329,27 @@ def test_json_and_report_carry_the_metrics(analysis):
     lane = tl["metrics"][0]
     assert lane["n"] == len(a.gpu_metrics.sources[0].ts) and [s["key"] for s in lane["series"]] == \
         ["sm_active", "tensor_active", "dram"]
+
+
+def test_diff_shows_metric_deltas_per_range(analysis):
+    """diff: the steady rows of both sides and every range both have, with each side's own means."""
+    from nsysan import compare
+
+    if len(METRIC_FIXTURES) < 2:
+        pytest.skip("fixtures missing")
+    wp = json.loads(analysis("waits_phases").to_json())
+    mix = json.loads(analysis("metrics_mix").to_json())
+    d = compare.diff(wp, mix).to_dict()
+    (row,) = d["gpu_metrics"]  # no range name in common: the steady window only
+    sb = next(r for r in wp["gpu_metrics"]["by_range"] if r["range"].startswith("["))
+    sn = next(r for r in mix["gpu_metrics"]["by_range"] if r["range"].startswith("["))
+    assert row["range"] == "[steady state]" and row["base_samples"] == sb["samples"] and row["new_samples"] == sn["samples"]
+    for k in ("sm_active", "tensor_active", "dram_read", "pcie_rx"):
+        assert (row[k]["base"], row[k]["new"]) == (sb[k], sn[k])
+        assert row[k]["delta"] == pytest.approx(sn[k] - sb[k], abs=0.01)
+    same = compare.diff(wp, wp).to_dict()["gpu_metrics"]
+    assert {r["range"] for r in same} == {r["range"] if not r["range"].startswith("[") else "[steady state]"
+                                          for r in wp["gpu_metrics"]["by_range"]}
+    assert all(v["delta"] == 0 for r in same for k, v in r.items() if isinstance(v, dict) and v["delta"] is not None)
+    plain = json.loads(analysis("train_inline").to_json())
+    assert "gpu_metrics" not in compare.diff(plain, wp).to_dict()
