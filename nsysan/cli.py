@@ -819,7 +819,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         t = Table(title=Text(_say(lad["label"])))
-        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding"):
+        gm = any(r.get("gpu_metrics") for r in lad["rows"])  # steady GPU metric means (compare.steady_gpu_metrics)
+        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding",
+                    *(("SMs / tensor / DRAM (steady, % of peak)",) if gm else ())):
             t.add_column(col)
         for r in lad["rows"]:
             t.add_row(*(Text(_say(x)) for x in (
@@ -827,9 +829,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
                 f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
                 _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
-                r["top_finding"] or "-")))
+                r["top_finding"] or "-", *((_gpu_metrics_cell(r),) if gm else ()))))
         _table_console().print(t)
     return 0
+
+
+def _gpu_metrics_cell(r: dict[str, Any]) -> str:
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{float(v):.1f}"
+
+    return "; ".join(f"{dev}: {pct(m['sm_active'])} / {pct(m['tensor_active'])} / {pct(m['dram'])}"
+                     for dev, m in (r.get("gpu_metrics") or {}).items()) or "-"
 
 
 def ladder_markdown(lad: dict[str, Any]) -> str:

@@ -553,6 +553,22 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
                 findings, noise, warnings=warnings, other_notes=notes, gpu_metrics=gpu_metric_deltas(base, new))
 
 
+def steady_gpu_metrics(d: dict[str, Any]) -> dict[str, Any]:
+    """``{"gpu_metrics": {device: {sm_active, tensor_active, dram (read + write), samples}}}``: the
+    steady-window means of an analysis with GPU metrics (a ladder row's extra), else ``{}``."""
+    g = d.get("gpu_metrics") or {}
+    if not g.get("devices"):
+        return {}
+    out = {}
+    for r in g.get("by_range") or []:
+        if isinstance(r, dict) and str(r.get("range", "")).startswith("["):
+            dr, dw = r.get("dram_read"), r.get("dram_write")
+            out[str(r.get("device"))] = {"sm_active": r.get("sm_active"), "tensor_active": r.get("tensor_active"),
+                                         "dram": None if dr is None or dw is None else round(dr + dw, 2),
+                                         "samples": r.get("samples")}
+    return {"gpu_metrics": out} if out else {}
+
+
 GPU_METRIC_KEYS = ("gr_active", "sm_active", "tensor_active", "dram_read", "dram_write", "pcie_rx", "pcie_tx",
                    "nvlink_rx", "nvlink_tx")
 
@@ -763,7 +779,8 @@ def ladder(items: list[tuple[str, dict[str, Any]]], metric: str | None = None) -
                      "step_speedup": (prev / v) if (prev and v) else None,
                      "total_speedup": (first / v) if (first and v) else None,
                      "iter_p50_ns": h["iter_p50_ns"], "gpu_busy_frac": h["gpu_busy_frac"],
-                     "top_finding": top.get("rule"), "top_impact_ns": top.get("impact_ns")})
+                     "top_finding": top.get("rule"), "top_impact_ns": top.get("impact_ns"),
+                     **steady_gpu_metrics(d)})
         if v:
             first = first or v
             prev = v

@@ -353,3 +353,69 @@ def test_diff_shows_metric_deltas_per_range(analysis):
     assert all(v["delta"] == 0 for r in same for k, v in r.items() if isinstance(v, dict) and v["delta"] is not None)
     plain = json.loads(analysis("train_inline").to_json())
     assert "gpu_metrics" not in compare.diff(plain, wp).to_dict()
+
+
+def test_two_gpus_each_source_on_its_device(fixture_dir, tmp_path):
+    """A second GPU and a second metric source built into a copy of metrics_mix (typeId low byte 1, each
+    value v stored as 100 - v, one of them as a REAL): each source lands on its own device, the means
+    of each equal SQL on that source, and the REAL sends the reader down the SQLite path unharmed."""
+    import shutil
+
+    import nsysan
+    from nsysan.analysis import analyze
+    from tests.factories import apply_sql
+
+    if "metrics_mix" not in METRIC_FIXTURES:
+        pytest.skip("fixture missing")
+    p = tmp_path / "two.sqlite"
+    shutil.copy(fixture_dir / "metrics_mix.sqlite", p)
+    con = _con(fixture_dir, "metrics_mix")
+    (t0,) = con.execute("SELECT DISTINCT typeId FROM GPU_METRICS").fetchone()
+    t1 = t0 | 1
+    cols = [r[1] for r in con.execute("PRAGMA table_info(TARGET_INFO_GPU)")]
+    sel = ", ".join("1" if c in ("id", "cuDevice") else "'0000:00:09.0'" if c == "busLocation" else f'"{c}"' for c in cols)
+    apply_sql(p, f"INSERT INTO TARGET_INFO_GPU SELECT {sel} FROM TARGET_INFO_GPU WHERE id = 0",
+              f"INSERT INTO TARGET_INFO_GPU_METRICS SELECT {t1}, sourceId, typeName, metricId, metricName "
+              f"FROM TARGET_INFO_GPU_METRICS WHERE typeId = {t0}",
+              f"INSERT INTO GPU_METRICS SELECT rawTimestamp, timestamp, {t1}, metricId, 100 - value FROM GPU_METRICS "
+              f"WHERE typeId = {t0}",
+              f"UPDATE GPU_METRICS SET value = 50.0 WHERE rowid = (SELECT max(rowid) FROM GPU_METRICS)")
+    a = analyze(nsysan.open_trace(p), rules=False)
+    m = a.trace.gpu_metrics
+    assert [(s.device_id, s.mapped_by) for s in m.sources] == [(0, "typeId low byte"), (1, "typeId low byte")]
+    two = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    ids = {n: mid for mid, n in two.execute("SELECT metricId, metricName FROM TARGET_INFO_GPU_METRICS WHERE typeId = ?",
+                                            (t0,))}
+    got = a.gpu_metrics.by_range
+    period = m.sources[0].period_ns
+    for dev, typ in ((0, t0), (1, t1)):
+        row = got.loc[(got["device_id"] == dev) & (got["range"] == "elementwise")].iloc[0]
+        inst = [(s, e, tid) for s, e, tid in _ranges(two)["elementwise"]]
+        spans = [_gpu_span(two, s, e, tid) for s, e, tid in inst]
+        for short in ("sm_active", "dram_read"):
+            vals = [v for a_, b_ in _merge([x[0] for x in spans], [x[1] for x in spans]) for (v,) in two.execute(
+                "SELECT value FROM GPU_METRICS WHERE typeId = ? AND metricId = ? AND timestamp >= ? AND timestamp + ? <= ?",
+                (typ, ids[NAMES[short]], a_, period, b_))]
+            assert row["samples"] == len(vals) and row[short] == pytest.approx(sum(vals) / len(vals), abs=0.006)
+    html = a.to_html()
+    assert "GPU 0: by NVTX range" in html and "GPU 1: by NVTX range" in html
+
+
+def test_compare_ladder_carries_steady_means(analysis):
+    """compare: each trace's steady-window means (as its own JSON has them); a trace without metrics
+    keeps the row it always had."""
+    from nsysan import compare
+
+    if len(METRIC_FIXTURES) < 2:
+        pytest.skip("fixtures missing")
+    items = [(n, json.loads(analysis(n).to_json())) for n in ("waits_phases", "metrics_mix", "train_inline")]
+    lad = compare.ladder(items)
+    for (name, d), row in zip(items, lad["rows"]):
+        steady = [r for r in (d["gpu_metrics"]["by_range"]) if r["range"].startswith("[")]
+        if not steady:
+            assert "gpu_metrics" not in row
+            continue
+        got = row["gpu_metrics"]["GPU 0"]
+        assert (got["sm_active"], got["tensor_active"], got["samples"]) == \
+            (steady[0]["sm_active"], steady[0]["tensor_active"], steady[0]["samples"])
+        assert got["dram"] == pytest.approx(steady[0]["dram_read"] + steady[0]["dram_write"], abs=0.01)
