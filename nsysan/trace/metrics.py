@@ -8,8 +8,8 @@ generation and nsys version, so metrics are chosen by name (``WANTED``), never b
 **Bounded reading.** Only the wanted metrics (11 of about 30) are kept, as one sorted time axis per
 source and one ``float32`` array per metric: about 50 bytes a sample against the ~450 bytes its 30
 rows take in the file. The table is decoded by the direct b-tree reader (``direct``) in parts of
-``PART_ROWS`` rows, each filtered before the next is decoded, so the transient memory is one part,
-whatever the table's size; SQLite reads it (``WHERE metricId IN ...``, in rowid slices) when the
+``PART_ROWS`` rows, each filtered and pivoted to samples before the next is decoded, so the
+transient memory is one part, whatever the table's size; SQLite reads it (``WHERE metricId IN ...``, in rowid slices) when the
 direct reader declines. No per-row Python objects, no wide per-sample frame. The reader takes the
 export that is already open (``read(db)``, called by the loader), so the file is not opened twice.
 
@@ -183,7 +183,8 @@ def _read(db: Any, gpus: Any, max_rows: int) -> Metrics:
     wids = {t: np.array(sorted(m for m, _ in chosen[t].values()), dtype=np.int64) for t in chosen}
     wslot = {t: np.array([shorts.index(next(s for s, (m, _) in chosen[t].items() if m == mid)) for mid in wids[t]],
                          dtype=np.int8) for t in chosen}
-    kept: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {int(t): [] for t in types}
+    # per type, per part: (sample times, samples x metrics matrix): pivoted as each part is decoded
+    kept: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {int(t): [] for t in types}
     out = Metrics()
 
     def take(ts: np.ndarray, typ: np.ndarray, mid: np.ndarray, val: np.ndarray) -> None:
@@ -198,11 +199,13 @@ def _read(db: Any, gpus: Any, max_rows: int) -> Metrics:
             if not ok.any():
                 continue
             tsx, vx = (ts, val) if every else (ts[sel], val[sel])
-            kept[t].append((tsx[ok], wslot[t][i[ok]], vx[ok].astype(np.float32)))
+            tsx, col, vx = tsx[ok], i[ok], vx[ok]
+            out.kept += len(tsx)
+            kept[t].append(_pivot(tsx, col, vx.astype(np.float32), len(w)))
 
     n_rows = _read_direct(db, take, max_rows)
     if n_rows is None:
-        out.rows = 0
+        out.rows = out.kept = 0
         for t in kept:
             kept[t].clear()
         n_rows = _read_sql(db, take, chosen, max_rows)
@@ -211,37 +214,43 @@ def _read(db: Any, gpus: Any, max_rows: int) -> Metrics:
     names = _type_names(db)
     for t in (int(x) for x in types):
         parts = kept[t]
-        if not parts or not sum(len(p[0]) for p in parts):
+        if not parts:
             continue
-        ts_all = np.concatenate([p[0] for p in parts])
-        slot = np.concatenate([p[1] for p in parts])
-        val = np.concatenate([p[2] for p in parts])
+        ts = np.concatenate([p[0] for p in parts])
+        mat = np.concatenate([p[1] for p in parts])
         del parts[:]
-        out.kept += len(ts_all)
-        if len(ts_all) > 1 and bool((np.diff(ts_all) < 0).any()):
-            order = np.argsort(ts_all, kind="stable")
-            ts_all, slot, val = ts_all[order], slot[order], val[order]
-        new = np.empty(len(ts_all), dtype=bool)
-        new[:1] = True
-        np.not_equal(ts_all[1:], ts_all[:-1], out=new[1:])
-        ts = ts_all[new]
-        sample = np.cumsum(new) - 1
+        if len(ts) > 1 and not bool((ts[1:] > ts[:-1]).all()):  # a sample split between parts, or unsorted rows
+            order = np.argsort(ts, kind="stable")
+            ts, mat = ts[order], mat[order]
+            first = np.flatnonzero(np.concatenate([[True], ts[1:] != ts[:-1]]))
+            ts, mat = ts[first], np.fmax.reduceat(mat, first, axis=0)
         dev, how = map_device(t, names.get(t, ""), gpus)
         src = Source(type_id=t, ts=ts, names={s: n for s, (_, n) in chosen[t].items()}, device_id=dev, mapped_by=how,
                      type_name=names.get(t, ""))
         if dev is not None and gpus is not None and "name" in gpus:
             nm = gpus.loc[gpus["device_id"].astype("int64") == dev, "name"]
             src.device_name = str(nm.iloc[0]) if len(nm) else ""
-        for k, short in enumerate(shorts):
-            sel = slot == k
-            if short not in chosen[t] or not sel.any():
-                continue
-            v = np.full(len(ts), np.nan, dtype=np.float32)
-            v[sample[sel]] = val[sel]
-            src.values[short] = v
+        for k, slot in enumerate(wslot[t].tolist()):
+            src.values[shorts[slot]] = np.ascontiguousarray(mat[:, k])
+        del mat
         out.sources.append(src)
     out.sources.sort(key=lambda s: (s.device_id is None, s.device_id if s.device_id is not None else 0, s.type_id))
     return out
+
+
+def _pivot(ts: np.ndarray, col: np.ndarray, val: np.ndarray, ncols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (time, metric column, value) -> (sorted unique times, a samples x ``ncols`` float32 matrix,
+    NaN where a sample lacks a metric)."""
+    if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
+        order = np.argsort(ts, kind="stable")
+        ts, col, val = ts[order], col[order], val[order]
+    new = np.empty(len(ts), dtype=bool)
+    new[:1] = True
+    np.not_equal(ts[1:], ts[:-1], out=new[1:])
+    sample = np.cumsum(new) - 1
+    mat = np.full((int(new.sum()), ncols), np.nan, dtype=np.float32)
+    mat[sample, col] = val
+    return ts[new], mat
 
 
 def _read_direct(db: Any, take: Any, max_rows: int) -> int | None:
