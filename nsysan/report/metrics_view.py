@@ -95,10 +95,12 @@ def view(a: Any) -> dict[str, Any] | None:
         if len(kg):
             tables.append(_table(f"gpu-metrics-{src}-kernels", f"{d['device']}: by kernel group ({a.steady.label})", kg,
                                  [("Group", "group", lambda v: str(v)[:100]), ("Kind", "kind", None),
-                                  ("Ops", "ops", lambda v: f"{int(v):,}"), ("Busy", "busy_ns", fmt_ns), *_present(kg),
+                                  ("Ops", "ops", lambda v: f"{int(v):,}"), ("Busy", "busy_ns", fmt_ns),
+                                  ("Measured", "measured_ns", fmt_ns), *_present(kg),
                                   ("Verdict", "verdict", None)],
-                                 note="Samples whose timestamp lies inside the group's ops. Ops much shorter than the "
-                                      "sampling period get few samples, each averaging what ran around them."))
+                                 note="Samples whose sampling period lies inside the group's ops (merged). Measured: "
+                                      "the busy time in runs long enough to hold a sample; ops shorter than the "
+                                      "sampling period alone are not measured, and the rules do not judge them."))
         if len(it):
             t = _table(f"gpu-metrics-{src}-iterations", f"{d['device']}: by iteration", it,
                        [("Iteration", "iteration", None), ("Start", "start_ns", lambda v: fmt_ns(v - t0)),
@@ -160,7 +162,8 @@ def lanes(a: Any, t0: int) -> list[dict[str, Any]]:
                   for key, label in LANE_SERIES if vals.get(key) is not None]
         if not series:
             continue
-        out.append({"label": f"{src.label} · GPU metrics" + (f" ({src.device_name})" if src.device_name else ""),
+        out.append({"label": f"{src.label} · GPU metrics: " + " / ".join(
+                        {"sm_active": "SMs", "tensor_active": "tensor", "dram": "DRAM"}[s["key"]] for s in series),
                     "group": "metrics", "n": int(len(ts)), "first": first, "period": int(period),
                     "t": _b64(varint(np.diff(rel, prepend=first))), "series": series})
     return out
