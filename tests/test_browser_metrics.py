@@ -71,5 +71,14 @@ def test_metrics_lane_draws_the_samples(browser, analysis, fixture_dir, tmp_path
     tip = page.evaluate("""(() => { const T = window.nsysanTimeline, l = T.lanes[%d];
         return [l.label, l.n, l.series.map(s => s.label)]; })()""" % lane)
     assert tip[2] == ["SMs active", "tensor active", "DRAM bandwidth"] and tip[1] > 50_000
+    # hovering the tensor row in the middle of bf16_matmul names the series and its value
+    ps, pe = phases["bf16_matmul"]
+    geo = page.evaluate("""(i) => { const T = window.nsysanTimeline, g = T.geometry(), l = T.lanes[i],
+        r = document.getElementById('tl').getBoundingClientRect(); return [r.left, r.top, g.label, g.plotW, l.y, g.row]; }""", lane)
+    va, vb = page.evaluate("[window.nsysanTimeline.view.a, window.nsysanTimeline.view.b]")
+    x = geo[0] + geo[2] + ((ps + pe) / 2 - t0 - va) / (vb - va) * geo[3]
+    page.mouse.move(x, geo[1] + geo[4] + 2 + geo[5] * 1.5)
+    text = page.locator("#tl-tip").inner_text()
+    assert text.startswith("tensor active: ") and "% of peak" in text and float(text.split(": ")[1].split("%")[0]) > 80
     assert errors == []
     page.close()
