@@ -419,3 +419,27 @@ def test_compare_ladder_carries_steady_means(analysis):
         assert (got["sm_active"], got["tensor_active"], got["samples"]) == \
             (steady[0]["sm_active"], steady[0]["tensor_active"], steady[0]["samples"])
         assert got["dram"] == pytest.approx(steady[0]["dram_read"] + steady[0]["dram_write"], abs=0.01)
+
+
+def test_damaged_metric_tables_are_a_warning(fixture_dir, tmp_path):
+    """A text where a metric value belongs, or no metric names: the trace still loads and analyses,
+    without GPU metrics, and says why."""
+    import shutil
+
+    import nsysan
+    from nsysan.analysis import analyze
+    from tests.factories import apply_sql
+
+    if "metrics_mix" not in METRIC_FIXTURES:
+        pytest.skip("fixture missing")
+    p = tmp_path / "bad.sqlite"
+    shutil.copy(fixture_dir / "metrics_mix.sqlite", p)
+    apply_sql(p, "UPDATE GPU_METRICS SET value = 'abc' WHERE rowid = 5")
+    t = nsysan.open_trace(p)
+    assert not t.gpu_metrics.sources
+    assert any(w.startswith("GPU metrics: the GPU metric tables could not be read") for w in t.meta.warnings)
+    a = analyze(t)
+    assert a.gpu_metrics is None and len(a.kernels) > 0
+    apply_sql(p, "DELETE FROM TARGET_INFO_GPU_METRICS")
+    t = nsysan.open_trace(p)
+    assert not t.gpu_metrics.sources and any("none of the GPU metrics nsysan reads" in w for w in t.meta.warnings)

@@ -636,6 +636,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         meta, meta_source = _meta_rows(db)
         # GPU metrics from the open export, aggregated as they are decoded (trace/metrics.py)
         gpu_metrics = metrics.read(db, frames["gpus"]) if caps.has("GPU_METRICS") else None
+        if gpu_metrics is not None and gpu_metrics.note:
+            warnings.append(f"GPU metrics: {gpu_metrics.note}")
         capture: tuple[tuple[str, str], ...] = ()
         if caps.has("META_DATA_CAPTURE", "name"):
             capture = tuple((str(k), str(v)) for k, v in db.rows('SELECT name, value FROM "META_DATA_CAPTURE"'))
