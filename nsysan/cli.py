@@ -149,6 +149,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
                        "title": f.title, "message": f.message, "suggestion": f.suggestion} for f in a.findings],
             "breakdown": _breakdown_lines(a),
+            "gpu_metrics": _gpu_metrics_lines(a),
             "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
                             a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
             "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
@@ -168,6 +169,12 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "warnings": list(trace.meta.warnings),
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                            a.nsys_rules.to_dict("records") if r["count"]]}
+
+
+def _gpu_metrics_lines(a: Any) -> list[str]:
+    from nsysan.report.metrics_view import terminal_lines
+
+    return terminal_lines(a)
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
@@ -264,6 +271,8 @@ def _print_summary(res: dict[str, Any]) -> None:
             "nsys profile -t cuda (WSL2 captures have no GPU activity)", "yellow", indent=2, first="")
     for dev, frac, idle in res["busy"]:
         say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
+    for line in res.get("gpu_metrics", []):
+        say(line, indent=2, first="")
     for label, span, parts in res.get("breakdown", []):
         say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
                                                               for p, ns, fr in parts), indent=2, first="")

@@ -118,6 +118,29 @@ def view(a: Any) -> dict[str, Any] | None:
                       "active; GPU idle much of the time: GR active < 50%."}
 
 
+def terminal_lines(a: Any) -> list[str]:
+    """One line per metric device for the terminal summary: the steady window's means and verdict."""
+    gm = getattr(a, "gpu_metrics", None)
+    if gm is None:
+        return []
+    out = []
+    for d in gm.devices.to_dict("records"):
+        rows = gm.by_range.loc[(gm.by_range["source"] == d["source"]) & gm.by_range["range"].str.startswith("[")]
+        if not len(rows):
+            continue
+        r = rows.iloc[0].to_dict()
+
+        def v(k: str) -> str:
+            x = r.get(k)
+            return "-" if x is None or x != x else f"{float(x):.0f}%"
+
+        out.append(f"{d['device']} metrics ({a.steady.label}, {int(r['samples']):,} samples every "
+                   f"{fmt_ns(d['period_ns'])}): SMs active {v('sm_active')}, tensor {v('tensor_active')}, DRAM read "
+                   f"{v('dram_read')} + write {v('dram_write')}, PCIe RX {v('pcie_rx')} / TX {v('pcie_tx')}"
+                   + (f"; {r['verdict']}" if r.get("verdict") else ""))
+    return out
+
+
 # -- the timeline lanes -------------------------------------------------------------------------
 
 def _b64(raw: bytes) -> str:
