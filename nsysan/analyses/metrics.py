@@ -158,7 +158,7 @@ def verdicts(r: dict[str, Any], matmul: bool = False) -> list[str]:
     ``matmul``: the row is GEMM/convolution kernels (``tensor cores idle`` is judged only there)."""
     if (r.get("samples") or 0) < MIN_SAMPLES:
         return []
-    g = {k: r.get(k) for k in SHOWN}
+    g = {k: (None if r.get(k) is None or r.get(k) != r.get(k) else r.get(k)) for k in SHOWN}  # NaN: not sampled
     out = []
     t, dr, dw, gr, sm = g["tensor_active"], g["dram_read"], g["dram_write"], g["gr_active"], g["sm_active"]
     if t is not None and t >= TENSOR_BOUND:
@@ -199,16 +199,19 @@ def _devices(sources: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _range_intervals(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each instance's GPU span (its projection) when it launched GPU work, else its CPU span."""
+def range_intervals(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each instance's GPU span (its projection) when it launched GPU work, else its CPU span (int64
+    throughout: no float on the way)."""
     s = g["start_ns"].to_numpy(np.int64)
     e = g["end_ns"].to_numpy(np.int64)
     if "proj_start_ns" in g and "proj_end_ns" in g:
-        ps = pd.to_numeric(g["proj_start_ns"], errors="coerce").to_numpy(np.float64)
-        pe = pd.to_numeric(g["proj_end_ns"], errors="coerce").to_numpy(np.float64)
-        has = ~np.isnan(ps) & ~np.isnan(pe) & (pe > ps)
-        s = np.where(has, np.nan_to_num(ps).astype(np.int64), s)
-        e = np.where(has, np.nan_to_num(pe).astype(np.int64), e)
+        ps = pd.array(g["proj_start_ns"], dtype="Int64")
+        pe = pd.array(g["proj_end_ns"], dtype="Int64")
+        has = np.asarray(~ps.isna() & ~pe.isna(), dtype=bool)
+        psv, pev = ps.to_numpy(dtype=np.int64, na_value=0), pe.to_numpy(dtype=np.int64, na_value=0)
+        has &= pev > psv
+        s = np.where(has, psv, s)
+        e = np.where(has, pev, e)
     return s, e
 
 
@@ -281,7 +284,7 @@ def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations:
         rrows.append({**head, "range": f"[{steady.label}]", "instances": 1,
                       **pre.union(np.array([steady.start_ns]), np.array([steady.end_ns]))})
         for name, g in ranges_by_name:
-            a, b = _range_intervals(g)
+            a, b = range_intervals(g)
             rrows.append({**head, "range": name, "instances": int(len(g)), **pre.union(a, b)})
         if iterations is not None and len(iterations):
             it = iterations

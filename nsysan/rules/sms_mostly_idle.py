@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.metrics import _range_intervals, user_ranges
+from nsysan.analyses.metrics import range_intervals, user_ranges
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import group_ops, metric_rows
 from nsysan.units import fmt_ns, fmt_pct
@@ -53,7 +53,7 @@ def check(ctx: Any, *, min_gr_pct: float, max_ratio: float, min_samples: int,
         dev = int(dev)
         units = []  # (name, starts, ends, means)
         for name, g in ranges:
-            a, b = _range_intervals(g)
+            a, b = range_intervals(g)
             a, b = iv.clip_merged(a, b, w.start_ns, w.end_ns)
             if not len(a):
                 continue
