@@ -553,19 +553,25 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
                 findings, noise, warnings=warnings, other_notes=notes, gpu_metrics=gpu_metric_deltas(base, new))
 
 
+def _pct(v: Any) -> float | None:
+    """A metric mean from a saved analysis: a finite number, else None (saved files are untrusted)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
 def steady_gpu_metrics(d: dict[str, Any]) -> dict[str, Any]:
     """``{"gpu_metrics": {device: {sm_active, tensor_active, dram (read + write), samples}}}``: the
     steady-window means of an analysis with GPU metrics (a ladder row's extra), else ``{}``."""
-    g = d.get("gpu_metrics") or {}
-    if not g.get("devices"):
+    g = d.get("gpu_metrics") if isinstance(d.get("gpu_metrics"), dict) else {}
+    if not g.get("devices") or not isinstance(g.get("by_range"), list):
         return {}
     out = {}
     for r in g.get("by_range") or []:
         if isinstance(r, dict) and str(r.get("range", "")).startswith("["):
-            dr, dw = r.get("dram_read"), r.get("dram_write")
-            out[str(r.get("device"))] = {"sm_active": r.get("sm_active"), "tensor_active": r.get("tensor_active"),
+            dr, dw = _pct(r.get("dram_read")), _pct(r.get("dram_write"))
+            out[str(r.get("device"))] = {"sm_active": _pct(r.get("sm_active")),
+                                         "tensor_active": _pct(r.get("tensor_active")),
                                          "dram": None if dr is None or dw is None else round(dr + dw, 2),
-                                         "samples": r.get("samples")}
+                                         "samples": None if _pct(r.get("samples")) is None else int(r["samples"])}
     return {"gpu_metrics": out} if out else {}
 
 
@@ -579,8 +585,9 @@ def gpu_metric_deltas(base: dict[str, Any], new: dict[str, Any]) -> list[dict[st
     match by their label (``GPU 0``); with one metric device on each side, those two. Empty when
     either side has no GPU metrics."""
     def rows(d: dict[str, Any]) -> list[dict[str, Any]]:
-        g = d.get("gpu_metrics") or {}
-        return [r for r in g.get("by_range") or [] if isinstance(r, dict)] if g.get("devices") else []
+        g = d.get("gpu_metrics") if isinstance(d.get("gpu_metrics"), dict) else {}
+        rr = g.get("by_range") if isinstance(g.get("by_range"), list) else []
+        return [r for r in rr if isinstance(r, dict)] if g.get("devices") else []
 
     rb, rn = rows(base), rows(new)
     if not rb or not rn:
@@ -603,7 +610,7 @@ def gpu_metric_deltas(base: dict[str, Any], new: dict[str, Any]) -> list[dict[st
                                "base_samples": b.get("samples"), "new_samples": n.get("samples"),
                                "base_verdict": b.get("verdict") or "", "new_verdict": n.get("verdict") or ""}
         for k in GPU_METRIC_KEYS:
-            vb, vn = b.get(k), n.get(k)
+            vb, vn = _pct(b.get(k)), _pct(n.get(k))
             if vb is None and vn is None:
                 continue
             row[k] = {"base": vb, "new": vn, "delta": None if vb is None or vn is None else round(vn - vb, 2)}

@@ -443,3 +443,23 @@ def test_damaged_metric_tables_are_a_warning(fixture_dir, tmp_path):
     apply_sql(p, "DELETE FROM TARGET_INFO_GPU_METRICS")
     t = nsysan.open_trace(p)
     assert not t.gpu_metrics.sources and any("none of the GPU metrics nsysan reads" in w for w in t.meta.warnings)
+
+
+def test_hostile_saved_metrics_do_not_break_diff_or_compare(analysis):
+    """Saved analyses are untrusted: text, NaN and lists where metric means belong are shown as
+    missing, never an exception."""
+    from nsysan import compare
+
+    name = METRIC_FIXTURES[-1] if METRIC_FIXTURES else pytest.skip("no metric fixture")
+    good = json.loads(analysis(name).to_json())
+    bad = json.loads(json.dumps(good))
+    for r in bad["gpu_metrics"]["by_range"]:
+        r["sm_active"], r["dram_read"], r["tensor_active"] = "<script>", [1], float("nan")
+    rows = compare.diff(good, bad).to_dict()["gpu_metrics"]
+    assert rows and all(r["sm_active"]["new"] is None and r["sm_active"]["delta"] is None for r in rows)
+    lad = compare.ladder([("a", good), ("b", bad)])
+    m = next(iter(lad["rows"][1]["gpu_metrics"].values()))
+    assert m["sm_active"] is None and m["dram"] is None and m["tensor_active"] is None
+    bad["gpu_metrics"] = {"devices": [1], "by_range": "x"}
+    assert "gpu_metrics" not in compare.diff(good, bad).to_dict() and "gpu_metrics" not in compare.ladder(
+        [("a", bad), ("b", bad)])["rows"][0]

@@ -57,7 +57,7 @@ SM_IDLE_RATIO = 0.4
 SHOWN = ("gr_active", "sm_active", "sm_issue", "tensor_active", "warps_in_flight", "dram_read", "dram_write",
          "pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx")
 # GEMM / convolution kernels (the same names fp32-compute calls heavy)
-MATMUL = re.compile(r"conv|gemm|xmma|fprop|dgrad|wgrad|cutlass|implicit|winograd|cudnn::cnn|sm\d+_|nvjet|matmul", re.I)
+MATMUL = re.compile(r"conv|gemm|xmma|fprop|dgrad|wgrad|cutlass|implicit|winograd|cudnn::cnn|sm\d+_|nvjet|matmul", re.IGNORECASE)
 MATMUL_GROUP = "GEMM/convolution kernels"
 
 
@@ -127,6 +127,8 @@ class GpuMetrics:
     note: str = ""
     sources: list[Any] = field(default_factory=list, repr=False)  # trace.metrics.Source, for the timeline lane
     _pre: dict[int, _Source] = field(default_factory=dict, repr=False)
+    # (device, kind, group) -> its ops' (start, end), clipped to the steady window (the rules' claims)
+    group_spans: dict[tuple[int, str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.by_range)
@@ -238,23 +240,31 @@ def kernel_groups(ops: pd.DataFrame, device: int, lo: int, hi: int) -> list[tupl
     if not on.any():
         return []
     out: list[tuple[str, str, np.ndarray]] = []
-    role = ops["role"].astype(str).to_numpy()
-    op = ops["op"].astype(str).to_numpy()
-    kind = ops["kind"].astype(str).to_numpy()
+
+    def eq(col: str, v: str) -> np.ndarray:  # on the categorical's codes: no string per op
+        return np.asarray(ops[col] == v, dtype=bool)
+
+    role_compute = eq("role", "compute")
     for r in ("compute", "communication", "memset"):
-        m = on & (role == r)
+        m = on & (role_compute if r == "compute" else eq("role", r))
         if m.any():
             out.append(("role", r, m))
-    for k in sorted(set(kind[on & (op == "memcpy")].tolist())):
-        out.append(("role", f"memcpy {k}", on & (op == "memcpy") & (kind == k)))
+    copy = on & eq("op", "memcpy")
+    if copy.any():  # copies are few: their direction as text
+        idx = np.flatnonzero(copy)
+        ks = np.array([str(x) for x in ops["kind"].to_numpy()[idx]], dtype=object)
+        for k in sorted(set(ks.tolist())):
+            m = np.zeros(len(ops), dtype=bool)
+            m[idx[ks == k]] = True
+            out.append(("role", f"memcpy {k}", m))
     names = ops["name"]
-    kern = on & (op == "kernel")
+    kern = on & eq("op", "kernel")
     if kern.any():
         cat = names.array if isinstance(names.array, pd.Categorical) else pd.Categorical(names.astype(str))
         codes = np.asarray(cat.codes)
         heavy_cat = np.array([bool(MATMUL.search(str(c))) for c in cat.categories], dtype=bool)
         heavy = np.where(codes >= 0, heavy_cat[np.maximum(codes, 0)] if len(heavy_cat) else False, False)
-        m = kern & heavy & (role == "compute")
+        m = kern & heavy & role_compute
         if m.any():
             out.append(("class", MATMUL_GROUP, m))
         dur = ops["dur_ns"].to_numpy(np.int64)
@@ -305,6 +315,7 @@ def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations:
             lo, hi = steady.start_ns, steady.end_ns
             for kind, group, m in kernel_groups(ops, s.device_id, lo, hi):
                 a, b = iv.clip(ops["start_ns"].to_numpy(np.int64)[m], ops["end_ns"].to_numpy(np.int64)[m], lo, hi)
+                out.group_spans[(int(s.device_id), kind, group)] = (a, b)
                 krows.append({**head, "kind": kind, "group": group, "ops": int(m.sum()),
                               "busy_ns": iv.total(*iv.merge(a, b)), "measured_ns": iv.total(*pre.measured(a, b)),
                               **pre.union(a, b)})

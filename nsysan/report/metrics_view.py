@@ -130,7 +130,7 @@ def terminal_lines(a: Any) -> list[str]:
             continue
         r = rows.iloc[0].to_dict()
 
-        def v(k: str) -> str:
+        def v(k: str, r: dict[str, Any] = r) -> str:
             x = r.get(k)
             return "-" if x is None or x != x else f"{float(x):.0f}%"
 

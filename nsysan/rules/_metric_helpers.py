@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses import intervals as iv
-from nsysan.analyses.metrics import MIN_SAMPLES, kernel_groups
+from nsysan.analyses.metrics import MIN_SAMPLES
 
 
 def metric_rows(ctx: Any, kinds: tuple[str, ...] = ("kernel",)) -> pd.DataFrame:
@@ -27,13 +26,11 @@ def group_ops(ctx: Any, device: int, kind: str, group: str) -> tuple[np.ndarray,
     """The runs of one kernel group's ops on ``device`` in the steady window that the GPU metrics
     measured (``GpuMetrics.measured``: the runs holding a sample; ops shorter than the sampling
     period alone are not judged by the metrics, so not claimed)."""
-    w, ops = ctx.window, ctx.a.ops
-    for k, g, m in kernel_groups(ops, int(device), w.start_ns, w.end_ns):
-        if k == kind and g == group:
-            s, e = iv.clip(ops["start_ns"].to_numpy(np.int64)[m], ops["end_ns"].to_numpy(np.int64)[m],
-                           w.start_ns, w.end_ns)
-            return ctx.a.gpu_metrics.measured(int(device), s, e)
-    return np.empty(0, np.int64), np.empty(0, np.int64)
+    gm = ctx.a.gpu_metrics
+    got = gm.group_spans.get((int(device), kind, group))
+    if got is None:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return gm.measured(int(device), *got)
 
 
 def evidence(rows: pd.DataFrame, cols: tuple[str, ...]) -> tuple[dict[str, Any], ...]:

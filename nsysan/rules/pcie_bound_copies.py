@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows
+from nsysan.rules._metric_helpers import evidence, metric_rows
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
 
 DIRECTIONS = {"memcpy HtoD": ("pcie_rx", "host-to-device", "RX"), "memcpy DtoH": ("pcie_tx", "device-to-host", "TX")}
@@ -35,7 +35,7 @@ def check(ctx: Any, *, min_pcie_pct: float, min_samples: int, min_share: float) 
     k = metric_rows(ctx, ("role",))
     if len(k) == 0:
         return
-    w, m = ctx.window, ctx.a.memcpy
+    w = ctx.window
     for dev, rows in k.groupby("device_id", sort=True):
         said, ev, busy = [], [], 0
         for rec in rows.to_dict("records"):
@@ -43,7 +43,6 @@ def check(ctx: Any, *, min_pcie_pct: float, min_samples: int, min_share: float) 
             v = rec.get(d[0]) if d else None
             if d is None or v is None or v != v or v < min_pcie_pct or rec["samples"] < min_samples:
                 continue
-            s, e = group_ops(ctx, int(dev), "role", str(rec["group"]))
             ops = ctx.a.ops
             sel = (ops["device_id"].to_numpy() == dev) & (ops["op"].astype(str) == "memcpy").to_numpy() \
                 & (ops["kind"].astype(str) == rec["group"].split()[-1]).to_numpy() \
@@ -56,7 +55,6 @@ def check(ctx: Any, *, min_pcie_pct: float, min_samples: int, min_share: float) 
                                   ("group", "ops", "busy_ns", "samples", "coverage", "pcie_rx", "pcie_tx"))[0],
                        "bytes": nbytes})
             busy += int(rec["busy_ns"])
-            del s, e
         if not said or busy < min_share * w.dur_ns:
             continue
         yield finding(ctx, "pcie-bound-copies", severity=Severity.WARNING if busy >= 0.1 * w.dur_ns else Severity.INFO,

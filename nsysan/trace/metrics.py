@@ -98,16 +98,13 @@ def read(db: Any, gpus: Any = None, *, max_rows: int = MAX_ROWS) -> Metrics:
     if not all(caps.has("GPU_METRICS", c) for c in need) or not all(
             caps.has("TARGET_INFO_GPU_METRICS", c) for c in ("typeId", "metricId", "metricName")):
         return Metrics(note="the GPU metric tables lack the expected columns: not read")
+    from nsysan.errors import NsysanError
+
     try:
         return _read(db, gpus, max_rows)
-    except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError, OverflowError) as e:
+    except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError, OverflowError, NsysanError) as e:
+        # a damaged metric table (or page): the rest of the trace is still good
         return Metrics(note=f"the GPU metric tables could not be read ({type(e).__name__})")
-    except Exception as e:  # noqa: BLE001 - nsysan errors (a damaged page): the rest of the trace is still good
-        from nsysan.errors import NsysanError
-
-        if isinstance(e, NsysanError):
-            return Metrics(note=f"the GPU metric tables could not be read ({type(e).__name__})")
-        raise
 
 
 def _choose(rows: list[tuple[Any, ...]]) -> dict[int, dict[str, tuple[int, str]]]:
