@@ -325,6 +325,12 @@ def test_json_and_report_carry_the_metrics(analysis):
     assert {r["group"] for r in d["by_kernel"]} == set(a.gpu_metrics.by_kernel["group"])
     html = a.to_html()
     assert 'id="gpu-metrics"' in html and "by NVTX range" in html and "by iteration" in html
+    from nsysan.report.jsonout import csv_tables, to_csv
+
+    tabs = csv_tables(a)
+    assert to_csv(tabs["gpu_metrics_by_range"]).count("\n") == len(a.gpu_metrics.by_range) + 1
+    assert len(tabs["gpu_metrics_by_iteration"]) == len(a.gpu_metrics.by_iteration)
+    assert "gpu_metrics_by_kernel" not in csv_tables(analysis("train_inline"))
     tl = json.loads(html.split('id="tl-data">')[1].split("</script>")[0])
     lane = tl["metrics"][0]
     assert lane["n"] == len(a.gpu_metrics.sources[0].ts) and [s["key"] for s in lane["series"]] == \
@@ -463,3 +469,28 @@ def test_hostile_saved_metrics_do_not_break_diff_or_compare(analysis):
     bad["gpu_metrics"] = {"devices": [1], "by_range": "x"}
     assert "gpu_metrics" not in compare.diff(good, bad).to_dict() and "gpu_metrics" not in compare.ladder(
         [("a", bad), ("b", bad)])["rows"][0]
+
+
+BIG = Path("/work/bigtraces/full_diag.sqlite")
+
+
+@pytest.mark.skipif(not BIG.exists(), reason="the big recorded export is not on this machine")
+def test_reader_on_a_big_recorded_export():
+    """full_diag (170 MB, every input at once, 2.58M metric rows): per metric, the count and mean of its
+    samples by one SQL aggregate; the source mapped to the trace's only GPU."""
+    import nsysan
+
+    t = nsysan.open_trace(BIG)
+    m = t.gpu_metrics
+    (src,) = m.sources
+    con = sqlite3.connect(f"file:{BIG}?mode=ro", uri=True)
+    names = {mid: n for mid, n in con.execute("SELECT metricId, metricName FROM TARGET_INFO_GPU_METRICS WHERE typeId = ?",
+                                              (src.type_id,))}
+    want = {names[mid]: (n, avg) for mid, n, avg in con.execute(
+        "SELECT metricId, count(*), avg(value) FROM GPU_METRICS WHERE typeId = ? GROUP BY metricId", (src.type_id,))}
+    assert m.rows == con.execute("SELECT count(*) FROM GPU_METRICS").fetchone()[0]
+    for short, name in src.names.items():
+        v = src.values[short]
+        assert int((~np.isnan(v)).sum()) == want[name][0]
+        assert float(np.nanmean(v.astype(np.float64))) == pytest.approx(want[name][1], rel=1e-6)
+    assert src.device_id == int(t.gpus["device_id"].iloc[0]) and len(t.gpus) == 1

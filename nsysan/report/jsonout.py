@@ -231,5 +231,8 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": a.tensorrt.executions,
                 "tensorrt_engines": a.tensorrt.engines}
                if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
+            **({"gpu_metrics_by_range": a.gpu_metrics.by_range, "gpu_metrics_by_iteration": a.gpu_metrics.by_iteration,
+                "gpu_metrics_by_kernel": a.gpu_metrics.by_kernel}
+               if getattr(a, "gpu_metrics", None) is not None else {}),
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}
