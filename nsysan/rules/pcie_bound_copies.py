@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._metric_helpers import evidence, metric_rows
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
@@ -44,8 +46,8 @@ def check(ctx: Any, *, min_pcie_pct: float, min_samples: int, min_share: float) 
             if d is None or v is None or v != v or v < min_pcie_pct or rec["samples"] < min_samples:
                 continue
             ops = ctx.a.ops
-            sel = (ops["device_id"].to_numpy() == dev) & (ops["op"].astype(str) == "memcpy").to_numpy() \
-                & (ops["kind"].astype(str) == rec["group"].split()[-1]).to_numpy() \
+            sel = (ops["device_id"].to_numpy() == dev) & np.asarray(ops["op"] == "memcpy", dtype=bool) \
+                & np.asarray(ops["kind"].astype(object) == rec["group"].split()[-1], dtype=bool) \
                 & (ops["start_ns"].to_numpy() >= w.start_ns) & (ops["end_ns"].to_numpy() <= w.end_ns)
             nbytes, dur = int(ops["bytes"].to_numpy()[sel].sum()), int(ops["dur_ns"].to_numpy()[sel].sum())
             rate = f", {fmt_bytes(nbytes / dur * 1e9)}/s" if dur else ""

@@ -43,7 +43,7 @@ def check(ctx: Any, *, min_gr_pct: float, max_ratio: float, min_samples: int,
     w, ops = ctx.window, ctx.a.ops
     if len(ops) == 0:
         return
-    kern = (ops["op"].astype(str) == "kernel").to_numpy() & (ops["role"].astype(str) == "compute").to_numpy()
+    kern = np.asarray(ops["op"] == "kernel", dtype=bool) & np.asarray(ops["role"] == "compute", dtype=bool)
     o_s, o_e, o_dev = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64), ops["device_id"].to_numpy()
     ranges = user_ranges(ctx.a.nvtx_ranges)
     for d in gm.devices.to_dict("records"):
