@@ -494,3 +494,23 @@ def test_reader_on_a_big_recorded_export():
         assert int((~np.isnan(v)).sum()) == want[name][0]
         assert float(np.nanmean(v.astype(np.float64))) == pytest.approx(want[name][1], rel=1e-6)
     assert src.device_id == int(t.gpus["device_id"].iloc[0]) and len(t.gpus) == 1
+
+
+def test_cli_diff_and_compare_show_the_metrics(fixture_dir, tmp_path, capsys):
+    """The terminal, HTML and JSON of ``nsysan diff`` and ``nsysan compare`` on two metric traces."""
+    from nsysan.cli import main
+
+    if len(METRIC_FIXTURES) < 2:
+        pytest.skip("fixtures missing")
+    a, b = (str(fixture_dir / f"{n}.sqlite") for n in ("waits_phases", "metrics_mix"))
+    assert main(["diff", a, b, "--json", str(tmp_path / "d.json"), "--html", str(tmp_path / "d.html")]) == 0
+    out = capsys.readouterr().out
+    assert "GPU metrics (mean % of peak): base -> new" in out and "GPU 0 [steady state]" in out
+    d = json.loads((tmp_path / "d.json").read_text())
+    assert d["gpu_metrics"][0]["range"] == "[steady state]"
+    assert 'id="gpu-metrics"' in (tmp_path / "d.html").read_text()
+    assert main(["compare", a, b, "--json", str(tmp_path / "c.json"), "--html", str(tmp_path / "c.html")]) == 0
+    assert "SMs / tensor / DRAM" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert all("GPU 0" in r["gpu_metrics"] for r in rows)
+    assert "GPU metrics, steady state" in (tmp_path / "c.html").read_text()
