@@ -72,7 +72,7 @@ class Analysis:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
-    gpu_metrics: Any = None  # per range GPU metric means (analyses/metrics.py), None without GPU_METRICS
+    gpu_metrics: Any = None  # metrics.GpuMetrics: GPU metric means per device (analyses/metrics.py), or None
     idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
@@ -368,20 +368,11 @@ def _idle_samples(trace: Trace, a: Analysis) -> Any:
 
 
 def _gpu_metrics(trace: Trace, a: Analysis) -> Any:
-    """GPU metric means per user range and for the steady state (``analyses/metrics.py``); None when
-    the export has no GPU metrics."""
-    if "GPU_METRICS" not in set(getattr(trace.meta, "tables", ()) or ()) or not trace.meta.path:
-        return None
-    import sqlite3
+    """GPU metric means per device, range, iteration and kernel group (``analyses/metrics.py``), from
+    the samples the loader read (``Trace.gpu_metrics``); None when the export has no GPU metrics."""
+    from nsysan.analyses.metrics import analyze_metrics
 
-    from nsysan.analyses.metrics import by_range
-    from nsysan.trace.metrics import read_metrics
-
-    try:
-        m = read_metrics(trace.meta.path)
-    except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError):  # damaged metric tables
-        return None
-    return by_range(m, a.nvtx_ranges, a.steady) if m.sources else None
+    return analyze_metrics(getattr(trace, "gpu_metrics", None), a.nvtx_ranges, a.steady, a.iterations.table, a.ops)
 
 
 def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:

@@ -149,6 +149,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
                        "title": f.title, "message": f.message, "suggestion": f.suggestion} for f in a.findings],
             "breakdown": _breakdown_lines(a),
+            "gpu_metrics": _gpu_metrics_lines(a),
             "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
                             a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
             "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
@@ -168,6 +169,12 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "warnings": list(trace.meta.warnings),
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                            a.nsys_rules.to_dict("records") if r["count"]]}
+
+
+def _gpu_metrics_lines(a: Any) -> list[str]:
+    from nsysan.report.metrics_view import terminal_lines
+
+    return terminal_lines(a)
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
@@ -264,6 +271,8 @@ def _print_summary(res: dict[str, Any]) -> None:
             "nsys profile -t cuda (WSL2 captures have no GPU activity)", "yellow", indent=2, first="")
     for dev, frac, idle in res["busy"]:
         say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
+    for line in res.get("gpu_metrics", []):
+        say(line, indent=2, first="")
     for label, span, parts in res.get("breakdown", []):
         say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
                                                               for p, ns, fr in parts), indent=2, first="")
@@ -756,11 +765,40 @@ def _print_diff(d: Any) -> None:
             kt.add_row(Text(short[r["name"]]), Text(r["status"]), Text(f"{r['base_count']} -> {r['new_count']}"),
                        Text(("+" if r["delta_total_ns"] > 0 else "") + fmt_ns(r["delta_total_ns"])))
         c.print(kt)
+    _print_gpu_metric_deltas(c, d, Text)
     for n in d.other_notes:
         c.print(Text(f"note: {n}", style="yellow"))
     if d.gate:
         c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate passed: ") + d.gate["message"],
                      style="bold red" if d.gate["failed"] else "green"))
+
+
+def _print_gpu_metric_deltas(c: Any, d: Any, Text: Any) -> None:
+    """GPU metric means per device and range on both sides (``compare.gpu_metric_deltas``)."""
+    from rich.table import Table
+
+    if not d.gpu_metrics:
+        return
+    t = Table(title=Text("GPU metrics (mean % of peak): base -> new"), title_justify="left")
+    t.add_column("device / range", overflow="fold", ratio=3)
+    for k in ("SMs active", "tensor", "DRAM rd+wr", "PCIe rx/tx"):
+        t.add_column(k, justify="right", ratio=2)
+    t.add_column("verdict", overflow="fold", ratio=3)
+
+    def pair(r: dict[str, Any], *keys: str) -> str:
+        got = [r.get(k) for k in keys]
+        if any(g is None for g in got):
+            return "-"
+        b = sum(g["base"] or 0 for g in got)
+        n = sum(g["new"] or 0 for g in got)
+        return f"{b:.1f} -> {n:.1f}"
+
+    for r in d.gpu_metrics:
+        v = r["base_verdict"] if r["base_verdict"] == r["new_verdict"] else f"{r['base_verdict'] or '-'} -> {r['new_verdict'] or '-'}"
+        t.add_row(Text(f"{r['device']} {r['range']}"), Text(pair(r, "sm_active")), Text(pair(r, "tensor_active")),
+                  Text(pair(r, "dram_read", "dram_write")),
+                  Text(f"{pair(r, 'pcie_rx')} / {pair(r, 'pcie_tx')}"), Text(v))
+    c.print(t)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -796,7 +834,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         t = Table(title=Text(_say(lad["label"])))
-        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding"):
+        gm = any(r.get("gpu_metrics") for r in lad["rows"])  # steady GPU metric means (compare.steady_gpu_metrics)
+        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding",
+                    *(("SMs / tensor / DRAM (steady, % of peak)",) if gm else ())):
             t.add_column(col)
         for r in lad["rows"]:
             t.add_row(*(Text(_say(x)) for x in (
@@ -804,9 +844,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
                 f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
                 _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
-                r["top_finding"] or "-")))
+                r["top_finding"] or "-", *((_gpu_metrics_cell(r),) if gm else ()))))
         _table_console().print(t)
     return 0
+
+
+def _gpu_metrics_cell(r: dict[str, Any]) -> str:
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{float(v):.1f}"
+
+    return "; ".join(f"{dev}: {pct(m['sm_active'])} / {pct(m['tensor_active'])} / {pct(m['dram'])}"
+                     for dev, m in (r.get("gpu_metrics") or {}).items()) or "-"
 
 
 def ladder_markdown(lad: dict[str, Any]) -> str:

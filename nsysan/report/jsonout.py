@@ -81,6 +81,13 @@ def ranks_to_dict(r: Any) -> dict[str, Any]:
             "lanes": {int(k): v for k, v in (getattr(r, "lanes", None) or {}).items()}}
 
 
+def metrics_dict(gm: Any) -> dict[str, Any]:
+    """GPU metrics (``analyses/metrics.py``) as JSON (``report/metrics_view.py``)."""
+    from nsysan.report.metrics_view import to_dict
+
+    return to_dict(gm)
+
+
 def _samples_dict(s: Any) -> dict[str, Any]:
     """Which sampling inputs the export holds (and which it lacks, with the flag that adds each), the
     functions sampled in host-caused GPU idle time, per gap class and over the steady loop, and the
@@ -159,11 +166,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
         "samples": _samples_dict(getattr(a, "idle_samples", None)),
-        "gpu_metrics": {"by_range": records(getattr(a, "gpu_metrics", None)),
-                        "note": "means of GPU metric samples (% of peak) inside each user range's instances and "
-                                "the steady window; samples = how many; verdict from tensor, DRAM, GR and SM "
-                                "activity" if getattr(a, "gpu_metrics", None) is not None else
-                                "no GPU metrics in this trace: record with nsys profile --gpu-metrics-devices=all"},
+        "gpu_metrics": metrics_dict(getattr(a, "gpu_metrics", None)),
         "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
@@ -243,5 +246,8 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": a.tensorrt.executions,
                 "tensorrt_engines": a.tensorrt.engines}
                if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
+            **({"gpu_metrics_by_range": a.gpu_metrics.by_range, "gpu_metrics_by_iteration": a.gpu_metrics.by_iteration,
+                "gpu_metrics_by_kernel": a.gpu_metrics.by_kernel}
+               if getattr(a, "gpu_metrics", None) is not None else {}),
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}
