@@ -72,7 +72,7 @@ class Analysis:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
-    gpu_metrics: Any = None  # per range GPU metric means (analyses/metrics.py), None without GPU_METRICS
+    gpu_metrics: Any = None  # metrics.GpuMetrics: GPU metric means per device (analyses/metrics.py), or None
     idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
     ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
@@ -339,43 +339,40 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
 
 
 def _idle_samples(trace: Trace, a: Analysis) -> Any:
-    """Python samples in the host-caused idle gaps of the steady state (``analyses/samples.py``); read
-    only from exports that hold sampling or backtrace tables."""
-    from nsysan.analyses.samples import NO_SAMPLES, IdleAttribution, idle_attribution
+    """CPU and Python samples in the host-caused idle gaps of the steady state, per gap class and over the
+    steady loop on the launching thread(s), and the call sites of the steady state's CUDA calls
+    (``analyses/samples.py``); read only from exports that hold sampling or backtrace tables, and only
+    the samples of the steady window on the threads that matter."""
+    from nsysan.analyses.samples import IdleAttribution, call_sites_of, idle_attribution, launching_threads
 
     tables = set(getattr(trace.meta, "tables", ()) or ())
     if not tables & {"NVTX_PAYLOAD_SCHEMA_ENTRIES", "COMPOSITE_EVENTS", "CUDA_CALLCHAINS"} or not trace.meta.path:
-        return IdleAttribution(note=NO_SAMPLES)
+        return idle_attribution(None, a.gaps, a.steady, tables=tables)
     import sqlite3
 
     from nsysan.trace.samples import read_samples
 
+    launch = launching_threads(a.launches, a.steady)
+    g = a.gaps
+    threads = set(launch)
+    if len(g):
+        h = g.loc[g["cause"].isin(["host", "sync"]).to_numpy()]
+        threads |= set(zip(h["pid"].astype("int64").tolist(), h["tid"].astype("int64").tolist()))
     try:
-        samples = read_samples(trace.meta.path)
+        samples = read_samples(trace.meta.path, window=(a.steady.start_ns, a.steady.end_ns), threads=sorted(threads))
     except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError) as e:  # damaged sampling tables
         return IdleAttribution(note=f"the sampling tables of this export could not be read ({type(e).__name__})")
-    from nsysan.analyses.samples import call_sites
-
-    out = idle_attribution(samples, a.gaps, a.steady)
-    out.sites = call_sites(samples, trace.cuda_api, a.steady)
+    out = idle_attribution(samples, a.gaps, a.steady, launch_threads=launch, tables=tables)
+    call_sites_of(out, samples, trace.cuda_api, a.steady)
     return out
 
 
 def _gpu_metrics(trace: Trace, a: Analysis) -> Any:
-    """GPU metric means per user range and for the steady state (``analyses/metrics.py``); None when
-    the export has no GPU metrics."""
-    if "GPU_METRICS" not in set(getattr(trace.meta, "tables", ()) or ()) or not trace.meta.path:
-        return None
-    import sqlite3
+    """GPU metric means per device, range, iteration and kernel group (``analyses/metrics.py``), from
+    the samples the loader read (``Trace.gpu_metrics``); None when the export has no GPU metrics."""
+    from nsysan.analyses.metrics import analyze_metrics
 
-    from nsysan.analyses.metrics import by_range
-    from nsysan.trace.metrics import read_metrics
-
-    try:
-        m = read_metrics(trace.meta.path)
-    except (sqlite3.Error, ValueError, KeyError, IndexError, TypeError):  # damaged metric tables
-        return None
-    return by_range(m, a.nvtx_ranges, a.steady) if m.sources else None
+    return analyze_metrics(getattr(trace, "gpu_metrics", None), a.nvtx_ranges, a.steady, a.iterations.table, a.ops)
 
 
 def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:

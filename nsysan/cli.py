@@ -2,7 +2,7 @@
 
     nsysan analyze TRACE.sqlite [--json OUT.json] [--html OUT.html] [--csv DIR] ...
     nsysan rules [--markdown]
-    nsysan profile [-o NAME] [--nsys PATH] -- COMMAND ...
+    nsysan profile [-o NAME] [--nsys PATH] [--diagnose] -- COMMAND ...
     nsysan example            # path of the bundled example trace
     nsysan diff BASE NEW [--fail-on-regression 5%] [--json OUT] [--html OUT]
     nsysan compare T1 T2 ... [--labels a,b,...] [--markdown] [--json OUT] [--html OUT]
@@ -162,6 +162,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
                        "title": f.title, "message": f.message, "suggestion": f.suggestion} for f in a.findings],
             "breakdown": _breakdown_lines(a),
+            "gpu_metrics": _gpu_metrics_lines(a),
             "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
                             a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
             "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
@@ -181,6 +182,12 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             "warnings": list(trace.meta.warnings),
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                            a.nsys_rules.to_dict("records") if r["count"]]}
+
+
+def _gpu_metrics_lines(a: Any) -> list[str]:
+    from nsysan.report.metrics_view import terminal_lines
+
+    return terminal_lines(a)
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
@@ -277,6 +284,8 @@ def _print_summary(res: dict[str, Any]) -> None:
             "nsys profile -t cuda (WSL2 captures have no GPU activity)", "yellow", indent=2, first="")
     for dev, frac, idle in res["busy"]:
         say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
+    for line in res.get("gpu_metrics", []):
+        say(line, indent=2, first="")
     for label, span, parts in res.get("breakdown", []):
         say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
                                                               for p, ns, fr in parts), indent=2, first="")
@@ -610,12 +619,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"-o {_say(out)}: cannot create its folder: {e.strerror or e}") from e
-    full = [nsys, "profile", "-t", args.trace, "-s", "none", "--export", "sqlite", "-o", out,
-            "-f", "true" if args.force else "false", *(["--cuda-graph-trace=node"] if args.graph_nodes else []), *cmd]
+    from nsysan import presets
+
+    full = presets.profile_command(nsys, out, cmd, trace=args.trace, force=args.force, graph_nodes=args.graph_nodes,
+                                   diagnose=args.diagnose, python=args.python_sampling,
+                                   gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
     print("running: " + _say(" ".join(full)), file=sys.stderr, flush=True)
     started_ns = time.time_ns()
     try:
         rc = inputs.run_group(full, timeout=args.timeout, say=inputs._stderr)
+        if args.diagnose and _fresh(report, started_ns):  # the preset exports with blobs in a step of its own
+            rc = presets.export_report(nsys, str(report), str(sqlite), timeout=args.timeout,
+                                       say=inputs._stderr) or rc
     except subprocess.TimeoutExpired:
         from nsysan.errors import ResourceLimitError
 
@@ -765,11 +780,40 @@ def _print_diff(d: Any) -> None:
             kt.add_row(Text(short[r["name"]]), Text(r["status"]), Text(f"{r['base_count']} -> {r['new_count']}"),
                        Text(("+" if r["delta_total_ns"] > 0 else "") + fmt_ns(r["delta_total_ns"])))
         c.print(kt)
+    _print_gpu_metric_deltas(c, d, Text)
     for n in d.other_notes:
         c.print(Text(f"note: {n}", style="yellow"))
     if d.gate:
         c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate passed: ") + d.gate["message"],
                      style="bold red" if d.gate["failed"] else "green"))
+
+
+def _print_gpu_metric_deltas(c: Any, d: Any, Text: Any) -> None:
+    """GPU metric means per device and range on both sides (``compare.gpu_metric_deltas``)."""
+    from rich.table import Table
+
+    if not d.gpu_metrics:
+        return
+    t = Table(title=Text("GPU metrics (mean % of peak): base -> new"), title_justify="left")
+    t.add_column("device / range", overflow="fold", ratio=3)
+    for k in ("SMs active", "tensor", "DRAM rd+wr", "PCIe rx/tx"):
+        t.add_column(k, justify="right", ratio=2)
+    t.add_column("verdict", overflow="fold", ratio=3)
+
+    def pair(r: dict[str, Any], *keys: str) -> str:
+        got = [r.get(k) for k in keys]
+        if any(g is None for g in got):
+            return "-"
+        b = sum(g["base"] or 0 for g in got)
+        n = sum(g["new"] or 0 for g in got)
+        return f"{b:.1f} -> {n:.1f}"
+
+    for r in d.gpu_metrics:
+        v = r["base_verdict"] if r["base_verdict"] == r["new_verdict"] else f"{r['base_verdict'] or '-'} -> {r['new_verdict'] or '-'}"
+        t.add_row(Text(f"{r['device']} {r['range']}"), Text(pair(r, "sm_active")), Text(pair(r, "tensor_active")),
+                  Text(pair(r, "dram_read", "dram_write")),
+                  Text(f"{pair(r, 'pcie_rx')} / {pair(r, 'pcie_tx')}"), Text(v))
+    c.print(t)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -805,7 +849,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         t = Table(title=Text(_say(lad["label"])))
-        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding"):
+        gm = any(r.get("gpu_metrics") for r in lad["rows"])  # steady GPU metric means (compare.steady_gpu_metrics)
+        for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding",
+                    *(("SMs / tensor / DRAM (steady, % of peak)",) if gm else ())):
             t.add_column(col)
         for r in lad["rows"]:
             t.add_row(*(Text(_say(x)) for x in (
@@ -813,9 +859,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
                 f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
                 _fmt_metric("iter_p50_ns", r["iter_p50_ns"]), _fmt_metric("busy_frac", r["gpu_busy_frac"]),
-                r["top_finding"] or "-")))
+                r["top_finding"] or "-", *((_gpu_metrics_cell(r),) if gm else ()))))
         _table_console().print(t)
     return 0
+
+
+def _gpu_metrics_cell(r: dict[str, Any]) -> str:
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{float(v):.1f}"
+
+    return "; ".join(f"{dev}: {pct(m['sm_active'])} / {pct(m['tensor_active'])} / {pct(m['dram'])}"
+                     for dev, m in (r.get("gpu_metrics") or {}).items()) or "-"
 
 
 def ladder_markdown(lad: dict[str, Any]) -> str:
@@ -886,6 +940,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--nsys", help="path to nsys (default: $NSYSAN_NSYS, else nsys on PATH)")
     pr.add_argument("--trace", default="cuda,nvtx,osrt", help="nsys -t value (default cuda,nvtx,osrt)")
     pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
+    pr.add_argument("--diagnose", action="store_true", help="also record CPU samples, CUDA backtraces, Python "
+                    "samples and backtraces (Python programs) and GPU metrics, and export with blobs (see README)")
+    pr.add_argument("--python-sampling", choices=["auto", "on", "off"], default="auto",
+                    help="with --diagnose: Python sampling and backtraces (default auto: when COMMAND is Python)")
+    pr.add_argument("--gpu-metrics-devices", default="all", metavar="all|none|N[,N]",
+                    help="with --diagnose: GPUs whose metrics are sampled at 10 kHz (default all)")
+    pr.add_argument("--cuda-backtrace", default="sync,memory", metavar="SPEC",
+                    help="with --diagnose: nsys --cudabacktrace value (default sync,memory; all adds launches)")
     pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing NAME.nsys-rep / NAME.sqlite "
                     "(without it nsysan refuses to start when either exists)")
     pr.add_argument("--timeout", type=_opt_number("--timeout", strict=True), metavar="SECONDS",

@@ -314,6 +314,7 @@ class Diff:
     gate: dict[str, Any] | None = None
     warnings: list[dict[str, str]] = field(default_factory=list)  # comparability warnings, structured
     other_notes: list[str] = field(default_factory=list)  # remarks that are not warnings (shown after them)
+    gpu_metrics: list[dict[str, Any]] = field(default_factory=list)  # GPU metric deltas (gpu_metric_deltas)
 
     @property
     def notes(self) -> list[str]:
@@ -323,7 +324,8 @@ class Diff:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "nsysan.diff/1", "base": self.base, "new": self.new, "metrics": self.metrics,
                 "kernels": self.kernels, "nvtx": self.nvtx, "findings": self.findings, "noise": self.noise,
-                "gate": self.gate, "notes": self.notes, "warnings": self.warnings}
+                "gate": self.gate, "notes": self.notes, "warnings": self.warnings,
+                **({"gpu_metrics": self.gpu_metrics} if self.gpu_metrics else {})}
 
 
 def _delta(b: float | None, n: float | None) -> tuple[float | None, float | None]:
@@ -548,7 +550,72 @@ def diff(base: dict[str, Any], new: dict[str, Any], *, base_label: str = "base",
     return Diff(base_label, new_label, metrics,
                 _table_diff((base.get("kernels") or {}).get("by_name") or [], (new.get("kernels") or {}).get("by_name") or []),
                 _table_diff((base.get("nvtx") or {}).get("by_name") or [], (new.get("nvtx") or {}).get("by_name") or []),
-                findings, noise, warnings=warnings, other_notes=notes)
+                findings, noise, warnings=warnings, other_notes=notes, gpu_metrics=gpu_metric_deltas(base, new))
+
+
+def _pct(v: Any) -> float | None:
+    """A metric mean from a saved analysis: a finite number, else None (saved files are untrusted)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def steady_gpu_metrics(d: dict[str, Any]) -> dict[str, Any]:
+    """``{"gpu_metrics": {device: {sm_active, tensor_active, dram (read + write), samples}}}``: the
+    steady-window means of an analysis with GPU metrics (a ladder row's extra), else ``{}``."""
+    g = d.get("gpu_metrics") if isinstance(d.get("gpu_metrics"), dict) else {}
+    if not g.get("devices") or not isinstance(g.get("by_range"), list):
+        return {}
+    out = {}
+    for r in g.get("by_range") or []:
+        if isinstance(r, dict) and str(r.get("range", "")).startswith("["):
+            dr, dw = _pct(r.get("dram_read")), _pct(r.get("dram_write"))
+            out[str(r.get("device"))] = {"sm_active": _pct(r.get("sm_active")),
+                                         "tensor_active": _pct(r.get("tensor_active")),
+                                         "dram": None if dr is None or dw is None else round(dr + dw, 2),
+                                         "samples": None if _pct(r.get("samples")) is None else int(r["samples"])}
+    return {"gpu_metrics": out} if out else {}
+
+
+GPU_METRIC_KEYS = ("gr_active", "sm_active", "tensor_active", "dram_read", "dram_write", "pcie_rx", "pcie_tx",
+                   "nvlink_rx", "nvlink_tx")
+
+
+def gpu_metric_deltas(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """GPU metric means (% of peak) of both analyses, per device and range where both have them: the
+    steady window (``[steady state]``, matched whatever its label) and user ranges by name. Devices
+    match by their label (``GPU 0``); with one metric device on each side, those two. Empty when
+    either side has no GPU metrics."""
+    def rows(d: dict[str, Any]) -> list[dict[str, Any]]:
+        g = d.get("gpu_metrics") if isinstance(d.get("gpu_metrics"), dict) else {}
+        rr = g.get("by_range") if isinstance(g.get("by_range"), list) else []
+        return [r for r in rr if isinstance(r, dict)] if g.get("devices") else []
+
+    rb, rn = rows(base), rows(new)
+    if not rb or not rn:
+        return []
+    db, dn = {str(r.get("device")) for r in rb}, {str(r.get("device")) for r in rn}
+    pair = {x: x for x in db & dn} or ({next(iter(db)): next(iter(dn))} if len(db) == len(dn) == 1 else {})
+
+    def key(r: dict[str, Any]) -> str:
+        name = str(r.get("range"))
+        return "[steady state]" if name.startswith("[") else name
+
+    nb = {(str(r.get("device")), key(r)): r for r in rb}
+    nn = {(str(r.get("device")), key(r)): r for r in rn}
+    out = []
+    for (dev, name), b in sorted(nb.items(), key=lambda kv: (kv[0][0], kv[0][1] != "[steady state]", kv[0][1])):
+        n = nn.get((pair.get(dev, ""), name))
+        if n is None:
+            continue
+        row: dict[str, Any] = {"device": dev if pair.get(dev) == dev else f"{dev} / {pair.get(dev)}", "range": name,
+                               "base_samples": b.get("samples"), "new_samples": n.get("samples"),
+                               "base_verdict": b.get("verdict") or "", "new_verdict": n.get("verdict") or ""}
+        for k in GPU_METRIC_KEYS:
+            vb, vn = _pct(b.get(k)), _pct(n.get(k))
+            if vb is None and vn is None:
+                continue
+            row[k] = {"base": vb, "new": vn, "delta": None if vb is None or vn is None else round(vn - vb, 2)}
+        out.append(row)
+    return out
 
 
 def _iqr(v: np.ndarray) -> float | None:
@@ -719,7 +786,8 @@ def ladder(items: list[tuple[str, dict[str, Any]]], metric: str | None = None) -
                      "step_speedup": (prev / v) if (prev and v) else None,
                      "total_speedup": (first / v) if (first and v) else None,
                      "iter_p50_ns": h["iter_p50_ns"], "gpu_busy_frac": h["gpu_busy_frac"],
-                     "top_finding": top.get("rule"), "top_impact_ns": top.get("impact_ns")})
+                     "top_finding": top.get("rule"), "top_impact_ns": top.get("impact_ns"),
+                     **steady_gpu_metrics(d)})
         if v:
             first = first or v
             prev = v

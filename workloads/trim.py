@@ -26,7 +26,7 @@ from pathlib import Path
 # Tables with no bearing on nsysan's analyses (call stacks, profiler bookkeeping, embedded files).
 DROP = ("OSRT_CALLCHAINS", "SAMPLING_CALLCHAINS", "ANALYSIS_FILE", "DIAGNOSTIC_EVENT")
 # Log lines that are the workloads' own timings (copied into the fixture README).
-RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]", "[waits]")
+RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]", "[waits]", "[diagnose]")
 
 
 def trim(src: Path, dest_dir: Path, keep_callchains: bool = False) -> Path:

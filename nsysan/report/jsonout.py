@@ -81,13 +81,35 @@ def ranks_to_dict(r: Any) -> dict[str, Any]:
             "lanes": {int(k): v for k, v in (getattr(r, "lanes", None) or {}).items()}}
 
 
+def metrics_dict(gm: Any) -> dict[str, Any]:
+    """GPU metrics (``analyses/metrics.py``) as JSON (``report/metrics_view.py``)."""
+    from nsysan.report.metrics_view import to_dict
+
+    return to_dict(gm)
+
+
 def _samples_dict(s: Any) -> dict[str, Any]:
-    """Which sampling inputs the export holds, and the Python functions sampled in host-caused GPU
-    idle time (``analyses/samples.py``)."""
+    """Which sampling inputs the export holds (and which it lacks, with the flag that adds each), the
+    functions sampled in host-caused GPU idle time, per gap class and over the steady loop, and the
+    call sites of the steady state's CUDA calls (``analyses/samples.py``)."""
     if s is None:
         return {}
-    return {"inputs": _clean(dict(s.inputs)), "idle_samples": int(s.samples_in_gaps), "idle_gap_ns": int(s.gap_ns),
+
+    def group(g: Any) -> dict[str, Any]:
+        return {**_clean({k: v for k, v in g.to_dict().items() if k not in ("functions", "stacks")}),
+                "functions": records(g.table, 20), "stacks": _clean(g.stacks)}
+
+    return {"inputs": _clean(dict(s.inputs)), "missing_inputs": _clean(list(getattr(s, "missing", []))),
+            "source": getattr(s, "source", ""), "idle_samples": int(s.samples_in_gaps), "idle_gap_ns": int(s.gap_ns),
             "note": s.note, "idle_functions": records(s.table, 50),
+            "by_gap_class": [group(g) for g in getattr(s, "classes", [])],
+            "steady_loop": group(s.steady) if getattr(s, "steady", None) is not None else None,
+            "min_samples": 10,
+            "about": "samples on the submitting thread inside the host-caused idle gaps of the steady state (all, "
+                     "and per gap class: the gap's activity label), and every sample on the launching thread(s) "
+                     "over the steady window (steady_loop); self = the innermost own-code frame, inclusive = "
+                     "anywhere on the stack; Python frames first, else native ones (module = library); fewer "
+                     "than min_samples are not attributed",
             "call_sites": records(getattr(s, "sites", None), 50)}
 
 
@@ -144,11 +166,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
         "samples": _samples_dict(getattr(a, "idle_samples", None)),
-        "gpu_metrics": {"by_range": records(getattr(a, "gpu_metrics", None)),
-                        "note": "means of GPU metric samples (% of peak) inside each user range's instances and "
-                                "the steady window; samples = how many; verdict from tensor, DRAM, GR and SM "
-                                "activity" if getattr(a, "gpu_metrics", None) is not None else
-                                "no GPU metrics in this trace: record with nsys profile --gpu-metrics-devices=all"},
+        "gpu_metrics": metrics_dict(getattr(a, "gpu_metrics", None)),
         "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
@@ -228,5 +246,8 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": a.tensorrt.executions,
                 "tensorrt_engines": a.tensorrt.engines}
                if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
+            **({"gpu_metrics_by_range": a.gpu_metrics.by_range, "gpu_metrics_by_iteration": a.gpu_metrics.by_iteration,
+                "gpu_metrics_by_kernel": a.gpu_metrics.by_kernel}
+               if getattr(a, "gpu_metrics", None) is not None else {}),
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}

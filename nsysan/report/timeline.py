@@ -268,7 +268,16 @@ def build_timeline(a: Any) -> dict[str, Any]:
     lo, hi, what = initial_window(a)
     return {"t0": t0, "span": span, "lanes": lanes, "names": names.names,
             "initial": [int(lo - t0), int(hi - t0)], "initial_label": what,
-            "steady": [int(a.steady.start_ns - t0), int(a.steady.end_ns - t0)], "steady_label": a.steady.label}
+            "steady": [int(a.steady.start_ns - t0), int(a.steady.end_ns - t0)], "steady_label": a.steady.label,
+            **metric_lanes(a, t0)}
+
+
+def metric_lanes(a: Any, t0: int) -> dict[str, Any]:
+    """The GPU-metrics lanes (``report/metrics_view.py``), under ``metrics`` when the trace has any."""
+    from nsysan.report.metrics_view import lanes
+
+    got = lanes(a, t0)
+    return {"metrics": got} if got else {}
 
 
 def evidence_span(rec: Mapping[str, Any], t0: int) -> tuple[int, int] | None:

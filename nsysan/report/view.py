@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.summaries import in_window
+from nsysan.report import metrics_view
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
@@ -80,6 +81,8 @@ class Report:
     iteration_plot: Plot | None = None
     util_plot: Plot | None = None
     subtitle: str = ""
+    samples_view: dict[str, Any] = field(default_factory=dict)  # report/samples_view.py
+    gpu_metrics: dict[str, Any] | None = None  # the metrics section (report/metrics_view.py), None without metrics
 
 
 @dataclass
@@ -113,10 +116,6 @@ def _breakdown_rows(a: Any) -> list[tuple[str, list[tuple[str, float, str, str]]
                   f"({fmt_pct(s[k + '_frac'])})") for k, name, css in BREAKDOWN_PARTS if s[k + "_mean_ns"] > 0]
         rows.append((f"{label}: {fmt_ns(s['span_mean_ns'])}", parts))
     return rows
-
-
-def _pct_or_dash(v: Any) -> str:
-    return "-" if v is None or v != v else f"{float(v):.1f}%"
 
 
 def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
@@ -449,19 +448,6 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "ran on the device: overlapping it with compute (DDP buckets, FSDP prefetch) would save it.")
         if len(a.collectives) else
         Table("collectives", "Communication", [], [], [], "No communication kernels (NCCL ...) in the steady state."),
-        _table("gpu_metrics", "How hard the GPU works (GPU metrics, mean % of peak)", a.gpu_metrics, [
-            ("Range", "range", lambda v: str(v)[:100]), ("Instances", "instances", None), ("Samples", "samples", None),
-            ("GR active", "gr_active", _pct_or_dash), ("SMs active", "sm_active", _pct_or_dash),
-            ("SM issue", "sm_issue", _pct_or_dash), ("Tensor active", "tensor_active", _pct_or_dash),
-            ("Warps in flight", "warps_in_flight", _pct_or_dash), ("DRAM read", "dram_read", _pct_or_dash),
-            ("DRAM write", "dram_write", _pct_or_dash), ("PCIe RX", "pcie_rx", _pct_or_dash),
-            ("PCIe TX", "pcie_tx", _pct_or_dash), ("Verdict", "verdict", None)],
-            note="Means of the GPU metric samples taken inside each range's instances (and the steady window). "
-                 "Tensor-bound: tensor active >= 40%; memory-bound: DRAM read + write >= 50% with tensor cores "
-                 "idle; SMs mostly idle: GR active >= 50% but SMs active < 40%; fewer than 20 samples: no verdict.")
-        if getattr(a, "gpu_metrics", None) is not None and len(a.gpu_metrics) else
-        Table("gpu_metrics", "GPU metrics", [], [], [], "No GPU metrics in this trace: record with nsys profile "
-              "--gpu-metrics-devices=all to see SM, tensor-core and DRAM activity."),
         _table("ranks", "Ranks (processes with communication), aligned on their collectives",
                a.ranks.ranks if a.ranks is not None else pd.DataFrame(), [
             ("Rank", "rank", None), ("pid", "pid", None), ("GPU", "device_id", None),
@@ -501,7 +487,14 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                   breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                   overlap_bars=ovb,
                   timeline=build_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
-                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle)
+                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
+                  samples_view=samples_view(a), gpu_metrics=metrics_view.view(a))
+
+
+def samples_view(a: Any) -> dict[str, Any]:
+    from nsysan.report.samples_view import samples_view as build_samples
+
+    return build_samples(a)
 
 
 def _ranks_view(a: Any) -> dict[str, Any]:

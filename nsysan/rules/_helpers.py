@@ -77,13 +77,26 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     return one | (sizes > ONE_TIME_OUTLIER * np.maximum(med[codes], 1.0))
 
 
-def call_sites(ctx: Any, api_names: Any) -> str:
-    """Where these CUDA calls came from, from Python backtraces (``analyses/samples.call_sites``), as a
-    sentence for a finding's message; '' when the trace has no backtraces."""
+def call_sites(ctx: Any, api_names: Any, correlation: Any = None) -> str:
+    """Where these CUDA calls came from, from Python backtraces, else native CUDA backtraces
+    (``analyses/samples.call_sites``), as a sentence for a finding's message; '' when the trace has no
+    backtraces. ``correlation``: (pid, correlation id) pairs to count only those calls; ``api_names``
+    None: any API."""
     from nsysan.analyses.samples import site_note
 
     s = getattr(ctx.a, "idle_samples", None)
-    return site_note(getattr(s, "sites", None), tuple(str(n) for n in api_names))
+    return site_note(getattr(s, "sites", None), None if api_names is None else tuple(str(n) for n in api_names),
+                     calls=getattr(s, "site_calls", None), correlation=correlation)
+
+
+def steady_cpu(ctx: Any) -> str:
+    """Which functions the launching thread ran over the steady state, from its CPU or Python samples,
+    as a sentence for a finding's message ('' without enough samples)."""
+    s = getattr(ctx.a, "idle_samples", None)
+    st = getattr(s, "steady", None)
+    if st is None or not st.attributed:
+        return ""
+    return f" Samples on the launching thread over the steady state: {st.top()}."
 
 
 def label(activity: str) -> str:
@@ -105,3 +118,12 @@ def by_device(g: pd.DataFrame, w: Any) -> str:
 
     return "; ".join(f"device {int(d)}: {fmt_ns(int(v))} ({fmt_pct(int(v) / w.dur_ns)} of the {w.label})"
                      for d, v in tot.items())
+
+
+def call_sites_in(ctx: Any, ranges: pd.DataFrame, n: int = 2) -> str:
+    """The call sites of the backtraced CUDA calls made inside these NVTX ranges, as a sentence."""
+    from nsysan.analyses.samples import aggregate_sites, calls_in, site_note
+
+    s = getattr(ctx.a, "idle_samples", None)
+    sites = aggregate_sites(calls_in(getattr(s, "site_calls", None), ranges))
+    return site_note(sites, None, n)

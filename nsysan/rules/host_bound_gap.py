@@ -64,7 +64,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=total, claims=claims_of(rec["start_ns"], rec["end_ns"]),
                       message=f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
-                              f"What the submitting thread was doing: {parts}.{_python_note(ctx)}{once_note}",
+                              f"What the submitting thread was doing: {parts}.{_python_note(ctx, rec, by)}{once_note}",
                       evidence=_evidence(rec))
     elif dev_max(once) >= min_frac * w.dur_ns:
         yield finding(ctx, "host-bound-gap", severity=Severity.INFO, impact_ns=0,
@@ -75,16 +75,30 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       evidence=_evidence(once))
 
 
-def _python_note(ctx: Any) -> str:
-    """Which Python functions ran on the submitting thread in the idle gaps (``analyses/samples.py``),
-    or which input would tell."""
+def _python_note(ctx: Any, gaps: Any = None, by: Any = None) -> str:
+    """Which functions ran on the submitting thread in these gaps, over all of them and per gap class
+    (``analyses/samples.py``: Python samples first, else native CPU samples), or which input would tell."""
     s = getattr(ctx.a, "idle_samples", None)
     if s is None:
         return ""
-    top = s.top()
-    if top:
-        return f" Python samples taken in these gaps: {top}."
-    return f" Which code ran: {s.note}." if s.note else ""
+    whole = s.for_gaps(gaps) if gaps is not None and hasattr(s, "for_gaps") and s.source else None
+    top = whole.top() if whole is not None else s.top()
+    if not top:
+        if whole is not None and whole.samples:
+            return f" Only {whole.samples} sample(s) fell in these gaps: too few to say which code ran."
+        return f" Which code ran: {s.note}." if s.note else ""
+    what = "Python samples" if s.source == "python" else "CPU samples"
+    out = f" {what} taken in these gaps: {top}."
+    if by is not None and len(by) > 1:
+        per = []
+        for act in list(by.index)[:5]:
+            a = s.for_gaps(gaps.loc[gaps["activity"].astype(str).to_numpy() == act], act)
+            per.append(f"{label(act)}: {a.top(2)}" if a.attributed else
+                       f"{label(act)}: {a.samples} sample(s), too few to attribute")
+        out += " Per gap class: " + "; ".join(per) + "."
+    if s.source == "native" and s.note:
+        out += f" {s.note}."
+    return out
 
 
 def _evidence(g: Any) -> tuple[dict[str, Any], ...]:

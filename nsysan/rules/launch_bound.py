@@ -27,7 +27,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import top_rows
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import window_gaps
+from nsysan.rules._helpers import steady_cpu, window_gaps
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -80,7 +80,7 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
                   message=f"{len(dom)} of {len(rows)} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
                           f"to launch (median {fmt_ns(np.median(api_ns[dom]))}) than to run (median "
                           f"{fmt_ns(np.median(gpu_ns[dom]))}); launch cost above run time {fmt_ns(saving)} (each "
-                          f"launch capped at its kernel's median).{graph_note}{once}",
+                          f"launch capped at its kernel's median).{graph_note}{once}{steady_cpu(ctx)}",
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
 
 

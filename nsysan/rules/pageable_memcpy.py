@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import steady
+from nsysan.rules._helpers import call_sites, steady
 from nsysan.units import fmt_bytes, fmt_ns, fmt_rate
 
 
@@ -46,6 +46,8 @@ def check(ctx: Any, *, min_total_ns: int, assumed_speedup: float) -> Iterator[Fi
                      f"{basis} rate {fmt_rate(rate)})")
     yield finding(ctx, "pageable-memcpy", severity=Severity.WARNING, impact_ns=impact,
                   claims=claims_of(pageable["start_ns"], pageable["end_ns"]),
-                  message="Pageable host memory in the steady state: " + "; ".join(notes) + ".",
+                  message="Pageable host memory in the steady state: " + "; ".join(notes) + "."
+                          + call_sites(ctx, None, correlation=zip(pageable["pid"].tolist(),
+                                                                  pageable["correlation_id"].tolist())),
                   evidence=top_records(pageable.assign(kind=pageable["kind"].astype(str)), "dur_ns", 10,
                                        ["kind", "bytes", "start_ns", "dur_ns", "stream_id"]))

@@ -10,7 +10,8 @@ batch before waiting for the previous one.
 
 Fires when synchronization calls cover more than ``min_frac`` of the steady window on one thread.
 Impact: the GPU idle time of gaps that directly follow a synchronization call on the submitting
-thread (the measured round-trip cost), claimed as those gaps' wall-clock time, so host-bound-gap
+thread (the call returned at most one gap length before the gap opened, or in its first half: a
+sync that waits for the GPU's last op returns just after the gap opens) (the measured round-trip cost), claimed as those gaps' wall-clock time, so host-bound-gap
 and gpu-low-util never count it again. Silent on traces without GPU activity.
 """
 
@@ -51,10 +52,14 @@ def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
     ends = np.sort(s.loc[(s["pid"] == pid) & (s["tid"] == tid), "end_ns"].to_numpy())
     impact, claims = 0, None
     if len(g) and len(ends):
-        i = np.searchsorted(ends, g["start_ns"].to_numpy(), side="right") - 1
+        gs, gn = g["start_ns"].to_numpy(), g["gap_ns"].to_numpy()
+        # the last sync that returned before the gap's midpoint: a sync waiting for the GPU's last op
+        # returns just after the gap opens, so it ends inside the gap, not before it
+        i = np.searchsorted(ends, gs + gn // 2, side="right") - 1
         prev_end = np.where(i >= 0, ends[np.clip(i, 0, None)], -1)
-        # the sync returned within the gap's first half: the gap is the round trip after the sync
-        after_sync = (prev_end >= 0) & (g["start_ns"].to_numpy() - prev_end <= g["gap_ns"].to_numpy())
+        # it returned at most one gap length before the gap, or within the gap's first half: the gap
+        # is the round trip after the sync
+        after_sync = (prev_end >= 0) & (gs - prev_end <= gn)
         impact = int(g.loc[after_sync, "gap_ns"].sum())
         claims = claims_of(g.loc[after_sync, "start_ns"], g.loc[after_sync, "end_ns"])
     if impact < 0.01 * w.dur_ns:

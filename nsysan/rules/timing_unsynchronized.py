@@ -26,7 +26,7 @@ from typing import Any
 
 from nsysan.analyses.libranges import library_mask
 from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._helpers import has_gpu_activity
+from nsysan.rules._helpers import call_sites_in, has_gpu_activity
 from nsysan.units import fmt_ns
 
 MIN_TIMER_NS = 100_000  # a late instance shorter than this on the CPU is a launch wrapper, not a timed region
@@ -56,7 +56,7 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
         rows.append({"name": str(name)[:160], "instances": int(len(g)), "late": int(len(late)),
                      "after_avg_ns": int(late_after), "range_avg_ns": int(late_dur), "under_report_ns": after,
                      "worst_start_ns": int(worst["start_ns"]), "worst_after_ns": int(worst["gpu_after_end_ns"]),
-                     "misleads": bool(late_dur >= MIN_TIMER_NS and late_after >= late_dur)})
+                     "misleads": bool(late_dur >= MIN_TIMER_NS and late_after >= late_dur), "key": name})
     if not rows:
         return
     rows.sort(key=lambda x: (-x["under_report_ns"], x["name"]))
@@ -71,5 +71,7 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
                   message=f"NVTX range '{top['name']}'{others}: in {top['late']} of {top['instances']} instances its "
                           f"GPU work kept running after the range closed on the CPU (by {fmt_ns(top['after_avg_ns'])} "
                           f"on average, range {fmt_ns(top['range_avg_ns'])}); a CPU timer around it under-reports by "
-                          f"{fmt_ns(top['under_report_ns'])} in total.{tail}",
-                  evidence=tuple({k: v for k, v in x.items() if k != "misleads"} for x in rows[:10]))
+                          f"{fmt_ns(top['under_report_ns'])} in total.{tail}"
+                          + call_sites_in(ctx, r.loc[(r["name"] == top["key"]).to_numpy()
+                                                     & (r["gpu_after_end_ns"].to_numpy() > 0)]),
+                  evidence=tuple({k: v for k, v in x.items() if k not in ("misleads", "key")} for x in rows[:10]))

@@ -17,7 +17,7 @@ import pyarrow as pa
 from nsysan import _memory
 from nsysan._executor import threads
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
-from nsysan.trace import budget, direct, prefetch
+from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
@@ -638,6 +638,10 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             warnings.append(f"{column}: {k:,} row(s) name a string id that StringIds does not hold (missing, "
                             f"negative, NULL or not a number): named {UNKNOWN_NAME!r}")
         meta, meta_source = _meta_rows(db)
+        # GPU metrics from the open export, aggregated as they are decoded (trace/metrics.py)
+        gpu_metrics = metrics.read(db, frames["gpus"]) if caps.has("GPU_METRICS") else None
+        if gpu_metrics is not None and gpu_metrics.note:
+            warnings.append(f"GPU metrics: {gpu_metrics.note}")
         capture: tuple[tuple[str, str], ...] = ()
         if caps.has("META_DATA_CAPTURE", "name"):
             capture = tuple((str(k), str(v)) for k, v in db.rows('SELECT name, value FROM "META_DATA_CAPTURE"'))
@@ -681,7 +685,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         tables=tuple(sorted(caps.tables)), capture=capture, warnings=tuple(warnings),
         epoch_offset_ns=epoch_offset,
     )
-    trace = Trace(meta=trace_meta, **frames)
+    trace = Trace(meta=trace_meta, gpu_metrics=gpu_metrics, **frames)
     del frames
     _memory.release()  # the conversion buffers' pages go back to the OS before the analyses start
     return trace

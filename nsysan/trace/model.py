@@ -39,6 +39,7 @@ them, and SQLite's read cost is per value.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import pandas as pd
 
@@ -87,6 +88,9 @@ class Trace:
     gpus: pd.DataFrame
     streams: pd.DataFrame
     gpu_memory_usage: pd.DataFrame
+    # GPU metric samples (``trace.metrics.Metrics``: per source, the wanted metrics only), None when the
+    # export has no GPU_METRICS table
+    gpu_metrics: Any = None
 
     def __repr__(self) -> str:
         """One line (the dataclass default printed every frame): the file, nsys, the row counts."""

@@ -8,9 +8,18 @@ frames are in ``binaryData``, which nsys fills only when the export was made wit
 payload schema tables (``NVTX_PAYLOAD_SCHEMA_ENTRIES``: the offsets of the frame count and the
 frames array, the size of a frame and the offsets of its function, file and line), never assumed.
 
+Native CPU samples are ``COMPOSITE_EVENTS`` rows (time, thread) whose call chains are the
+``SAMPLING_CALLCHAINS`` rows of the same ``id`` (one row per frame, ``stackDepth`` 0 innermost;
+symbol and module are ``StringIds``). Native backtraces of CUDA calls (``--cudabacktrace``) are the
+``CUDA_CALLCHAINS`` rows of the runtime row's ``callchainId``. Each call chain is read as one text
+per sample, made by SQLite (a correlated ``group_concat`` over the chain's primary-key index), and
+only distinct chains are parsed: no frame-per-row table is ever built in Python.
+
 What is returned stays small: one row per sample (time, thread, state, stack id) and one row per
-distinct stack (its frames as a tuple of (function, file, line), innermost first). Names in
-``StringIds`` are HTML-escaped by nsys; they are unescaped once here.
+distinct stack (its frames as a tuple, innermost first: (function, file, line) for Python frames,
+(symbol, module, unresolved) for native ones). Only the samples of the threads and the window
+asked for are read. Names in ``StringIds`` are HTML-escaped by nsys in the Python payloads; they
+are unescaped once here (native symbols are stored as they are).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import html
 import sqlite3
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,24 +39,37 @@ from nsysan.trace.db import _connect
 PY_SAMPLING = "Python Periodic Sampling"
 PY_BACKTRACE = "Python Backtrace on CUDA"
 MAX_SAMPLES = 5_000_000
+TID_MASK = (1 << 48) - 1  # globalTid without the VM bits: pid << 24 | tid
+
+Frame = tuple[str, str, int]
 
 
 @dataclass
 class Samples:
     """``python``: ts_ns, pid, tid, state, stack (per Python sample); ``backtraces``: the same for the
     Python backtraces of CUDA calls; ``stacks``: stack id -> tuple of (function, file, line),
-    innermost first. ``inputs`` says which inputs the export holds (and which were lost in export)."""
+    innermost first. ``native``: ts_ns, pid, tid, state, stack (per native CPU sample) and
+    ``cuda_chains``: pid, tid, start_ns, correlation_id, stack (per CUDA call with a native
+    backtrace), both into ``native_stacks`` (tuples of (symbol, module, unresolved), innermost
+    first). ``inputs`` says which inputs the export holds (and which were lost in export)."""
 
     python: pd.DataFrame
     backtraces: pd.DataFrame
-    stacks: list[tuple[tuple[str, str, int], ...]] = field(default_factory=list)
+    stacks: list[tuple[Frame, ...]] = field(default_factory=list)
     inputs: dict[str, object] = field(default_factory=dict)
+    native: pd.DataFrame = field(default_factory=lambda: _empty())
+    native_stacks: list[tuple[Frame, ...]] = field(default_factory=list)
+    cuda_chains: pd.DataFrame = field(default_factory=lambda: _empty_calls())
 
 
 def _empty() -> pd.DataFrame:
     return pd.DataFrame({"ts_ns": pd.Series(dtype="int64"), "pid": pd.Series(dtype="int64"),
                          "tid": pd.Series(dtype="int64"), "state": pd.Series(dtype="int64"),
                          "stack": pd.Series(dtype="int64")})
+
+
+def _empty_calls() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("pid", "tid", "start_ns", "correlation_id", "stack")})
 
 
 # NVTX payload entry types (nvToolsExtPayload.h) -> struct format: int32/uint32, int64/uint64, and
@@ -105,52 +128,177 @@ def _decode(blob: bytes, lay: dict[str, object]) -> tuple[int, tuple[tuple[int, 
     return int(state), frames
 
 
-def read_samples(path: str | Path) -> Samples:
-    """The Python samples and backtraces of the export at ``path`` (empty frames when it has none)."""
+def read_samples(path: str | Path, *, window: tuple[int, int] | None = None,
+                 threads: Iterable[tuple[int, int]] | None = None) -> Samples:
+    """The samples and backtraces of the export at ``path`` (empty frames when it has none): only
+    those in ``window`` ([start, end) ns) and on ``threads`` ((pid, tid) pairs) when given; the
+    CUDA calls' backtraces of every thread in the window."""
     con = _connect(Path(path))
     try:
-        return _read(con)
+        return read_from(con, window=window, threads=threads)
     finally:
         con.close()
 
 
-def _read(con: sqlite3.Connection) -> Samples:
+def _filters(window: tuple[int, int] | None, threads: Iterable[tuple[int, int]] | None,
+             ts: str = "start", gtid: str = "globalTid") -> tuple[str, tuple[int, ...]]:
+    sql, params = "", ()
+    if window is not None:
+        sql += f" AND {ts} >= ? AND {ts} < ?"
+        params = (int(window[0]), int(window[1]))
+    if threads is not None:
+        keys = sorted({(int(p) << 24) | int(t) for p, t in threads})
+        sql += f" AND ({gtid} & {TID_MASK}) IN ({','.join(str(k) for k in keys) or 'NULL'})"
+    return sql, params
+
+
+def read_from(con: sqlite3.Connection, *, window: tuple[int, int] | None = None,
+              threads: Iterable[tuple[int, int]] | None = None) -> Samples:
+    """``read_samples`` on an open connection."""
+    threads = None if threads is None else list(threads)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     inputs: dict[str, object] = {
         "cpu_samples": int(con.execute("SELECT count(*) FROM COMPOSITE_EVENTS").fetchone()[0])
         if "COMPOSITE_EVENTS" in tables else 0,
-        "cuda_backtraces": int(con.execute("SELECT count(*) FROM CUDA_CALLCHAINS").fetchone()[0])
+        "cuda_backtraces": int(con.execute("SELECT count(DISTINCT id) FROM CUDA_CALLCHAINS").fetchone()[0])
         if "CUDA_CALLCHAINS" in tables else 0,
         "gpu_metrics": int(con.execute("SELECT count(*) FROM GPU_METRICS").fetchone()[0])
         if "GPU_METRICS" in tables else 0}
     out = Samples(_empty(), _empty(), [], inputs)
+    ids: set[int] = set()
+    native_keys: dict[str, int] = {}
+    if "COMPOSITE_EVENTS" in tables and "SAMPLING_CALLCHAINS" in tables and inputs["cpu_samples"]:
+        out.native = _native(con, window, threads, native_keys)
+    _python(con, tables, window, threads, out)
+    if "CUDA_CALLCHAINS" in tables and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and inputs["cuda_backtraces"]:
+        bt = out.backtraces  # calls with a Python backtrace need no native one (Python first)
+        skip = set(zip(((bt["pid"].to_numpy() << 24) | bt["tid"].to_numpy()).tolist(), bt["ts_ns"].tolist()))
+        out.cuda_chains = _cuda_chains(con, window, native_keys, skip)
+    chains = [(_parse_chain(k), ix) for k, ix in native_keys.items()]
+    for frames, _ in chains:
+        ids.update(i for f in frames for i in f[:2])
+    py_ids = {i for st in out.stacks for f in st for i in f[:2]}  # type: ignore[misc]
+    strings = _strings(con, ids | py_ids)
+    native_stacks: list[tuple[Frame, ...]] = [()] * len(native_keys)
+    for frames, ix in chains:
+        native_stacks[ix] = tuple((strings.get(s, "[unknown]"), strings.get(m, ""), u) for s, m, u in frames)
+    out.native_stacks = native_stacks
+    out.stacks = [tuple((html.unescape(strings.get(f, "[unknown]")), html.unescape(strings.get(fi, "")), int(ln))
+                        for f, fi, ln in st) for st in out.stacks]  # type: ignore[misc]
+    return out
+
+
+def _strings(con: sqlite3.Connection, ids: set[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    ids_l = sorted(int(i) for i in ids)
+    for i in range(0, len(ids_l), 50_000):
+        q = ",".join(str(x) for x in ids_l[i:i + 50_000])
+        out.update((int(k), str(v)) for k, v in con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({q})"))
+    return out
+
+
+# one text per call chain: "depth:symbol:module:unresolved" per frame, made by SQLite from the chain's
+# primary-key index (id, stackDepth); parsed once per distinct chain
+_CHAIN = ("(SELECT group_concat(c.stackDepth || ':' || c.symbol || ':' || c.module || ':' || "
+          "coalesce(c.unresolved, 0), ',') FROM {table} c WHERE c.id = {ref})")
+
+
+def _parse_chain(key: str) -> tuple[tuple[int, int, int], ...]:
+    rows = []
+    for part in key.split(",") if key else ():
+        d, s, m, u = part.split(":")
+        rows.append((int(d), int(s), int(m), int(u)))
+    rows.sort()
+    return tuple((s, m, u) for _, s, m, u in rows)
+
+
+def _native(con: sqlite3.Connection, window: tuple[int, int] | None, threads: list[tuple[int, int]] | None,
+            keys: dict[str, int]) -> pd.DataFrame:
+    """Native CPU samples (``COMPOSITE_EVENTS``) of the window and threads, with their chains' ids."""
+    where, params = _filters(window, threads, "e.start", "e.globalTid")
+    sql = (f"SELECT e.start, e.globalTid, coalesce(e.threadState, 0), {_CHAIN.format(table='SAMPLING_CALLCHAINS', ref='e.id')} "
+           f"FROM COMPOSITE_EVENTS e WHERE 1{where} ORDER BY e.start LIMIT {MAX_SAMPLES}")
+    ts, g, st, stack = [], [], [], []
+    for s, gt, state, key in con.execute(sql, params):
+        if gt is None:
+            continue
+        ts.append(int(s))
+        g.append(int(gt))
+        st.append(int(state))
+        stack.append(keys.setdefault(key or "", len(keys)))
+    ga = np.array(g, dtype=np.int64)
+    return pd.DataFrame({"ts_ns": np.array(ts, np.int64), "pid": ga >> 24 & 0xFFFFFF, "tid": ga & 0xFFFFFF,
+                         "state": np.array(st, np.int64), "stack": np.array(stack, np.int64)})
+
+
+def _cuda_chains(con: sqlite3.Connection, window: tuple[int, int] | None, keys: dict[str, int],
+                 skip: set[tuple[int, int]] | None = None) -> pd.DataFrame:
+    """The CUDA runtime/driver calls with a native backtrace (``callchainId``) in the window, but those in
+    ``skip`` ((pid << 24 | tid, start): calls a Python backtrace already explains): their chains are read
+    for the remaining calls only."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")}
+    if "callchainId" not in cols:
+        return _empty_calls()
+    where, params = _filters(window, None, "start")
+    rows = [(int(s), int(g), int(c) if c is not None else -1, int(cc)) for s, g, c, cc in con.execute(
+        f"SELECT start, globalTid, correlationId, callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+        f"WHERE callchainId IS NOT NULL AND globalTid IS NOT NULL{where} LIMIT {MAX_SAMPLES}", params)]
+    if skip:
+        rows = [r for r in rows if ((r[1] & TID_MASK), r[0]) not in skip]
+    chain_of: dict[int, str] = {}
+    ids = sorted({r[3] for r in rows})
+    for i in range(0, len(ids), 50_000):
+        q = ",".join(str(x) for x in ids[i:i + 50_000])
+        chain_of.update((int(k), str(v)) for k, v in con.execute(
+            f"SELECT i.id, {_CHAIN.format(table='CUDA_CALLCHAINS', ref='i.id')} FROM "
+            f"(SELECT DISTINCT id FROM CUDA_CALLCHAINS WHERE id IN ({q})) i") if v)
+    ts, g, corr, stack = [], [], [], []
+    for s, gt, c, cc in rows:
+        key = chain_of.get(cc)
+        if not key:
+            continue
+        ts.append(s)
+        g.append(gt)
+        corr.append(c)
+        stack.append(keys.setdefault(key, len(keys)))
+    ga = np.array(g, dtype=np.int64)
+    return pd.DataFrame({"pid": ga >> 24 & 0xFFFFFF, "tid": ga & 0xFFFFFF, "start_ns": np.array(ts, np.int64),
+                         "correlation_id": np.array(corr, np.int64), "stack": np.array(stack, np.int64)})
+
+
+def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] | None,
+            threads: list[tuple[int, int]] | None, out: Samples) -> None:
+    """Python samples (in the window, on the threads) and Python backtraces (in the window), decoded
+    into ``out`` with their stacks as string ids (resolved by the caller)."""
+    inputs = out.inputs
+    inputs.update(python_samples=0, python_backtraces=0, python_frames_lost=False)
     if "NVTX_EVENTS" not in tables or "NVTX_PAYLOAD_SCHEMA_ENTRIES" not in tables:
-        inputs.update(python_samples=0, python_backtraces=0, python_frames_lost=False)
-        return out
+        return
     domains = {str(t): int(d) for d, t in con.execute(
         "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75 AND text IN (?, ?)", (PY_SAMPLING, PY_BACKTRACE))}
-    strings: dict[int, str] = {}
     stack_ix: dict[tuple[tuple[int, int, int], ...], int] = {}
     lost = False
     for key, name in (("python", PY_SAMPLING), ("backtraces", PY_BACKTRACE)):
         if name not in domains:
-            inputs[f"python_{'samples' if key == 'python' else 'backtraces'}"] = 0
             continue
         dom = domains[name]
+        n, with_blob = con.execute("SELECT count(*), count(binaryData) FROM NVTX_EVENTS WHERE eventType = 34 AND "
+                                   "domainId = ?", (dom,)).fetchone()
+        inputs[f"python_{'samples' if key == 'python' else 'backtraces'}"] = int(n)
+        lost = lost or (int(n) > 0 and int(with_blob) < int(n))
+        if not with_blob:
+            continue
         lay = _layout(con, dom)
-        rows = con.execute("SELECT start, globalTid, binaryData FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ? "
-                           "ORDER BY start LIMIT ?", (dom, MAX_SAMPLES)).fetchall()
-        inputs[f"python_{'samples' if key == 'python' else 'backtraces'}"] = len(rows)
+        where, params = _filters(window, threads if key == "python" else None)
+        rows = con.execute(f"SELECT start, globalTid, binaryData FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ? "
+                           f"AND binaryData IS NOT NULL{where} ORDER BY start LIMIT ?", (dom, *params, MAX_SAMPLES))
         ts, pid, tid, state, stack = [], [], [], [], []
         for s, g, blob in rows:
-            if blob is None:
-                lost = True
-                continue
             try:
                 d = _decode(bytes(blob), lay) if lay else None
             except (struct.error, TypeError, ValueError):  # a damaged blob: that sample is skipped
                 d = None
-            if d is None:
+            if d is None or g is None:
                 continue
             st, frames = d
             ix = stack_ix.setdefault(frames, len(stack_ix))
@@ -162,13 +310,8 @@ def _read(con: sqlite3.Connection) -> Samples:
         setattr(out, key, pd.DataFrame({"ts_ns": np.array(ts, np.int64), "pid": np.array(pid, np.int64),
                                         "tid": np.array(tid, np.int64), "state": np.array(state, np.int64),
                                         "stack": np.array(stack, np.int64)}))
-    ids = {i for fr in stack_ix for f in fr for i in f[:2]}
-    if ids:
-        q = ",".join(str(int(i)) for i in ids)
-        strings = {int(i): html.unescape(str(v)) for i, v in con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({q})")}
-    stacks: list[tuple[tuple[str, str, int], ...]] = [()] * len(stack_ix)
+    stacks: list[tuple[Frame, ...]] = [()] * len(stack_ix)
     for fr, ix in stack_ix.items():
-        stacks[ix] = tuple((strings.get(f, "[unknown]"), strings.get(fi, ""), int(ln)) for f, fi, ln in fr)
+        stacks[ix] = fr  # type: ignore[assignment]  # string ids, resolved by read_from
     out.stacks = stacks
     inputs["python_frames_lost"] = lost
-    return out

@@ -18,6 +18,8 @@
   var lanes = data.lanes.map(function (l) {
     return { label: l.label, group: l.group, n: l.n, rows: Math.max(1, l.rows), busy: l.busy, data: l.data };
   });
+  var ML = window.nsysanMetricLanes;  // GPU-metrics lanes (metrics_lane.js), below the others
+  if (ML && data.metrics) lanes = lanes.concat(ML.lanes(data.metrics));
   var y = AXIS;
   lanes.forEach(function (l) { l.y = y; l.h = l.rows * ROW + PAD; y += l.h; });
   var totalH = y + 4, ctx = canvas.getContext("2d");
@@ -85,7 +87,9 @@
   var ready = (typeof DecompressionStream === "undefined")
     ? Promise.reject(new Error("this browser cannot inflate the timeline (it needs DecompressionStream: " +
         "Chrome 80, Firefox 113, Safari 16.4 or later)"))
-    : Promise.all(lanes.map(function (l) { return inflate(bytes(l.data)).then(function (buf) { decode(l, buf); }); }));
+    : Promise.all(lanes.map(function (l) {
+      return l.metric ? ML.decode(l, inflate, bytes) : inflate(bytes(l.data)).then(function (buf) { decode(l, buf); });
+    }));
   ready = ready.then(function () { state.ready = true; draw(); return true; }, function (err) {
     state.error = String(err && err.message || err); draw(); return false;
   });
@@ -125,6 +129,7 @@
     if (cov.length < w) { cov = new Float32Array(w); cnt = new Int32Array(w); best = new Float32Array(w); col = new Uint8Array(w); hit = new Uint8Array(w); }
   }
   function drawLane(lane, W) {
+    if (lane.metric) { ML.draw(ctx, lane, W, view, LABEL, ROW); return; }
     var n = lane.n, s = lane.s, e = lane.e, kd = lane.kind, dp = lane.depth, nm = lane.name, mn = state.matchName;
     var k = W / (view.b - view.a), i0 = lowerBound(lane.pend, view.a, n), i1 = upperBound(s, view.b, n);
     var curOp = state.cur >= 0 ? state.matches[state.cur] : null;
@@ -246,7 +251,7 @@
       var mn = new Uint8Array(names.length);
       for (var j = 0; j < names.length; j++) { if (names[j].toLowerCase().indexOf(q) >= 0) mn[j] = 1; }
       state.matchName = mn;
-      lanes.forEach(function (lane) { for (var i = 0; i < lane.n; i++) { if (mn[lane.name[i]]) state.matches.push([lane, i]); } });
+      lanes.forEach(function (lane) { for (var i = 0; i < lane.n && lane.name; i++) { if (mn[lane.name[i]]) state.matches.push([lane, i]); } });
       state.matches.sort(function (x, y) { return x[0].s[x[1]] - y[0].s[y[1]]; });
     }
     count.textContent = q ? state.matches.length.toLocaleString() + " match" + (state.matches.length === 1 ? "" : "es") : "";
@@ -278,10 +283,12 @@
   function hover(ev) {
     var h = at(ev), lane = h.lane;
     if (!lane) return null;
-    if (h.px < LABEL) return [lane.label, lane.n.toLocaleString() + " ops, busy " + (lane.busy * 100).toFixed(2) + "% of the capture"];
+    if (h.px < LABEL) return [lane.label, lane.metric ? lane.n.toLocaleString() + " samples: " + lane.metric.series.map(function (s) { return s.label; }).join(", ") + " (% of peak)"
+      : lane.n.toLocaleString() + " ops, busy " + (lane.busy * 100).toFixed(2) + "% of the capture"];
     if (!state.ready) return null;
     var row = Math.min(lane.rows - 1, Math.max(0, Math.floor((h.py - lane.y - 2) / ROW)));
     var nsPerPx = (view.b - view.a) / plotW(), t = view.a + (h.px - LABEL) * nsPerPx, tol = nsPerPx * 1.5;
+    if (lane.metric) return ML.hover(lane, row, t, t + nsPerPx, fmt);
     var hi = upperBound(lane.s, t + tol, lane.n), lo = lowerBound(lane.pend, t - tol, lane.n), pick = -1, n = 0, busy = 0;
     for (var i = hi - 1; i >= lo; i--) {
       if (lane.depth[i] !== row || lane.e[i] < t - tol) continue;

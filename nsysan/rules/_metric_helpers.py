@@ -1,0 +1,43 @@
+"""Shared by the GPU-metric rules (``tensor_cores_idle``, ``memory_bound``, ``sms_mostly_idle``,
+``pcie_bound_copies``): the kernel groups of the steady window and their ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses.metrics import MIN_SAMPLES
+
+
+def metric_rows(ctx: Any, kinds: tuple[str, ...] = ("kernel",)) -> pd.DataFrame:
+    """The kernel-group rows (``GpuMetrics.by_kernel``) of these kinds with enough samples; empty
+    without GPU metrics."""
+    gm = getattr(ctx.a, "gpu_metrics", None)
+    if gm is None or len(gm.by_kernel) == 0:
+        return pd.DataFrame()
+    k = gm.by_kernel
+    return k.loc[k["kind"].isin(list(kinds)).to_numpy() & (k["samples"].to_numpy() >= MIN_SAMPLES)
+                 & k["device_id"].notna().to_numpy()]
+
+
+def group_ops(ctx: Any, device: int, kind: str, group: str) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of one kernel group's ops on ``device`` in the steady window that the GPU metrics
+    measured (``GpuMetrics.measured``: the runs holding a sample; ops shorter than the sampling
+    period alone are not judged by the metrics, so not claimed)."""
+    gm = ctx.a.gpu_metrics
+    got = gm.group_spans.get((int(device), kind, group))
+    if got is None:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return gm.measured(int(device), *got)
+
+
+def evidence(rows: pd.DataFrame, cols: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
+    out = []
+    for rec in rows.to_dict("records"):
+        r = {c: (rec[c].item() if hasattr(rec[c], "item") else rec[c]) for c in cols if c in rec}
+        if "group" in r:
+            r["group"] = str(r["group"])[:160]
+        out.append(r)
+    return tuple(out)

@@ -1,0 +1,71 @@
+"""Kernels bound by DRAM bandwidth, with the tensor cores idle (GPU metrics).
+
+**Why it matters**: a kernel that streams memory near the DRAM's peak bandwidth cannot run faster by
+computing faster: only moving fewer bytes helps. Elementwise chains that each read and write a whole
+tensor are the common case.
+
+**Fix**: move fewer bytes: fuse elementwise chains so the data crosses DRAM once (``torch.compile``,
+fused optimizers and activations, custom fused kernels), keep activations in BF16/FP16 instead of
+FP32 (half the bytes), and avoid materialising intermediates.
+
+Measured: the GPU metric samples taken while each kernel ran in the steady state (samples whose
+period lies inside the kernel's runs) show DRAM read + write at least ``min_dram_pct`` of the peak
+bandwidth with tensor active under 10%; at least ``min_samples`` samples per kernel and
+``min_share`` of the steady window. Impact: for the kernels whose names say FP32 (``float``, ``f32``
+and no ``half``/``bf16``/``fp16``), ``assumed_saving_frac`` (0.25) of their wall-clock time: BF16
+halves the bytes a memory-bound kernel moves and so its time, counted at half that, as
+``fp32-compute`` counts; claimed on those kernels. Kernels already in reduced precision: no estimate
+(how much fusing saves depends on how many passes fuse, which the trace does not say): impact 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from nsysan.analyses import intervals as iv
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows
+from nsysan.units import fmt_ns, fmt_pct
+
+FP32 = re.compile(r"\bfloat\b|f32|fp32", re.IGNORECASE)
+REDUCED = re.compile(r"half|bfloat16|bf16|fp16|f16|__nv_fp8|fp8|int8", re.IGNORECASE)
+
+
+@rule("memory-bound", "Kernels bound by DRAM bandwidth", min_dram_pct=60.0, max_tensor_pct=10.0, min_samples=20,
+      min_share=0.02, assumed_saving_frac=0.25)
+def check(ctx: Any, *, min_dram_pct: float, max_tensor_pct: float, min_samples: int, min_share: float,
+          assumed_saving_frac: float) -> Iterator[Finding]:
+    k = metric_rows(ctx)
+    if len(k) == 0:
+        return
+    dram = k["dram_read"].to_numpy(np.float64) + k["dram_write"].to_numpy(np.float64)
+    t = k["tensor_active"].to_numpy(np.float64)
+    hit = k.loc[(dram >= min_dram_pct) & ~(t >= max_tensor_pct) & (k["samples"].to_numpy() >= min_samples)]
+    w = ctx.window
+    for dev, rows in hit.groupby("device_id", sort=True):
+        spans = {str(g): group_ops(ctx, int(dev), "kernel", str(g)) for g in rows["group"]}
+        s, e = iv.merge(np.concatenate([x[0] for x in spans.values()]), np.concatenate([x[1] for x in spans.values()]))
+        wall = iv.total(s, e)
+        if wall == 0 or wall < min_share * w.dur_ns:
+            continue
+        fp32 = [g for g in spans if FP32.search(g) and not REDUCED.search(g)]
+        fs, fe = (iv.merge(np.concatenate([spans[g][0] for g in fp32]), np.concatenate([spans[g][1] for g in fp32]))
+                  if fp32 else (np.empty(0, np.int64), np.empty(0, np.int64)))
+        fwall = iv.total(fs, fe)
+        d = float(np.average(rows["dram_read"] + rows["dram_write"], weights=rows["samples"]))
+        saving = (f" {len(fp32)} of them compute in FP32 ({fmt_ns(fwall)}): BF16 would halve their bytes."
+                  if fp32 else " They already use reduced precision: only fusing saves time, by an amount the trace "
+                               "cannot tell (no estimate).")
+        yield finding(
+            ctx, "memory-bound", severity=Severity.WARNING if fp32 else Severity.INFO,
+            impact_ns=int(fwall * assumed_saving_frac), claims=claims_of(fs, fe) if fp32 else None,
+            message=f"GPU {int(dev)}: {len(rows)} kernel(s) ran {fmt_ns(wall)} ({fmt_pct(wall / w.dur_ns)} of the "
+                    f"{w.label}) with DRAM read + write at {d:.0f}% of peak bandwidth and the tensor cores idle "
+                    f"({int(rows['samples'].sum()):,} GPU-metric samples): memory-bound.{saving}",
+            evidence=evidence(rows.sort_values("busy_ns", ascending=False),
+                              ("group", "ops", "busy_ns", "samples", "coverage", "dram_read", "dram_write",
+                               "sm_active", "tensor_active")))

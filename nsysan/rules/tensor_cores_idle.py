@@ -1,0 +1,70 @@
+"""GEMM/convolution kernels keep the SMs busy while the tensor cores sit idle (GPU metrics).
+
+**Why it matters**: a matrix multiply in plain FP32 runs on the CUDA cores; the same GEMM in TF32 or
+BF16/FP16 (FP8 on Hopper) runs on the tensor cores, several times faster (A100/H100: TF32 tensor
+throughput is about 7x plain FP32, BF16 twice TF32).
+
+**Fix**: let the GEMMs use the tensor cores: TF32 for FP32 models
+(``torch.backends.cuda.matmul.allow_tf32 = True`` / ``torch.set_float32_matmul_precision("high")``,
+cuBLAS ``CUBLAS_TF32_TENSOR_OP_MATH``), or mixed precision (``torch.autocast("cuda",
+dtype=torch.bfloat16)``), or FP8 with Transformer Engine on Hopper; check accuracy.
+
+Measured, not guessed from names: the GPU metric samples taken while each GEMM/convolution kernel
+(``analyses/metrics.MATMUL``) ran in the steady state (samples whose period lies inside the kernels)
+show tensor active under ``max_tensor_pct`` with SMs active at least ``min_sm_pct``; at least
+``min_samples`` samples per kernel and ``min_share`` of the steady window's kernel time. Impact:
+``assumed_saving_frac`` of the wall-clock time those kernels ran (the tensor-core rate is several
+times the FP32 rate; counted as 2x, as ``fp32-compute`` counts), claimed on those kernels. It is
+allocated before ``fp32-compute`` (``precedence``), on the same kernels' time: no nanosecond is
+counted twice. The two fixes compose as the shared budget composes partial fixes (``rules``): TF32
+halves the kernels' time (counted here), BF16 then halves what is left, and ``fp32-compute`` keeps
+only its share of the time this rule has not claimed (on ``metrics_mix``: 40.3 ms here, 20.1 ms
+there, of an 80.5 ms FP32 GEMM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from nsysan.analyses import intervals as iv
+from nsysan.analyses.metrics import MATMUL
+from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows
+from nsysan.units import fmt_ns, fmt_pct
+
+
+@rule("tensor-cores-idle", "Tensor cores idle while GEMMs run", max_tensor_pct=5.0, min_sm_pct=50.0, min_samples=20,
+      min_share=0.05, assumed_saving_frac=0.5)
+def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: int, min_share: float,
+          assumed_saving_frac: float) -> Iterator[Finding]:
+    k = metric_rows(ctx)
+    if len(k) == 0:
+        return
+    is_mm = np.array([bool(MATMUL.search(str(g))) for g in k["group"]], dtype=bool)
+    t, sm = k["tensor_active"].to_numpy(np.float64), k["sm_active"].to_numpy(np.float64)
+    hit = k.loc[is_mm & (t < max_tensor_pct) & (sm >= min_sm_pct) & (k["samples"].to_numpy() >= min_samples)]
+    w = ctx.window
+    for dev, rows in hit.groupby("device_id", sort=True):
+        spans = [group_ops(ctx, int(dev), "kernel", str(g)) for g in rows["group"]]
+        s, e = iv.merge(np.concatenate([x[0] for x in spans]), np.concatenate([x[1] for x in spans]))
+        wall = iv.total(s, e)
+        compute = ctx.a.gpu_metrics.by_kernel
+        comp = compute.loc[(compute["device_id"] == dev) & (compute["kind"] == "role") & (compute["group"] == "compute")]
+        comp_ns = int(comp["busy_ns"].iloc[0]) if len(comp) else w.dur_ns
+        if wall == 0 or wall < min_share * max(comp_ns, 1):
+            continue
+        mean_t = float(np.average(rows["tensor_active"], weights=rows["samples"]))
+        mean_sm = float(np.average(rows["sm_active"], weights=rows["samples"]))
+        yield finding(
+            ctx, "tensor-cores-idle", severity=Severity.WARNING, impact_ns=int(wall * assumed_saving_frac),
+            claims=claims_of(s, e), precedence=1,
+            message=f"GPU {int(dev)}: {len(rows)} GEMM/convolution kernel(s) ran {fmt_ns(wall)} in the {w.label} "
+                    f"({fmt_pct(wall / max(comp_ns, 1))} of its compute time) with the SMs {mean_sm:.0f}% active but the "
+                    f"tensor cores {mean_t:.1f}% active ({int(rows['samples'].sum()):,} GPU-metric samples): they run "
+                    "on the CUDA cores (plain FP32), not the tensor cores.",
+            evidence=evidence(rows.sort_values("busy_ns", ascending=False),
+                              ("group", "ops", "busy_ns", "samples", "coverage", "sm_active", "tensor_active",
+                               "dram_read", "dram_write")))
