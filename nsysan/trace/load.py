@@ -485,6 +485,18 @@ def _check_other_rows(db: Database, path: Path, max_rows: int, tables: list[str]
                                      hint="raise the limit with --max-events if the trace is genuine")
 
 
+SMALL_ROWS = 20_000  # tables with fewer rows are read through sqlite3 (no ADBC start-up)
+
+
+def _rowid_span(db: Database, src: str) -> int:
+    """An upper bound of a table's rows (two b-tree descents); big when unknown (no rowid)."""
+    try:
+        lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+    except NsysanError:
+        return SMALL_ROWS + 1
+    return 0 if lo is None or hi is None else int(hi) - int(lo) + 1
+
+
 def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -> list[tuple[str, str]]:
     """SELECTs for one table: rowid slices of the event tables (read in parallel), else one."""
     slices = db.rowid_slices(src, SLICE_ROWS) if spec.name in INTERVAL_TABLES else None
@@ -553,6 +565,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
             for spec, src in by_sql:
                 queries += _sql_queries(db, spec, src, all_columns)
+            # small tables through sqlite3, big ones through ADBC (see trace.db)
+            bulky = {key for key, src in [("StringIds", "StringIds")] + [(spec.name, src) for spec, src in by_sql]
+                     if _rowid_span(db, src) > SMALL_ROWS}
         except BaseException:
             if early is not None:
                 early.close()
@@ -569,9 +584,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
 
         total_steps = len(queries) + len(direct_plans) + len(specs)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
-            # the string table (and the first SQL read's driver start-up, 45 ms) while the event
-            # tables decode
-            strings_f = side.submit(lambda sql: Strings(db.arrow(sql)), queries.pop(0)[1])
+            # the string table (and, for a big one, ADBC's start-up, 45 ms) while the event tables decode
+            strings_f = side.submit(lambda sql: Strings(db.arrow(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
             raw: dict[str, pa.Table | None] = {}
             if early is not None:
                 try:
@@ -588,6 +602,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         for name, t in raw.items():
             if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
                 queries += _sql_queries(db, specs[name], sources[name], all_columns)
+                bulky.add(name)
             tick(f"read {name}")
         # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
 
@@ -595,7 +610,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             return _to_frame(t, specs[key], strings, all_columns)
 
         tables: dict[str, list[Any]] = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
-                                                     convert=convert)
+                                                     convert=convert, bulk=bulky.__contains__)
         _memory.release()
 
         def build(name: str) -> tuple[pd.DataFrame, list[str]]:
