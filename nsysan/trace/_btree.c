@@ -375,7 +375,76 @@ out:
     return result;
 }
 
+/* varints(columns) -> bytes: unsigned LEB128 (7 bits a byte, low first, high bit = more follows) of
+ * every value of each column in turn, the columns' encodings concatenated. Not the b-tree reader's
+ * own business: the report's timeline (nsysan/report/timeline.py, ``varint``) ships millions of ops
+ * this way, and numpy needs a pass and a temporary per output byte position. Each column: a
+ * C-contiguous buffer of 8-byte integers; a negative value raises ValueError. */
+static int varint_len(int64_t v) {
+    uint64_t u = (uint64_t)v;
+    int n = 1;
+    while (u >= 0x80) { u >>= 7; n++; }
+    return n;
+}
+
+static PyObject *py_varints(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "varints: a sequence of int64 buffers");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *result = NULL;
+    Py_buffer *views = calloc((size_t)(n ? n : 1), sizeof *views);
+    Py_ssize_t got = 0;
+    if (!views) { PyErr_NoMemory(); goto out; }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, got), &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto out;
+        const char *f = views[got].format ? views[got].format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (views[got].itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+            got++;
+            PyErr_SetString(PyExc_TypeError, "varints: columns must be int64");
+            goto out;
+        }
+    }
+    size_t total = 0;
+    int negative = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < n && !negative; c++) {
+        const int64_t *v = (const int64_t *)views[c].buf;
+        Py_ssize_t m = views[c].len / 8;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (v[i] < 0) { negative = 1; break; }
+            total += (size_t)varint_len(v[i]);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (negative) { PyErr_SetString(PyExc_ValueError, "varint: negative value"); goto out; }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) goto out;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const int64_t *v = (const int64_t *)views[c].buf;
+        Py_ssize_t m = views[c].len / 8;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint64_t u = (uint64_t)v[i];
+            while (u >= 0x80) { *p++ = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
+            *p++ = (uint8_t)u;
+        }
+    }
+    Py_END_ALLOW_THREADS
+out:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    free(views);
+    Py_DECREF(fast);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
      "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs) -> rows"},
