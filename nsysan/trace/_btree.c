@@ -443,7 +443,111 @@ out:
     return result;
 }
 
+/* lane(order, start, end, name, kind, depth, t0) -> bytes: one timeline lane's five varint columns
+ * (start delta from the previous op, duration, name id, kind, NVTX depth), concatenated, straight
+ * from the ops' columns: op k is row order[k]; times are shifted by -t0; ends are at least their
+ * start; when the first start is negative every start is clamped to 0 (and every end to its start);
+ * depth may be None (all 0), negative depths are 0. The same bytes as timeline.encode_ops' numpy
+ * path, without its ten temporaries of the lane's length. */
+typedef struct {
+    const int64_t *order, *start, *end, *name, *kind, *depth;
+    Py_ssize_t n, rows;
+    int64_t t0;
+    int clamp;
+} Lane;
+
+static inline int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+
+static inline void lane_row(const Lane *L, Py_ssize_t k, int64_t *s, int64_t *e) {
+    int64_t r = L->order[k];
+    *s = wrap_sub(L->start[r], L->t0);
+    *e = wrap_sub(L->end[r], L->t0);
+    if (*e < *s) *e = *s;
+    if (L->clamp) {
+        if (*s < 0) *s = 0;
+        if (*e < *s) *e = *s;
+    }
+}
+
+static inline int64_t lane_value(const Lane *L, int col, Py_ssize_t k, int64_t *prev) {
+    int64_t s, e, r = L->order[k];
+    switch (col) {
+    case 0: lane_row(L, k, &s, &e); { int64_t d = wrap_sub(s, *prev); *prev = s; return d; }
+    case 1: lane_row(L, k, &s, &e); return wrap_sub(e, s);
+    case 2: return L->name[r];
+    case 3: return L->kind[r];
+    default: { int64_t d = L->depth ? L->depth[r] : 0; return d < 0 ? 0 : d; }
+    }
+}
+
+static PyObject *py_lane(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[6];
+    long long t0;
+    if (!PyArg_ParseTuple(args, "OOOOOOL", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &t0)) return NULL;
+    Py_buffer views[6];
+    int got = 0;
+    PyObject *result = NULL;
+    Lane L;
+    memset(&L, 0, sizeof L);
+    const int64_t **dst[6] = {&L.order, &L.start, &L.end, &L.name, &L.kind, &L.depth};
+    for (int i = 0; i < 6; i++) {
+        if (i == 5 && objs[i] == Py_None) continue;
+        if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
+        got++;
+        Py_buffer *v = &views[got - 1];
+        const char *f = v->format ? v->format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (v->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+            PyErr_SetString(PyExc_TypeError, "lane: columns must be int64");
+            goto out;
+        }
+        *dst[i] = (const int64_t *)v->buf;
+        if (i == 0) L.n = v->len / 8;
+        else if (i == 1) L.rows = v->len / 8;
+        else if (v->len / 8 != L.rows) { PyErr_SetString(PyExc_ValueError, "lane: columns of different lengths"); goto out; }
+    }
+    L.t0 = (int64_t)t0;
+    for (Py_ssize_t k = 0; k < L.n; k++) {
+        if (L.order[k] < 0 || L.order[k] >= L.rows) { PyErr_SetString(PyExc_IndexError, "lane: order out of range"); goto out; }
+    }
+    if (L.n) {
+        int64_t s = wrap_sub(L.start[L.order[0]], L.t0);
+        L.clamp = s < 0;
+    }
+    size_t total = 0;
+    int negative = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int c = 0; c < 5 && !negative; c++) {
+        int64_t prev = 0;
+        for (Py_ssize_t k = 0; k < L.n; k++) {
+            int64_t v = lane_value(&L, c, k, &prev);
+            if (v < 0) { negative = 1; break; }
+            total += (size_t)varint_len(v);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (negative) { PyErr_SetString(PyExc_ValueError, "varint: negative value"); goto out; }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) goto out;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (int c = 0; c < 5; c++) {
+        int64_t prev = 0;
+        for (Py_ssize_t k = 0; k < L.n; k++) {
+            uint64_t u = (uint64_t)lane_value(&L, c, k, &prev);
+            while (u >= 0x80) { *p++ = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
+            *p++ = (uint8_t)u;
+        }
+    }
+    Py_END_ALLOW_THREADS
+out:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> bytes: a timeline lane's varint columns"},
     {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
