@@ -120,6 +120,10 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
                     warmup_factor=opts["warmup_factor"])
     a = analyze(trace, params, rule_config=opts["rule_config"])
     outputs = []
+    if opts["html"] and opts["json"]:  # the report's timeline encodes while the JSON is written
+        from nsysan.report import timeline
+
+        timeline.start(a)
     if opts["json"]:
         text = jsonout.to_json(a, show_env=opts["show_env"])
         write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
