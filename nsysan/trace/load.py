@@ -258,14 +258,21 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
     return pd.DataFrame(data, copy=False)
 
 
+def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
+    """A new column that ``assign`` takes as it is: a fresh array nothing else refers to (pandas
+    copies a bare array it is given, 20 MB per million-row column)."""
+    return pd.Series(values, index=df.index, copy=False)
+
+
 def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
     """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``."""
     if "global_tid" in df.columns:
         g = df["global_tid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=(g >> 24) & 0xFFFFFF, tid=g & 0xFFFFFF, global_pid=g & ~np.int64(0xFFFFFF))
+        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF), tid=_own(df, g & 0xFFFFFF),
+                         global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=(g >> 24) & 0xFFFFFF)
+        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF))
     return df
 
 
@@ -282,7 +289,7 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
         warnings.append(f"{name}: dropped {int(bad.sum())} row(s) whose end is before their start")
         df = df.loc[~bad]
     st = df["start_ns"].to_numpy()
-    df = df.assign(dur_ns=df["end_ns"].to_numpy() - st)
+    df = df.assign(dur_ns=_own(df, df["end_ns"].to_numpy() - st))
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
         df = df.take(np.argsort(st, kind="stable"))  # a few late rows (OS runtime): timsort is near linear
     return df.reset_index(drop=True)
