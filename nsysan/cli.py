@@ -827,6 +827,35 @@ def _compare_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
 
 
+class _LazyChoices(Sequence[str]):
+    """An option's choices taken from ``nsysan.compare`` when argparse first uses them (to check a
+    value, or to print help). ``add_argument`` also formats them once, only to check that it can:
+    until ``ready`` is set (once the parser is built) they read as empty for that."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready = False
+
+    def _items(self) -> list[str]:
+        if not self.ready:
+            return []
+        from nsysan import compare
+
+        return list(getattr(compare, self.name))
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._items()[i]
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __contains__(self, x: object) -> bool:
+        return x in self._items()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
                                 "and what to change.")
@@ -880,7 +909,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "to its process group; exit 9); default: no limit")
     pr.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     pr.set_defaults(fn=cmd_profile)
-    from nsysan.compare import GATE_METRICS, METRICS
+    # diff's and compare's metric names, looked up only when one of them parses or prints its help
+    # (nsysan.compare imports numpy: 10 ms before `analyze` could start reading the trace)
+    GATE_METRICS, METRICS = _LazyChoices("GATE_METRICS"), _LazyChoices("METRICS")
 
     d = sub.add_parser("diff", help="compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings")
     d.add_argument("base", metavar="BASE", help="trace or nsysan JSON (the reference)")
@@ -897,7 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="one table over many traces (an optimization ladder)")
     c.add_argument("traces", nargs="+", metavar="TRACE", help="traces or nsysan JSON files, in order")
     c.add_argument("--labels", help="comma-separated names for the rows (default: file names)")
-    c.add_argument("--metric", choices=list(METRICS), help="default: the 'Total Elapsed Time' region when "
+    c.add_argument("--metric", choices=METRICS, help="default: the 'Total Elapsed Time' region when "
                    "every trace has one, else the iteration p50")
     c.add_argument("--json", metavar="OUT.json", help="write the table as JSON (schema nsysan.ladder/1)")
     c.add_argument("--html", metavar="OUT.html", help="write the table and a bar chart as HTML")
@@ -909,6 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("example", help="print the path of a bundled example trace")
     e.add_argument("name", nargs="?", default="ladder_baseline")
     e.set_defaults(fn=cmd_example)
+    GATE_METRICS.ready = METRICS.ready = True
     return p
 
 
