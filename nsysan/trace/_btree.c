@@ -546,7 +546,129 @@ out:
     return result;
 }
 
+/* clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) as int64 bytes:
+ * for each window w in order, the calls k in [i0[w], i1[w]) (call rows[k] when rows is given; with
+ * filter, only those ending after lo[w]), each clipped to [lo[w], hi[w]) and summed per name code;
+ * one entry per (window, code) met, ordered by window, then code. What nsysan/analyses/gaps.py's
+ * _spans + _clipped_sums compute with numpy, without its arrays of one entry per (window, call)
+ * pair (several million on a launch loop's 751k gaps). */
+typedef struct { int64_t code, ns; } CodeNs;
+
+static int cmp_code(const void *a, const void *b) {
+    int64_t x = ((const CodeNs *)a)->code, y = ((const CodeNs *)b)->code;
+    return (x > y) - (x < y);
+}
+
+typedef struct { int64_t *p; size_t n, cap; } Vec;
+
+static int vec_push(Vec *v, int64_t x) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 1024;
+        int64_t *q = realloc(v->p, cap * sizeof *q);
+        if (!q) return -1;
+        v->p = q;
+        v->cap = cap;
+    }
+    v->p[v->n++] = x;
+    return 0;
+}
+
+static PyObject *vec_bytes(Vec *v) {
+    return PyBytes_FromStringAndSize((const char *)v->p, (Py_ssize_t)(v->n * sizeof(int64_t)));
+}
+
+static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[8];
+    int filter;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7], &filter))
+        return NULL;
+    Py_buffer views[8];
+    const int64_t *col[8] = {0};
+    Py_ssize_t len[8] = {0};
+    int got = 0;
+    PyObject *result = NULL;
+    Vec win = {0}, code = {0}, ns = {0};
+    CodeNs *buf = NULL;
+    size_t buf_cap = 0;
+    for (int i = 0; i < 8; i++) {
+        if (i == 7 && objs[i] == Py_None) continue;
+        if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
+        got++;
+        Py_buffer *v = &views[got - 1];
+        const char *f = v->format ? v->format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (v->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+            PyErr_SetString(PyExc_TypeError, "clipped_sums: columns must be int64");
+            goto out;
+        }
+        col[i] = (const int64_t *)v->buf;
+        len[i] = v->len / 8;
+    }
+    /* st, en, codes: one per call; lo, hi, i0, i1: one per window; rows: maps range positions to calls */
+    if (len[1] != len[0] || len[2] != len[0] || len[4] != len[3] || len[5] != len[3] || len[6] != len[3]) {
+        PyErr_SetString(PyExc_ValueError, "clipped_sums: columns of different lengths");
+        goto out;
+    }
+    Py_ssize_t n_calls = len[0], n_win = len[3], n_pos = col[7] ? len[7] : n_calls;
+    for (Py_ssize_t w = 0; w < n_win; w++) {
+        if (col[6][w] > col[5][w] && (col[5][w] < 0 || col[6][w] > n_pos)) {
+            PyErr_SetString(PyExc_IndexError, "clipped_sums: range out of bounds");
+            goto out;
+        }
+    }
+    if (col[7]) {
+        for (Py_ssize_t k = 0; k < n_pos; k++)
+            if (col[7][k] < 0 || col[7][k] >= n_calls) { PyErr_SetString(PyExc_IndexError, "clipped_sums: row out of bounds"); goto out; }
+    }
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t w = 0; w < n_win && !failed; w++) {
+        int64_t a = col[5][w], b = col[6][w], lo = col[3][w], hi = col[4][w];
+        if (b <= a) continue;
+        size_t m = 0;
+        if ((size_t)(b - a) > buf_cap) {
+            size_t cap = (size_t)(b - a) > 2 * buf_cap ? (size_t)(b - a) : 2 * buf_cap;
+            CodeNs *q = realloc(buf, cap * sizeof *q);
+            if (!q) { failed = 1; break; }
+            buf = q;
+            buf_cap = cap;
+        }
+        for (int64_t k = a; k < b; k++) {
+            int64_t r = col[7] ? col[7][k] : k;
+            int64_t s = col[0][r], e = col[1][r];
+            if (filter && !(e > lo)) continue;
+            buf[m].code = col[2][r];
+            buf[m].ns = (e < hi ? e : hi) - (s > lo ? s : lo);
+            m++;
+        }
+        if (m > 1) qsort(buf, m, sizeof *buf, cmp_code);  /* equal codes: integer sums, order free */
+        for (size_t i = 0; i < m;) {
+            int64_t c = buf[i].code, tot = 0;
+            for (; i < m && buf[i].code == c; i++) tot += buf[i].ns;
+            if (vec_push(&win, (int64_t)w) < 0 || vec_push(&code, c) < 0 || vec_push(&ns, tot) < 0) { failed = 1; break; }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) { PyErr_NoMemory(); goto out; }
+    PyObject *a = vec_bytes(&win), *b = vec_bytes(&code), *c = vec_bytes(&ns);
+    if (a && b && c) result = PyTuple_Pack(3, a, b, c);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+out:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    free(win.p);
+    free(code.p);
+    free(ns.p);
+    free(buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"clipped_sums", py_clipped_sums, METH_VARARGS,
+     "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) int64 bytes"},
     {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> bytes: a timeline lane's varint columns"},
     {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
