@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from conftest import FIXTURE_NAMES
 
+from nsysan.analyses import intervals as iv
 from nsysan.report import html as html_mod
 from nsysan.report import timeline, view
 from nsysan.trace import direct
@@ -118,13 +119,17 @@ def test_c_lane_equals_numpy_encoding():
         if k % 3 == 0:
             start = np.sort(start)
         end = start + rng.integers(-1000, 10**7, size=n)  # some end before their start
+        if k % 4 == 0 and n:
+            start[: n // 2] = start[0]  # ties
         name, kind = rng.integers(0, 300, size=n), rng.integers(0, 10, size=n)
         depth = None if k % 2 else rng.integers(-2, 6, size=n)
         t0 = int(rng.integers(-10**6, 10**9))
-        text, order = timeline.encode_lane(start, end, name, kind, depth, t0)
+        text, order, covered = timeline.encode_lane(start, end, name, kind, depth, t0)
         text_np, order_np = timeline.encode_ops(start - t0, end - t0, name, kind, depth)
         assert text == text_np
         assert np.array_equal(order, order_np)
+        ms, me = iv.merge(start, end) if n else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        assert covered == int(np.sum(me - ms))
     with pytest.raises(ValueError):
         direct._btree.lane(np.array([0]), np.array([5]), np.array([6]), np.array([-1]), np.array([0]), None, 0)
     with pytest.raises(IndexError):

@@ -73,21 +73,25 @@ def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.nd
 
 
 def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
-                depth: np.ndarray | None, t0: int) -> tuple[str, np.ndarray]:
-    """``encode_ops(start - t0, end - t0, ...)``: with the extension, the varint columns come from the
-    ops' own columns in one C pass (``_btree.lane``), without a temporary per column; the same text."""
+                depth: np.ndarray | None, t0: int) -> tuple[str, np.ndarray, int]:
+    """``encode_ops(start - t0, end - t0, ...)`` and the length of the union of the ops' intervals
+    (``intervals.merge``'s total). With the extension, both come from the ops' own columns in one C
+    pass (``_btree.lane``), without a temporary per column; the same text and length."""
+    from nsysan.analyses import intervals as iv
     from nsysan.trace import direct
 
     fast = getattr(direct._btree, "lane", None)
     s = np.ascontiguousarray(start, dtype=np.int64)
+    e = np.ascontiguousarray(end, dtype=np.int64)
     lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)
     if fast is None or not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63)):  # a shift that wraps: numpy's way
-        return encode_ops(s - t0, np.asarray(end, dtype=np.int64) - t0, name, kind, depth)
+        text, order = encode_ops(s - t0, e - t0, name, kind, depth)
+        ms, me = iv.merge(s, e) if len(s) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return text, order, int(np.sum(me - ms))
     order = np.argsort(s, kind="stable")  # the order of start - t0, as the shift does not wrap
-    raw = fast(order, s, np.ascontiguousarray(end, dtype=np.int64), np.ascontiguousarray(name, dtype=np.int64),
-               np.ascontiguousarray(kind, dtype=np.int64),
-               None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
-    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order
+    raw, covered = fast(order, s, e, np.ascontiguousarray(name, dtype=np.int64), np.ascontiguousarray(kind, dtype=np.int64),
+                        None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
+    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order, covered
 
 
 def varints(columns: tuple[np.ndarray, ...]) -> bytes:
@@ -245,11 +249,8 @@ def _build_timeline(a: Any) -> dict[str, Any]:
 
     def lane(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
              depth: np.ndarray | None) -> dict[str, Any]:
-        from nsysan.analyses import intervals as iv
-
-        data, order = encode_lane(s, e, nm, kind, depth, t0)
-        ms, me = iv.merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) if len(s) else ([], [])
-        busy = float(np.sum(np.asarray(me) - np.asarray(ms))) / span if span > 0 and len(s) else 0.0
+        data, order, covered = encode_lane(s, e, nm, kind, depth, t0)
+        busy = float(covered) / span if span > 0 and len(s) else 0.0
         rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
         return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
                 "busy": round(busy, 6), "data": data}

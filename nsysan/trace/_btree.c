@@ -443,12 +443,13 @@ out:
     return result;
 }
 
-/* lane(order, start, end, name, kind, depth, t0) -> bytes: one timeline lane's five varint columns
+/* lane(order, start, end, name, kind, depth, t0) -> (bytes, covered): one timeline lane's five varint columns
  * (start delta from the previous op, duration, name id, kind, NVTX depth), concatenated, straight
  * from the ops' columns: op k is row order[k]; times are shifted by -t0; ends are at least their
  * start; when the first start is negative every start is clamped to 0 (and every end to its start);
  * depth may be None (all 0), negative depths are 0. The same bytes as timeline.encode_ops' numpy
- * path, without its ten temporaries of the lane's length. */
+ * path, without its ten temporaries of the lane's length; and the length of the union of the ops'
+ * (unshifted) intervals, the lane's busy time. */
 typedef struct {
     const int64_t *order, *start, *end, *name, *kind, *depth;
     Py_ssize_t n, rows;
@@ -528,9 +529,10 @@ static PyObject *py_lane(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (negative) { PyErr_SetString(PyExc_ValueError, "varint: negative value"); goto out; }
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (!result) goto out;
-    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    PyObject *raw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!raw) goto out;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(raw);
+    uint64_t covered = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int c = 0; c < 5; c++) {
         int64_t prev = 0;
@@ -540,7 +542,26 @@ static PyObject *py_lane(PyObject *self, PyObject *args) {
             *p++ = (uint8_t)u;
         }
     }
+    /* the union's length of the unshifted [start, end) in this order, as intervals.merge + sum:
+     * a group opens where a start passes every earlier end; it spans to its own largest end */
+    if (L.n) {
+        int64_t r = L.order[0], g_start = L.start[r], g_max = L.end[r], run = L.end[r];
+        for (Py_ssize_t k = 1; k < L.n; k++) {
+            r = L.order[k];
+            int64_t s0 = L.start[r], e0 = L.end[r];
+            if (s0 > run) {
+                covered += (uint64_t)g_max - (uint64_t)g_start;
+                g_start = s0;
+                g_max = e0;
+            } else if (e0 > g_max) {
+                g_max = e0;
+            }
+            if (e0 > run) run = e0;
+        }
+        covered += (uint64_t)g_max - (uint64_t)g_start;
+    }
     Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(NL)", raw, (long long)(int64_t)covered);
 out:
     for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     return result;
@@ -669,7 +690,7 @@ out:
 static PyMethodDef methods[] = {
     {"clipped_sums", py_clipped_sums, METH_VARARGS,
      "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) int64 bytes"},
-    {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> bytes: a timeline lane's varint columns"},
+    {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> (bytes, covered ns): a timeline lane"},
     {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
