@@ -100,8 +100,7 @@ def _input(path: str, quiet: bool = False) -> str:
 def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
     from nsysan.analysis import Params, analyze
-    from nsysan.report import html as html_mod
-    from nsysan.report import jsonout, view
+    from nsysan.report import timeline
     from nsysan.trace import open_trace
 
     t0 = time.perf_counter()
@@ -119,11 +118,20 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
                     warmup_factor=opts["warmup_factor"])
     a = analyze(trace, params, rule_config=opts["rule_config"])
-    outputs = []
+    outputs: list[str] = []
     if opts["html"] and opts["json"]:  # the report's timeline encodes while the JSON is written
-        from nsysan.report import timeline
-
         timeline.start(a)
+    try:
+        return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0)
+    finally:
+        timeline.discard(a)
+
+
+def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[str, Any], protect: list[Any],
+                   outputs: list[str], t0: float) -> dict[str, Any]:
+    from nsysan.report import html as html_mod
+    from nsysan.report import jsonout, view
+
     if opts["json"]:
         text = jsonout.to_json(a, show_env=opts["show_env"])
         write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)

@@ -191,25 +191,29 @@ def initial_window(a: Any) -> tuple[int, int, str]:
     return cap.start_ns, cap.end_ns, "whole capture"
 
 
-_started: list[tuple[Any, Any]] = []  # (analysis, future) of a timeline begun on a background thread
+_started: dict[int, tuple[Any, Any]] = {}  # id -> (analysis, future): timelines begun in the background
 
 
 def start(a: Any) -> None:
     """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and zlib, which
-    release the GIL), so the JSON is written meanwhile; ``build_timeline(a)`` then takes the result."""
+    release the GIL), so the JSON is written meanwhile; ``build_timeline(a)`` then takes the result,
+    or ``discard(a)`` forgets it (an output that could not be written)."""
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-timeline-start")
-    _started.append((a, pool.submit(_build_timeline, a)))
+    _started[id(a)] = (a, pool.submit(_build_timeline, a))
     pool.shutdown(wait=False)
+
+
+def discard(a: Any) -> None:
+    _started.pop(id(a), None)
 
 
 def build_timeline(a: Any) -> dict[str, Any]:
     """Lanes for the canvas timeline (see ``_build_timeline``), or the result of ``start(a)``."""
-    for i, (b, fut) in enumerate(_started):
-        if b is a:
-            del _started[i]
-            return fut.result()
+    begun = _started.pop(id(a), None)
+    if begun is not None and begun[0] is a:
+        return begun[1].result()
     return _build_timeline(a)
 
 
