@@ -188,3 +188,15 @@ def test_nested_duplicates_dropped_as_defined():
         got = load_mod._drop_nested_duplicates(df)
         want = df.iloc[_kept_by_definition(df)].reset_index(drop=True)
         pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_numpy_imported_without_blas_threads_and_nothing_passed_on():
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom nsysan.cli import _import_numpy_without_blas_threads as f\nf()\n"
+            "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "False"]  # one thread: OpenBLAS started none; the variable is gone
