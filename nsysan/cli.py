@@ -113,8 +113,7 @@ def _input(path: str, quiet: bool = False) -> str:
 def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
     from nsysan.analysis import Params, analyze
-    from nsysan.report import html as html_mod
-    from nsysan.report import jsonout, view
+    from nsysan.report import timeline
     from nsysan.trace import open_trace
 
     t0 = time.perf_counter()
@@ -132,7 +131,20 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
                     warmup_factor=opts["warmup_factor"])
     a = analyze(trace, params, rule_config=opts["rule_config"])
-    outputs = []
+    outputs: list[str] = []
+    if opts["html"] and opts["json"]:  # the report's timeline encodes while the JSON is written
+        timeline.start(a)
+    try:
+        return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0)
+    finally:
+        timeline.discard(a)
+
+
+def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[str, Any], protect: list[Any],
+                   outputs: list[str], t0: float) -> dict[str, Any]:
+    from nsysan.report import html as html_mod
+    from nsysan.report import jsonout, view
+
     if opts["json"]:
         text = jsonout.to_json(a, show_env=opts["show_env"])
         write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
@@ -391,7 +403,23 @@ def _positive_jobs(jobs: int, n: int) -> int:
     return max(1, min(jobs or cores, n, cores))
 
 
+def _import_numpy_without_blas_threads() -> None:
+    """numpy's OpenBLAS starts a thread per core when numpy is imported, and they spun for about
+    0.1 s of CPU during the imports that follow, on the core the prefetch decodes on. nsysan calls
+    no BLAS routine, so numpy is imported with ``OPENBLAS_NUM_THREADS=1`` (unless the user set it);
+    the variable is removed again at once, so no program nsysan starts (nsys, a profiled command)
+    inherits it."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
+    _import_numpy_without_blas_threads()
     rule_config = _load_config(args.config)
     for rid, th in _parse_set(args.set or []).items():
         rule_config.setdefault(rid, {}).update(th)
@@ -892,6 +920,35 @@ def _compare_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
 
 
+class _LazyChoices(Sequence[str]):
+    """An option's choices taken from ``nsysan.compare`` when argparse first uses them (to check a
+    value, or to print help). ``add_argument`` also formats them once, only to check that it can:
+    until ``ready`` is set (once the parser is built) they read as empty for that."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready = False
+
+    def _items(self) -> list[str]:
+        if not self.ready:
+            return []
+        from nsysan import compare
+
+        return list(getattr(compare, self.name))
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._items()[i]
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __contains__(self, x: object) -> bool:
+        return x in self._items()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
                                 "and what to change.")
@@ -955,7 +1012,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "to its process group; exit 9); default: no limit")
     pr.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     pr.set_defaults(fn=cmd_profile)
-    from nsysan.compare import GATE_METRICS, METRICS
+    # diff's and compare's metric names, looked up only when one of them parses or prints its help
+    # (nsysan.compare imports numpy: 10 ms before `analyze` could start reading the trace)
+    GATE_METRICS, METRICS = _LazyChoices("GATE_METRICS"), _LazyChoices("METRICS")
 
     d = sub.add_parser("diff", help="compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings")
     d.add_argument("base", metavar="BASE", help="trace or nsysan JSON (the reference)")
@@ -972,7 +1031,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="one table over many traces (an optimization ladder)")
     c.add_argument("traces", nargs="+", metavar="TRACE", help="traces or nsysan JSON files, in order")
     c.add_argument("--labels", help="comma-separated names for the rows (default: file names)")
-    c.add_argument("--metric", choices=list(METRICS), help="default: the 'Total Elapsed Time' region when "
+    c.add_argument("--metric", choices=METRICS, help="default: the 'Total Elapsed Time' region when "
                    "every trace has one, else the iteration p50")
     c.add_argument("--json", metavar="OUT.json", help="write the table as JSON (schema nsysan.ladder/1)")
     c.add_argument("--html", metavar="OUT.html", help="write the table and a bar chart as HTML")
@@ -984,6 +1043,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("example", help="print the path of a bundled example trace")
     e.add_argument("name", nargs="?", default="ladder_baseline")
     e.set_defaults(fn=cmd_example)
+    GATE_METRICS.ready = METRICS.ready = True
     return p
 
 

@@ -195,20 +195,17 @@ class ThreadActivity:
                 i0 = np.searchsorted(reach, lo, side="right")
                 i1 = np.searchsorted(st, hi, side="left")
                 if int(np.maximum(i1 - i0, 0).sum()) <= 4 * (len(st) + len(lo)):
-                    win, idx = _spans(i0, i1)
-                    hit = en[idx] > lo[win]
-                    parts.append(_clipped_sums(source, st, en, codes, cats, lo, hi, win[hit], idx[hit]))
+                    parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, True))
                     continue
                 for c in np.unique(codes).tolist():
                     rows = np.flatnonzero(codes == c)
                     s_, e_ = st[rows], en[rows]
-                    win, idx = _spans(np.searchsorted(e_, lo, side="right"), np.searchsorted(s_, hi, side="left"))
-                    parts.append(_clipped_sums(source, st, en, codes, cats, lo, hi, win, rows[idx]))
+                    parts.append(_range_sums(source, st, en, codes, cats, lo, hi, np.searchsorted(e_, lo, side="right"),
+                                             np.searchsorted(s_, hi, side="left"), rows, False))
                 continue
             i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
             i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
-            win, idx = _spans(i0, i1)
-            parts.append(_clipped_sums(source, st, en, codes, cats, lo, hi, win, idx))
+            parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, False))
         unbatched = [layer for layer in layers if not layer[5]]
         if unbatched:
             for w in (range(len(lo)) if detail is None else detail.tolist()):
@@ -244,6 +241,34 @@ class ThreadActivity:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         return self.items_many(pid, tid, [(lo, hi)])[0]
+
+
+def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
+                hi: np.ndarray, i0: np.ndarray, i1: np.ndarray, rows: np.ndarray | None,
+                ending_after_lo: bool) -> tuple[np.ndarray, ...]:
+    """``_clipped_sums`` of the calls in each window's range [i0[w], i1[w]) (positions into ``rows``
+    when given, else calls), with ``ending_after_lo`` only the calls ending after the window opens.
+    In one C pass when the extension has it (``_btree.clipped_sums``: no array of one entry per
+    (window, call) pair), else with numpy; the same arrays."""
+    from nsysan.trace import direct
+
+    fast = getattr(direct._btree, "clipped_sums", None)
+    if fast is None:
+        win, idx = _spans(i0, i1)
+        if rows is not None:
+            idx = rows[idx]
+        if ending_after_lo:
+            hit = en[idx] > lo[win]
+            win, idx = win[hit], idx[hit]
+        return _clipped_sums(source, st, en, codes, cats, lo, hi, win, idx)
+
+    def i64(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x, dtype=np.int64)
+
+    w, c, v = (np.frombuffer(b, dtype=np.int64) for b in fast(
+        i64(st), i64(en), i64(codes), i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
+        ending_after_lo))
+    return w, np.full(len(w), SOURCES.index(source), np.int64), c, v
 
 
 def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,

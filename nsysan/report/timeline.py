@@ -67,9 +67,42 @@ def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.nd
         e = np.maximum(e, s)
     d = np.diff(s, prepend=0)
     dep = np.zeros(len(s), dtype=np.int64) if depth is None else np.asarray(depth, dtype=np.int64)[order]
-    raw = b"".join(varint(c) for c in (d, e - s, np.asarray(name, dtype=np.int64)[order],
-                                         np.asarray(kind, dtype=np.int64)[order], np.maximum(dep, 0)))
+    raw = varints((d, e - s, np.asarray(name, dtype=np.int64)[order], np.asarray(kind, dtype=np.int64)[order],
+                   np.maximum(dep, 0)))
     return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order
+
+
+def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
+                depth: np.ndarray | None, t0: int) -> tuple[str, np.ndarray, int]:
+    """``encode_ops(start - t0, end - t0, ...)`` and the length of the union of the ops' intervals
+    (``intervals.merge``'s total). With the extension, both come from the ops' own columns in one C
+    pass (``_btree.lane``), without a temporary per column; the same text and length."""
+    from nsysan.analyses import intervals as iv
+    from nsysan.trace import direct
+
+    fast = getattr(direct._btree, "lane", None)
+    s = np.ascontiguousarray(start, dtype=np.int64)
+    e = np.ascontiguousarray(end, dtype=np.int64)
+    lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)
+    if fast is None or not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63)):  # a shift that wraps: numpy's way
+        text, order = encode_ops(s - t0, e - t0, name, kind, depth)
+        ms, me = iv.merge(s, e) if len(s) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return text, order, int(np.sum(me - ms))
+    order = np.argsort(s, kind="stable")  # the order of start - t0, as the shift does not wrap
+    raw, covered = fast(order, s, e, np.ascontiguousarray(name, dtype=np.int64), np.ascontiguousarray(kind, dtype=np.int64),
+                        None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
+    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order, covered
+
+
+def varints(columns: tuple[np.ndarray, ...]) -> bytes:
+    """``varint`` of each column, concatenated: in one C pass when the extension has it (``_btree``;
+    about 15x faster on millions of ops, the same bytes), else with numpy."""
+    from nsysan.trace import direct
+
+    fast = getattr(direct._btree, "varints", None)
+    if fast is None:
+        return b"".join(varint(c) for c in columns)
+    return fast([np.ascontiguousarray(c, dtype=np.int64) for c in columns])
 
 
 class _Names:
@@ -158,7 +191,33 @@ def initial_window(a: Any) -> tuple[int, int, str]:
     return cap.start_ns, cap.end_ns, "whole capture"
 
 
+_started: dict[int, tuple[Any, Any]] = {}  # id -> (analysis, future): timelines begun in the background
+
+
+def start(a: Any) -> None:
+    """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and zlib, which
+    release the GIL), so the JSON is written meanwhile; ``build_timeline(a)`` then takes the result,
+    or ``discard(a)`` forgets it (an output that could not be written)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-timeline-start")
+    _started[id(a)] = (a, pool.submit(_build_timeline, a))
+    pool.shutdown(wait=False)
+
+
+def discard(a: Any) -> None:
+    _started.pop(id(a), None)
+
+
 def build_timeline(a: Any) -> dict[str, Any]:
+    """Lanes for the canvas timeline (see ``_build_timeline``), or the result of ``start(a)``."""
+    begun = _started.pop(id(a), None)
+    if begun is not None and begun[0] is a:
+        return begun[1].result()
+    return _build_timeline(a)
+
+
+def _build_timeline(a: Any) -> dict[str, Any]:
     """Lanes for the canvas timeline, times relative to the capture start (ns).
 
     Returns ``{"t0", "span", "names", "lanes", "initial": [a, b], "initial_label", "steady": [a, b]}``;
@@ -194,11 +253,8 @@ def build_timeline(a: Any) -> dict[str, Any]:
 
     def lane(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
              depth: np.ndarray | None) -> dict[str, Any]:
-        from nsysan.analyses import intervals as iv
-
-        data, order = encode_ops(s - t0, e - t0, nm, kind, depth)
-        ms, me = iv.merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) if len(s) else ([], [])
-        busy = float(np.sum(np.asarray(me) - np.asarray(ms))) / span if span > 0 and len(s) else 0.0
+        data, order, covered = encode_lane(s, e, nm, kind, depth, t0)
+        busy = float(covered) / span if span > 0 and len(s) else 0.0
         rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
         return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
                 "busy": round(busy, 6), "data": data}

@@ -375,7 +375,323 @@ out:
     return result;
 }
 
+/* varints(columns) -> bytes: unsigned LEB128 (7 bits a byte, low first, high bit = more follows) of
+ * every value of each column in turn, the columns' encodings concatenated. Not the b-tree reader's
+ * own business: the report's timeline (nsysan/report/timeline.py, ``varint``) ships millions of ops
+ * this way, and numpy needs a pass and a temporary per output byte position. Each column: a
+ * C-contiguous buffer of 8-byte integers; a negative value raises ValueError. */
+static int varint_len(int64_t v) {
+    uint64_t u = (uint64_t)v;
+    int n = 1;
+    while (u >= 0x80) { u >>= 7; n++; }
+    return n;
+}
+
+static PyObject *py_varints(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "varints: a sequence of int64 buffers");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *result = NULL;
+    Py_buffer *views = calloc((size_t)(n ? n : 1), sizeof *views);
+    Py_ssize_t got = 0;
+    if (!views) { PyErr_NoMemory(); goto out; }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, got), &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto out;
+        const char *f = views[got].format ? views[got].format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (views[got].itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+            got++;
+            PyErr_SetString(PyExc_TypeError, "varints: columns must be int64");
+            goto out;
+        }
+    }
+    size_t total = 0;
+    int negative = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < n && !negative; c++) {
+        const int64_t *v = (const int64_t *)views[c].buf;
+        Py_ssize_t m = views[c].len / 8;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (v[i] < 0) { negative = 1; break; }
+            total += (size_t)varint_len(v[i]);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (negative) { PyErr_SetString(PyExc_ValueError, "varint: negative value"); goto out; }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) goto out;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const int64_t *v = (const int64_t *)views[c].buf;
+        Py_ssize_t m = views[c].len / 8;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint64_t u = (uint64_t)v[i];
+            while (u >= 0x80) { *p++ = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
+            *p++ = (uint8_t)u;
+        }
+    }
+    Py_END_ALLOW_THREADS
+out:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    free(views);
+    Py_DECREF(fast);
+    return result;
+}
+
+/* lane(order, start, end, name, kind, depth, t0) -> (bytes, covered): one timeline lane's five varint columns
+ * (start delta from the previous op, duration, name id, kind, NVTX depth), concatenated, straight
+ * from the ops' columns: op k is row order[k]; times are shifted by -t0; ends are at least their
+ * start; when the first start is negative every start is clamped to 0 (and every end to its start);
+ * depth may be None (all 0), negative depths are 0. The same bytes as timeline.encode_ops' numpy
+ * path, without its ten temporaries of the lane's length; and the length of the union of the ops'
+ * (unshifted) intervals, the lane's busy time. */
+typedef struct {
+    const int64_t *order, *start, *end, *name, *kind, *depth;
+    Py_ssize_t n, rows;
+    int64_t t0;
+    int clamp;
+} Lane;
+
+static inline int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+
+static inline void lane_row(const Lane *L, Py_ssize_t k, int64_t *s, int64_t *e) {
+    int64_t r = L->order[k];
+    *s = wrap_sub(L->start[r], L->t0);
+    *e = wrap_sub(L->end[r], L->t0);
+    if (*e < *s) *e = *s;
+    if (L->clamp) {
+        if (*s < 0) *s = 0;
+        if (*e < *s) *e = *s;
+    }
+}
+
+static inline int64_t lane_value(const Lane *L, int col, Py_ssize_t k, int64_t *prev) {
+    int64_t s, e, r = L->order[k];
+    switch (col) {
+    case 0: lane_row(L, k, &s, &e); { int64_t d = wrap_sub(s, *prev); *prev = s; return d; }
+    case 1: lane_row(L, k, &s, &e); return wrap_sub(e, s);
+    case 2: return L->name[r];
+    case 3: return L->kind[r];
+    default: { int64_t d = L->depth ? L->depth[r] : 0; return d < 0 ? 0 : d; }
+    }
+}
+
+static PyObject *py_lane(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[6];
+    long long t0;
+    if (!PyArg_ParseTuple(args, "OOOOOOL", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &t0)) return NULL;
+    Py_buffer views[6];
+    int got = 0;
+    PyObject *result = NULL;
+    Lane L;
+    memset(&L, 0, sizeof L);
+    const int64_t **dst[6] = {&L.order, &L.start, &L.end, &L.name, &L.kind, &L.depth};
+    for (int i = 0; i < 6; i++) {
+        if (i == 5 && objs[i] == Py_None) continue;
+        if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
+        got++;
+        Py_buffer *v = &views[got - 1];
+        const char *f = v->format ? v->format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (v->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+            PyErr_SetString(PyExc_TypeError, "lane: columns must be int64");
+            goto out;
+        }
+        *dst[i] = (const int64_t *)v->buf;
+        if (i == 0) L.n = v->len / 8;
+        else if (i == 1) L.rows = v->len / 8;
+        else if (v->len / 8 != L.rows) { PyErr_SetString(PyExc_ValueError, "lane: columns of different lengths"); goto out; }
+    }
+    L.t0 = (int64_t)t0;
+    for (Py_ssize_t k = 0; k < L.n; k++) {
+        if (L.order[k] < 0 || L.order[k] >= L.rows) { PyErr_SetString(PyExc_IndexError, "lane: order out of range"); goto out; }
+    }
+    if (L.n) {
+        int64_t s = wrap_sub(L.start[L.order[0]], L.t0);
+        L.clamp = s < 0;
+    }
+    size_t total = 0;
+    int negative = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int c = 0; c < 5 && !negative; c++) {
+        int64_t prev = 0;
+        for (Py_ssize_t k = 0; k < L.n; k++) {
+            int64_t v = lane_value(&L, c, k, &prev);
+            if (v < 0) { negative = 1; break; }
+            total += (size_t)varint_len(v);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (negative) { PyErr_SetString(PyExc_ValueError, "varint: negative value"); goto out; }
+    PyObject *raw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!raw) goto out;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(raw);
+    uint64_t covered = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int c = 0; c < 5; c++) {
+        int64_t prev = 0;
+        for (Py_ssize_t k = 0; k < L.n; k++) {
+            uint64_t u = (uint64_t)lane_value(&L, c, k, &prev);
+            while (u >= 0x80) { *p++ = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
+            *p++ = (uint8_t)u;
+        }
+    }
+    /* the union's length of the unshifted [start, end) in this order, as intervals.merge + sum:
+     * a group opens where a start passes every earlier end; it spans to its own largest end */
+    if (L.n) {
+        int64_t r = L.order[0], g_start = L.start[r], g_max = L.end[r], run = L.end[r];
+        for (Py_ssize_t k = 1; k < L.n; k++) {
+            r = L.order[k];
+            int64_t s0 = L.start[r], e0 = L.end[r];
+            if (s0 > run) {
+                covered += (uint64_t)g_max - (uint64_t)g_start;
+                g_start = s0;
+                g_max = e0;
+            } else if (e0 > g_max) {
+                g_max = e0;
+            }
+            if (e0 > run) run = e0;
+        }
+        covered += (uint64_t)g_max - (uint64_t)g_start;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(NL)", raw, (long long)(int64_t)covered);
+out:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    return result;
+}
+
+/* clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) as int64 bytes:
+ * for each window w in order, the calls k in [i0[w], i1[w]) (call rows[k] when rows is given; with
+ * filter, only those ending after lo[w]), each clipped to [lo[w], hi[w]) and summed per name code;
+ * one entry per (window, code) met, ordered by window, then code. What nsysan/analyses/gaps.py's
+ * _spans + _clipped_sums compute with numpy, without its arrays of one entry per (window, call)
+ * pair (several million on a launch loop's 751k gaps). */
+typedef struct { int64_t code, ns; } CodeNs;
+
+static int cmp_code(const void *a, const void *b) {
+    int64_t x = ((const CodeNs *)a)->code, y = ((const CodeNs *)b)->code;
+    return (x > y) - (x < y);
+}
+
+typedef struct { int64_t *p; size_t n, cap; } Vec;
+
+static int vec_push(Vec *v, int64_t x) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 1024;
+        int64_t *q = realloc(v->p, cap * sizeof *q);
+        if (!q) return -1;
+        v->p = q;
+        v->cap = cap;
+    }
+    v->p[v->n++] = x;
+    return 0;
+}
+
+static PyObject *vec_bytes(Vec *v) {
+    return PyBytes_FromStringAndSize((const char *)v->p, (Py_ssize_t)(v->n * sizeof(int64_t)));
+}
+
+static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[8];
+    int filter;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7], &filter))
+        return NULL;
+    Py_buffer views[8];
+    const int64_t *col[8] = {0};
+    Py_ssize_t len[8] = {0};
+    int got = 0;
+    PyObject *result = NULL;
+    Vec win = {0}, code = {0}, ns = {0};
+    CodeNs *buf = NULL;
+    size_t buf_cap = 0;
+    for (int i = 0; i < 8; i++) {
+        if (i == 7 && objs[i] == Py_None) continue;
+        if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
+        got++;
+        Py_buffer *v = &views[got - 1];
+        const char *f = v->format ? v->format : "B";
+        if (*f == '<' || *f == '=' || *f == '@') f++;
+        if (v->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+            PyErr_SetString(PyExc_TypeError, "clipped_sums: columns must be int64");
+            goto out;
+        }
+        col[i] = (const int64_t *)v->buf;
+        len[i] = v->len / 8;
+    }
+    /* st, en, codes: one per call; lo, hi, i0, i1: one per window; rows: maps range positions to calls */
+    if (len[1] != len[0] || len[2] != len[0] || len[4] != len[3] || len[5] != len[3] || len[6] != len[3]) {
+        PyErr_SetString(PyExc_ValueError, "clipped_sums: columns of different lengths");
+        goto out;
+    }
+    Py_ssize_t n_calls = len[0], n_win = len[3], n_pos = col[7] ? len[7] : n_calls;
+    for (Py_ssize_t w = 0; w < n_win; w++) {
+        if (col[6][w] > col[5][w] && (col[5][w] < 0 || col[6][w] > n_pos)) {
+            PyErr_SetString(PyExc_IndexError, "clipped_sums: range out of bounds");
+            goto out;
+        }
+    }
+    if (col[7]) {
+        for (Py_ssize_t k = 0; k < n_pos; k++)
+            if (col[7][k] < 0 || col[7][k] >= n_calls) { PyErr_SetString(PyExc_IndexError, "clipped_sums: row out of bounds"); goto out; }
+    }
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t w = 0; w < n_win && !failed; w++) {
+        int64_t a = col[5][w], b = col[6][w], lo = col[3][w], hi = col[4][w];
+        if (b <= a) continue;
+        size_t m = 0;
+        if ((size_t)(b - a) > buf_cap) {
+            size_t cap = (size_t)(b - a) > 2 * buf_cap ? (size_t)(b - a) : 2 * buf_cap;
+            CodeNs *q = realloc(buf, cap * sizeof *q);
+            if (!q) { failed = 1; break; }
+            buf = q;
+            buf_cap = cap;
+        }
+        for (int64_t k = a; k < b; k++) {
+            int64_t r = col[7] ? col[7][k] : k;
+            int64_t s = col[0][r], e = col[1][r];
+            if (filter && !(e > lo)) continue;
+            buf[m].code = col[2][r];
+            buf[m].ns = (e < hi ? e : hi) - (s > lo ? s : lo);
+            m++;
+        }
+        if (m > 1) qsort(buf, m, sizeof *buf, cmp_code);  /* equal codes: integer sums, order free */
+        for (size_t i = 0; i < m;) {
+            int64_t c = buf[i].code, tot = 0;
+            for (; i < m && buf[i].code == c; i++) tot += buf[i].ns;
+            if (vec_push(&win, (int64_t)w) < 0 || vec_push(&code, c) < 0 || vec_push(&ns, tot) < 0) { failed = 1; break; }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) { PyErr_NoMemory(); goto out; }
+    PyObject *a = vec_bytes(&win), *b = vec_bytes(&code), *c = vec_bytes(&ns);
+    if (a && b && c) result = PyTuple_Pack(3, a, b, c);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+out:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    free(win.p);
+    free(code.p);
+    free(ns.p);
+    free(buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"clipped_sums", py_clipped_sums, METH_VARARGS,
+     "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) int64 bytes"},
+    {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> (bytes, covered ns): a timeline lane"},
+    {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
      "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs) -> rows"},

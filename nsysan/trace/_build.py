@@ -43,11 +43,27 @@ def compile_extension(root: Path, out_dir: Path | None) -> Path:
             os.chdir(cwd)
 
 
+def compile_bytecode(root: Path) -> None:
+    """Byte-compile the package in place (``__pycache__``, ignored by git), as pip does for a wheel it
+    installs. An editable install otherwise has no bytecode until Python writes it on first import,
+    and never with ``PYTHONDONTWRITEBYTECODE`` set: then every run compiled nsysan's 70 modules
+    again, about 0.08 s of a 0.6 s analysis of a small trace. Python still checks each file's
+    modification time and size, so an edited module is compiled afresh; failures are ignored."""
+    import compileall
+
+    try:
+        compileall.compile_dir(str(root / "nsysan"), quiet=2, workers=1)
+    except Exception:  # noqa: BLE001 - bytecode is an optimisation only
+        pass
+
+
 class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel":
             return
         root = Path(self.root)
+        if version == "editable":
+            compile_bytecode(root)
         try:
             built = compile_extension(root, None if version == "editable" else Path(self.directory) / "ext")
         except Exception as e:  # noqa: BLE001 - optional: any failure means "read through SQLite"

@@ -8,7 +8,9 @@ Two paths, one file handle discipline:
   else bulk rows through ADBC's SQLite driver straight into Arrow (``fetch_arrow_table``), about
   ten times faster than ``pd.read_sql`` on million-row tables. If ADBC is unavailable, or its type
   inference rejects a column (ADBC infers column types from the first rows), the stdlib ``sqlite3``
-  module reads the same query.
+  module reads the same query. Small tables (``bulk=False``: thread names, GPUs, a short string
+  table) are read with ``sqlite3`` from the start: importing ADBC (it imports ``pyarrow.dataset``)
+  and starting its driver cost about 60 ms, a tenth of a small trace's whole run.
 
 The file is opened with ``mode=ro&immutable=1``: SQLite takes no locks, writes no journal or WAL,
 and never modifies the user's trace.
@@ -197,9 +199,10 @@ class Database:
                 self._adbc = False
         return self._adbc
 
-    def arrow(self, sql: str, params: tuple[Any, ...] = ()) -> pa.Table:
-        """Run a query and return an Arrow table (ADBC when possible, else sqlite3)."""
-        return self._arrow(sql, params, self._adbc_conn() if not params else False, self._sqlite)
+    def arrow(self, sql: str, params: tuple[Any, ...] = (), *, bulk: bool = True) -> pa.Table:
+        """Run a query and return an Arrow table (ADBC when possible and ``bulk``, else sqlite3)."""
+        return self._arrow(sql, params, self._adbc_conn() if bulk and not params else False, self._sqlite,
+                           retry=self._adbc_conn)
 
     def rowid_slices(self, table: str, rows_per_slice: int) -> list[tuple[int, int]] | None:
         """[lo, hi) rowid ranges of about ``rows_per_slice`` rows each, or None (read it whole)."""
@@ -216,13 +219,18 @@ class Database:
 
     def arrow_many(self, queries: list[tuple[str, str]], workers: int,
                    on_done: Callable[[str], None] | None = None,
-                   convert: Callable[[str, pa.Table], Any] | None = None) -> dict[str, list[Any]]:
+                   convert: Callable[[str, pa.Table], Any] | None = None,
+                   bulk: Callable[[str], bool] | None = None) -> dict[str, list[Any]]:
         """Run ``(key, sql)`` queries on ``workers`` threads, each with its own read-only connection
-        (SQLite and ADBC release the GIL while stepping rows). Results per key keep query order."""
+        (SQLite and ADBC release the GIL while stepping rows). Results per key keep query order.
+        ``bulk(key)`` says whether a query may hold many rows (ADBC then reads it; default: all)."""
+        def is_bulk(key: str) -> bool:
+            return bulk is None or bulk(key)
+
         if workers <= 1 or len(queries) <= 1:
             out: dict[str, list[pa.Table]] = {}
             for key, sql in queries:
-                t = self.arrow(sql)
+                t = self.arrow(sql, bulk=is_bulk(key))
                 out.setdefault(key, []).append(convert(key, t) if convert else t)
                 if on_done:
                     on_done(key)
@@ -231,25 +239,30 @@ class Database:
         opened: list[Any] = []
         lock = threading.Lock()
 
-        def conns() -> tuple[Any, sqlite3.Connection]:
-            if not hasattr(local, "sqlite"):
+        def conns() -> list[Any]:
+            mine = getattr(local, "conns", None)  # this thread's [sqlite3, ADBC (None: not opened yet)]
+            if mine is None:
                 try:
-                    local.sqlite = _connect(self.path)
+                    mine = local.conns = [_connect(self.path), None]
                 except sqlite3.Error as e:
                     raise _translate(self.path, e) from e
+                with lock:
+                    opened.append(mine)
+            return mine
+
+        def adbc_conn() -> Any:
+            mine = conns()
+            if mine[1] is None:
                 try:
                     import adbc_driver_sqlite.dbapi as adbc
 
-                    local.adbc = adbc.connect(_uri(self.path))
+                    mine[1] = adbc.connect(_uri(self.path))
                 except Exception:  # noqa: BLE001 - optional fast path
-                    local.adbc = False
-                with lock:
-                    opened.append((local.adbc, local.sqlite))
-            return local.adbc, local.sqlite
+                    mine[1] = False
+            return mine[1]
 
         def run(key: str, sql: str) -> Any:
-            adbc_conn, sq = conns()
-            t = self._arrow(sql, (), adbc_conn, sq)
+            t = self._arrow(sql, (), adbc_conn() if is_bulk(key) else False, conns()[0], retry=adbc_conn)
             return convert(key, t) if convert else t
 
         try:
@@ -261,13 +274,17 @@ class Database:
                     if on_done:
                         on_done(key)
         finally:
-            for a, sq in opened:
+            for sq, a in opened:
                 if a:
                     a.close()
                 sq.close()
         return out
 
-    def _arrow(self, sql: str, params: tuple[Any, ...], conn: Any, sq: sqlite3.Connection) -> pa.Table:
+    def _arrow(self, sql: str, params: tuple[Any, ...], conn: Any, sq: sqlite3.Connection,
+               retry: Callable[[], Any] | None = None) -> pa.Table:
+        """ADBC (``conn``) when given, else sqlite3. A column that sqlite3's values cannot make one
+        Arrow type from (a BLOB among integers) is read again with ``retry()``'s ADBC connection, if
+        any: such a table then reads as it always did (ADBC decides its types)."""
         if conn:
             try:
                 cur = conn.cursor()
@@ -293,6 +310,11 @@ class Database:
             try:
                 arrays.append(pa.array(col))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                if retry is not None and not params:
+                    again = retry()
+                    if again:
+                        return self._arrow(sql, params, again, sq)
+                    retry = None
                 arrays.append(pa.array([None if v is None else str(v) for v in col], type=pa.string()))
         return pa.table(dict(zip(names, arrays))) if names else pa.table({})
 

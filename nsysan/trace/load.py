@@ -258,14 +258,21 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
     return pd.DataFrame(data, copy=False)
 
 
+def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
+    """A new column that ``assign`` takes as it is: a fresh array nothing else refers to (pandas
+    copies a bare array it is given, 20 MB per million-row column)."""
+    return pd.Series(values, index=df.index, copy=False)
+
+
 def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
     """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``."""
     if "global_tid" in df.columns:
         g = df["global_tid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=(g >> 24) & 0xFFFFFF, tid=g & 0xFFFFFF, global_pid=g & ~np.int64(0xFFFFFF))
+        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF), tid=_own(df, g & 0xFFFFFF),
+                         global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=(g >> 24) & 0xFFFFFF)
+        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF))
     return df
 
 
@@ -282,7 +289,7 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
         warnings.append(f"{name}: dropped {int(bad.sum())} row(s) whose end is before their start")
         df = df.loc[~bad]
     st = df["start_ns"].to_numpy()
-    df = df.assign(dur_ns=df["end_ns"].to_numpy() - st)
+    df = df.assign(dur_ns=_own(df, df["end_ns"].to_numpy() - st))
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
         df = df.take(np.argsort(st, kind="stable"))  # a few late rows (OS runtime): timsort is near linear
     return df.reset_index(drop=True)
@@ -304,13 +311,26 @@ def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
     if len(api) < 2 or "correlation_id" not in api or "global_tid" not in api:
         return api
     corr = api["correlation_id"].to_numpy(dtype=np.int64, na_value=-1)
-    key = pd.MultiIndex.from_arrays([api["global_tid"].to_numpy(dtype=np.int64, na_value=-1), corr])
-    dup = key.duplicated(keep="first") & (corr > 0)
+    # none can repeat when every correlation id occurs once, which a bitmap of the ids tells (a hash
+    # of 2.4M (thread, id) pairs cost 0.7 s of CPU on a trace without a single repeat)
+    rows = np.flatnonzero(corr > 0)
+    if rows.size == 0:
+        return api
+    pos = corr[rows]
+    if int(pos.max()) < 16 * len(corr) + (1 << 24):  # a byte per id value: at most 16 a row, or 16 MB
+        seen = np.zeros(int(pos.max()) + 1, dtype=bool)
+        seen[pos] = True
+        if int(np.count_nonzero(seen)) == pos.size:  # every id once (nsys without backtraces)
+            return api
+        del seen
+    key = pd.MultiIndex.from_arrays([api["global_tid"].to_numpy(dtype=np.int64, na_value=-1)[rows], pos])
+    dup = key.duplicated(keep="first")
     if not dup.any():
         return api
-    first = pd.Series(np.arange(len(api)), index=key).groupby(level=[0, 1]).transform("min").to_numpy()
+    first = rows[pd.Series(np.arange(len(rows)), index=key).groupby(level=[0, 1]).transform("min").to_numpy()]
     st, en = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
-    inside = dup & (st >= st[first]) & (en <= en[first])
+    inside = np.zeros(len(api), dtype=bool)
+    inside[rows] = dup & (st[rows] >= st[first]) & (en[rows] <= en[first])
     return api.loc[~inside].reset_index(drop=True) if inside.any() else api
 
 
@@ -488,6 +508,18 @@ def _check_other_rows(db: Database, path: Path, max_rows: int, tables: list[str]
                                      hint="raise the limit with --max-events if the trace is genuine")
 
 
+SMALL_ROWS = 20_000  # tables with fewer rows are read through sqlite3 (no ADBC start-up)
+
+
+def _rowid_span(db: Database, src: str) -> int:
+    """An upper bound of a table's rows (two b-tree descents); big when unknown (no rowid)."""
+    try:
+        lo, hi = db.rows(f'SELECT min(rowid), max(rowid) FROM "{src}"')[0]
+    except NsysanError:
+        return SMALL_ROWS + 1
+    return 0 if lo is None or hi is None else int(hi) - int(lo) + 1
+
+
 def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -> list[tuple[str, str]]:
     """SELECTs for one table: rowid slices of the event tables (read in parallel), else one."""
     slices = db.rowid_slices(src, SLICE_ROWS) if spec.name in INTERVAL_TABLES else None
@@ -557,6 +589,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
             for spec, src in by_sql:
                 queries += _sql_queries(db, spec, src, all_columns)
+            # small tables through sqlite3, big ones through ADBC (see trace.db)
+            bulky = {key for key, src in [("StringIds", "StringIds")] + [(spec.name, src) for spec, src in by_sql]
+                     if _rowid_span(db, src) > SMALL_ROWS}
         except BaseException:
             if early is not None:
                 early.close()
@@ -573,9 +608,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
 
         total_steps = len(queries) + len(direct_plans) + len(specs)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
-            # the string table (and the first SQL read's driver start-up, 45 ms) while the event
-            # tables decode
-            strings_f = side.submit(lambda sql: Strings(db.arrow(sql)), queries.pop(0)[1])
+            # the string table (and, for a big one, ADBC's start-up, 45 ms) while the event tables decode
+            strings_f = side.submit(lambda sql: Strings(db.arrow(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
             raw: dict[str, pa.Table | None] = {}
             if early is not None:
                 try:
@@ -592,6 +626,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         for name, t in raw.items():
             if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
                 queries += _sql_queries(db, specs[name], sources[name], all_columns)
+                bulky.add(name)
             tick(f"read {name}")
         # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
 
@@ -599,7 +634,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             return _to_frame(t, specs[key], strings, all_columns)
 
         tables: dict[str, list[Any]] = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
-                                                     convert=convert)
+                                                     convert=convert, bulk=bulky.__contains__)
         _memory.release()
 
         def build(name: str) -> tuple[pd.DataFrame, list[str]]:

@@ -1,0 +1,202 @@
+"""The fast paths of speed round 3 give what the plain paths give.
+
+- the report's compiled templates kept in the user's cache: the same page cold, warm, without a
+  cache, and with a damaged or unwritable cache;
+- the timeline's varint columns in C (``_btree.varints``, ``_btree.lane``): the same bytes as numpy;
+- small tables read through sqlite3 instead of ADBC: the same frames on every fixture;
+- nested duplicate CUDA API rows looked for only when a correlation id repeats: the same rows kept
+  as a brute-force reading of the rule.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import FIXTURE_NAMES
+
+from nsysan.analyses import intervals as iv
+from nsysan.report import html as html_mod
+from nsysan.report import timeline, view
+from nsysan.trace import direct
+from nsysan.trace import load as load_mod
+
+
+@pytest.fixture()
+def fresh_environment(monkeypatch, tmp_path):
+    """html.environment() rebuilt with the user cache in tmp_path (and rebuilt again afterwards)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    html_mod.environment.cache_clear()
+    yield tmp_path / "xdg" / "nsysan" / "templates"
+    html_mod.environment.cache_clear()
+
+
+def _page(a) -> str:
+    html_mod.environment.cache_clear()
+    return html_mod.render(view.build(a, generated_by="test"))
+
+
+def test_cached_templates_give_the_same_page(analysis, fresh_environment, monkeypatch):
+    a = analysis("ladder_baseline")
+    cold = _page(a)
+    files = sorted(fresh_environment.glob("*.jinja"))
+    assert len(files) >= 2  # report.html.j2 and the macros it imports
+    stamps = [f.stat().st_mtime_ns for f in files]
+    warm = _page(a)
+    assert warm == cold
+    assert [f.stat().st_mtime_ns for f in files] == stamps  # read, not written again
+    monkeypatch.setattr(html_mod, "template_cache", lambda: None)
+    assert _page(a) == cold  # no cache at all
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(fresh_environment.parents[1]))
+    for f in files:  # damaged: a cut file, garbage after a valid header
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) // 2])
+    assert _page(a) == cold
+    assert [f.read_bytes() for f in files] != [b""] * len(files)
+    for f in files:
+        head = f.read_bytes().split(b"\n", 4)
+        f.write_bytes(b"\n".join(head[:4]) + b"\n" + b"\x00garbage" * 10)
+    assert _page(a) == cold
+
+
+def test_a_template_cache_for_other_source_is_not_used(analysis, fresh_environment):
+    a = analysis("ladder_baseline")
+    cold = _page(a)
+    for f in fresh_environment.glob("*.jinja"):  # the source's hash in the header no longer matches
+        lines = f.read_bytes().split(b"\n", 4)
+        lines[3] = b"0" * 64
+        f.write_bytes(b"\n".join(lines))
+    assert _page(a) == cold
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_an_unwritable_template_cache_is_ignored(analysis, fresh_environment):
+    fresh_environment.mkdir(parents=True)
+    fresh_environment.chmod(0o500)
+    try:
+        assert _page(analysis("ladder_baseline")) == _page(analysis("ladder_baseline"))
+    finally:
+        fresh_environment.chmod(0o700)
+
+
+def test_a_template_cache_that_cannot_be_created_is_ignored(analysis, fresh_environment):
+    fresh_environment.parent.mkdir(parents=True)
+    fresh_environment.write_text("a file where the folder should be")
+    a = analysis("ladder_baseline")
+    page = _page(a)
+    assert fresh_environment.read_text() == "a file where the folder should be"
+    html_mod.environment.cache_clear()
+    assert page == html_mod.environment().get_template("report.html.j2").render(
+        r=view.build(a, generated_by="test"))
+
+
+needs_c = pytest.mark.skipif(not hasattr(direct._btree, "lane"), reason="the C extension is not built")
+
+
+@needs_c
+def test_c_varints_equal_numpy():
+    rng = np.random.default_rng(7)
+    edges = np.array([0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**62, 2**63 - 1], dtype=np.int64)
+    for _ in range(200):
+        cols = tuple(rng.integers(0, 2 ** int(rng.integers(1, 63)), size=int(rng.integers(0, 500)), dtype=np.int64)
+                     for _ in range(int(rng.integers(1, 6)))) + (edges,)
+        assert direct._btree.varints(list(cols)) == b"".join(timeline.varint(c) for c in cols)
+    with pytest.raises(ValueError):
+        direct._btree.varints([np.array([3, -1], dtype=np.int64)])
+    with pytest.raises(TypeError):
+        direct._btree.varints([np.array([1.5])])
+
+
+@needs_c
+def test_c_lane_equals_numpy_encoding():
+    rng = np.random.default_rng(11)
+    for k in range(300):
+        n = int(rng.integers(0, 400))
+        start = rng.integers(-10**6, 10**12, size=n)
+        if k % 3 == 0:
+            start = np.sort(start)
+        end = start + rng.integers(-1000, 10**7, size=n)  # some end before their start
+        if k % 4 == 0 and n:
+            start[: n // 2] = start[0]  # ties
+        name, kind = rng.integers(0, 300, size=n), rng.integers(0, 10, size=n)
+        depth = None if k % 2 else rng.integers(-2, 6, size=n)
+        t0 = int(rng.integers(-10**6, 10**9))
+        text, order, covered = timeline.encode_lane(start, end, name, kind, depth, t0)
+        text_np, order_np = timeline.encode_ops(start - t0, end - t0, name, kind, depth)
+        assert text == text_np
+        assert np.array_equal(order, order_np)
+        ms, me = iv.merge(start, end) if n else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        assert covered == int(np.sum(me - ms))
+    with pytest.raises(ValueError):
+        direct._btree.lane(np.array([0]), np.array([5]), np.array([6]), np.array([-1]), np.array([0]), None, 0)
+    with pytest.raises(IndexError):
+        direct._btree.lane(np.array([3]), np.array([5]), np.array([6]), np.array([1]), np.array([0]), None, 0)
+
+
+@pytest.mark.parametrize("all_columns", [False, True])
+def test_small_tables_through_sqlite3_equal_adbc(fixture_dir, monkeypatch, all_columns):
+    """Every fixture's frames, small tables read through sqlite3 (the default) and through ADBC
+    (every table counted as big)."""
+    for name in FIXTURE_NAMES:
+        path = fixture_dir / f"{name}.sqlite"
+        monkeypatch.setattr(load_mod, "SMALL_ROWS", 0)
+        through_adbc = load_mod.open_trace(path, all_columns=all_columns)
+        monkeypatch.undo()
+        through_sqlite3 = load_mod.open_trace(path, all_columns=all_columns)
+        assert through_adbc.meta == through_sqlite3.meta, name
+        for table, df in through_adbc.tables().items():
+            other = through_sqlite3.tables()[table]
+            pd.testing.assert_frame_equal(df, other, check_exact=True, obj=f"{name}.{table}")
+            assert list(df.dtypes) == list(other.dtypes), (name, table)
+
+
+def _kept_by_definition(df: pd.DataFrame) -> list[int]:
+    """Rows kept: a row is dropped when an earlier row of its thread has its (positive) correlation
+    id and its interval contains the row's."""
+    first: dict[tuple[int, int], int] = {}
+    kept = []
+    for i, (tid, corr, st, en) in enumerate(zip(df["global_tid"], df["correlation_id"], df["start_ns"], df["end_ns"])):
+        c = -1 if corr is pd.NA else int(corr)
+        key = (int(tid), c)
+        if c > 0 and key in first:
+            j = first[key]
+            if st >= df["start_ns"].iloc[j] and en <= df["end_ns"].iloc[j]:
+                continue
+        first.setdefault(key, i)
+        kept.append(i)
+    return kept
+
+
+def test_nested_duplicates_dropped_as_defined():
+    rng = np.random.default_rng(3)
+    for k in range(300):
+        n = int(rng.integers(2, 120))
+        corr = rng.integers(-2, int(rng.integers(2, 40)), size=n)
+        if k % 5 == 0:
+            corr = rng.permutation(n) + int(rng.integers(-1, 3))  # every id once: the bitmap's answer
+        if k % 7 == 0:
+            corr = corr + 10**12  # ids too large for the bitmap
+        ids = pd.array(corr, dtype="Int64")
+        if k % 3 == 0:
+            ids[rng.integers(0, n, size=2)] = pd.NA
+        start = rng.integers(0, 1000, size=n)
+        df = pd.DataFrame({"correlation_id": ids, "global_tid": rng.integers(0, 3, size=n), "start_ns": start,
+                           "end_ns": start + rng.integers(0, 200, size=n)})
+        got = load_mod._drop_nested_duplicates(df)
+        want = df.iloc[_kept_by_definition(df)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_numpy_imported_without_blas_threads_and_nothing_passed_on():
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom nsysan.cli import _import_numpy_without_blas_threads as f\nf()\n"
+            "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "False"]  # one thread: OpenBLAS started none; the variable is gone
