@@ -57,7 +57,7 @@ def _check_well_formed(doc: dict) -> dict[tuple[int, int], list[dict]]:
     named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     tracks: dict[tuple[int, int], list[dict]] = defaultdict(list)
     for e in events:
-        assert e["ph"] in ("X", "M", "i"), e
+        assert e["ph"] in ("X", "M", "i", "C"), e
         if e["ph"] == "X":
             assert e["dur"] >= 0, e
             assert isinstance(e["name"], str) and isinstance(e["ts"], (int, float))
@@ -245,3 +245,94 @@ def test_loads_in_perfetto_trace_processor(traces, tmp_path):
                    "AND name LIKE 'json%'") == 0
     finally:
         tp.close()
+
+
+METRIC_NAMES = {"SMs active": "SMs Active [Throughput %]", "Tensor active": "Tensor Active [Throughput %]",
+                "DRAM read": "DRAM Read Bandwidth [Throughput %]", "DRAM write": "DRAM Write Bandwidth [Throughput %]"}
+
+
+def _metric_truth(path: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """Per counter title: the (timestamps, values) of its metric by SQL, in time order."""
+    ((type_id,),) = _sql(path, "SELECT DISTINCT typeId FROM GPU_METRICS")
+    out = {}
+    for title, metric in METRIC_NAMES.items():
+        rows = _sql(path, "SELECT g.timestamp, g.value FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS t "
+                          "ON t.typeId = g.typeId AND t.metricId = g.metricId WHERE g.typeId = ? AND t.metricName = ? "
+                          "AND g.value IS NOT NULL ORDER BY g.timestamp", type_id, metric)
+        out[title] = ([r[0] for r in rows], [float(r[1]) for r in rows])
+    return out
+
+
+def _counter_tracks(doc: dict) -> dict[tuple[int, str], list[dict]]:
+    tracks: dict[tuple[int, str], list[dict]] = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            assert e["cat"] == "gpu_metric" and set(e["args"]) == {"%"}
+            tracks[(e["pid"], e["name"])].append(e)
+    return tracks
+
+
+def test_gpu_metric_counters_match_sql(fixture_dir, tmp_path):
+    """metrics_mix (one metric source, GPU 0): a counter track per metric in the "GPU 0" process, one
+    event per sample, at the sample's own time, with the mean of its values equal to SQL's."""
+    path = fixture_dir / "metrics_mix.sqlite"
+    if not path.exists():
+        pytest.skip("metrics_mix fixture missing")
+    out = tmp_path / "t.json"
+    other = write_perfetto(nsysan.analyze(path), out)
+    doc = json.loads(out.read_text())
+    _check_well_formed(doc)
+    t0 = other["t0_ns"]
+    tracks = _counter_tracks(doc)
+    (dev,) = {d for (d,) in _sql(path, "SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    pid = (1 << 30) + dev
+    assert set(tracks) == {(pid, title) for title in METRIC_NAMES}
+    truth = _metric_truth(path)
+    for title, (ts, vals) in truth.items():
+        evs = tracks[(pid, title)]
+        assert len(evs) == len(vals) > 1000
+        assert [_ns(e["ts"]) + t0 for e in evs] == ts
+        got = [e["args"]["%"] for e in evs]
+        assert sum(got) / len(got) == pytest.approx(sum(vals) / len(vals), rel=1e-9)
+        assert other["gpu_metrics"]["tracks"][f"GPU {dev} {title}"] == {"samples": len(vals), "events": len(vals),
+                                                                         "bucket": 1}
+    assert other["counts"]["gpu_metric"] == sum(len(v) for _, v in truth.values())
+    # the kernels are still there, each one to the nanosecond (the origin moved to the first sample)
+    sql_k = sorted(_sql(path, "SELECT start, end - start FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    assert sorted((_ns(e["ts"]) + t0, _ns(e["dur"])) for e in doc["traceEvents"] if e.get("cat") == "kernel") == sql_k
+    assert t0 == min(t0, sql_k[0][0], min(min(t) for t, _ in truth.values()))
+
+
+def test_gpu_metric_counters_downsampled_in_buckets(fixture_dir, tmp_path, monkeypatch):
+    """Over the cap, each event is the mean of ``bucket`` consecutive samples (by SQL) at the first
+    one's time; the number of events is the number of buckets."""
+    from nsysan.report import perfetto
+
+    path = fixture_dir / "metrics_mix.sqlite"
+    if not path.exists():
+        pytest.skip("metrics_mix fixture missing")
+    cap = 1000
+    monkeypatch.setattr(perfetto, "MAX_COUNTER_SAMPLES", cap)
+    out = tmp_path / "t.json"
+    other = write_perfetto(nsysan.analyze(path), out)
+    doc = json.loads(out.read_text())
+    t0 = other["t0_ns"]
+    tracks = _counter_tracks(doc)
+    for title, (ts, vals) in _metric_truth(path).items():
+        (evs,) = [v for (_, name), v in tracks.items() if name == title]
+        k = -(-len(vals) // cap)
+        assert k > 1 and len(evs) == -(-len(vals) // k) <= cap
+        assert [_ns(e["ts"]) + t0 for e in evs] == ts[::k]
+        want = [sum(vals[i:i + k]) / len(vals[i:i + k]) for i in range(0, len(vals), k)]
+        assert [e["args"]["%"] for e in evs] == pytest.approx(want, rel=1e-5, abs=1e-9)
+        note = other["gpu_metrics"]["tracks"][next(n for n in other["gpu_metrics"]["tracks"] if n.endswith(title))]
+        assert note == {"samples": len(vals), "events": len(evs), "bucket": k}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_counters_without_gpu_metrics(name, traces, tmp_path):
+    """A trace without GPU_METRICS: no counter event, no ``gpu_metrics`` note (the file as before)."""
+    assert "GPU_METRICS" not in _tables(traces[name])
+    out = tmp_path / "t.json"
+    other = write_perfetto(nsysan.analyze(traces[name]), out)
+    assert '"ph":"C"' not in out.read_text() and "gpu_metrics" not in other and "gpu_metric" not in other["counts"]

@@ -15,7 +15,14 @@ back. What is in it, all of it (nothing is capped):
   ranges (``cat`` nvtx) and the CUDA API calls (``cat`` cuda_api) together, so calls nest under the
   ranges they ran in; NVTX marks as thread-scoped instant events (``cat`` nvtx_mark);
 * each finding as a global instant event (``cat`` finding) at the start of the time it claims, with
-  its rule, severity, estimated saving and message.
+  its rule, severity, estimated saving and message;
+* with GPU metrics (``nsys profile --gpu-metrics-devices``), a counter track (``ph`` C, ``cat``
+  gpu_metric, arg ``%``) per device and metric in the "GPU N" process: SMs active, tensor active,
+  DRAM read, DRAM write, in % of peak, from the samples the loader already read (a sample without
+  the metric is left out). Above ``MAX_COUNTER_SAMPLES`` samples a track, consecutive samples are
+  averaged in buckets of ``ceil(n / MAX_COUNTER_SAMPLES)`` (at the first sample's time; the last
+  bucket may be smaller); ``otherData.gpu_metrics`` says, per track, the samples and the bucket.
+  Traces without metrics give the same bytes as before.
 
 ``X`` events on one thread must nest (a child inside its parent) for the viewers. Events that
 overlap without nesting (NVTX start/end ranges, or any other overlap in a trace) go on an extra
@@ -43,6 +50,10 @@ GPU_PID = 1 << 30  # "GPU N" is process GPU_PID + N: far above any OS process id
 IDLE_TID = 0  # the "GPU N idle" thread; streams get 1, 2, ... in order
 OVERLAP_TID = 1 << 24  # extra threads for overlapping events: above any OS thread id of the trace's 24-bit field
 CHUNK = 20_000  # events per write
+MAX_COUNTER_SAMPLES = 200_000  # counter events per metric track at most (above: bucket averages)
+COUNTERS = (("sm_active", "SMs active"), ("tensor_active", "Tensor active"), ("dram_read", "DRAM read"),
+            ("dram_write", "DRAM write"))
+METRIC_PID = GPU_PID + (1 << 20)  # a metric source not mapped to a GPU: process METRIC_PID + its index
 
 
 def _us(ns: int) -> str:
@@ -210,11 +221,19 @@ def _finding_time(f: Any) -> int:
     return min(starts) if starts else lo
 
 
+def _metric_sources(a: Any) -> list[Any]:
+    """The GPU metric sources (``trace.metrics.Source``) with samples; [] without GPU metrics."""
+    g = getattr(a, "gpu_metrics", None)
+    return [s for s in (getattr(g, "sources", None) or []) if len(s.ts)]
+
+
 def _origin(a: Any) -> int:
     t0 = int(a.capture.start_ns)
     for df in (a.ops, a.gaps, a.nvtx_ranges, a.trace.cuda_api, a.trace.nvtx):
         if len(df):
             t0 = min(t0, int(df["start_ns"].min()))
+    for src in _metric_sources(a):
+        t0 = min(t0, int(src.ts[0]))
     for f in a.findings:
         t0 = min(t0, _finding_time(f))
     return t0
@@ -360,6 +379,47 @@ def _findings(w: _Writer, a: Any, t0: int) -> None:
     w.extend(lines, "finding")
 
 
+def bucket_means(ts: np.ndarray, v: np.ndarray, cap: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(times, values, bucket): the samples as they are when at most ``cap`` (default
+    ``MAX_COUNTER_SAMPLES``), else the means of consecutive buckets of ``bucket = ceil(n / cap)``
+    samples, each at its first sample's time."""
+    cap = MAX_COUNTER_SAMPLES if cap is None else max(1, int(cap))
+    n = len(ts)
+    if n <= cap:
+        return ts, v.astype(np.float64), 1
+    k = -(-n // cap)
+    starts = np.arange(0, n, k)
+    sums = np.add.reduceat(v.astype(np.float64), starts)
+    sizes = np.diff(np.append(starts, n))
+    return ts[starts], sums / sizes, int(k)
+
+
+def _counters(w: _Writer, a: Any, t0: int, named: set[int]) -> dict[str, Any]:
+    """A counter track per metric source and metric of ``COUNTERS``; the ``otherData`` note."""
+    note: dict[str, Any] = {}
+    for i, src in enumerate(_metric_sources(a)):
+        dev = src.device_id
+        pid = GPU_PID + int(dev) if dev is not None else METRIC_PID + i
+        if pid not in named:  # a sampled GPU without ops or gaps, or a source of no known GPU
+            label = src.label + (f" ({src.device_name})" if src.device_name else "")
+            _meta(w, "process_name", pid, None, {"name": label})
+            _meta(w, "process_sort_index", pid, None, {"sort_index": int(dev) if dev is not None else 10_000 + i})
+            named.add(pid)
+        for key, title in COUNTERS:
+            v = src.values.get(key)
+            if v is None:
+                continue
+            ok = ~np.isnan(v)
+            ts, vals, bucket = bucket_means(src.ts[ok], v[ok])
+            head = f'{{"ph":"C","cat":"gpu_metric","pid":{pid},"name":{json.dumps(title)},"ts":'
+            for lo in range(0, len(ts), CHUNK):
+                w.extend([f'{head}{_us(t)},"args":{{"%":{x:.6g}}}}}'
+                          for t, x in zip((ts[lo:lo + CHUNK] - t0).tolist(), vals[lo:lo + CHUNK].tolist())],
+                         "gpu_metric")
+            note[f"{src.label} {title}"] = {"samples": int(ok.sum()), "events": int(len(ts)), "bucket": bucket}
+    return note
+
+
 def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
     """Stream the whole trace-event JSON document to ``f``; returns ``otherData`` (the counts per
     category, ``t0_ns``)."""
@@ -369,12 +429,17 @@ def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
     steps: Sequence[Callable[[_Writer, Any, int], None]] = (_gpu, _host, _findings)
     for step in steps:
         step(w, a, t0)
+    gm = _counters(w, a, t0, {GPU_PID + d for d in (*a.ops["device_id"].astype("int64").tolist(),
+                                                   *a.gaps["device_id"].astype("int64").tolist())}) \
+        if _metric_sources(a) else {}
     w.flush()
     from nsysan import __version__
 
     other = {"generator": f"nsysan {__version__}", "trace": Path(a.trace.meta.path).name if a.trace.meta.path else "",
              "t0_ns": t0, "time_unit": "ts and dur in microseconds from t0_ns", "capped": False,
              "counts": dict(sorted(w.counts.items()))}
+    if gm:  # only with GPU metrics: the bytes of other traces stay as they were
+        other["gpu_metrics"] = {"unit": "% of peak", "max_events_per_track": MAX_COUNTER_SAMPLES, "tracks": gm}
     f.write(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(other, separators=(",", ":")).encode() + b"}\n")
     return other
 
