@@ -901,16 +901,29 @@ def _gpu_metrics_cell(r: dict[str, Any]) -> str:
 
 
 def ladder_markdown(lad: dict[str, Any]) -> str:
-    lines = [f"| trace | {lad['label']} | step speedup | total speedup | GPU busy | top finding |",
-             "|---|---:|---:|---:|---:|---|"]
+    # steady-state GPU metric means (compare.steady_gpu_metrics), only when a trace has them; blank
+    # for a trace without; "GPU N: v" per device when a trace has several
+    gm = any(r.get("gpu_metrics") for r in lad["rows"])
+    extra = ("SMs active % (steady)", "tensor active % (steady)", "DRAM read+write % (steady)") if gm else ()
+    lines = [f"| trace | {lad['label']} | step speedup | total speedup | GPU busy | top finding |"
+             + "".join(f" {c} |" for c in extra),
+             "|---|---:|---:|---:|---:|---|" + "---:|" * len(extra)]
     def md(text: object) -> str:  # one table cell: no escapes, no column breaks
         return _say(text).replace("|", "\\|")
+
+    def metric_cell(r: dict[str, Any], key: str) -> str:
+        devs = r.get("gpu_metrics") or {}
+        vals = [(dev, m.get(key)) for dev, m in devs.items()]
+        if len(vals) == 1:
+            return "-" if vals[0][1] is None else f"{float(vals[0][1]):.1f}"
+        return md("; ".join(f"{dev}: {'-' if v is None else format(float(v), '.1f')}" for dev, v in vals))
 
     for r in lad["rows"]:
         lines.append(f"| {md(r['label'])} | {_fmt_metric(lad['metric'], r['value'])} | "
                      f"{(format(r['step_speedup'], '.2f') + 'x') if r['step_speedup'] else '-'} | "
                      f"{(format(r['total_speedup'], '.2f') + 'x') if r['total_speedup'] else '-'} | "
-                     f"{_fmt_metric('busy_frac', r['gpu_busy_frac'])} | {md(r['top_finding'] or '-')} |")
+                     f"{_fmt_metric('busy_frac', r['gpu_busy_frac'])} | {md(r['top_finding'] or '-')} |"
+                     + "".join(f" {metric_cell(r, k)} |" for k in (("sm_active", "tensor_active", "dram") if gm else ())))
     return "\n".join(lines) + "\n"
 
 

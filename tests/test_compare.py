@@ -139,3 +139,56 @@ def test_ladder_table_matches_the_workload_timer(fixture_dir, capsys):
     out = capsys.readouterr().out
     assert "| a | 61.78 ms | - | - |" in out and "| c | 32.82 ms | 1.71x | 1.88x |" in out
     assert main(["compare", str(fixture_dir / "ladder_baseline.sqlite")]) == 2
+
+
+def _steady_means_by_sql(path, lo: int, hi: int) -> dict[str, float]:
+    """SMs active, tensor active and DRAM read + write means over the samples whose period
+    ``[t, t + P)`` lies inside ``[lo, hi)`` (P: the median spacing of the sample times), by SQL."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        ts = [t for (t,) in con.execute("SELECT DISTINCT timestamp FROM GPU_METRICS ORDER BY timestamp")]
+        period = int(np.median(np.diff(np.array(ts, dtype=np.int64))))
+        out = {}
+        for key, metric in (("sm", "SMs Active [Throughput %]"), ("tensor", "Tensor Active [Throughput %]"),
+                            ("dram_read", "DRAM Read Bandwidth [Throughput %]"),
+                            ("dram_write", "DRAM Write Bandwidth [Throughput %]")):
+            (out[key],) = con.execute(
+                "SELECT avg(g.value) FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS t ON t.typeId = g.typeId "
+                "AND t.metricId = g.metricId WHERE t.metricName = ? AND g.timestamp >= ? AND g.timestamp + ? <= ?",
+                (metric, lo, period, hi)).fetchone()
+        return {"sm": out["sm"], "tensor": out["tensor"], "dram": out["dram_read"] + out["dram_write"]}
+    finally:
+        con.close()
+
+
+def test_markdown_carries_steady_gpu_metrics(analysis, fixture_dir, capsys):
+    """``compare --markdown``: SMs active, tensor active and DRAM read + write of the steady window per
+    trace (means by SQL over that window's samples); blank cells for a trace without GPU metrics."""
+    names = ("metrics_mix", "waits_phases", "ladder_baseline")
+    if not all((fixture_dir / f"{n}.sqlite").exists() for n in names):
+        pytest.skip("fixtures missing")
+    assert main(["compare", *(str(fixture_dir / f"{n}.sqlite") for n in names), "--markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[-3:] == ["SMs active % (steady)", "tensor active % (steady)", "DRAM read+write % (steady)"]
+    rows = {c[0]: c for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in lines[2:])}
+    assert set(rows) == set(names) and all(len(r) == len(head) for r in rows.values())
+    for n in names[:2]:
+        st = analysis(n).steady
+        want = _steady_means_by_sql(fixture_dir / f"{n}.sqlite", int(st.start_ns), int(st.end_ns))
+        got = [float(x) for x in rows[n][-3:]]
+        assert got == pytest.approx([want["sm"], want["tensor"], want["dram"]], abs=0.06)
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{fixture_dir / 'ladder_baseline.sqlite'}?mode=ro", uri=True)
+    assert not con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'GPU_METRICS'").fetchone()[0]
+    con.close()
+    assert rows["ladder_baseline"][-3:] == ["", "", ""]
+    # without any metric trace the table keeps its old six columns
+    assert main(["compare", str(fixture_dir / "ladder_baseline.sqlite"), str(fixture_dir / "ladder_reuse.sqlite"),
+                 "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "| trace | Timed region (CPU) | step speedup | total speedup | GPU busy | top finding |"
+    assert "steady" not in out
