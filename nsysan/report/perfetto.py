@@ -416,7 +416,7 @@ def _counters(w: _Writer, a: Any, t0: int, named: set[int]) -> dict[str, Any]:
                 w.extend([f'{head}{_us(t)},"args":{{"%":{x:.6g}}}}}'
                           for t, x in zip((ts[lo:lo + CHUNK] - t0).tolist(), vals[lo:lo + CHUNK].tolist())],
                          "gpu_metric")
-            note[f"{src.label} {title}"] = {"samples": int(ok.sum()), "events": int(len(ts)), "bucket": bucket}
+            note[f"{src.label} {title}"] = {"samples": int(ok.sum()), "events": len(ts), "bucket": bucket}
     return note
 
 
