@@ -39,6 +39,7 @@ from nsysan.trace.db import _connect
 PY_SAMPLING = "Python Periodic Sampling"
 PY_BACKTRACE = "Python Backtrace on CUDA"
 MAX_SAMPLES = 5_000_000
+MAX_NAME = 8192  # characters of a symbol, module, function or file name kept (trace.load.MAX_STRING)
 TID_MASK = (1 << 48) - 1  # globalTid without the VM bits: pid << 24 | tid
 
 Frame = tuple[str, str, int]
@@ -193,7 +194,9 @@ def _strings(con: sqlite3.Connection, ids: set[int]) -> dict[int, str]:
     ids_l = sorted(int(i) for i in ids)
     for i in range(0, len(ids_l), 50_000):
         q = ",".join(str(x) for x in ids_l[i:i + 50_000])
-        out.update((int(k), str(v)) for k, v in con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({q})"))
+        # names are cut as the loader cuts the others (a MB-long symbol must not cost a regex pass per MB)
+        out.update((int(k), str(v)) for k, v in con.execute(
+            f"SELECT id, substr(value, 1, {MAX_NAME}) FROM StringIds WHERE id IN ({q})"))
     return out
 
 
