@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hostile_gen import loosen
 
@@ -186,6 +187,7 @@ def test_broken_native_samples(case, srcdir, tmp_path, capsys):
     stmts, loose = NATIVE_BROKEN[case]
     r = run_all(sql(copy("waits_native", srcdir, tmp_path), *stmts, loose=loose), tmp_path, capsys)
     _finite(r["doc"])
+    assert "could not be read" not in r["out"]  # a few odd rows must not drop every sample
 
 
 PY_BROKEN = {
@@ -210,6 +212,7 @@ PY_BROKEN = {
 def test_broken_python_samples(case, srcdir, tmp_path, capsys):
     r = run_all(sql(copy("waits_python", srcdir, tmp_path), *PY_BROKEN[case], loose=True), tmp_path, capsys)
     _finite(r["doc"])
+    assert "could not be read" not in r["out"]
 
 
 METRIC_BROKEN = {
@@ -240,6 +243,41 @@ def test_broken_gpu_metrics(case, srcdir, tmp_path, capsys):
     _finite(r["doc"])
 
 
+def test_odd_sample_rows_are_skipped_not_fatal(srcdir, tmp_path):
+    """Read without a window (which would hide NULL times): rows with a NULL or text time, thread or state
+    are skipped one by one; every other sample is kept."""
+    from nsysan.trace.samples import read_samples
+
+    p = sql(copy("waits_python", srcdir, tmp_path),
+            "UPDATE NVTX_EVENTS SET start = NULL WHERE eventType = 34 AND rowid % 5 = 0",
+            "UPDATE NVTX_EVENTS SET start = 'soon' WHERE eventType = 34 AND rowid % 5 = 1",
+            "UPDATE COMPOSITE_EVENTS SET start = NULL WHERE rowid % 3 = 0",
+            "UPDATE COMPOSITE_EVENTS SET threadState = 'sleepy' WHERE rowid % 3 = 1", loose=True)
+    con = sqlite3.connect(p)
+    py = con.execute("SELECT count(*) FROM NVTX_EVENTS e WHERE eventType = 34 AND typeof(start) = 'integer' AND "
+                     "binaryData IS NOT NULL AND domainId IN (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 "
+                     "AND text IN ('Python Periodic Sampling', 'Python Backtrace on CUDA'))").fetchone()[0]
+    native = con.execute("SELECT count(*) FROM COMPOSITE_EVENTS WHERE typeof(start) = 'integer' AND "
+                         "globalTid IS NOT NULL").fetchone()[0]
+    con.close()
+    s = read_samples(p)
+    assert py > 0 and native > 0
+    assert len(s.python) + len(s.backtraces) == py
+    assert len(s.native) == native
+
+
+def test_infinite_and_huge_metric_values_are_missing(srcdir, tmp_path):
+    from nsysan.trace.metrics import read_metrics
+
+    p = sql(copy("metrics_mix", srcdir, tmp_path), "UPDATE GPU_METRICS SET value = 9e999 WHERE rowid % 3 = 0",
+            "UPDATE GPU_METRICS SET value = -1e300 WHERE rowid % 3 = 1", loose=True)
+    m = read_metrics(p)
+    assert m.sources
+    for src in m.sources:
+        for v in src.values.values():
+            assert not np.isinf(v).any()
+
+
 # -- size ---------------------------------------------------------------------------------------
 
 CHAINS = 200_000
@@ -266,7 +304,9 @@ def test_many_distinct_stacks_bounded(srcdir, tmp_path):
     n = con.execute("SELECT count(*) FROM COMPOSITE_EVENTS").fetchone()[0]
     con.close()
     assert n >= CHAINS
-    code = ("import resource, sys, time; from nsysan.cli import main; t = time.process_time(); "
+    # every chain read (no window, no thread filter), then the whole CLI; CPU time and peak RSS of both
+    code = ("import resource, sys, time; from nsysan.cli import main; from nsysan.trace.samples import read_samples; "
+            f"t = time.process_time(); assert len(read_samples({str(p)!r}).native_stacks) > {CHAINS}; "
             f"c = main(['analyze', {str(p)!r}, '--json', {str(tmp_path / 'o.json')!r}, '--html', "
             f"{str(tmp_path / 'o.html')!r}, '--force', '-q']); "
             "print(c, time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
@@ -275,6 +315,6 @@ def test_many_distinct_stacks_bounded(srcdir, tmp_path):
     rc, cpu_s, rss_kb = r.stdout.split()[-3:]
     assert rc == "0"
     print(f"{CHAINS} distinct chains: {float(cpu_s):.1f} s CPU, {int(rss_kb) / 1024:.0f} MB peak RSS")
-    assert float(cpu_s) < 60 and int(rss_kb) < 1_500_000
+    assert float(cpu_s) < 60 and int(rss_kb) < 1_000_000  # measured: 3.9 s, 419 MB (the fixture alone: 0.5 s, 134 MB)
     page = (tmp_path / "o.html").read_text()
     assert len(page) < 30_000_000

@@ -82,13 +82,17 @@ def _fmt(t: int | None) -> str:
     return _FMT.get(int(t or 0), "<Q")
 
 
+def _int(x: object) -> int | None:
+    """An integer field of the schema tables; None for NULL or anything that is not a whole number."""
+    return x if isinstance(x, int) else None
+
+
 def _layout(con: sqlite3.Connection, domain: int) -> dict[str, object] | None:
     """Offsets and formats of the state, frame count and frames, the frame size and its fields' offsets
     and formats, from the payload schema of ``domain``."""
     rows = con.execute("SELECT schemaId, name, type, offset FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE domainId = ?",
                        (domain,)).fetchall()
-    by = {str(n): (int(sc), (int(t) if t is not None else None), (int(o) if o is not None else None))
-          for sc, n, t, o in rows}
+    by = {str(n): (_int(sc), _int(t), _int(o)) for sc, n, t, o in rows}
     need = ("Frames count", "Frames", "Function", "File", "Line")
     if not all(k in by for k in need):
         return None
@@ -98,7 +102,7 @@ def _layout(con: sqlite3.Connection, domain: int) -> dict[str, object] | None:
 
     def off(name: str, default: int) -> int:
         o = by[name][2] if name in by else None
-        return default if o is None else o
+        return default if o is None or o < 0 else o
 
     return {"state": off("Thread state", 8),
             "count": off("Frames count", 12), "count_fmt": _fmt(by["Frames count"][1]),
@@ -201,9 +205,12 @@ def _strings(con: sqlite3.Connection, ids: set[int]) -> dict[int, str]:
 
 
 # one text per call chain: "depth:symbol:module:unresolved" per frame, made by SQLite from the chain's
-# primary-key index (id, stackDepth); parsed once per distinct chain
-_CHAIN = ("(SELECT group_concat(c.stackDepth || ':' || c.symbol || ':' || c.module || ':' || "
-          "coalesce(c.unresolved, 0), ',') FROM {table} c WHERE c.id = {ref})")
+# primary-key index (id, stackDepth); parsed once per distinct chain. Every field is cast to an integer
+# (a text or real where nsys writes an id must not make the whole chain, or every chain, unreadable);
+# a frame with a NULL depth, symbol or module is left out.
+_CHAIN = ("(SELECT group_concat(CAST(c.stackDepth AS INTEGER) || ':' || CAST(c.symbol AS INTEGER) || ':' || "
+          "CAST(c.module AS INTEGER) || ':' || coalesce(CAST(c.unresolved AS INTEGER), 0), ',') "
+          "FROM {table} c WHERE c.id = {ref})")
 
 
 def _parse_chain(key: str) -> tuple[tuple[int, int, int], ...]:
@@ -219,11 +226,11 @@ def _native(con: sqlite3.Connection, window: tuple[int, int] | None, threads: li
             keys: dict[str, int]) -> pd.DataFrame:
     """Native CPU samples (``COMPOSITE_EVENTS``) of the window and threads, with their chains' ids."""
     where, params = _filters(window, threads, "e.start", "e.globalTid")
-    sql = (f"SELECT e.start, e.globalTid, coalesce(e.threadState, 0), {_CHAIN.format(table='SAMPLING_CALLCHAINS', ref='e.id')} "
+    sql = (f"SELECT e.start, CAST(e.globalTid AS INTEGER), coalesce(CAST(e.threadState AS INTEGER), 0), {_CHAIN.format(table='SAMPLING_CALLCHAINS', ref='e.id')} "
            f"FROM COMPOSITE_EVENTS e WHERE 1{where} ORDER BY e.start LIMIT {MAX_SAMPLES}")
     ts, g, st, stack = [], [], [], []
     for s, gt, state, key in con.execute(sql, params):
-        if gt is None:
+        if gt is None or not isinstance(s, int):
             continue
         ts.append(int(s))
         g.append(int(gt))
@@ -301,7 +308,7 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
                 d = _decode(bytes(blob), lay) if lay else None
             except (struct.error, TypeError, ValueError):  # a damaged blob: that sample is skipped
                 d = None
-            if d is None or g is None:
+            if d is None or not isinstance(g, int) or not isinstance(s, int):
                 continue
             st, frames = d
             ix = stack_ix.setdefault(frames, len(stack_ix))
