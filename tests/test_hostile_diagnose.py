@@ -278,6 +278,20 @@ def test_infinite_and_huge_metric_values_are_missing(srcdir, tmp_path):
             assert not np.isinf(v).any()
 
 
+def test_undecodable_python_blobs_are_said(srcdir, tmp_path, capsys):
+    p = sql(copy("waits_python", srcdir, tmp_path),
+            "UPDATE NVTX_EVENTS SET binaryData = randomblob(20) WHERE eventType = 34")  # shorter than a header
+    con = sqlite3.connect(p)
+    n = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND domainId IN (SELECT domainId FROM "
+                    "NVTX_EVENTS WHERE eventType = 75 AND text IN ('Python Periodic Sampling', "
+                    "'Python Backtrace on CUDA'))").fetchone()[0]
+    con.close()
+    r = run_all(p, tmp_path, capsys)
+    assert n > 0
+    said = re.findall(r"([\d,]+) Python sample payloads could not be decoded", json.dumps(r["doc"]))
+    assert said and 0 < int(said[0].replace(",", "")) <= n  # those of the window read
+
+
 # -- size ---------------------------------------------------------------------------------------
 
 CHAINS = 200_000

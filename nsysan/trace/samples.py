@@ -287,7 +287,7 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
     domains = {str(t): int(d) for d, t in con.execute(
         "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75 AND text IN (?, ?)", (PY_SAMPLING, PY_BACKTRACE))}
     stack_ix: dict[tuple[tuple[int, int, int], ...], int] = {}
-    lost = False
+    lost, damaged = False, 0
     for key, name in (("python", PY_SAMPLING), ("backtraces", PY_BACKTRACE)):
         if name not in domains:
             continue
@@ -308,6 +308,8 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
                 d = _decode(bytes(blob), lay) if lay else None
             except (struct.error, TypeError, ValueError):  # a damaged blob: that sample is skipped
                 d = None
+            if d is None:
+                damaged += 1
             if d is None or not isinstance(g, int) or not isinstance(s, int):
                 continue
             st, frames = d
@@ -325,3 +327,5 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
         stacks[ix] = fr  # type: ignore[assignment]  # string ids, resolved by read_from
     out.stacks = stacks
     inputs["python_frames_lost"] = lost
+    if damaged:  # payloads that could not be decoded: their samples are skipped (key absent when none)
+        inputs["python_blobs_damaged"] = damaged
