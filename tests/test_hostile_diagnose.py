@@ -10,6 +10,7 @@ import csv
 import hashlib
 import json
 import lzma
+import math
 import re
 import shutil
 import sqlite3
@@ -90,7 +91,7 @@ def _number(s: str) -> bool:
 
 def _finite(x: object) -> None:
     if isinstance(x, float):
-        assert x == x and abs(x) != float("inf")
+        assert math.isfinite(x)
     elif isinstance(x, dict):
         for v in x.values():
             _finite(v)
@@ -109,9 +110,9 @@ NAMES = {"script_escape_bidi": HOSTILE, "formula_eq": "=HYPERLINK(\"http://x\")"
 def test_hostile_native_symbols_and_modules(case, srcdir, tmp_path, capsys):
     bad = NAMES[case]
     p = sql(copy("waits_native", srcdir, tmp_path),
-            ("UPDATE StringIds SET value = ? || value WHERE id IN (SELECT symbol FROM SAMPLING_CALLCHAINS UNION "
+            (("UPDATE StringIds SET value = ? || value WHERE id IN (SELECT symbol FROM SAMPLING_CALLCHAINS UNION "
             "SELECT module FROM SAMPLING_CALLCHAINS UNION SELECT symbol FROM CUDA_CALLCHAINS UNION "
-            "SELECT module FROM CUDA_CALLCHAINS)", (bad,)))
+            "SELECT module FROM CUDA_CALLCHAINS)"), (bad,)))
     r = run_all(p, tmp_path, capsys)
     if case == "script_escape_bidi":
         assert "RED" in r["out"]  # the names are shown, only cleaned
@@ -192,11 +193,11 @@ def test_broken_native_samples(case, srcdir, tmp_path, capsys):
 
 PY_BROKEN = {
     "truncated_blobs": ["UPDATE NVTX_EVENTS SET binaryData = substr(binaryData, 1, 40) WHERE eventType = 34"],
-    "truncated_mid_frame": ["UPDATE NVTX_EVENTS SET binaryData = substr(binaryData, 1, length(binaryData) - 5) "
-                            "WHERE eventType = 34"],
+    "truncated_mid_frame": [("UPDATE NVTX_EVENTS SET binaryData = substr(binaryData, 1, length(binaryData) - 5) "
+                            "WHERE eventType = 34")],
     "random_bytes": ["UPDATE NVTX_EVENTS SET binaryData = randomblob(64 + rowid % 300) WHERE eventType = 34"],
-    "huge_count_and_offset": ["UPDATE NVTX_EVENTS SET binaryData = x'01000000000000000100000000000000ffffffffffffff7f"
-                              "2000000000000000' || zeroblob(8) || x'ffffffff' || zeroblob(40) WHERE eventType = 34"],
+    "huge_count_and_offset": [("UPDATE NVTX_EVENTS SET binaryData = x'01000000000000000100000000000000ffffffffffffff7f"
+                              "2000000000000000' || zeroblob(8) || x'ffffffff' || zeroblob(40) WHERE eventType = 34")],
     "wrong_schema": ["UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET schemaId = schemaId + 77"],
     "schema_offsets_wild": ["UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET offset = -9 WHERE name = 'Frames count'",
                             "UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET offset = 1000000000 WHERE name = 'Line'",
@@ -225,11 +226,11 @@ METRIC_BROKEN = {
     "null_values_and_times": ["UPDATE GPU_METRICS SET value = NULL WHERE rowid % 3 = 0",
                               "UPDATE GPU_METRICS SET timestamp = NULL WHERE rowid % 3 = 1"],
     "type_without_names": ["UPDATE GPU_METRICS SET typeId = 4242 WHERE rowid % 2 = 0"],
-    "duplicate_names": ["INSERT INTO TARGET_INFO_GPU_METRICS SELECT typeId, sourceId, typeName, metricId + 500, "
-                        "metricName FROM TARGET_INFO_GPU_METRICS",
+    "duplicate_names": [("INSERT INTO TARGET_INFO_GPU_METRICS SELECT typeId, sourceId, typeName, metricId + 500, "
+                        "metricName FROM TARGET_INFO_GPU_METRICS"),
                         "UPDATE GPU_METRICS SET metricId = metricId + 500 WHERE rowid % 2 = 0"],
-    "duplicate_ids": ["INSERT INTO TARGET_INFO_GPU_METRICS SELECT typeId, sourceId, typeName, metricId, "
-                      "'GR Active [Throughput %]' FROM TARGET_INFO_GPU_METRICS"],
+    "duplicate_ids": [("INSERT INTO TARGET_INFO_GPU_METRICS SELECT typeId, sourceId, typeName, metricId, "
+                      "'GR Active [Throughput %]' FROM TARGET_INFO_GPU_METRICS")],
     "zero_samples": ["DELETE FROM GPU_METRICS"],
     "one_sample": ["DELETE FROM GPU_METRICS WHERE timestamp > (SELECT min(timestamp) FROM GPU_METRICS)"],
     "all_at_one_time": ["UPDATE GPU_METRICS SET timestamp = 5"],
@@ -324,7 +325,7 @@ def test_many_distinct_stacks_bounded(srcdir, tmp_path):
             f"c = main(['analyze', {str(p)!r}, '--json', {str(tmp_path / 'o.json')!r}, '--html', "
             f"{str(tmp_path / 'o.html')!r}, '--force', '-q']); "
             "print(c, time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert "Traceback" not in r.stderr, r.stderr
     rc, cpu_s, rss_kb = r.stdout.split()[-3:]
     assert rc == "0"
