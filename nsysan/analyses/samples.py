@@ -407,6 +407,8 @@ def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any,
     else:
         if inputs.get("python_frames_lost"):
             out.note = BLOBS_LOST
+        elif inputs.get("python_blobs_damaged"):
+            out.note = blobs_damaged(inputs)
         elif inputs.get("cpu_samples") or inputs.get("python_samples"):
             out.note = "no CPU or Python sample was taken on the threads that launch the GPU work in the steady state"
         else:
@@ -447,7 +449,14 @@ def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any,
         out.note = f"only {out.samples_in_gaps} {what} sample(s) in the idle gaps: too few to attribute"
     elif source == "native" and inputs.get("python_frames_lost"):
         out.note = BLOBS_LOST
+    elif source == "native" and inputs.get("python_blobs_damaged"):
+        out.note = blobs_damaged(inputs)
     return out
+
+
+def blobs_damaged(inputs: dict[str, object]) -> str:
+    return (f"{int(inputs['python_blobs_damaged']):,} Python sample payloads could not be decoded (damaged, or a "  # type: ignore[call-overload]
+            "layout nsysan does not know): their samples were skipped")
 
 
 # -- call sites --------------------------------------------------------------------------------------

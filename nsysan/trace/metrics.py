@@ -47,6 +47,7 @@ WANTED = {
 }
 MAX_ROWS = 200_000_000  # rows of GPU_METRICS read at most (the wanted ones are kept): a resource guard
 PART_ROWS = 400_000  # rows decoded at a time
+MAX_VALUE = 1e30  # larger metric values (or infinite ones) are read as missing
 
 
 @dataclass
@@ -198,7 +199,10 @@ def _read(db: Any, gpus: Any, max_rows: int) -> Metrics:
             tsx, vx = (ts, val) if every else (ts[sel], val[sel])
             tsx, col, vx = tsx[ok], i[ok], vx[ok]
             out.kept += len(tsx)
-            kept[t].append(_pivot(tsx, col, vx.astype(np.float32), len(w)))
+            # a value no counter gives (infinite, or beyond float32): no value, not an overflow to inf
+            with np.errstate(invalid="ignore"):
+                v32 = np.where(np.abs(vx) <= MAX_VALUE, vx, np.nan).astype(np.float32)
+            kept[t].append(_pivot(tsx, col, v32, len(w)))
 
     n_rows = _read_direct(db, take, max_rows)
     if n_rows is None:

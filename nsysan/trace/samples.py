@@ -39,6 +39,7 @@ from nsysan.trace.db import _connect
 PY_SAMPLING = "Python Periodic Sampling"
 PY_BACKTRACE = "Python Backtrace on CUDA"
 MAX_SAMPLES = 5_000_000
+MAX_NAME = 8192  # characters of a symbol, module, function or file name kept (trace.load.MAX_STRING)
 TID_MASK = (1 << 48) - 1  # globalTid without the VM bits: pid << 24 | tid
 
 Frame = tuple[str, str, int]
@@ -81,13 +82,17 @@ def _fmt(t: int | None) -> str:
     return _FMT.get(int(t or 0), "<Q")
 
 
+def _int(x: object) -> int | None:
+    """An integer field of the schema tables; None for NULL or anything that is not a whole number."""
+    return x if isinstance(x, int) else None
+
+
 def _layout(con: sqlite3.Connection, domain: int) -> dict[str, object] | None:
     """Offsets and formats of the state, frame count and frames, the frame size and its fields' offsets
     and formats, from the payload schema of ``domain``."""
     rows = con.execute("SELECT schemaId, name, type, offset FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE domainId = ?",
                        (domain,)).fetchall()
-    by = {str(n): (int(sc), (int(t) if t is not None else None), (int(o) if o is not None else None))
-          for sc, n, t, o in rows}
+    by = {str(n): (_int(sc), _int(t), _int(o)) for sc, n, t, o in rows}
     need = ("Frames count", "Frames", "Function", "File", "Line")
     if not all(k in by for k in need):
         return None
@@ -97,7 +102,7 @@ def _layout(con: sqlite3.Connection, domain: int) -> dict[str, object] | None:
 
     def off(name: str, default: int) -> int:
         o = by[name][2] if name in by else None
-        return default if o is None else o
+        return default if o is None or o < 0 else o
 
     return {"state": off("Thread state", 8),
             "count": off("Frames count", 12), "count_fmt": _fmt(by["Frames count"][1]),
@@ -193,14 +198,19 @@ def _strings(con: sqlite3.Connection, ids: set[int]) -> dict[int, str]:
     ids_l = sorted(int(i) for i in ids)
     for i in range(0, len(ids_l), 50_000):
         q = ",".join(str(x) for x in ids_l[i:i + 50_000])
-        out.update((int(k), str(v)) for k, v in con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({q})"))
+        # names are cut as the loader cuts the others (a MB-long symbol must not cost a regex pass per MB)
+        out.update((int(k), str(v)) for k, v in con.execute(
+            f"SELECT id, substr(value, 1, {MAX_NAME}) FROM StringIds WHERE id IN ({q})"))
     return out
 
 
 # one text per call chain: "depth:symbol:module:unresolved" per frame, made by SQLite from the chain's
-# primary-key index (id, stackDepth); parsed once per distinct chain
-_CHAIN = ("(SELECT group_concat(c.stackDepth || ':' || c.symbol || ':' || c.module || ':' || "
-          "coalesce(c.unresolved, 0), ',') FROM {table} c WHERE c.id = {ref})")
+# primary-key index (id, stackDepth); parsed once per distinct chain. Every field is cast to an integer
+# (a text or real where nsys writes an id must not make the whole chain, or every chain, unreadable);
+# a frame with a NULL depth, symbol or module is left out.
+_CHAIN = ("(SELECT group_concat(CAST(c.stackDepth AS INTEGER) || ':' || CAST(c.symbol AS INTEGER) || ':' || "
+          "CAST(c.module AS INTEGER) || ':' || coalesce(CAST(c.unresolved AS INTEGER), 0), ',') "
+          "FROM {table} c WHERE c.id = {ref})")
 
 
 def _parse_chain(key: str) -> tuple[tuple[int, int, int], ...]:
@@ -216,11 +226,11 @@ def _native(con: sqlite3.Connection, window: tuple[int, int] | None, threads: li
             keys: dict[str, int]) -> pd.DataFrame:
     """Native CPU samples (``COMPOSITE_EVENTS``) of the window and threads, with their chains' ids."""
     where, params = _filters(window, threads, "e.start", "e.globalTid")
-    sql = (f"SELECT e.start, e.globalTid, coalesce(e.threadState, 0), {_CHAIN.format(table='SAMPLING_CALLCHAINS', ref='e.id')} "
+    sql = (f"SELECT e.start, CAST(e.globalTid AS INTEGER), coalesce(CAST(e.threadState AS INTEGER), 0), {_CHAIN.format(table='SAMPLING_CALLCHAINS', ref='e.id')} "
            f"FROM COMPOSITE_EVENTS e WHERE 1{where} ORDER BY e.start LIMIT {MAX_SAMPLES}")
     ts, g, st, stack = [], [], [], []
     for s, gt, state, key in con.execute(sql, params):
-        if gt is None:
+        if gt is None or not isinstance(s, int):
             continue
         ts.append(int(s))
         g.append(int(gt))
@@ -277,7 +287,7 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
     domains = {str(t): int(d) for d, t in con.execute(
         "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75 AND text IN (?, ?)", (PY_SAMPLING, PY_BACKTRACE))}
     stack_ix: dict[tuple[tuple[int, int, int], ...], int] = {}
-    lost = False
+    lost, damaged = False, 0
     for key, name in (("python", PY_SAMPLING), ("backtraces", PY_BACKTRACE)):
         if name not in domains:
             continue
@@ -298,7 +308,9 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
                 d = _decode(bytes(blob), lay) if lay else None
             except (struct.error, TypeError, ValueError):  # a damaged blob: that sample is skipped
                 d = None
-            if d is None or g is None:
+            if d is None:
+                damaged += 1
+            if d is None or not isinstance(g, int) or not isinstance(s, int):
                 continue
             st, frames = d
             ix = stack_ix.setdefault(frames, len(stack_ix))
@@ -315,3 +327,5 @@ def _python(con: sqlite3.Connection, tables: set[str], window: tuple[int, int] |
         stacks[ix] = fr  # type: ignore[assignment]  # string ids, resolved by read_from
     out.stacks = stacks
     inputs["python_frames_lost"] = lost
+    if damaged:  # payloads that could not be decoded: their samples are skipped (key absent when none)
+        inputs["python_blobs_damaged"] = damaged
