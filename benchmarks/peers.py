@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PEERS_DIR = Path(os.environ.get("PEERS_DIR", "/work/peers"))
+PEERS_DIR = Path(os.environ.get("PEERS_DIR", Path.home() / ".cache" / "nsysan-peers"))
 NSYSAI_VENV = PEERS_DIR / "nsysai-venv"
 NSYSAI_PINS = ["nsys-ai==0.3.0", "duckdb==1.4.4", "duckdb-ext-sqlite==1.4.4.20260205"]
 NSYS = os.environ.get("NSYS", "nsys2022")
@@ -48,7 +48,7 @@ def setup() -> int:
     """Install the peers (idempotent)."""
     if shutil.which(NSYS) is None:
         script = HERE.parent.parent / "shared" / "tools" / "install-nsys2022.sh"
-        for candidate in (script, Path("/work/shared/tools/install-nsys2022.sh")):
+        for candidate in (script,):
             if candidate.exists():
                 subprocess.run(["bash", str(candidate)], check=True)
                 break
