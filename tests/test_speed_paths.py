@@ -200,3 +200,16 @@ def test_numpy_imported_without_blas_threads_and_nothing_passed_on():
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1", "False"]  # one thread: OpenBLAS started none; the variable is gone
+
+
+def test_the_c_extension_was_built_where_a_compiler_exists():
+    """The fast paths fall back silently when ``_btree.c`` fails to compile (the install only warns),
+    so a broken C source would pass every other test: where a C compiler and Python's headers are
+    present, the extension must be there."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    if not (shutil.which("cc") or shutil.which("gcc")) or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no C compiler or Python headers: nsysan reads through SQLite")
+    from nsysan.trace import _btree  # noqa: F401 - ImportError here means the C source did not compile

@@ -387,6 +387,19 @@ static int varint_len(int64_t v) {
     return n;
 }
 
+/* Take a C-contiguous int64 buffer of ``obj`` into ``view``: 0 ok; -1 no buffer (nothing to
+   release); -2 not int64 (the view is taken: release it). ``who`` names the caller in the error. */
+static int int64_view(PyObject *obj, Py_buffer *view, const char *who) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (view->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s: columns must be int64", who);
+        return -2;
+    }
+    return 0;
+}
+
 static PyObject *py_varints(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *seq;
@@ -399,15 +412,9 @@ static PyObject *py_varints(PyObject *self, PyObject *args) {
     Py_ssize_t got = 0;
     if (!views) { PyErr_NoMemory(); goto out; }
     for (; got < n; got++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, got), &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-            goto out;
-        const char *f = views[got].format ? views[got].format : "B";
-        if (*f == '<' || *f == '=' || *f == '@') f++;
-        if (views[got].itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
-            got++;
-            PyErr_SetString(PyExc_TypeError, "varints: columns must be int64");
-            goto out;
-        }
+        int r = int64_view(PySequence_Fast_GET_ITEM(fast, got), &views[got], "varints");
+        if (r == -2) got++;
+        if (r) goto out;
     }
     size_t total = 0;
     int negative = 0;
@@ -494,15 +501,10 @@ static PyObject *py_lane(PyObject *self, PyObject *args) {
     const int64_t **dst[6] = {&L.order, &L.start, &L.end, &L.name, &L.kind, &L.depth};
     for (int i = 0; i < 6; i++) {
         if (i == 5 && objs[i] == Py_None) continue;
-        if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
-        got++;
+        int r = int64_view(objs[i], &views[got], "lane");
+        if (r != -1) got++;
+        if (r) goto out;
         Py_buffer *v = &views[got - 1];
-        const char *f = v->format ? v->format : "B";
-        if (*f == '<' || *f == '=' || *f == '@') f++;
-        if (v->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
-            PyErr_SetString(PyExc_TypeError, "lane: columns must be int64");
-            goto out;
-        }
         *dst[i] = (const int64_t *)v->buf;
         if (i == 0) L.n = v->len / 8;
         else if (i == 1) L.rows = v->len / 8;
@@ -615,15 +617,10 @@ static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
     size_t buf_cap = 0;
     for (int i = 0; i < 8; i++) {
         if (i == 7 && objs[i] == Py_None) continue;
-        if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto out;
-        got++;
+        int r = int64_view(objs[i], &views[got], "clipped_sums");
+        if (r != -1) got++;
+        if (r) goto out;
         Py_buffer *v = &views[got - 1];
-        const char *f = v->format ? v->format : "B";
-        if (*f == '<' || *f == '=' || *f == '@') f++;
-        if (v->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
-            PyErr_SetString(PyExc_TypeError, "clipped_sums: columns must be int64");
-            goto out;
-        }
         col[i] = (const int64_t *)v->buf;
         len[i] = v->len / 8;
     }
