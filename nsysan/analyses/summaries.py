@@ -163,6 +163,39 @@ def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
     stats = duration_stats(m, ["kind"])
     pageable = (m["host_mem"] == "Pageable").astype("int64")
     pinned = (m["host_mem"] == "Pinned").astype("int64")
+    out = _with_byte_sums(stats, m, pageable.to_numpy(), pinned.to_numpy())
+    if out is None:  # a missing copy kind: pandas' group-by and merge, as before
+        out = _with_byte_sums_by_merge(stats, m, pageable, pinned)
+    thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
+    return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
+
+
+def _with_byte_sums(stats: pd.DataFrame, m: pd.DataFrame, pageable: np.ndarray,
+                    pinned: np.ndarray) -> pd.DataFrame | None:
+    """``stats`` (one row per copy kind) with each kind's bytes, pageable/pinned counts and bytes: the
+    columns the group-by and merge below give, summed exactly in int64 per kind (a handful of kinds:
+    one masked sum each, no group-by); None when a kind is missing or bytes are not integers."""
+    kind = m["kind"]
+    b = m["bytes"].to_numpy()
+    if b.dtype != np.int64 or bool(kind.isna().any()):
+        return None
+    codes, uniq = pd.factorize(kind.to_numpy(dtype=object))
+    sums: dict[str, list[int]] = {c: [] for c in ("total_bytes", "pageable_count", "pinned_count",
+                                                  "pageable_bytes", "pinned_bytes")}
+    for i in range(len(uniq)):
+        rows = codes == i
+        sums["total_bytes"].append(int(b[rows].sum()))
+        sums["pageable_count"].append(int(pageable[rows].sum()))
+        sums["pinned_count"].append(int(pinned[rows].sum()))
+        sums["pageable_bytes"].append(int((b[rows] * pageable[rows]).sum()))
+        sums["pinned_bytes"].append(int((b[rows] * pinned[rows]).sum()))
+    at = {k: i for i, k in enumerate(uniq.tolist())}
+    order = np.array([at[k] for k in stats["kind"].tolist()], dtype=np.int64)
+    return stats.assign(**{c: np.asarray(v, dtype=np.int64)[order] for c, v in sums.items()})
+
+
+def _with_byte_sums_by_merge(stats: pd.DataFrame, m: pd.DataFrame, pageable: pd.Series,
+                             pinned: pd.Series) -> pd.DataFrame:
     extra = (m.assign(pageable_count=pageable, pinned_count=pinned, pageable_bytes=m["bytes"] * pageable,
                       pinned_bytes=m["bytes"] * pinned)
              .groupby("kind", sort=True, observed=True)
@@ -170,9 +203,7 @@ def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
                   pinned_count=("pinned_count", "sum"), pageable_bytes=("pageable_bytes", "sum"),
                   pinned_bytes=("pinned_bytes", "sum"))
              .reset_index())
-    out = stats.merge(extra, on="kind", how="left")
-    thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
-    return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
+    return stats.merge(extra, on="kind", how="left")
 
 
 def in_window(df: pd.DataFrame, start_ns: int, end_ns: int, columns: list[str] | None = None) -> pd.DataFrame | None:

@@ -316,9 +316,9 @@ def _build_timeline(a: Any) -> dict[str, Any]:
                 names.ids(api["name"], rows), np.full(len(rows), API, dtype=np.int64))
     # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
-    from nsysan.analysis import default_workers
+    from nsysan.analysis import default_workers, event_rows
 
-    with thread_pool(min(default_workers(), max(len(jobs), 1)), "nsysan-timeline") as pool:
+    with thread_pool(min(default_workers(event_rows(a.trace)), max(len(jobs), 1)), "nsysan-timeline") as pool:
         futures = [pool.submit(lane, *job) for job in jobs]
         lanes = [f.result() for f in futures]
     lo, hi, what = initial_window(a)
