@@ -112,9 +112,14 @@ def _input(path: str, quiet: bool = False) -> str:
 
 def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
+    from nsysan import _gc
     from nsysan.analysis import Params, analyze
     from nsysan.report import timeline
     from nsysan.trace import open_trace
+
+    if opts["html"]:  # the report's libraries too, before the collector resumes
+        from nsysan.report import html, view  # noqa: F401
+    _gc.resume()
 
     t0 = time.perf_counter()
     # a .nsys-rep is read from its export (made once into the cache); names stay the user's
@@ -1073,6 +1078,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.traces = [resolve(t) for t in args.traces]
         if args.cmd == "diff":
             args.base, args.new = resolve(args.base), resolve(args.new)
+        if args.cmd == "analyze":  # the collector resumes after the imports (analyze_one)
+            from nsysan import _gc
+
+            _gc.pause()
         return int(args.fn(args))
     except NsysanError as e:
         print(f"nsysan: error: {_say(e)}", file=sys.stderr)
@@ -1097,6 +1106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("nsysan: hint: please report this with the command line (NSYSAN_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        from nsysan import _gc
+
+        _gc.resume()
 
 
 def run() -> None:

@@ -213,3 +213,99 @@ def test_the_c_extension_was_built_where_a_compiler_exists():
     if not (shutil.which("cc") or shutil.which("gcc")) or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
         pytest.skip("no C compiler or Python headers: nsysan reads through SQLite")
     from nsysan.trace import _btree  # noqa: F401 - ImportError here means the C source did not compile
+
+
+# --- speed round 3, small traces: one analysis thread, copy byte sums without a group-by ----------
+
+COPY_SQL = """
+SELECT CASE copyKind WHEN 1 THEN 'HtoD' WHEN 2 THEN 'DtoH' WHEN 3 THEN 'HtoA' WHEN 4 THEN 'AtoH'
+         WHEN 5 THEN 'AtoA' WHEN 6 THEN 'AtoD' WHEN 7 THEN 'DtoA' WHEN 8 THEN 'DtoD' WHEN 9 THEN 'HtoH'
+         WHEN 10 THEN 'PtoP' WHEN 11 THEN 'UVM HtoD' WHEN 12 THEN 'UVM DtoH' WHEN 13 THEN 'UVM DtoD'
+         ELSE 'Unknown' END AS kind,
+       CASE WHEN copyKind IN (1, 3) THEN srcKind WHEN copyKind IN (2, 4) THEN dstKind ELSE -1 END AS host,
+       bytes
+FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE start IS NOT NULL AND "end" IS NOT NULL
+"""
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURE_NAMES if n.startswith(("ladder_", "ddp_", "decode_", "jax",
+                                                                            "pipeline", "timing", "waits_sync"))])
+def test_copy_kinds_bytes_and_host_memory_equal_sql(fixture_dir, analysis, name):
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{fixture_dir / (name + '.sqlite')}?mode=ro", uri=True)
+    try:
+        has = con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_MEMCPY'").fetchone()[0]
+        rows = con.execute(COPY_SQL).fetchall() if has else []
+    finally:
+        con.close()
+    truth: dict[str, dict[str, int]] = {}
+    for kind, host, nbytes in rows:  # host memory kinds 0 pageable, 1 pinned (ENUM_CUDA_MEM_KIND)
+        t = truth.setdefault(kind, dict.fromkeys(("total_bytes", "pageable_count", "pinned_count",
+                                                  "pageable_bytes", "pinned_bytes"), 0))
+        t["total_bytes"] += nbytes
+        if host == 0:
+            t["pageable_count"] += 1
+            t["pageable_bytes"] += nbytes
+        elif host == 1:
+            t["pinned_count"] += 1
+            t["pinned_bytes"] += nbytes
+    m = analysis(name).memcpy
+    got = {r["kind"]: {k: r[k] for k in truth.get(r["kind"], {})} for r in m.to_dict("records")}
+    assert set(got) == set(truth)
+    assert got == truth
+    for c in ("total_bytes", "pageable_count", "pinned_count", "pageable_bytes", "pinned_bytes"):
+        assert m[c].dtype == np.int64, c
+
+
+def test_a_missing_copy_kind_takes_the_group_by_with_the_same_columns():
+    from nsysan.analyses.summaries import memcpy_stats
+
+    m = pd.DataFrame({"kind": pd.array(["HtoD", "HtoD", "DtoH"], dtype="string"),
+                      "host_mem": pd.array(["Pageable", "Pinned", "Pinned"], dtype="string"),
+                      "bytes": np.array([10, 20, 40], dtype=np.int64), "dur_ns": np.array([5, 6, 7], dtype=np.int64)})
+    fast = memcpy_stats(m)
+    assert fast[["kind", "total_bytes", "pageable_count", "pinned_bytes"]].values.tolist() == \
+        [["HtoD", 30, 1, 20], ["DtoH", 40, 0, 40]]  # by total time, descending
+    missing = m.assign(kind=pd.array(["HtoD", None, "DtoH"], dtype="string"))
+    slow = memcpy_stats(missing)  # the group-by path: the copy without a kind has no byte sums
+    assert list(slow.columns) == list(fast.columns)
+
+
+def test_small_traces_analyse_on_one_thread(load, monkeypatch):
+    from nsysan.analysis import SMALL_EVENTS, analyze, default_workers, event_rows
+    from nsysan.report import jsonout
+
+    monkeypatch.delenv("NSYSAN_THREADS", raising=False)
+    trace = load("ladder_baseline")
+    n = event_rows(trace)
+    assert n == sum(len(getattr(trace, t)) for t in ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx"))
+    assert 0 < n < SMALL_EVENTS and default_workers(n) == 1
+    assert default_workers(SMALL_EVENTS) == max(1, min(4, os.cpu_count() or 1))
+    monkeypatch.setenv("NSYSAN_THREADS", "3")
+    assert default_workers(n) == 3  # the user's choice wins
+    assert jsonout.to_json(analyze(trace)) == jsonout.to_json(analyze(trace, workers=2))
+
+
+def test_the_collector_is_paused_for_the_imports_only(fixture_dir, tmp_path, monkeypatch):
+    import gc
+
+    from nsysan import _gc, cli
+
+    monkeypatch.setenv("NSYSAN_NO_CACHE", "1")
+    seen = []
+    real = _gc.resume
+
+    def resume():
+        seen.append(gc.isenabled())
+        real()
+        seen.append(gc.isenabled())
+
+    monkeypatch.setattr(_gc, "resume", resume)
+    assert gc.isenabled()
+    code = cli.main(["analyze", str(fixture_dir / "ladder_baseline.sqlite"), "--json", str(tmp_path / "a.json"),
+                     "--html", str(tmp_path / "a.html"), "-q"])
+    assert code == 0
+    assert seen[:2] == [False, True]  # paused until after the imports, then running for the analysis
+    assert gc.isenabled()
+    gc.unfreeze()

@@ -205,19 +205,17 @@ def _nodes(text: str) -> list[str]:
 
 
 def _empty_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    ex = pd.DataFrame({c: pd.Series(dtype="int64") for c in (
-        "exec_id", "engine", "pid", "tid", "start_ns", "end_ns", "cpu_ns", "blocked_ns", "layers", "gpu_ops",
-        "gpu_ns", "device_id", "stream_id", "proj_start_ns", "proj_end_ns", "completion_ns")})
-    ex = ex.assign(name=pd.Series(dtype=object), sync=pd.Series(dtype=bool), captured=pd.Series(dtype=bool),
-                   truncated=pd.Series(dtype=bool), steady=pd.Series(dtype=bool))
-    ly = pd.DataFrame({c: pd.Series(dtype="int64") for c in (
-        "exec_id", "engine", "pos", "start_ns", "end_ns", "cpu_ns", "gpu_ops", "gpu_ns", "reformat_gpu_ns",
-        *(f"{p}_ns" for p in PRECISIONS[1:]), "heavy_fp32_ns", "reformat_kernel_ops")}).assign(layer=pd.Series(dtype=object))
-    ops = pd.DataFrame({c: pd.Series(dtype="int64") for c in (
-        "exec_id", "layer_row", "pid", "correlation_id", "start_ns", "end_ns", "dur_ns", "api_start_ns",
-        "device_id")}).assign(
-        kernel=pd.Series(dtype=object), precision=pd.Series(dtype=object), reformat=pd.Series(dtype=bool),
-        heavy=pd.Series(dtype=bool))
+    def frame(ints: tuple[str, ...], **others: str) -> pd.DataFrame:  # numpy arrays: no Series per column
+        return pd.DataFrame({**{c: np.empty(0, dtype=np.int64) for c in ints},
+                             **{c: np.empty(0, dtype=t) for c, t in others.items()}}, copy=False)
+
+    ex = frame(("exec_id", "engine", "pid", "tid", "start_ns", "end_ns", "cpu_ns", "blocked_ns", "layers", "gpu_ops",
+                "gpu_ns", "device_id", "stream_id", "proj_start_ns", "proj_end_ns", "completion_ns"),
+               name="object", sync="bool", captured="bool", truncated="bool", steady="bool")
+    ly = frame(("exec_id", "engine", "pos", "start_ns", "end_ns", "cpu_ns", "gpu_ops", "gpu_ns", "reformat_gpu_ns",
+                *(f"{p}_ns" for p in PRECISIONS[1:]), "heavy_fp32_ns", "reformat_kernel_ops"), layer="object")
+    ops = frame(("exec_id", "layer_row", "pid", "correlation_id", "start_ns", "end_ns", "dur_ns", "api_start_ns",
+                 "device_id"), kernel="object", precision="object", reformat="bool", heavy="bool")
     return ex, ly, ops
 
 

@@ -197,9 +197,14 @@ _started: dict[int, tuple[Any, Any]] = {}  # id -> (analysis, future): timelines
 def start(a: Any) -> None:
     """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and zlib, which
     release the GIL), so the JSON is written meanwhile; ``build_timeline(a)`` then takes the result,
-    or ``discard(a)`` forgets it (an output that could not be written)."""
+    or ``discard(a)`` forgets it (an output that could not be written). Not for a small trace (fewer
+    than ``analysis.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its lanes when asked."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from nsysan.analysis import SMALL_EVENTS, event_rows
+
+    if event_rows(a.trace) < SMALL_EVENTS:  # a small trace's lanes are mostly Python: no gain, only switching
+        return
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-timeline-start")
     _started[id(a)] = (a, pool.submit(_build_timeline, a))
     pool.shutdown(wait=False)
