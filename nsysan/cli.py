@@ -154,9 +154,9 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
         text = jsonout.to_json(a, show_env=opts["show_env"])
         write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["json"])
-        if not opts["show_env"] and not opts.get("time_range"):  # compare and diff of this trace reuse it
-            from nsysan import results
+        from nsysan import results
 
+        if not opts["show_env"] and not opts.get("time_range") and results.enabled():  # compare and diff reuse it
             results.put(results.key(source, results.options_of(
                 opts["iteration_range"], opts["min_gap_ns"], opts["warmup_factor"], opts["rule_config"])), text)
     if opts["csv"]:

@@ -54,12 +54,18 @@ def code_stamp() -> str:
 
         h = hashlib.sha256(__version__.encode())
         pkg = Path(__file__).resolve().parent
-        for p in sorted(pkg.rglob("*.py")):
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            h.update(f"{p.relative_to(pkg)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        found: list[tuple[str, int, int]] = []
+        for folder, _dirs, files in os.walk(pkg):  # os.walk + os.stat: a third of rglob's time
+            rel = os.path.relpath(folder, pkg)
+            for name in files:
+                if name.endswith(".py"):
+                    try:
+                        st = os.stat(os.path.join(folder, name))
+                    except OSError:
+                        continue
+                    found.append((name if rel == "." else f"{rel}/{name}", st.st_size, st.st_mtime_ns))
+        for rel_name, size, mtime in sorted(found):
+            h.update(f"{rel_name}:{size}:{mtime}\n".encode())
         _CODE_STAMP = h.hexdigest()
     return _CODE_STAMP
 
