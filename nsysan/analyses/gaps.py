@@ -98,6 +98,10 @@ class ThreadActivity:
             self._rows[key] = parts
         return self._rows[key]
 
+    def forget(self, pid: int, tid: int) -> None:
+        """Drop the rows kept for thread (pid, tid) (a caller done with that thread)."""
+        self._rows.pop((pid, tid), None)
+
     def _layers(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> list[Layer]:
         """The thread's calls that overlap any of the windows [lo, hi), as layers: (source, starts,
         ends, name codes, code -> name table, batched). A batched layer is disjoint and holds all the
@@ -210,17 +214,27 @@ class ThreadActivity:
         if unbatched:
             for w in (range(len(lo)) if detail is None else detail.tolist()):
                 for src, code, v in _window_items(unbatched, int(lo[w]), int(hi[w])):
-                    parts.append((np.array([w]), np.array([SOURCES.index(src)]), np.array([code]), np.array([v])))
+                    parts.append((np.array([w]), np.array([SOURCES.index(src)], np.int8), np.array([code]), np.array([v])))
         if not parts:
             return names, empty, empty, empty, empty
-        win, src, code, ns = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(4))
+        # one column at a time, each part's piece dropped once joined (the parts and their join are
+        # never all alive: millions of entries on a launch loop's gaps); the source index is int8
+        cols = [list(p) for p in parts]
+        del parts
+        win, src, code, ns = (_join_column(cols, k, np.int8 if k == 1 else np.int64) for k in range(4))
         # one entry per (window, source, name) (a name lives in one layer of its source), grouped
         # by window: a stable sort keeps each part's (window, name) order within a window
         keep = ns > 0
+        if len(cols) == 1 and bool(keep.all()):
+            return names, win, src, code, ns
         order = np.flatnonzero(keep)
-        if len(parts) > 1:
+        del keep
+        if len(cols) > 1:
             order = order[np.argsort(win[order], kind="stable")]
-        return names, win[order], src[order], code[order], ns[order]
+        win = win[order]
+        src = src[order]
+        code = code[order]
+        return names, win, src, code, ns[order]
 
     def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
         """``items`` for many windows of one thread (``sums`` as lists of {source, name, ns}, largest
@@ -241,6 +255,14 @@ class ThreadActivity:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         return self.items_many(pid, tid, [(lo, hi)])[0]
+
+
+def _join_column(cols: list[list[np.ndarray]], k: int, dtype: type) -> np.ndarray:
+    """Column ``k`` of the parts ``cols`` concatenated (as ``dtype``), each part's piece released."""
+    out = np.concatenate([c[k] for c in cols]).astype(dtype, copy=False)
+    for c in cols:
+        c[k] = None  # type: ignore[call-overload]
+    return out
 
 
 def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
@@ -268,7 +290,7 @@ def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, 
     w, c, v = (np.frombuffer(b, dtype=np.int64) for b in fast(
         i64(st), i64(en), i64(codes), i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
         ending_after_lo))
-    return w, np.full(len(w), SOURCES.index(source), np.int64), c, v
+    return w, np.full(len(w), SOURCES.index(source), np.int8), c, v
 
 
 def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
@@ -288,7 +310,7 @@ def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray
     first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
     keys = sk[first]
     tot = np.add.reduceat(dur[order], first).astype(np.int64)
-    return keys // width, np.full(len(keys), SOURCES.index(source), np.int64), keys % width - 1, tot
+    return keys // width, np.full(len(keys), SOURCES.index(source), np.int8), keys % width - 1, tot
 
 
 def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -403,6 +425,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     for (p, t), sel in group_rows(pid, tid):
         det_local = np.flatnonzero(is_detail[sel])
         names, win, src, code, ns = index.sums(p, t, lo[sel], hi[sel], det_local)
+        index.forget(p, t)  # each thread comes once: its copied rows would only pile up
         if len(win) == 0:
             continue
         lab = np.zeros(len(win), dtype=np.int64)

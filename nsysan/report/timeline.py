@@ -127,6 +127,31 @@ class _Names:
         lut = np.array([self.id(t) for t in texts], dtype=np.int64)
         return lut[codes]
 
+    def ids_later(self, values: pd.Series, rows: np.ndarray) -> Any:
+        """``ids(values, rows)`` as a function that makes the array when called: the names are
+        numbered now (in the same order as ``ids``), the one id per row only when its lane is
+        encoded, so the lanes waiting their turn hold no per-row arrays. A function of an optional
+        mask over ``rows``."""
+        arr = values.array
+        if not isinstance(arr, pd.Categorical):
+            nm = self.ids(values, rows)
+            return lambda mask=None: nm if mask is None else nm[mask]
+        # a categorical column: its categories then "nan" are numbered, as ``_text_codes`` lists them;
+        # a missing value's code -1 picks the last entry ("nan"), as _text_codes' where does
+        lut = np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int64)
+
+        def make(mask: np.ndarray | None = None) -> np.ndarray:
+            codes = _rows(np.asarray(arr.codes), rows)
+            return lut[codes if mask is None else codes[mask]]
+
+        return make
+
+
+def _rows(col: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``col[rows]`` for row positions from ``group_rows`` (ascending, distinct): the column itself
+    when they are all of its rows."""
+    return col if len(rows) == len(col) else col[rows]
+
 
 def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """A code per row (of ``rows``, default all) and the text of each code (``str`` of the value,
@@ -247,13 +272,15 @@ def _build_timeline(a: Any) -> dict[str, Any]:
 
     jobs: list[tuple[Any, ...]] = []
 
-    def add(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
-            depth: np.ndarray | None = None) -> None:
-        jobs.append((label, group, s, e, nm, kind, depth))  # encoded below, lanes on threads
+    def add(label: str, group: str, make: Any) -> None:
+        # encoded below, lanes on threads; ``make`` gives the lane's (starts, ends, name ids, kinds,
+        # depths) when the lane is encoded, so only the lanes being encoded hold per-op arrays
+        jobs.append((label, group, make))
 
-    def lane(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
-             depth: np.ndarray | None) -> dict[str, Any]:
+    def lane(label: str, group: str, make: Any) -> dict[str, Any]:
+        s, e, nm, kind, depth = make()
         data, order, covered = encode_lane(s, e, nm, kind, depth, t0)
+        del order
         busy = float(covered) / span if span > 0 and len(s) else 0.0
         rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
         return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
@@ -267,7 +294,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
         def is_(codes: np.ndarray, texts: list[str], *want: str) -> np.ndarray:
             return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
 
-        code_all = np.full(len(ops), KERNEL, dtype=np.int64)
+        code_all = np.full(len(ops), KERNEL, dtype=np.int8)  # widened per lane when it is encoded
         code_all[is_(op_codes, op_text, "graph")] = GRAPH
         code_all[is_(op_codes, op_text, "memset")] = MEMSET
         comm_all = is_(role_codes, role_text, "communication")
@@ -279,13 +306,14 @@ def _build_timeline(a: Any) -> dict[str, Any]:
         dur_all, pid_all = ops["dur_ns"].to_numpy(), ops["pid"].to_numpy()
         # a stream id is per process: two processes on one GPU each have their stream 7
         for (dev, pid, stream), rows in group_rows(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
-            nm = names.ids(ops["name"], rows)
+            nm = names.ids_later(ops["name"], rows)
             who = proc(int(pid))
             comm = comm_all[rows]
-            comm_names = [names.names[i] for i in distinct(nm[comm]).tolist()] if comm.any() else []
+            comm_names = [names.names[i] for i in distinct(nm(comm)).tolist()] if comm.any() else []
             role = stream_role(ops["role"].iloc[rows], ops["kind"].iloc[rows], dur_all[rows], comm_names)
-            add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu", ops["start_ns"].to_numpy()[rows],
-                ops["end_ns"].to_numpy()[rows], nm, code_all[rows])
+            add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
+                lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
+                                          nm(), _rows(code_all, rows), None))
     if len(gaps):
         cause_codes, cause_text = _text_codes(gaps["cause"])
         act_codes, act_text = _text_codes(gaps["activity"])
@@ -299,8 +327,9 @@ def _build_timeline(a: Any) -> dict[str, Any]:
         for (dev,), rows in group_rows(gaps["device_id"].to_numpy()):
             keys, inv = np.unique(gap_key[rows], return_inverse=True)
             nm = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int64)[inv.reshape(-1)]
-            add(f"GPU {dev} · idle gaps", "gaps", gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows],
-                nm, np.full(len(rows), GAP, dtype=np.int64))
+            add(f"GPU {dev} · idle gaps", "gaps",
+                lambda rows=rows, nm=nm: (_rows(gaps["start_ns"].to_numpy(), rows), _rows(gaps["end_ns"].to_numpy(), rows),
+                                          nm, np.full(len(rows), GAP, dtype=np.int64), None))
     nv_groups = dict(group_rows(rg["pid"].to_numpy(), rg["tid"].to_numpy())) if len(rg) else {}
     api_groups = {k: r for k, r in group_rows(api["pid"].to_numpy(), api["tid"].to_numpy())
                   if gpu_pids is None or k[0] in gpu_pids} if len(api) else {}
@@ -308,12 +337,16 @@ def _build_timeline(a: Any) -> dict[str, Any]:
     for key in threads_seen:
         if key in nv_groups:
             rows = nv_groups[key]
-            add(f"NVTX · {thread(*key)}", "nvtx", rg["start_ns"].to_numpy()[rows], rg["end_ns"].to_numpy()[rows],
-                names.ids(rg["name"], rows), np.full(len(rows), NVTX, dtype=np.int64), rg["depth"].to_numpy()[rows])
+            add(f"NVTX · {thread(*key)}", "nvtx",
+                lambda rows=rows, nm=names.ids_later(rg["name"], rows): (
+                    _rows(rg["start_ns"].to_numpy(), rows), _rows(rg["end_ns"].to_numpy(), rows), nm(),
+                    np.full(len(rows), NVTX, dtype=np.int64), _rows(rg["depth"].to_numpy(), rows)))
         if key in api_groups:
             rows = api_groups[key]
-            add(f"CUDA API · {thread(*key)}", "api", api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows],
-                names.ids(api["name"], rows), np.full(len(rows), API, dtype=np.int64))
+            add(f"CUDA API · {thread(*key)}", "api",
+                lambda rows=rows, nm=names.ids_later(api["name"], rows): (
+                    _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
+                    np.full(len(rows), API, dtype=np.int64), None))
     # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
     from nsysan.analysis import default_workers
