@@ -381,14 +381,25 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     return out[cols].take(order).reset_index(drop=True)
 
 
-def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _window_groups(win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ``win`` grouped (ascending): each group's first entry, and each entry's group number."""
+    change = np.empty(len(win), dtype=bool)
+    change[:1] = False
+    np.not_equal(win[1:], win[:-1], out=change[1:])
+    gid = np.cumsum(change, dtype=np.int32 if len(win) < 1 << 31 else np.int64)
+    change[:1] = True
+    return np.flatnonzero(change), gid
+
+
+def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = None,
+                     groups: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per window (``win`` grouped, ascending), the entry with the most ns among the entries in
-    ``mask`` (ties: the first entry): (windows, entry indices). Linear: one reduceat per group."""
+    ``mask`` (ties: the first entry): (windows, entry indices). Linear: one reduceat per group.
+    ``groups``: ``_window_groups(win)``, when the caller has it already."""
     if len(win) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     v = ns if mask is None else np.where(mask, ns, -1)
-    first = np.flatnonzero(np.concatenate([[True], win[1:] != win[:-1]]))
-    gid = np.cumsum(np.concatenate([[False], win[1:] != win[:-1]]))
+    first, gid = groups if groups is not None else _window_groups(win)
     mx = np.maximum.reduceat(v, first)
     hit = np.flatnonzero((v == mx[gid]) & (v >= 0))
     if hit.size == 0:
@@ -428,7 +439,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         index.forget(p, t)  # each thread comes once: its copied rows would only pile up
         if len(win) == 0:
             continue
-        lab = np.zeros(len(win), dtype=np.int64)
+        lab = np.zeros(len(win), dtype=np.int32)  # label ids: a few thousand at most
         sync_e = np.zeros(len(win), dtype=bool)
         for si, source in enumerate(SOURCES):
             m = src == si
@@ -446,14 +457,18 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                     sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
                 sync_e[m] = sync_tab[code[m]]
         sp = span[sel]
-        sync_ns = np.bincount(win, weights=np.where(sync_e, ns, 0), minlength=len(sel))
+        # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
+        sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(sel))
+        del sync_e
         is_sync[sel] = sync_ns * 2 > sp
         best = np.full(len(sel), -1, dtype=np.int64)
+        groups = _window_groups(win)
         for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
-            w, e = _best_per_window(win, ns, src == si)
+            w, e = _best_per_window(win, ns, src == si, groups)
             ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
             best[w[ok]] = e[ok]
-        w, e = _best_per_window(win, ns)
+        w, e = _best_per_window(win, ns, groups=groups)
+        del groups
         ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
         best[w[ok]] = e[ok]
         chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
