@@ -24,6 +24,7 @@ class Sampler:
         self.peaks: dict[str, list[float]] = {}
         self.order: list[str] = []
         self._stop = False
+        self.top = (0.0, [])  # the process's highest RSS seen and the phases running then
         self._fd = os.open("/proc/self/statm", os.O_RDONLY)
         self.t = threading.Thread(target=self._run, daemon=True)
 
@@ -33,6 +34,8 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop:
             r = self.rss()
+            if r > self.top[0]:
+                self.top = (r, list(self.active))
             for name in list(self.active):  # a phase's peak includes its nested phases'
                 p = self.peaks[name]
                 if r > p[1]:
@@ -58,6 +61,7 @@ class Sampler:
         for name in self.order:
             start, peak, wall, _ = self.peaks[name]
             print(f"{name:<34} start {start:7.0f} MiB  peak {peak:7.0f} MiB  (+{peak - start:6.0f})  {wall:6.2f} s")
+        print(f"highest RSS sampled {self.top[0]:.0f} MiB, during: {', '.join(n.strip() for n in self.top[1])}")
 
 
 def main() -> int:
