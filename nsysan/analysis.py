@@ -329,6 +329,11 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         a.idle_samples = _idle_samples(trace, a)
         a.gpu_metrics = _gpu_metrics(trace, a)
         a.tensorrt = trt_f.result()
+        # the analyses' temporaries are freed, but the heap keeps their pages (fragmented among the
+        # results): hand them back before the rules, so their temporaries do not stack on top
+        from nsysan import _memory
+
+        _memory.release()
         if rules:
             from nsysan.rules import run_rules
 

@@ -357,8 +357,9 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     api_start = out["api_start_ns"].to_numpy()
     has_api = api_start >= 0
     causes = np.array(CAUSES, dtype=object)
-    cause = np.where(~has_api, 4, np.where(api_start > out["start_ns"].to_numpy(), 0,
-                                          np.where(out["gap_ns"].to_numpy() < launch_gap_ns, 3, 2))).astype(np.int8)
+    i8 = np.int8  # the cause codes as int8 throughout (no int64 array per gap on the way)
+    cause = np.where(~has_api, i8(4), np.where(api_start > out["start_ns"].to_numpy(), i8(0),
+                                              np.where(out["gap_ns"].to_numpy() < launch_gap_ns, i8(3), i8(2))))
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
     host = np.flatnonzero(cause == 0)
     detail = top_rows(out["gap_ns"].to_numpy(), host, explain_top)
@@ -434,8 +435,9 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     is_detail[np.searchsorted(rows, detail)] = True
     index = ThreadActivity(trace)
     for (p, t), sel in group_rows(pid, tid):
-        det_local = np.flatnonzero(is_detail[sel])
-        names, win, src, code, ns = index.sums(p, t, lo[sel], hi[sel], det_local)
+        whole = len(sel) == len(rows)  # one submitting thread (the usual case): no copies of the windows
+        det_local = np.flatnonzero(is_detail if whole else is_detail[sel])
+        names, win, src, code, ns = index.sums(p, t, lo if whole else lo[sel], hi if whole else hi[sel], det_local)
         index.forget(p, t)  # each thread comes once: its copied rows would only pile up
         if len(win) == 0:
             continue
@@ -456,7 +458,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 for c in used.tolist():
                     sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
                 sync_e[m] = sync_tab[code[m]]
-        sp = span[sel]
+        sp = span if whole else span[sel]
         # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
         sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(sel))
         del sync_e
@@ -502,16 +504,21 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     if len(rows) < 2:
         return None
     st, en = rows_of(ops["start_ns"].to_numpy(), rows), rows_of(ops["end_ns"].to_numpy(), rows)
-    gs, ge = iv.gaps(*iv.merge(st, en))
+    ms, me = iv.merge(st, en)
+    # iv.gaps' holes as views (it copies them), copied once by the selection below
+    gs, ge = (me[:-1], ms[1:]) if ms.size >= 2 else (np.empty(0, np.int64), np.empty(0, np.int64))
     keep = (ge - gs) >= min_gap_ns
     gs, ge = gs[keep], ge[keep]
-    nxt = rows[np.searchsorted(st, ge, side="left")]  # the op that ends the gap
+    del ms, me, keep
+    nxt = np.searchsorted(st, ge, side="left")
+    nxt = nxt if len(rows) == len(ops) else rows[nxt]  # the op that ends the gap (rows: ascending)
+    # copy=False: the new columns as they are, not consolidated into one more block of all of them
     return pd.DataFrame({
         "device_id": dev, "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
         "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
         "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
         "api_name": ops["api_name"].array.take(nxt, allow_fill=False),
-        "next_op": ops["name"].array.take(nxt, allow_fill=False)})
+        "next_op": ops["name"].array.take(nxt, allow_fill=False)}, copy=False)
 
 
 def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:
