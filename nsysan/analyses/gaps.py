@@ -200,7 +200,9 @@ class ThreadActivity:
                 i1 = np.searchsorted(st, hi, side="left")
                 if int(np.maximum(i1 - i0, 0).sum()) <= 4 * (len(st) + len(lo)):
                     parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, True))
+                    del i0, i1, reach
                     continue
+                del i0, i1, reach
                 for c in np.unique(codes).tolist():
                     rows = np.flatnonzero(codes == c)
                     s_, e_ = st[rows], en[rows]
@@ -210,6 +212,7 @@ class ThreadActivity:
             i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
             i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
             parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, False))
+            del i0, i1  # a search result per window: not kept while the next layers are summed
         unbatched = [layer for layer in layers if not layer[5]]
         if unbatched:
             for w in (range(len(lo)) if detail is None else detail.tolist()):
@@ -227,10 +230,14 @@ class ThreadActivity:
         keep = ns > 0
         if len(cols) == 1 and bool(keep.all()):
             return names, win, src, code, ns
-        order = np.flatnonzero(keep)
-        del keep
-        if len(cols) > 1:
-            order = order[np.argsort(win[order], kind="stable")]
+        if bool(keep.all()):  # (the usual case: no array of every entry's position first)
+            del keep
+            order = np.argsort(win, kind="stable")
+        else:
+            order = np.flatnonzero(keep)
+            del keep
+            if len(cols) > 1:
+                order = order[np.argsort(win[order], kind="stable")]
         win = win[order]
         src = src[order]
         code = code[order]
