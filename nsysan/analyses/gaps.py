@@ -125,18 +125,25 @@ class ThreadActivity:
             # last starting before its end (O(log n) each), then the exact overlap test
             i0 = np.searchsorted(reach, wl, side="right")
             i1 = np.searchsorted(st, wh, side="left")
-            k = np.maximum(i1 - i0, 0)
-            n = int(k.sum())
+            n = int(np.maximum(i1 - i0, 0).sum())
             if n == 0:
                 continue
             if n <= len(st) * REACH_MAX_SHARE:
                 win, rows = _spans(i0, i1)
+                del i0, i1
                 hit = np.zeros(len(st), dtype=bool)  # distinct rows in order, without a sort
                 hit[rows[en[rows] > wl[win]]] = True
+                del win
                 rows = np.flatnonzero(hit)
             else:  # a long call early on keeps the running maximum high: test every call instead
-                j = np.minimum(np.searchsorted(wh, st, side="right"), len(wh) - 1)  # first window ending after st
-                rows = np.flatnonzero((st < wh[j]) & (wl[j] < en))
+                del i0, i1
+                j = np.searchsorted(wh, st, side="right")  # first window ending after st
+                np.minimum(j, len(wh) - 1, out=j)
+                hit = st < wh[j]
+                hit &= wl[j] < en
+                del j
+                rows = np.flatnonzero(hit)
+            del hit
             if rows.size == 0:
                 continue
             st, en, codes = st[rows], en[rows], codes[rows]
