@@ -231,7 +231,9 @@ class ThreadActivity:
         # never all alive: millions of entries on a launch loop's gaps); the source index is int8
         cols = [list(p) for p in parts]
         del parts
-        win, src, code, ns = (_join_column(cols, k, np.int8 if k == 1 else np.int64) for k in range(4))
+        # window numbers and name codes as int32 (windows and names number far below 2^31)
+        narrow = np.int32 if len(lo) < 1 << 31 else np.int64
+        win, src, code, ns = (_join_column(cols, k, (narrow, np.int8, narrow, np.int64)[k]) for k in range(4))
         # one entry per (window, source, name) (a name lives in one layer of its source), grouped
         # by window: a stable sort keeps each part's (window, name) order within a window
         keep = ns > 0
@@ -273,7 +275,7 @@ class ThreadActivity:
 
 def _join_column(cols: list[list[np.ndarray]], k: int, dtype: type) -> np.ndarray:
     """Column ``k`` of the parts ``cols`` concatenated (as ``dtype``), each part's piece released."""
-    out = np.concatenate([c[k] for c in cols]).astype(dtype, copy=False)
+    out = np.concatenate([c[k] for c in cols], dtype=dtype, casting="same_kind")
     for c in cols:
         c[k] = None  # type: ignore[call-overload]
     return out
