@@ -340,6 +340,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
             a.findings, a.rule_log = run_rules(a, rule_config or {}, pool=pool)
         a.nsys_instances = nsys_f.result()
     a.nsys_rules = nsys_rules.cross_check(a.nsys_instances, steady, {f.rule for f in a.findings})
+    _memory.release()  # and the rules' pages, before the report's temporaries
     return a
 
 
