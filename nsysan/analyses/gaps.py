@@ -445,13 +445,16 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     if len(rows) == 0:
         return act, [""], breakdown, is_sync
     labels: dict[str, int] = {"": 0, UNTRACED: 1}
-    chosen = np.ones(len(rows), dtype=np.int64)
+    chosen = np.ones(len(rows), dtype=np.int32)  # label ids: a few thousand at most
     span = np.maximum(hi - lo, 1)
     is_detail = np.zeros(len(rows), dtype=bool)
     is_detail[np.searchsorted(rows, detail)] = True
     index = ThreadActivity(trace)
-    for (p, t), sel in group_rows(pid, tid):
-        whole = len(sel) == len(rows)  # one submitting thread (the usual case): no copies of the windows
+    one = bool((pid == pid[0]).all()) and bool((tid == tid[0]).all())
+    # one submitting thread (the usual case): its windows are all of them, no positions or copies
+    groups = [((int(pid[0]), int(tid[0])), slice(None))] if one else group_rows(pid, tid)
+    for (p, t), sel in groups:
+        whole = one
         det_local = np.flatnonzero(is_detail if whole else is_detail[sel])
         names, win, src, code, ns = index.sums(p, t, lo if whole else lo[sel], hi if whole else hi[sel], det_local)
         index.forget(p, t)  # each thread comes once: its copied rows would only pile up
@@ -476,17 +479,17 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 sync_e[m] = sync_tab[code[m]]
         sp = span if whole else span[sel]
         # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
-        sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(sel))
+        sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(lo) if whole else len(sel))
         del sync_e
         is_sync[sel] = sync_ns * 2 > sp
-        best = np.full(len(sel), -1, dtype=np.int64)
-        groups = _window_groups(win)
+        best = np.full(len(sp), -1, dtype=np.int64)
+        wg = _window_groups(win)
         for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
-            w, e = _best_per_window(win, ns, src == si, groups)
+            w, e = _best_per_window(win, ns, src == si, wg)
             ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
             best[w[ok]] = e[ok]
-        w, e = _best_per_window(win, ns, groups=groups)
-        del groups
+        w, e = _best_per_window(win, ns, groups=wg)
+        del wg
         ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
         best[w[ok]] = e[ok]
         chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
@@ -496,7 +499,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "", "ns": int(v_),
                           "share": round(int(v_) / int(sp[wl]), 4)}
                          for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
-                breakdown[rows[sel[wl]]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
+                breakdown[rows[wl if whole else sel[wl]]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
     for r in detail.tolist():  # explained gaps with nothing traced on their thread
         if breakdown[r] is None:
             breakdown[r] = []
