@@ -38,8 +38,7 @@ class Sampler:
                 self.top = (r, list(self.active))
             for name in list(self.active):  # a phase's peak includes its nested phases'
                 p = self.peaks[name]
-                if r > p[1]:
-                    p[1] = r
+                p[1] = max(p[1], r)
             time.sleep(0.001)
 
     def enter(self, name: str) -> None:
@@ -126,7 +125,9 @@ def _wrap(analysis, phase) -> None:
             if f is None:
                 continue
 
-            def w(*a, _f=f, _n=f"  {modname.split('.')[-1]}.{n}", **kw):
+            label = f"  {modname.rsplit('.', 1)[-1]}.{n}"
+
+            def w(*a, _f=f, _n=label, **kw):
                 return phase(_n, _f, *a, **kw)
 
             functools.update_wrapper(w, f)

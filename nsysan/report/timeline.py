@@ -371,14 +371,16 @@ def _build_timeline(a: Any) -> dict[str, Any]:
     for key in threads_seen:
         if key in nv_groups:
             rows, n = nv_groups[key]
+            nm = names.ids_later(rg["name"], rows)
             add(f"NVTX · {thread(*key)}", "nvtx",
-                lambda rows=rows, n=n, nm=names.ids_later(rg["name"], rows): (
+                lambda rows=rows, n=n, nm=nm: (
                     _rows(rg["start_ns"].to_numpy(), rows), _rows(rg["end_ns"].to_numpy(), rows), nm(),
                     np.full(n, NVTX, dtype=np.int64), _rows(rg["depth"].to_numpy(), rows)))
         if key in api_groups:
             rows, n = api_groups[key]
+            nm = names.ids_later(api["name"], rows)
             add(f"CUDA API · {thread(*key)}", "api",
-                lambda rows=rows, n=n, nm=names.ids_later(api["name"], rows): (
+                lambda rows=rows, n=n, nm=nm: (
                     _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
                     np.full(n, API, dtype=np.int64), None))
     # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
