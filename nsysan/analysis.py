@@ -343,12 +343,18 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         a.idle_samples = _idle_samples(trace, a)
         a.gpu_metrics = _gpu_metrics(trace, a)
         a.tensorrt = trt_f.result()
+        # the analyses' temporaries are freed, but the heap keeps their pages (fragmented among the
+        # results): hand them back before the rules, so their temporaries do not stack on top
+        from nsysan import _memory
+
+        _memory.release()
         if rules:
             from nsysan.rules import run_rules
 
             a.findings, a.rule_log = run_rules(a, rule_config or {}, pool=pool)
         a.nsys_instances = nsys_f.result()
     a.nsys_rules = nsys_rules.cross_check(a.nsys_instances, steady, {f.rule for f in a.findings})
+    _memory.release()  # and the rules' pages, before the report's temporaries
     return a
 
 

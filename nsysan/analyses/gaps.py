@@ -98,6 +98,10 @@ class ThreadActivity:
             self._rows[key] = parts
         return self._rows[key]
 
+    def forget(self, pid: int, tid: int) -> None:
+        """Drop the rows kept for thread (pid, tid) (a caller done with that thread)."""
+        self._rows.pop((pid, tid), None)
+
     def _layers(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> list[Layer]:
         """The thread's calls that overlap any of the windows [lo, hi), as layers: (source, starts,
         ends, name codes, code -> name table, batched). A batched layer is disjoint and holds all the
@@ -121,18 +125,25 @@ class ThreadActivity:
             # last starting before its end (O(log n) each), then the exact overlap test
             i0 = np.searchsorted(reach, wl, side="right")
             i1 = np.searchsorted(st, wh, side="left")
-            k = np.maximum(i1 - i0, 0)
-            n = int(k.sum())
+            n = int(np.maximum(i1 - i0, 0).sum())
             if n == 0:
                 continue
             if n <= len(st) * REACH_MAX_SHARE:
                 win, rows = _spans(i0, i1)
+                del i0, i1
                 hit = np.zeros(len(st), dtype=bool)  # distinct rows in order, without a sort
                 hit[rows[en[rows] > wl[win]]] = True
+                del win
                 rows = np.flatnonzero(hit)
             else:  # a long call early on keeps the running maximum high: test every call instead
-                j = np.minimum(np.searchsorted(wh, st, side="right"), len(wh) - 1)  # first window ending after st
-                rows = np.flatnonzero((st < wh[j]) & (wl[j] < en))
+                del i0, i1
+                j = np.searchsorted(wh, st, side="right")  # first window ending after st
+                np.minimum(j, len(wh) - 1, out=j)
+                hit = st < wh[j]
+                hit &= wl[j] < en
+                del j
+                rows = np.flatnonzero(hit)
+            del hit
             if rows.size == 0:
                 continue
             st, en, codes = st[rows], en[rows], codes[rows]
@@ -196,7 +207,9 @@ class ThreadActivity:
                 i1 = np.searchsorted(st, hi, side="left")
                 if int(np.maximum(i1 - i0, 0).sum()) <= 4 * (len(st) + len(lo)):
                     parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, True))
+                    del i0, i1, reach
                     continue
+                del i0, i1, reach
                 for c in np.unique(codes).tolist():
                     rows = np.flatnonzero(codes == c)
                     s_, e_ = st[rows], en[rows]
@@ -206,21 +219,38 @@ class ThreadActivity:
             i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
             i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
             parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, False))
+            del i0, i1  # a search result per window: not kept while the next layers are summed
         unbatched = [layer for layer in layers if not layer[5]]
         if unbatched:
             for w in (range(len(lo)) if detail is None else detail.tolist()):
                 for src, code, v in _window_items(unbatched, int(lo[w]), int(hi[w])):
-                    parts.append((np.array([w]), np.array([SOURCES.index(src)]), np.array([code]), np.array([v])))
+                    parts.append((np.array([w]), np.array([SOURCES.index(src)], np.int8), np.array([code]), np.array([v])))
         if not parts:
             return names, empty, empty, empty, empty
-        win, src, code, ns = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(4))
+        # one column at a time, each part's piece dropped once joined (the parts and their join are
+        # never all alive: millions of entries on a launch loop's gaps); the source index is int8
+        cols = [list(p) for p in parts]
+        del parts
+        # window numbers and name codes as int32 (windows and names number far below 2^31)
+        narrow = np.int32 if len(lo) < 1 << 31 else np.int64
+        win, src, code, ns = (_join_column(cols, k, (narrow, np.int8, narrow, np.int64)[k]) for k in range(4))
         # one entry per (window, source, name) (a name lives in one layer of its source), grouped
         # by window: a stable sort keeps each part's (window, name) order within a window
         keep = ns > 0
-        order = np.flatnonzero(keep)
-        if len(parts) > 1:
-            order = order[np.argsort(win[order], kind="stable")]
-        return names, win[order], src[order], code[order], ns[order]
+        if len(cols) == 1 and bool(keep.all()):
+            return names, win, src, code, ns
+        if bool(keep.all()):  # (the usual case: no array of every entry's position first)
+            del keep
+            order = np.argsort(win, kind="stable")
+        else:
+            order = np.flatnonzero(keep)
+            del keep
+            if len(cols) > 1:
+                order = order[np.argsort(win[order], kind="stable")]
+        win = win[order]
+        src = src[order]
+        code = code[order]
+        return names, win, src, code, ns[order]
 
     def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
         """``items`` for many windows of one thread (``sums`` as lists of {source, name, ns}, largest
@@ -241,6 +271,14 @@ class ThreadActivity:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         return self.items_many(pid, tid, [(lo, hi)])[0]
+
+
+def _join_column(cols: list[list[np.ndarray]], k: int, dtype: type) -> np.ndarray:
+    """Column ``k`` of the parts ``cols`` concatenated (as ``dtype``), each part's piece released."""
+    out = np.concatenate([c[k] for c in cols], dtype=dtype, casting="same_kind")
+    for c in cols:
+        c[k] = None  # type: ignore[call-overload]
+    return out
 
 
 def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
@@ -268,7 +306,7 @@ def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, 
     w, c, v = (np.frombuffer(b, dtype=np.int64) for b in fast(
         i64(st), i64(en), i64(codes), i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
         ending_after_lo))
-    return w, np.full(len(w), SOURCES.index(source), np.int64), c, v
+    return w, np.full(len(w), SOURCES.index(source), np.int8), c, v
 
 
 def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
@@ -288,7 +326,7 @@ def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray
     first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
     keys = sk[first]
     tot = np.add.reduceat(dur[order], first).astype(np.int64)
-    return keys // width, np.full(len(keys), SOURCES.index(source), np.int64), keys % width - 1, tot
+    return keys // width, np.full(len(keys), SOURCES.index(source), np.int8), keys % width - 1, tot
 
 
 def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -335,8 +373,9 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     api_start = out["api_start_ns"].to_numpy()
     has_api = api_start >= 0
     causes = np.array(CAUSES, dtype=object)
-    cause = np.where(~has_api, 4, np.where(api_start > out["start_ns"].to_numpy(), 0,
-                                          np.where(out["gap_ns"].to_numpy() < launch_gap_ns, 3, 2))).astype(np.int8)
+    i8 = np.int8  # the cause codes as int8 throughout (no int64 array per gap on the way)
+    cause = np.where(~has_api, i8(4), np.where(api_start > out["start_ns"].to_numpy(), i8(0),
+                                              np.where(out["gap_ns"].to_numpy() < launch_gap_ns, i8(3), i8(2))))
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
     host = np.flatnonzero(cause == 0)
     detail = top_rows(out["gap_ns"].to_numpy(), host, explain_top)
@@ -359,14 +398,25 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     return out[cols].take(order).reset_index(drop=True)
 
 
-def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _window_groups(win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ``win`` grouped (ascending): each group's first entry, and each entry's group number."""
+    change = np.empty(len(win), dtype=bool)
+    change[:1] = False
+    np.not_equal(win[1:], win[:-1], out=change[1:])
+    gid = np.cumsum(change, dtype=np.int32 if len(win) < 1 << 31 else np.int64)
+    change[:1] = True
+    return np.flatnonzero(change), gid
+
+
+def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = None,
+                     groups: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per window (``win`` grouped, ascending), the entry with the most ns among the entries in
-    ``mask`` (ties: the first entry): (windows, entry indices). Linear: one reduceat per group."""
+    ``mask`` (ties: the first entry): (windows, entry indices). Linear: one reduceat per group.
+    ``groups``: ``_window_groups(win)``, when the caller has it already."""
     if len(win) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     v = ns if mask is None else np.where(mask, ns, -1)
-    first = np.flatnonzero(np.concatenate([[True], win[1:] != win[:-1]]))
-    gid = np.cumsum(np.concatenate([[False], win[1:] != win[:-1]]))
+    first, gid = groups if groups is not None else _window_groups(win)
     mx = np.maximum.reduceat(v, first)
     hit = np.flatnonzero((v == mx[gid]) & (v >= 0))
     if hit.size == 0:
@@ -395,17 +445,22 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     if len(rows) == 0:
         return act, [""], breakdown, is_sync
     labels: dict[str, int] = {"": 0, UNTRACED: 1}
-    chosen = np.ones(len(rows), dtype=np.int64)
+    chosen = np.ones(len(rows), dtype=np.int32)  # label ids: a few thousand at most
     span = np.maximum(hi - lo, 1)
     is_detail = np.zeros(len(rows), dtype=bool)
     is_detail[np.searchsorted(rows, detail)] = True
     index = ThreadActivity(trace)
-    for (p, t), sel in group_rows(pid, tid):
-        det_local = np.flatnonzero(is_detail[sel])
-        names, win, src, code, ns = index.sums(p, t, lo[sel], hi[sel], det_local)
+    one = bool((pid == pid[0]).all()) and bool((tid == tid[0]).all())
+    # one submitting thread (the usual case): its windows are all of them, no positions or copies
+    groups = [((int(pid[0]), int(tid[0])), slice(None))] if one else group_rows(pid, tid)
+    for (p, t), sel in groups:
+        whole = one
+        det_local = np.flatnonzero(is_detail if whole else is_detail[sel])
+        names, win, src, code, ns = index.sums(p, t, lo if whole else lo[sel], hi if whole else hi[sel], det_local)
+        index.forget(p, t)  # each thread comes once: its copied rows would only pile up
         if len(win) == 0:
             continue
-        lab = np.zeros(len(win), dtype=np.int64)
+        lab = np.zeros(len(win), dtype=np.int32)  # label ids: a few thousand at most
         sync_e = np.zeros(len(win), dtype=bool)
         for si, source in enumerate(SOURCES):
             m = src == si
@@ -422,15 +477,19 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 for c in used.tolist():
                     sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
                 sync_e[m] = sync_tab[code[m]]
-        sp = span[sel]
-        sync_ns = np.bincount(win, weights=np.where(sync_e, ns, 0), minlength=len(sel))
+        sp = span if whole else span[sel]
+        # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
+        sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(lo) if whole else len(sel))
+        del sync_e
         is_sync[sel] = sync_ns * 2 > sp
-        best = np.full(len(sel), -1, dtype=np.int64)
+        best = np.full(len(sp), -1, dtype=np.int64)
+        wg = _window_groups(win)
         for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
-            w, e = _best_per_window(win, ns, src == si)
+            w, e = _best_per_window(win, ns, src == si, wg)
             ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
             best[w[ok]] = e[ok]
-        w, e = _best_per_window(win, ns)
+        w, e = _best_per_window(win, ns, groups=wg)
+        del wg
         ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
         best[w[ok]] = e[ok]
         chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
@@ -440,7 +499,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "", "ns": int(v_),
                           "share": round(int(v_) / int(sp[wl]), 4)}
                          for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
-                breakdown[rows[sel[wl]]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
+                breakdown[rows[wl if whole else sel[wl]]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
     for r in detail.tolist():  # explained gaps with nothing traced on their thread
         if breakdown[r] is None:
             breakdown[r] = []
@@ -464,16 +523,21 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     if len(rows) < 2:
         return None
     st, en = rows_of(ops["start_ns"].to_numpy(), rows), rows_of(ops["end_ns"].to_numpy(), rows)
-    gs, ge = iv.gaps(*iv.merge(st, en))
+    ms, me = iv.merge(st, en)
+    # iv.gaps' holes as views (it copies them), copied once by the selection below
+    gs, ge = (me[:-1], ms[1:]) if ms.size >= 2 else (np.empty(0, np.int64), np.empty(0, np.int64))
     keep = (ge - gs) >= min_gap_ns
     gs, ge = gs[keep], ge[keep]
-    nxt = rows[np.searchsorted(st, ge, side="left")]  # the op that ends the gap
+    del ms, me, keep
+    nxt = np.searchsorted(st, ge, side="left")
+    nxt = nxt if len(rows) == len(ops) else rows[nxt]  # the op that ends the gap (rows: ascending)
+    # copy=False: the new columns as they are, not consolidated into one more block of all of them
     return pd.DataFrame({
         "device_id": dev, "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
         "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
         "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
         "api_name": ops["api_name"].array.take(nxt, allow_fill=False),
-        "next_op": ops["name"].array.take(nxt, allow_fill=False)})
+        "next_op": ops["name"].array.take(nxt, allow_fill=False)}, copy=False)
 
 
 def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:

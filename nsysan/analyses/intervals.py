@@ -234,8 +234,11 @@ class RangeMinMax:
         hi_b = np.concatenate([self.hi_v, np.full(pad, small, np.int64)]).reshape(nb, block)
         self.pre_min = np.minimum.accumulate(lo_b, axis=1).reshape(-1)
         self.pre_max = np.maximum.accumulate(hi_b, axis=1).reshape(-1)
-        self.suf_min = np.minimum.accumulate(lo_b[:, ::-1], axis=1)[:, ::-1].reshape(-1)
-        self.suf_max = np.maximum.accumulate(hi_b[:, ::-1], axis=1)[:, ::-1].reshape(-1)
+        # suffix min/max written in place through a reversed view (no reversed copy to flip back)
+        self.suf_min = np.empty(nb * block, dtype=np.int64)
+        self.suf_max = np.empty(nb * block, dtype=np.int64)
+        np.minimum.accumulate(lo_b[:, ::-1], axis=1, out=self.suf_min.reshape(nb, block)[:, ::-1])
+        np.maximum.accumulate(hi_b[:, ::-1], axis=1, out=self.suf_max.reshape(nb, block)[:, ::-1])
         self.bmins, self.bmaxs = [lo_b.min(axis=1)], [hi_b.max(axis=1)]
         k = 1
         while (1 << k) <= nb:

@@ -90,15 +90,20 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
     if rows is not None:
         a, b = a[rows], b[rows]
     key = a * kt(max(len(kn.categories), 1)) + b
+    del a, b, valid
     if span <= 1 << 22:  # a dense table of the (api, name) combinations: no hashing or sort
         present = np.bincount(key, minlength=span) > 0
         uniq = np.flatnonzero(present)
-        gid = (np.cumsum(present) - 1)[key]
+        if len(uniq) > 4096:
+            return None
+        gid = (np.cumsum(present) - 1).astype(np.int16)[key]  # int16 group ids, one per launch
     else:
         uniq, gid = np.unique(key, return_inverse=True)
-    if len(uniq) > 4096:
-        return None
-    order = np.argsort(gid.astype(np.int16), kind="stable")  # radix sort: linear
+        if len(uniq) > 4096:
+            return None
+        gid = gid.astype(np.int16)
+    del key
+    order = np.argsort(gid, kind="stable")  # radix sort: linear
     if rows is not None:
         order = rows[order]
     counts = np.bincount(gid, minlength=len(uniq))

@@ -87,9 +87,11 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
         o = owned if len(rows) == len(owned) else owned.iloc[rows]
         api_start = o["api_start_ns"].to_numpy()
         corr = o["correlation_id"].to_numpy()
-        first = np.ones(len(o), dtype=np.int64)  # one launch = one correlation id (graph nodes share it)
-        first[1:] = corr[1:] != corr[:-1]
-        launches_before = np.concatenate([[0], np.cumsum(first)])
+        first = np.ones(len(o), dtype=bool)  # one launch = one correlation id (graph nodes share it)
+        np.not_equal(corr[1:], corr[:-1], out=first[1:])
+        launches_before = np.zeros(len(o) + 1, dtype=np.int64)
+        np.cumsum(first, out=launches_before[1:])
+        del first
         lo = np.searchsorted(api_start, r["start_ns"].to_numpy()[idx], side="left")
         hi = np.searchsorted(api_start, r["end_ns"].to_numpy()[idx], side="right")
         has = hi > lo

@@ -58,20 +58,38 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
         group, uniq = pd.factorize(raw)  # hashing, no sort; order is restored by the final sort
         if len(uniq) >= 1 << (63 - _DUR_BITS):
             return None
-    v_sorted = np.sort((group.astype(np.int64) << _DUR_BITS) | d.astype(np.int64))
-    g = v_sorted >> _DUR_BITS
-    v = v_sorted & ((1 << _DUR_BITS) - 1)
-    start = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+    # one array of a row each, shifted, combined and sorted in place (a 4M-call table's temporaries
+    # add up to hundreds of MB otherwise, and the summaries run beside the other analyses)
+    v = group.astype(np.int64)
+    del group, raw, codes
+    v <<= _DUR_BITS
+    v |= d.astype(np.int64, copy=False)
+    v.sort()
+    n_codes = (int(v[-1]) >> _DUR_BITS) + 1
+    if n_codes <= max(len(v) >> 4, 1024):
+        # each group's first row by binary search (a few names): no per-row group array
+        start = np.searchsorted(v, np.arange(n_codes, dtype=np.int64) << _DUR_BITS)
+        start = start[np.flatnonzero(np.diff(np.append(start, len(v))))]
+        g_first = v[start] >> _DUR_BITS
+    else:
+        g = v >> _DUR_BITS
+        start = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+        g_first = g[start]
+        del g
+    v &= (1 << _DUR_BITS) - 1  # the durations, each group's in ascending order
     count = np.diff(np.append(start, len(v)))
     total = np.add.reduceat(v, start)
     mean = total / count
     lo_mid, hi_mid = start + (count - 1) // 2, start + count // 2
     med = (v[lo_mid] + v[hi_mid]) / 2
-    dev = v - np.repeat(mean, count)
-    ss = np.add.reduceat(dev * dev, start)
+    dev = np.repeat(mean, count)
+    np.subtract(v, dev, out=dev)  # v - mean, squared, in one array
+    np.multiply(dev, dev, out=dev)
+    ss = np.add.reduceat(dev, start)
+    del dev
     std = np.where(count > 1, np.sqrt(ss / np.maximum(count - 1, 1)), 0.0)
     out = {}
-    rest = g[start] if uniq is None else np.asarray(uniq)[g[start]]
+    rest = g_first if uniq is None else np.asarray(uniq)[g_first]
     for k, c, n in zip(reversed(keys), reversed(cats), reversed(sizes)):
         out[k] = np.asarray(c.categories.astype(str), dtype=object)[rest % n]
         rest = rest // n

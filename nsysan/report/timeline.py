@@ -127,6 +127,63 @@ class _Names:
         lut = np.array([self.id(t) for t in texts], dtype=np.int64)
         return lut[codes]
 
+    def ids_later(self, values: pd.Series, rows: np.ndarray) -> Any:
+        """``ids(values, rows)`` as a function that makes the array when called: the names are
+        numbered now (in the same order as ``ids``), the one id per row only when its lane is
+        encoded, so the lanes waiting their turn hold no per-row arrays. A function of an optional
+        mask over ``rows``."""
+        arr = values.array
+        if not isinstance(arr, pd.Categorical):
+            nm = self.ids(values, None if isinstance(rows, slice) else rows)
+            return lambda mask=None: nm if mask is None else nm[mask]
+        # a categorical column: its categories then "nan" are numbered, as ``_text_codes`` lists them;
+        # a missing value's code -1 picks the last entry ("nan"), as _text_codes' where does
+        lut = np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int64)
+
+        def make(mask: np.ndarray | None = None) -> np.ndarray:
+            codes = _rows(np.asarray(arr.codes), rows)
+            return lut[codes if mask is None else codes[mask]]
+
+        return make
+
+
+ALL = slice(None)  # every row of a table: its lane uses the columns themselves
+
+
+def _rows(col: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+    """``col[rows]``: the column itself for ``ALL`` or positions that are all of its rows
+    (``group_rows`` gives ascending, distinct ones)."""
+    return col if isinstance(rows, slice) or len(rows) == len(col) else col[rows]
+
+
+def _groups(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray | slice, int]]:
+    """``group_rows(*keys)`` with each group's row count, and ``ALL`` for a group of every row (one
+    thread, one stream: no array of millions of positions kept while the lanes wait)."""
+    n = len(keys[0]) if keys else 0
+    return [(k, ALL if len(r) == n else r, len(r)) for k, r in group_rows(*keys)]
+
+
+def _op_kinds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's kind code (int8) and whether it is communication; the per-op codes of the op, role
+    and kind columns are temporaries of this function only."""
+    op_codes, op_text = _text_codes(ops["op"])
+    role_codes, role_text = _text_codes(ops["role"])
+    kind_codes, kind_text = _text_codes(ops["kind"])
+
+    def is_(codes: np.ndarray, texts: list[str], *want: str) -> np.ndarray:
+        return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
+
+    code_all = np.full(len(ops), KERNEL, dtype=np.int8)  # widened per lane when it is encoded
+    code_all[is_(op_codes, op_text, "graph")] = GRAPH
+    code_all[is_(op_codes, op_text, "memset")] = MEMSET
+    comm_all = is_(role_codes, role_text, "communication")
+    code_all[comm_all] = COMM
+    copy_all = is_(op_codes, op_text, "memcpy")
+    code_all[copy_all] = COPY_OTHER
+    code_all[copy_all & is_(kind_codes, kind_text, "HtoD")] = COPY_H2D
+    code_all[copy_all & is_(kind_codes, kind_text, "DtoH")] = COPY_D2H
+    return code_all, comm_all
+
 
 def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """A code per row (of ``rows``, default all) and the text of each code (``str`` of the value,
@@ -140,6 +197,17 @@ def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.n
     taken = arr if rows is None else arr.take(rows)
     uniq, codes = np.unique(np.array([str(v) for v in taken], dtype=object), return_inverse=True)
     return codes.reshape(-1).astype(np.int64), [str(u) for u in uniq]
+
+
+def _gap_keys(gaps: pd.DataFrame, rows: np.ndarray | slice = ALL) -> tuple[np.ndarray, list[str], list[str]]:
+    """A key per gap (of ``rows``) for its (cause, activity) pair, and the cause and activity texts."""
+    cause_codes, cause_text = _text_codes(gaps["cause"], None if isinstance(rows, slice) else rows)
+    act_codes, act_text = _text_codes(gaps["activity"], None if isinstance(rows, slice) else rows)
+    return cause_codes * len(act_text) + act_codes, cause_text, act_text
+
+
+def _gap_key(gaps: pd.DataFrame, rows: np.ndarray | slice) -> np.ndarray:
+    return _gap_keys(gaps, rows)[0]
 
 
 def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: list[str]) -> str:
@@ -252,73 +320,74 @@ def _build_timeline(a: Any) -> dict[str, Any]:
 
     jobs: list[tuple[Any, ...]] = []
 
-    def add(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
-            depth: np.ndarray | None = None) -> None:
-        jobs.append((label, group, s, e, nm, kind, depth))  # encoded below, lanes on threads
+    def add(label: str, group: str, make: Any) -> None:
+        # encoded below, lanes on threads; ``make`` gives the lane's (starts, ends, name ids, kinds,
+        # depths) when the lane is encoded, so only the lanes being encoded hold per-op arrays
+        jobs.append((label, group, make))
 
-    def lane(label: str, group: str, s: np.ndarray, e: np.ndarray, nm: np.ndarray, kind: np.ndarray,
-             depth: np.ndarray | None) -> dict[str, Any]:
+    def lane(label: str, group: str, make: Any) -> dict[str, Any]:
+        s, e, nm, kind, depth = make()
         data, order, covered = encode_lane(s, e, nm, kind, depth, t0)
+        del order
         busy = float(covered) / span if span > 0 and len(s) else 0.0
         rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
         return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
                 "busy": round(busy, 6), "data": data}
 
     if len(ops):
-        op_codes, op_text = _text_codes(ops["op"])
-        role_codes, role_text = _text_codes(ops["role"])
-        kind_codes, kind_text = _text_codes(ops["kind"])
-
-        def is_(codes: np.ndarray, texts: list[str], *want: str) -> np.ndarray:
-            return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
-
-        code_all = np.full(len(ops), KERNEL, dtype=np.int64)
-        code_all[is_(op_codes, op_text, "graph")] = GRAPH
-        code_all[is_(op_codes, op_text, "memset")] = MEMSET
-        comm_all = is_(role_codes, role_text, "communication")
-        code_all[comm_all] = COMM
-        copy_all = is_(op_codes, op_text, "memcpy")
-        code_all[copy_all] = COPY_OTHER
-        code_all[copy_all & is_(kind_codes, kind_text, "HtoD")] = COPY_H2D
-        code_all[copy_all & is_(kind_codes, kind_text, "DtoH")] = COPY_D2H
+        code_all, comm_all = _op_kinds(ops)
         dur_all, pid_all = ops["dur_ns"].to_numpy(), ops["pid"].to_numpy()
         # a stream id is per process: two processes on one GPU each have their stream 7
-        for (dev, pid, stream), rows in group_rows(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
-            nm = names.ids(ops["name"], rows)
+        for (dev, pid, stream), rows, _n in _groups(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
+            nm = names.ids_later(ops["name"], rows)
             who = proc(int(pid))
-            comm = comm_all[rows]
-            comm_names = [names.names[i] for i in distinct(nm[comm]).tolist()] if comm.any() else []
-            role = stream_role(ops["role"].iloc[rows], ops["kind"].iloc[rows], dur_all[rows], comm_names)
-            add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu", ops["start_ns"].to_numpy()[rows],
-                ops["end_ns"].to_numpy()[rows], nm, code_all[rows])
+            comm = _rows(comm_all, rows)
+            comm_names = [names.names[i] for i in distinct(nm(comm)).tolist()] if comm.any() else []
+            del comm
+            role = stream_role(ops["role"].iloc[rows], ops["kind"].iloc[rows], _rows(dur_all, rows), comm_names)
+            add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
+                lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
+                                          nm(), _rows(code_all, rows), None))
     if len(gaps):
-        cause_codes, cause_text = _text_codes(gaps["cause"])
-        act_codes, act_text = _text_codes(gaps["activity"])
+        gap_key, cause_text, act_text = _gap_keys(gaps)  # a name per (cause, activity), not per gap
         na = len(act_text)
-        gap_key = cause_codes * na + act_codes  # a name per (cause, activity), not per gap
 
         def gap_name(k: int) -> str:
             act = act_text[k % na]
             return f"idle: {cause_text[k // na]}" + (f" ({act})" if act not in ("", "nan", "None", "<NA>") else "")
 
-        for (dev,), rows in group_rows(gaps["device_id"].to_numpy()):
-            keys, inv = np.unique(gap_key[rows], return_inverse=True)
-            nm = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int64)[inv.reshape(-1)]
-            add(f"GPU {dev} · idle gaps", "gaps", gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows],
-                nm, np.full(len(rows), GAP, dtype=np.int64))
-    nv_groups = dict(group_rows(rg["pid"].to_numpy(), rg["tid"].to_numpy())) if len(rg) else {}
-    api_groups = {k: r for k, r in group_rows(api["pid"].to_numpy(), api["tid"].to_numpy())
+        for (dev,), rows, n in _groups(gaps["device_id"].to_numpy()):
+            keys = np.unique(_rows(gap_key, rows))
+            lut = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int64)
+            # each gap's name id (keys sorted: a search gives np.unique's inverse), when the lane is
+            # encoded where the keys can be made again from categorical codes
+            later = all(isinstance(gaps[c].array, pd.Categorical) for c in ("cause", "activity"))
+            nm = None if later else lut[np.searchsorted(keys, _rows(gap_key, rows))]
+            add(f"GPU {dev} · idle gaps", "gaps",
+                lambda rows=rows, n=n, keys=keys, lut=lut, nm=nm: (
+                    _rows(gaps["start_ns"].to_numpy(), rows), _rows(gaps["end_ns"].to_numpy(), rows),
+                    lut[np.searchsorted(keys, _gap_key(gaps, rows))] if nm is None else nm,
+                    np.full(n, GAP, dtype=np.int64), None))
+        del gap_key
+    nv_groups = {k: (r, n) for k, r, n in _groups(rg["pid"].to_numpy(), rg["tid"].to_numpy())} if len(rg) else {}
+    api_groups = {k: (r, n) for k, r, n in _groups(api["pid"].to_numpy(), api["tid"].to_numpy())
                   if gpu_pids is None or k[0] in gpu_pids} if len(api) else {}
     threads_seen = sorted(set(nv_groups) | set(api_groups))
     for key in threads_seen:
         if key in nv_groups:
-            rows = nv_groups[key]
-            add(f"NVTX · {thread(*key)}", "nvtx", rg["start_ns"].to_numpy()[rows], rg["end_ns"].to_numpy()[rows],
-                names.ids(rg["name"], rows), np.full(len(rows), NVTX, dtype=np.int64), rg["depth"].to_numpy()[rows])
+            rows, n = nv_groups[key]
+            nm = names.ids_later(rg["name"], rows)
+            add(f"NVTX · {thread(*key)}", "nvtx",
+                lambda rows=rows, n=n, nm=nm: (
+                    _rows(rg["start_ns"].to_numpy(), rows), _rows(rg["end_ns"].to_numpy(), rows), nm(),
+                    np.full(n, NVTX, dtype=np.int64), _rows(rg["depth"].to_numpy(), rows)))
         if key in api_groups:
-            rows = api_groups[key]
-            add(f"CUDA API · {thread(*key)}", "api", api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows],
-                names.ids(api["name"], rows), np.full(len(rows), API, dtype=np.int64))
+            rows, n = api_groups[key]
+            nm = names.ids_later(api["name"], rows)
+            add(f"CUDA API · {thread(*key)}", "api",
+                lambda rows=rows, n=n, nm=nm: (
+                    _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
+                    np.full(n, API, dtype=np.int64), None))
     # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
     from nsysan.analysis import default_workers, event_rows

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.summaries import in_window
 from nsysan.report import metrics_view
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
@@ -116,6 +115,19 @@ def _breakdown_rows(a: Any) -> list[tuple[str, list[tuple[str, float, str, str]]
                   f"({fmt_pct(s[k + '_frac'])})") for k, name, css in BREAKDOWN_PARTS if s[k + "_mean_ns"] > 0]
         rows.append((f"{label}: {fmt_ns(s['span_mean_ns'])}", parts))
     return rows
+
+
+def _largest_in_window(df: pd.DataFrame, col: str, start_ns: int, end_ns: int) -> pd.DataFrame:
+    """``in_window(df, ...)`` (or ``df``)``.nlargest(MAX_TABLE_ROWS, col)``, the same rows in the same
+    order, choosing on ``col`` alone: only the rows shown are copied (not every gap of the window)."""
+    s = df["start_ns"].to_numpy()
+    mask = (s >= start_ns) & (s < end_ns)
+    rows = None if bool(mask.all()) else np.flatnonzero(mask)
+    del mask
+    v = df[col].to_numpy()
+    top = pd.Series(v if rows is None else v[rows]).nlargest(MAX_TABLE_ROWS).index.to_numpy()
+    pos = top if rows is None else rows[top]
+    return pd.DataFrame({c: df[c].array.take(pos) for c in df.columns}, copy=False)
 
 
 def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
@@ -403,8 +415,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                 ("Next API", "api_name", None), ("Next op", "next_op", lambda v: str(v)[:120])]
     gaps_steady = None
     if len(g):  # a window owns the gaps that start in it, as it owns ops and calls
-        inside = in_window(g, a.steady.start_ns, a.steady.end_ns)
-        gaps_steady = (g if inside is None else inside).nlargest(MAX_TABLE_ROWS, "gap_ns")
+        gaps_steady = _largest_in_window(g, "gap_ns", a.steady.start_ns, a.steady.end_ns)
     tables = [
         steady_first("kernels", "Kernels", ss.get("kernels"), a.kernels, _stat_cols([("Name", "name", None)])),
         steady_first("api", "CUDA API", ss.get("cuda_api"), a.cuda_api, _stat_cols([("Name", "name", None)])),

@@ -42,15 +42,26 @@ def steady_iterations(ctx: Any) -> pd.DataFrame:
     return t.loc[~t["warmup"].to_numpy(dtype=bool)]
 
 
-def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None) -> pd.DataFrame:
+def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+    """The gaps inside the window (of ``causes``), only ``columns`` of them when given (a launch
+    loop's gaps run to millions: a rule copies only what it reads)."""
     g = ctx.a.gaps
     if len(g) == 0:
         return g
+    rows = window_gap_rows(ctx, causes)
+    if columns is not None:
+        g = g[columns]
+    return g if len(rows) == len(g) else g.iloc[rows]
+
+
+def window_gap_rows(ctx: Any, causes: tuple[str, ...] | None = None) -> np.ndarray:
+    """Positions in ``ctx.a.gaps`` of the gaps ``window_gaps`` returns, ascending."""
+    g = ctx.a.gaps
     w = ctx.window
     m = (g["start_ns"].to_numpy() >= w.start_ns) & (g["end_ns"].to_numpy() <= w.end_ns)
     if causes is not None:
         m &= g["cause"].isin(list(causes)).to_numpy()
-    return g.loc[m]
+    return np.flatnonzero(m)
 
 
 def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:

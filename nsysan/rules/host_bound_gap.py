@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gaps
+from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
 from nsysan.units import fmt_ns
 
 ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out of timed and latency-critical "
@@ -40,15 +40,23 @@ ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out o
 def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Iterator[Finding]:
     if not has_gpu_activity(ctx):
         return
-    g = window_gaps(ctx, ("host", "sync"))
+    # the host and sync gaps of the window as positions first: only the recurring and the one-time
+    # ones are copied (as frames), not every gap of the window on the way
+    full = ctx.a.gaps
     w = ctx.window
-    if len(g) == 0 or w.dur_ns == 0:
+    if len(full) == 0:
+        return
+    rows = window_gap_rows(ctx, ("host", "sync"))
+    if len(rows) == 0 or w.dur_ns == 0:
         return
     p50 = int(ctx.a.iterations.stats.get("p50_ns", 0) or 0)
     min_gap = int(p50 * min_gap_frac_of_iteration) if p50 else 0
-    g = g.loc[g["gap_ns"] >= min_gap]
-    one = one_time_mask(ctx, g["activity"], g["gap_ns"].to_numpy())
-    rec, once = g.loc[~one], g.loc[one]
+    rows = rows[full["gap_ns"].to_numpy()[rows] >= min_gap]
+    one = one_time_mask(ctx, full["activity"].iloc[rows], full["gap_ns"].to_numpy()[rows])
+    rec_rows = rows[~one]
+    rec = full if len(rec_rows) == len(full) else full.iloc[rec_rows]
+    once = full.iloc[rows[one]]
+    del rows, rec_rows
     dev_max = lambda d: int(d.groupby("device_id")["gap_ns"].sum().max()) if len(d) else 0  # noqa: E731
     once_note = ""
     if len(once):

@@ -27,7 +27,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import top_rows
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import steady_cpu, window_gaps
+from nsysan.rules._helpers import steady_cpu, window_gap_rows
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -43,10 +43,13 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     api_start = lau["api_start_ns"].to_numpy()
     # each kernel's first launch in the trace (module loading): one-time
     order = np.lexsort((api_start, key))
+    ks = key[order]
     first_of = np.ones(len(order), dtype=bool)
-    first_of[1:] = key[order][1:] != key[order][:-1]
+    np.not_equal(ks[1:], ks[:-1], out=first_of[1:])
+    del ks
     first = np.zeros(len(lau), dtype=bool)
     first[order[first_of]] = True
+    del order, first_of
     inside = (lau["start_ns"].to_numpy() < w.end_ns) & (lau["end_ns"].to_numpy() > w.start_ns)
     plain = inside & ~is_graph
     n_graphs = int((inside & is_graph).sum())
@@ -63,10 +66,11 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     if frac < min_dominated_frac:
         return
     saving = int(np.clip(cost[dom_sel] - gpu_ns[dom], 0, None).sum())
-    gaps = window_gaps(ctx)
-    idle = int(gaps["gap_ns"].sum()) if len(gaps) else 0
+    g = ctx.a.gaps  # the window's gaps, as positions: only their starts and ends are copied (the claims)
+    gap_rows = window_gap_rows(ctx) if len(g) else np.zeros(0, dtype=np.int64)
+    idle = int(g["gap_ns"].to_numpy()[gap_rows].sum()) if len(gap_rows) else 0
     impact = min(saving, idle) if idle else saving
-    claims = claims_of(gaps["start_ns"], gaps["end_ns"]) if len(gaps) else None
+    claims = claims_of(g["start_ns"].to_numpy()[gap_rows], g["end_ns"].to_numpy()[gap_rows]) if len(gap_rows) else None
     graph_note = f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else ""
     once = ""
     if len(firsts):
@@ -85,13 +89,21 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
 
 
 def _kernel_key(lau: pd.DataFrame) -> np.ndarray:
-    """An int64 key per (launching API, kernel name)."""
+    """A key per (launching API, kernel name): int32 where the keys fit (half the memory of a
+    million-launch temporary; the same values, so the same order), else int64."""
     out = []
     for c in ("api_name", "name"):
         arr = lau[c].array
-        codes = np.asarray(arr.codes, dtype=np.int64) if isinstance(arr, pd.Categorical) else pd.factorize(lau[c])[0]
-        out.append(codes + 1)
-    return out[0] * (int(out[1].max(initial=0)) + 1) + out[1]
+        codes = np.asarray(arr.codes) if isinstance(arr, pd.Categorical) else pd.factorize(lau[c])[0]
+        out.append(codes)
+    hi = [int(c.max(initial=-1)) + 1 for c in out]  # the largest code + 1 of each
+    kt = np.int32 if (hi[0] + 1) * (hi[1] + 1) < 1 << 31 else np.int64
+    a, b = (c.astype(kt) for c in out)
+    a += 1
+    b += 1
+    a *= kt(hi[1] + 1)
+    a += b
+    return a
 
 
 def _median_by(key: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -99,9 +111,26 @@ def _median_by(key: np.ndarray, v: np.ndarray) -> np.ndarray:
     vi = np.asarray(v)
     if len(vi) and vi.dtype.kind in "iu" and int(vi.min()) >= 0 and int(vi.max()) < (1 << 40) \
             and int(key.min()) >= 0 and int(key.max()) < (1 << 23):
-        order = np.argsort((key.astype(np.int64) << 40) | vi.astype(np.int64))  # one int64 sort, not a lexsort
-    else:
-        order = np.lexsort((v, key))
+        # one int64 array, sorted in place: each key's values come out contiguous and ordered, so
+        # its median is a position; each element then finds its key's by a binary search
+        c = key.astype(np.int64)
+        c <<= 40
+        c |= vi.astype(np.int64, copy=False)
+        c.sort()
+        n_keys = int(key.max()) + 1
+        if n_keys <= max(len(c) >> 4, 1024):  # each key's first element by binary search
+            starts = np.searchsorted(c, np.arange(n_keys, dtype=np.int64) << 40)
+            starts = starts[np.flatnonzero(np.diff(np.append(starts, len(c))))]
+        else:
+            starts = np.flatnonzero(np.concatenate([[True], (c[1:] >> 40) != (c[:-1] >> 40)]))
+        ends = np.concatenate([starts[1:], [len(c)]])
+        lo, hi = (starts + ends - 1) // 2, (starts + ends) // 2
+        keys = c[starts] >> 40
+        c &= (1 << 40) - 1
+        med = (c[lo] + c[hi]) / 2
+        del c
+        return med[np.searchsorted(keys, key)]
+    order = np.lexsort((v, key))
     k, vs = key[order], v[order]
     starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
     ends = np.concatenate([starts[1:], [len(k)]])

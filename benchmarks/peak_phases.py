@@ -1,0 +1,146 @@
+"""Peak resident memory (RSS) per phase of ``nsysan analyze``: load, analyses + rules, JSON, HTML.
+
+    python3 benchmarks/peak_phases.py TRACE.sqlite [--detail]
+
+A sampler thread reads the process's RSS from /proc every millisecond and keeps the peak of each
+phase; each line gives the RSS at the phase's start, its peak, the peak above the start, and the
+wall time. ``--detail`` also wraps the analysis functions (run with NSYSAN_THREADS=1 to attribute
+peaks to one analysis at a time). Linux only (reads /proc/self/statm).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class Sampler:
+    def __init__(self) -> None:
+        self.active: list[str] = []
+        self.peaks: dict[str, list[float]] = {}
+        self.order: list[str] = []
+        self._stop = False
+        self.top = (0.0, [])  # the process's highest RSS seen and the phases running then
+        self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def rss(self) -> float:
+        return int(os.pread(self._fd, 100, 0).split()[1]) * _PAGE / 2**20
+
+    def _run(self) -> None:
+        while not self._stop:
+            r = self.rss()
+            if r > self.top[0]:
+                self.top = (r, list(self.active))
+            for name in list(self.active):  # a phase's peak includes its nested phases'
+                p = self.peaks[name]
+                p[1] = max(p[1], r)
+            time.sleep(0.001)
+
+    def enter(self, name: str) -> None:
+        r = self.rss()
+        if name not in self.peaks:
+            self.peaks[name] = [r, r, 0.0, time.perf_counter()]
+            self.order.append(name)
+        else:
+            self.peaks[name][3] = time.perf_counter()
+        self.active.append(name)
+
+    def leave(self, name: str) -> None:
+        p = self.peaks[name]
+        p[1] = max(p[1], self.rss())
+        p[2] += time.perf_counter() - p[3]
+        self.active.remove(name)
+
+    def report(self) -> None:
+        for name in self.order:
+            start, peak, wall, _ = self.peaks[name]
+            print(f"{name:<34} start {start:7.0f} MiB  peak {peak:7.0f} MiB  (+{peak - start:6.0f})  {wall:6.2f} s")
+        print(f"highest RSS sampled {self.top[0]:.0f} MiB, during: {', '.join(n.strip() for n in self.top[1])}")
+
+
+def main() -> int:
+    path = sys.argv[1]
+    detail = "--detail" in sys.argv[2:]
+    s = Sampler()
+    s.t.start()
+
+    def phase(name, fn, *a, **kw):
+        s.enter(name)
+        try:
+            return fn(*a, **kw)
+        finally:
+            s.leave(name)
+
+    s.enter("import")
+    import nsysan
+    from nsysan import analysis
+    from nsysan.report import html, jsonout, view
+    s.leave("import")
+    if detail:
+        _wrap(analysis, phase)
+    trace = phase("load", nsysan.open_trace, path)
+    a = phase("analyze (analyses + rules)", analysis.analyze, trace)
+    from nsysan.report import timeline
+
+    timeline.start(a)  # as the CLI does with --json and --html: the timeline encodes during the JSON
+    phase("json (timeline encoding meanwhile)", jsonout.to_json, a)
+    vm = phase("html: view model", view.build, a)
+    phase("html: render", html.render, vm)
+    s._stop = True
+    s.report()
+    import resource
+
+    print(f"process peak (ru_maxrss) {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    return 0
+
+
+def _wrap(analysis, phase) -> None:
+    """Label the named analysis functions as phases (meaningful with NSYSAN_THREADS=1)."""
+    import functools
+    import importlib
+
+    targets = {
+        "nsysan.analysis": ["_summaries", "_gaps", "_nvtx", "_busy", "_launches", "_steady", "_idle_samples",
+                            "_gpu_metrics", "graph_trace_mode"],
+        "nsysan.analyses.summaries": ["gpu_ops", "kernel_config_summary", "window_summaries"],
+        "nsysan.analyses.nsys_rules": ["instances", "cross_check"],
+        "nsysan.analyses.comm": ["comm_ops", "collectives", "comm_per_iteration", "nccl_calls"],
+        "nsysan.analyses.breakdown": ["iteration_breakdown"],
+        "nsysan.analyses.ranks": ["analyze_ranks"],
+        "nsysan.rules": ["run_rules"],
+        "nsysan.analyses.gaps": ["with_launch_calls", "_device_gaps", "explain_gaps", "gap_summary"],
+        "nsysan.analyses.nvtx": ["owned_ops", "ranges", "range_summary"],
+        "nsysan.analyses.launch": ["launches", "launch_summary", "per_kernel"],
+        "nsysan.report.view": ["_timeline", "timeline"],
+    }
+    for modname, names in targets.items():
+        mod = importlib.import_module(modname)
+        for n in names:
+            f = getattr(mod, n, None)
+            if f is None:
+                continue
+
+            label = f"  {modname.rsplit('.', 1)[-1]}.{n}"
+
+            def w(*a, _f=f, _n=label, **kw):
+                return phase(_n, _f, *a, **kw)
+
+            functools.update_wrapper(w, f)
+            setattr(mod, n, w)
+            if modname != "nsysan.analysis" and hasattr(analysis, n):
+                setattr(analysis, n, w)
+    from nsysan.analyses import gaps
+    for n in ("_thread", "_layers", "sums"):
+        f = getattr(gaps.ThreadActivity, n)
+        setattr(gaps.ThreadActivity, n, lambda self, *a, _f=f, _n=f"    ThreadActivity.{n}", **kw: phase(_n, _f, self, *a, **kw))
+    analysis.analyze_tensorrt = (lambda *a, _f=analysis.analyze_tensorrt, **kw:
+                                 phase("  tensorrt.analyze_tensorrt", _f, *a, **kw))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
