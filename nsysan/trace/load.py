@@ -264,15 +264,61 @@ def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
     return pd.Series(values, index=df.index, copy=False)
 
 
+def _field24(g: np.ndarray, shift: int) -> np.ndarray:
+    """``(g >> shift) & 0xFFFFFF`` as int32, without an int64 temporary of the whole column: the
+    shift is written straight into the int32 result (which keeps its low 32 bits), then masked."""
+    out = np.empty(len(g), dtype=np.int32)
+    if shift:
+        np.right_shift(g, shift, out=out, casting="unsafe")
+        np.bitwise_and(out, 0xFFFFFF, out=out)
+    else:
+        np.bitwise_and(g, 0xFFFFFF, out=out, casting="unsafe")
+    return out
+
+
 def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
-    """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``."""
+    """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``. ``pid``
+    and ``tid`` are 24-bit fields: int32 columns."""
     if "global_tid" in df.columns:
         g = df["global_tid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF), tid=_own(df, g & 0xFFFFFF),
+        return df.assign(pid=_own(df, _field24(g, 24)), tid=_own(df, _field24(g, 0)),
                          global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF))
+        return df.assign(pid=_own(df, _field24(g, 24)))
+    return df
+
+
+_NARROW_TYPES = {"int8": (np.int8, np.int16, np.int32), "int16": (np.int16, np.int32), "int32": (np.int32,)}
+
+
+def narrow_type(lo: int, hi: int, floor: str) -> type | None:
+    """The smallest signed integer type, not below ``floor``, that holds every value in [lo, hi];
+    None when only int64 does."""
+    for t in _NARROW_TYPES[floor]:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return t
+    return None
+
+
+def _narrow(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``schema.NARROW``'s columns of this table in the narrowest type their values allow (checked
+    here, on this trace's values: one above int32 keeps the column int64). Each narrowed column
+    replaces its int64 one, which is freed when nothing else holds it."""
+    want = S.NARROW.get(name)
+    if not want or len(df) == 0:
+        return df
+    for col, floor in want.items():
+        if col not in df.columns:
+            continue
+        v = df[col].to_numpy()
+        if v.dtype != np.int64:
+            continue
+        t = narrow_type(int(v.min()), int(v.max()), floor)
+        if t is not None:
+            df = df.assign(**{col: _own(df, v.astype(t))})
+        del v
     return df
 
 
@@ -379,8 +425,8 @@ def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
         "style": style,
         "range_id": out["range_id"].to_numpy(),
         "global_tid": out["global_tid"].to_numpy(dtype=np.int64),
-        "pid": out["pid"].to_numpy(dtype=np.int64),
-        "tid": out["tid"].to_numpy(dtype=np.int64),
+        "pid": out["pid"].to_numpy(dtype=np.int32),  # 24-bit fields (_decode_ids)
+        "tid": out["tid"].to_numpy(dtype=np.int32),
     })
     res = res.astype({"end_ns": "Int64", "text": "string", "domain": "string", "name": "string",
                       "range_id": "Int64"})
@@ -644,7 +690,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             whole = raw.pop(name, None)
             parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
                 or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
-            df = _decode_ids(_concat(parts))
+            del whole  # the Arrow table: its int64 columns go as their narrow copies replace them
+            df = _narrow(_decode_ids(_concat(parts)), name)
             notes: list[str] = []
             if name in INTERVAL_TABLES:
                 df = _finish_intervals(name, df, notes)
