@@ -218,15 +218,22 @@ def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
         keep = inside if keep is None else keep & inside
     if keep is not None:
         n = int(keep.sum())
+        if n == len(keep):  # every row kept: the columns as they are, no copies
+            keep = None
     pending.data, pending.valid = [], []
+    # each decoded column is let go after its last use: filtered copies then need one column's room
+    last_use = {src: i for i, (_, src, _) in enumerate(p.outputs) if src is not None}
+    for src in [s for s in values if s not in last_use]:  # the keep_only column, once used
+        del values[src]
     out: dict[str, Any] = {}
-    for alias, src, default in p.outputs:
+    for i, (alias, src, default) in enumerate(p.outputs):
         if src is None:
             out[alias] = pa.nulls(n, pa.int64()) if default is None else pa.array(np.full(n, default, np.int64))
             continue
-        d, null = values[src]
+        d, null = values.pop(src) if last_use[src] == i else values[src]
         if keep is not None:
             d = d[keep]
             null = None if null is None else null[keep]
         out[alias] = pa.array(d, mask=null) if null is not None and null.any() else pa.array(d)
+        del d, null
     return pa.table(out) if out else pa.table({})

@@ -189,7 +189,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Slices of one table read in parallel, joined column by column (each slice's memory is released
     as soon as its columns are copied); categorical name columns share one category index."""
     if len(frames) == 1:
-        df = frames[0]
+        df = frames.pop()  # the list lets go: a column replaced later (narrowed, sorted) is then freed
         return df.assign(**{c: prune_categories(df[c].array) for c in df.columns
                             if isinstance(df[c].dtype, pd.CategoricalDtype)})
     cols = list(frames[0].columns)
@@ -325,7 +325,11 @@ def _narrow(df: pd.DataFrame, name: str) -> pd.DataFrame:
 MISSING = np.iinfo(np.int64).min
 
 
-def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+def _finish_intervals(name: str, held: list[pd.DataFrame], warnings: list[str]) -> pd.DataFrame:
+    """Rows without a start or end, or ending before they start, dropped (with a warning); ``dur_ns``;
+    rows sorted by start. ``held`` holds the frame and nothing else should: it is emptied, so a
+    sort frees each unsorted column as its sorted copy is made."""
+    df = held.pop()
     missing = (df["start_ns"].to_numpy() == MISSING) | (df["end_ns"].to_numpy() == MISSING)
     if missing.any():
         warnings.append(f"{name}: dropped {int(missing.sum())} row(s) with a missing or non-numeric start/end")
@@ -337,8 +341,22 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
     st = df["start_ns"].to_numpy()
     df = df.assign(dur_ns=_own(df, df["end_ns"].to_numpy() - st))
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
-        df = df.take(np.argsort(st, kind="stable"))  # a few late rows (OS runtime): timsort is near linear
+        order = np.argsort(st, kind="stable")  # a few late rows (OS runtime): timsort is near linear
+        del st
+        return _take_columns([df], order)
     return df.reset_index(drop=True)
+
+
+def _take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
+    """``df.take(order).reset_index(drop=True)``, a column at a time: each column is let go as its
+    reordered copy is made (``held`` is emptied), so the sort needs one column's room, not the frame's."""
+    df = held.pop()
+    cols = {c: (df[c].array if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype) else df[c].to_numpy())
+            for c in df.columns}
+    del df
+    for c in cols:
+        cols[c] = cols[c].take(order)
+    return pd.DataFrame(cols, copy=False)
 
 
 def _finish_cuda_api(api: pd.DataFrame) -> pd.DataFrame:
@@ -356,19 +374,28 @@ def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
     """Rows that repeat an earlier row's (thread, correlation id) inside its interval."""
     if len(api) < 2 or "correlation_id" not in api or "global_tid" not in api:
         return api
-    corr = api["correlation_id"].to_numpy(dtype=np.int64, na_value=-1)
+    col = api["correlation_id"]
+    # int64 for a nullable column; a plain one (int32 or int64, load._narrow) as it is: no copy
+    corr = col.to_numpy(dtype=np.int64, na_value=-1) if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) \
+        else col.to_numpy()
+    del col
     # none can repeat when every correlation id occurs once, which a bitmap of the ids tells (a hash
-    # of 2.4M (thread, id) pairs cost 0.7 s of CPU on a trace without a single repeat)
-    rows = np.flatnonzero(corr > 0)
-    if rows.size == 0:
+    # of 2.4M (thread, id) pairs cost 0.7 s of CPU on a trace without a single repeat); the column
+    # itself when every id is positive (no copy of a million-row column to learn that)
+    positive = corr > 0
+    every = bool(positive.all())
+    if not every and not positive.any():
         return api
-    pos = corr[rows]
+    pos = corr if every else corr[positive]
+    del positive
     if int(pos.max()) < 16 * len(corr) + (1 << 24):  # a byte per id value: at most 16 a row, or 16 MB
         seen = np.zeros(int(pos.max()) + 1, dtype=bool)
         seen[pos] = True
         if int(np.count_nonzero(seen)) == pos.size:  # every id once (nsys without backtraces)
             return api
         del seen
+    rows = np.flatnonzero(corr > 0)
+    pos = corr[rows].astype(np.int64)
     key = pd.MultiIndex.from_arrays([api["global_tid"].to_numpy(dtype=np.int64, na_value=-1)[rows], pos])
     dup = key.duplicated(keep="first")
     if not dup.any():
@@ -694,7 +721,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             df = _narrow(_decode_ids(_concat(parts)), name)
             notes: list[str] = []
             if name in INTERVAL_TABLES:
-                df = _finish_intervals(name, df, notes)
+                held = [df]
+                del df
+                df = _finish_intervals(name, held, notes)
             if name == "nvtx_raw":
                 df = _nvtx(df, strings)
             elif name in _FINISH:
