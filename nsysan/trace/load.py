@@ -15,7 +15,6 @@ import pandas as pd
 import pyarrow as pa
 
 from nsysan import _memory
-from nsysan._executor import threads
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
@@ -732,11 +731,11 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
 
         frames: dict[str, pd.DataFrame] = {}
         built: dict[str, tuple[pd.DataFrame, list[str]]] = {}
-        names = sorted(specs, key=lambda n: n not in INTERVAL_TABLES)  # the big ones first
-        with threads(workers, "nsysan-build") as pool:
-            for name, fut in [(n, pool.submit(build, n)) for n in names]:
-                built[name] = fut.result()
-                tick(name)
+        # one table at a time, the big ones first: each reuses the memory the one before let go
+        # (built on two threads, the 245 MB trace's load peaked 60-80 MB higher, no sooner done)
+        for name in sorted(specs, key=lambda n: n not in INTERVAL_TABLES):
+            built[name] = build(name)
+            tick(name)
         for name in specs:
             frames[name] = built[name][0]
         for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first
