@@ -253,7 +253,9 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             fill = col.default if col.default is not None else (MISSING if col.name in ("start_ns", "end_ns") else 0)
             if arr.null_count:
                 arr = arr.fill_null(fill)
-            data[col.name] = arr.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+            # int32 as the direct reader decoded it (a column schema.NARROW narrows), else int64
+            keep32 = pa.types.is_int32(arr.type) and col.name in S.NARROW.get(spec.name, {})
+            data[col.name] = (arr if keep32 else arr.cast(pa.int64(), safe=False)).to_numpy(zero_copy_only=False)
     return pd.DataFrame(data, copy=False)
 
 
@@ -312,11 +314,13 @@ def _narrow(df: pd.DataFrame, name: str) -> pd.DataFrame:
         if col not in df.columns:
             continue
         v = df[col].to_numpy()
-        if v.dtype != np.int64:
+        if v.dtype not in (np.int64, np.int32):  # int32: decoded so by the direct reader
             continue
         t = narrow_type(int(v.min()), int(v.max()), floor)
-        if t is not None:
+        if t is not None and np.dtype(t).itemsize < v.dtype.itemsize:
             df = df.assign(**{col: _own(df, v.astype(t))})
+        elif t is None and v.dtype != np.int64:  # not reached: the reader widens what does not fit
+            df = df.assign(**{col: _own(df, v.astype(np.int64))})
         del v
     return df
 
@@ -642,12 +646,13 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 if spec.name in INTERVAL_TABLES:
                     outputs = S.select_outputs(spec, caps.columns(src), all_columns=all_columns)
                     pre = early.jobs.get(spec.name) if early is not None else None
-                    found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None)
+                    narrow = tuple(S.NARROW.get(spec.name, ()))
+                    found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None, narrow=narrow)
                     if found is not None and pre is not None and found[0] == pre[0]:
                         prefetched[spec.name] = pre[1]
                         continue
                     if found is not None and pre is not None:  # the prefetch planned otherwise: list the leaves
-                        found = db.direct_plan(src, outputs, spec.keep_only)
+                        found = db.direct_plan(src, outputs, spec.keep_only, narrow=narrow)
                     if found is not None:
                         direct_plans[spec.name] = found
                         continue
