@@ -7,7 +7,8 @@ Integer widths: times, durations, byte counts and global ids are int64. ``pid`` 
 int32 (24-bit fields). The columns ``schema.NARROW`` names (device_id, stream_id, correlation_id of
 the GPU tables and CUDA API; grid_x..block_z) take the narrowest signed type their values in this
 trace allow, at least int32 for ids and int8 for grid/block; one value beyond int32 keeps the column
-int64. Widen (``to_numpy(np.int64)``) before arithmetic that can leave the type's range.
+int64, and so does an empty table. Widen (``to_numpy(np.int64)``) before arithmetic that can leave
+the type's range.
 
 Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, ``tid`` (decoded from
 nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``), ``global_pid``.
