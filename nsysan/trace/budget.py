@@ -20,7 +20,7 @@ PER_ROW was measured on replicated traces of 245 MB and 2.5 GB and on real expor
 (README, Performance): the largest per-row figure seen was 292 bytes (the real 329 MB launch loop,
 before speed round 3; 193 bytes after it), rounded up. With the narrow columns (schema.NARROW) and
 the lower load peak, (peak - BASE - decoded) / rows measured: 178 bytes median, 244 at the highest
-of 5 runs on the real 329 MB trace, 124 on the 245 MB and 107-112 on the 2.5 GB replicated ones;
+of 5 runs on the real 329 MB trace, 124 on the 245 MB and 106-111 on the 2.5 GB replicated ones;
 the whole estimate is then 1.2-2.1x the measured peak (1,638 MiB median, 2,015 MiB at most, against
 2,338 MiB estimated; 1,085 against 1,913; 8,245-8,472 against 17,328; 236 against 414 and 303
 against 574 on the 170 and 300 MB exports with GPU metrics). PER_ROW stays 300: it must not under-estimate,
