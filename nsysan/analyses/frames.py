@@ -41,7 +41,9 @@ def group_rows(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray]]:
     sub-DataFrames (pandas' groupby iterator builds one frame per group, 0.4 s on 2.4M rows)."""
     if len(keys) == 0 or len(keys[0]) == 0:
         return []
-    ks = [np.asarray(k).astype(np.int64, copy=False) for k in keys]
+    # int32 keys (the loader's narrow ids) as they are: no int64 copy of a million-row column
+    ks = [a if (a := np.asarray(k)).dtype.kind == "i" and a.dtype.itemsize >= 4 else a.astype(np.int64)
+          for k in keys]
     uniq = [distinct(k) for k in ks]  # a comparison pass, or a hash of the values: no sort
     n_combos = math.prod(len(u) for u in uniq)
     if n_combos == 1:  # one group (one process, one device): no sort

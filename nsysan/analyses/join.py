@@ -17,7 +17,14 @@ from nsysan.trace.model import Trace
 
 def pack_keys(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """(pid, correlation id) as one int64: pid < 2^24, correlation id taken modulo 2^32."""
-    return (np.asarray(pid, dtype=np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)
+    pid, corr = np.asarray(pid), np.asarray(corr)
+    if pid.dtype.kind == "i" and corr.dtype.kind == "i":
+        # int32 ids (as the loader narrows them) widen inside the ufuncs, a chunk at a time: no
+        # int64 copy of each column first
+        key = np.left_shift(pid, 32, dtype=np.int64)
+        key |= np.bitwise_and(corr, 0xFFFFFFFF, dtype=np.int64)
+        return key
+    return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
 
 
 def first_match(table_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:

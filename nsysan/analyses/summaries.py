@@ -321,10 +321,15 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
                               "bytes": pd.Series(dtype="int64"), "kind": pd.Categorical([]),
                               "role": pd.Categorical([], categories=["compute", "communication", "memcpy", "memset"])})
         return attach_launch_calls(trace, empty)
+    # ids keep the width the loader gave them (int32 where the values allow: no int64 copy of every
+    # kernel's ids); mixed widths concatenate to the wider
+    ids = ("device_id", "stream_id", "pid", "correlation_id")
     if len(parts) == 1:  # one kind of op (kernels only: common): its columns as they are, no copies
-        data = {c: parts[0][c].to_numpy(dtype=np.int64) for c in [*cols, "bytes"]}
+        data = {c: parts[0][c].to_numpy() if c in ids else parts[0][c].to_numpy(dtype=np.int64)
+                for c in [*cols, "bytes"]}
     else:
-        data = {c: np.concatenate([p[c].to_numpy(dtype=np.int64) for p in parts]) for c in [*cols, "bytes"]}
+        data = {c: np.concatenate([p[c].to_numpy() if c in ids else p[c].to_numpy(dtype=np.int64) for p in parts])
+                for c in [*cols, "bytes"]}
     op_names = [o for o, _ in ops_]
     op_codes = np.concatenate([np.full(n, i, dtype=np.int8) for i, (_, n) in enumerate(ops_)])
     frame = pd.DataFrame({

@@ -154,7 +154,9 @@ typedef struct {
     const int *field_out;  /* per record field: output column or -1 */
     int rowid_out;         /* output column that takes the rowid, or -1 */
     int n_out;
-    int64_t **data;
+    char **data;           /* per output column: int64 or int32 values (width) */
+    const int *width;      /* 8 or 4 bytes a value */
+    uint8_t *overflow;     /* per output column: 1 once a value did not fit its int32 column */
     uint8_t **valid;       /* 1 = value present, 0 = NULL */
     size_t n_rows;         /* rows written */
     size_t capacity;
@@ -163,6 +165,18 @@ typedef struct {
 
 /* body bytes of serial types 0-11 (10 and 11 are reserved) */
 static const uint8_t SERIAL_SIZE[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0};
+
+/* a value into its column: an int32 column takes the low 32 bits and notes a value that did not fit
+ * (the caller then decodes that column again into int64) */
+static inline void put(Job *j, int o, size_t row, int64_t v) {
+    if (j->width[o] == 8) {
+        ((int64_t *)j->data[o])[row] = v;
+    } else {
+        int32_t w = (int32_t)(uint32_t)(uint64_t)v;
+        ((int32_t *)j->data[o])[row] = w;
+        if ((int64_t)w != v) j->overflow[o] = 1;
+    }
+}
 
 static int decode_leaves(Job *j) {
     Reader *r = &j->r;
@@ -197,7 +211,7 @@ static int decode_leaves(Job *j) {
             if (!k || hsize > payload) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
             const uint8_t *hp = p + k, *hend = p + hsize, *body = p + hsize;
             if (row >= j->capacity) { r->err = "more cells than counted"; r->err_page = pgno; goto fail; }
-            for (int o = 0; o < j->n_out; o++) { j->valid[o][row] = 0; j->data[o][row] = 0; }
+            for (int o = 0; o < j->n_out; o++) { j->valid[o][row] = 0; put(j, o, row, 0); }
             for (int f = 0; f < j->n_fields && hp < hend; f++) {
                 uint64_t st;
                 if (*hp < 0x80) {
@@ -232,12 +246,12 @@ static int decode_leaves(Job *j) {
                         r->err = "a value that is not an integer";
                         goto fail;
                     }
-                    j->data[o][row] = v;
+                    put(j, o, row, v);
                 }
                 body += size;
             }
             if (j->rowid_out >= 0) {
-                j->data[j->rowid_out][row] = (int64_t)rowid;
+                put(j, j->rowid_out, row, (int64_t)rowid);
                 j->valid[j->rowid_out][row] = 1;
             }
             row++;
@@ -294,24 +308,32 @@ static PyObject *py_leaves(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs) -> rows
+/* decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs[, overflow]) -> rows
  *   leaves: a slice of what leaves() returned (its cell counts are the rows it holds)
  *   fields: tuple, per record field index, of the output column it fills (-1: skip)
- *   outputs: list, per output column, of a (data, valid) pair of writable buffers: int64 and uint8,
- *            each exactly as long as the leaves' cell count (slices of the caller's whole-table
- *            arrays, so parts decoded on several threads need no concatenation) */
+ *   outputs: list, per output column, of a (data, valid) pair of writable buffers: int64 (or int32)
+ *            and uint8, each exactly as long as the leaves' cell count (slices of the caller's
+ *            whole-table arrays, so parts decoded on several threads need no concatenation)
+ *   overflow: a writable buffer of one byte per output column, needed when a data buffer is int32
+ *            (4 bytes a row): its byte is set to 1 when a value of that column does not fit in
+ *            int32 (the column then holds the low 32 bits; the caller decodes it again in int64).
+ *            Only ever set, never cleared: parts decoded on several threads may share it. */
 static PyObject *py_decode(PyObject *self, PyObject *args) {
     (void)self;
     int fd, rowid_out;
     Py_ssize_t page_size, reserved, file_size;
     Py_buffer leaves_buf;
-    PyObject *fields, *outputs;
-    if (!PyArg_ParseTuple(args, "innny*O!iO!", &fd, &page_size, &reserved, &file_size, &leaves_buf,
-                          &PyTuple_Type, &fields, &rowid_out, &PyList_Type, &outputs))
+    PyObject *fields, *outputs, *overflow_obj = NULL;
+    if (!PyArg_ParseTuple(args, "innny*O!iO!|O", &fd, &page_size, &reserved, &file_size, &leaves_buf,
+                          &PyTuple_Type, &fields, &rowid_out, &PyList_Type, &outputs, &overflow_obj))
         return NULL;
     PyObject *result = NULL;
     int *field_out = NULL;
-    int64_t **data = NULL;
+    int *width = NULL;
+    uint8_t *overflow = NULL;
+    Py_buffer overflow_buf;
+    int have_overflow = 0, any_narrow = 0;
+    char **data = NULL;
     uint8_t **valid = NULL;
     Py_buffer *views = NULL;
     int n_views = 0;
@@ -328,7 +350,14 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     data = calloc((size_t)(n_out ? n_out : 1), sizeof *data);
     valid = calloc((size_t)(n_out ? n_out : 1), sizeof *valid);
     views = calloc((size_t)(2 * n_out + 1), sizeof *views);
-    if (!field_out || !data || !valid || !views) { PyErr_NoMemory(); goto out; }
+    width = calloc((size_t)(n_out ? n_out : 1), sizeof *width);
+    overflow = calloc((size_t)(n_out ? n_out : 1), 1);
+    if (!field_out || !data || !valid || !views || !width || !overflow) { PyErr_NoMemory(); goto out; }
+    if (overflow_obj != NULL && overflow_obj != Py_None) {
+        if (PyObject_GetBuffer(overflow_obj, &overflow_buf, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
+        have_overflow = 1;
+        if (overflow_buf.len != n_out) { PyErr_SetString(PyExc_ValueError, "overflow: one byte per output column"); goto out; }
+    }
     for (Py_ssize_t i = 0; i < n_fields; i++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(fields, i));
         if (v == -1 && PyErr_Occurred()) goto out;
@@ -342,11 +371,14 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
             if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, k), &views[n_views], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
             n_views++;
         }
-        if ((size_t)views[n_views - 2].len != capacity * sizeof(int64_t) || (size_t)views[n_views - 1].len != capacity) {
+        size_t dlen = (size_t)views[n_views - 2].len;
+        if ((dlen != capacity * sizeof(int64_t) && dlen != capacity * sizeof(int32_t)) || (size_t)views[n_views - 1].len != capacity) {
             PyErr_SetString(PyExc_ValueError, "output buffer size does not match the leaves' cell count");
             goto out;
         }
-        data[o] = (int64_t *)views[n_views - 2].buf;
+        width[o] = dlen == capacity * sizeof(int64_t) ? 8 : 4;  /* no rows: either; int64 */
+        if (width[o] == 4) any_narrow = 1;
+        data[o] = (char *)views[n_views - 2].buf;
         valid[o] = (uint8_t *)views[n_views - 1].buf;
     }
     j.leaves = (const uint32_t *)leaves_buf.buf;
@@ -355,7 +387,10 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     j.field_out = field_out;
     j.rowid_out = rowid_out;
     j.n_out = (int)n_out;
+    if (any_narrow && !have_overflow) { PyErr_SetString(PyExc_ValueError, "int32 outputs need an overflow buffer"); goto out; }
     j.data = data;
+    j.width = width;
+    j.overflow = overflow;
     j.valid = valid;
     j.capacity = capacity;
     int rc;
@@ -364,8 +399,14 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (rc < 0) { raise_reader(&j.r); goto out; }
     if (j.n_rows != capacity) { PyErr_SetString(Unsupported, "fewer rows than cells"); goto out; }
+    if (have_overflow)
+        for (Py_ssize_t o = 0; o < n_out; o++)
+            if (overflow[o]) ((uint8_t *)overflow_buf.buf)[o] = 1;
     result = PyLong_FromSize_t(j.n_rows);
 out:
+    if (have_overflow) PyBuffer_Release(&overflow_buf);
+    free(width);
+    free(overflow);
     for (int v = 0; v < n_views; v++) PyBuffer_Release(&views[v]);
     PyBuffer_Release(&leaves_buf);
     free(views);
@@ -691,7 +732,7 @@ static PyMethodDef methods[] = {
     {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
-     "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs) -> rows"},
+     "decode(fd, page_size, reserved, file_size, leaves, fields, rowid_out, outputs[, overflow]) -> rows"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -708,6 +749,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
-    if (PyModule_AddIntConstant(m, "VERSION", 2) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddIntConstant(m, "VERSION", 3) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -4,7 +4,8 @@ The loader knows each big event table's row count before it reads a row (the dir
 lists: the cell counts in the leaf pages' headers) and how many columns it decodes from it. The
 peak of ``nsysan analyze`` grows linearly with those rows, so it is estimated as
 
-    BASE + rows x columns x 9 bytes (the decoded int64 columns and their NULL masks, exact)
+    BASE + rows x columns x 9 bytes (the decoded int64 columns and their NULL masks; an upper
+                                     bound since the ids load narrows decode into int32: 5 bytes)
          + rows x PER_ROW x fraction (frames, analyses and the report; measured, with a margin)
 
 With ``--time-range`` each part of a table (400,000 rows) keeps only its rows inside the range as
@@ -17,7 +18,13 @@ by the kernel half-way through.
 
 PER_ROW was measured on replicated traces of 245 MB and 2.5 GB and on real exports of 170-329 MB
 (README, Performance): the largest per-row figure seen was 292 bytes (the real 329 MB launch loop,
-before speed round 3; 193 bytes after it), rounded up.
+before speed round 3; 193 bytes after it), rounded up. With the narrow columns (schema.NARROW) and
+the lower load peak, (peak - BASE - decoded) / rows measured: 178 bytes median, 244 at the highest
+of 5 runs on the real 329 MB trace, 124 on the 245 MB and 106-111 on the 2.5 GB replicated ones;
+the whole estimate is then 1.2-2.1x the measured peak (1,638 MiB median, 2,015 MiB at most, against
+2,338 MiB estimated; 1,085 against 1,913; 8,245-8,472 against 17,328; 236 against 414 and 303
+against 574 on the 170 and 300 MB exports with GPU metrics). PER_ROW stays 300: it must not under-estimate,
+and the analyses' peak varies with their threads' timing.
 """
 
 from __future__ import annotations

@@ -320,7 +320,8 @@ class Database:
 
     # -- direct reader (nsysan.trace.direct) -----------------------------------------------------
     def direct_plan(self, table: str, outputs: list[tuple[str, str | None, int | None]],
-                    keep_only: tuple[str, int] | None, *, leaves: bool = True) -> tuple[direct.Plan, Any] | None:
+                    keep_only: tuple[str, int] | None, *, leaves: bool = True,
+                    narrow: tuple[str, ...] = ()) -> tuple[direct.Plan, Any] | None:
         """A direct-read plan for ``table`` and its leaf pages (None with ``leaves=False``: a
         prefetch listed them already), or None (read it through SQLite)."""
         if not direct.available():
@@ -328,7 +329,7 @@ class Database:
         try:
             if self._direct is None:
                 self._direct = direct.File(self.path)
-            p = direct.plan(self._sqlite, self._direct, table, outputs, keep_only)
+            p = direct.plan(self._sqlite, self._direct, table, outputs, keep_only, narrow)
             return None if p is None else (p, direct.leaves(self._direct, p) if leaves else None)
         except (OSError, sqlite3.Error, direct.Unsupported):
             return None

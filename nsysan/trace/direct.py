@@ -44,7 +44,7 @@ Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else Val
 
 def available() -> bool:
     """True when the extension is importable and not switched off with ``NSYSAN_READER=sqlite``."""
-    return (_btree is not None and getattr(_btree, "VERSION", 0) == 2  # a stale build of older source: unused
+    return (_btree is not None and getattr(_btree, "VERSION", 0) == 3  # a stale build of older source: unused
             and os.environ.get("NSYSAN_READER", "").lower() != "sqlite")
 
 
@@ -58,6 +58,9 @@ class Plan:
     slots: tuple[str, ...]  # source column per output slot
     outputs: tuple[tuple[str, str | None, int | None], ...]  # (alias, source column, literal default)
     keep_only: tuple[str, int] | None  # (source column, value)
+    # per slot: decoded into int32 (a column that ``schema.NARROW`` narrows; one value beyond int32
+    # and that column is decoded again in int64)
+    narrow: tuple[bool, ...] = ()
 
 
 class File:
@@ -84,8 +87,10 @@ class File:
 
 
 def plan(con: sqlite3.Connection, file: File, table: str,
-         outputs: list[tuple[str, str | None, int | None]], keep_only: tuple[str, int] | None) -> Plan | None:
-    """A plan for reading ``outputs`` (alias, source column or None, default) of ``table``, or None."""
+         outputs: list[tuple[str, str | None, int | None]], keep_only: tuple[str, int] | None,
+         narrow: tuple[str, ...] = ()) -> Plan | None:
+    """A plan for reading ``outputs`` (alias, source column or None, default) of ``table``, or None.
+    A source column whose every output is in ``narrow`` is decoded into int32."""
     if not available() or not file.ok:
         return None
     row = con.execute("SELECT type, rootpage, sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
@@ -110,7 +115,11 @@ def plan(con: sqlite3.Connection, file: File, table: str,
     fields = [-1] * (max((int(by_name[s][0]) for s in slots), default=-1) + 1)
     for i, s in enumerate(slots):
         fields[int(by_name[s][0])] = i
-    return Plan(table, int(row[1]), tuple(fields), tuple(slots), tuple(outputs), keep_only)
+    narrow_slots = tuple(
+        (keep_only is None or s != keep_only[0])
+        and all(alias in narrow for alias, src, _ in outputs if src == s)
+        and any(src == s for _, src, _ in outputs) for s in slots)
+    return Plan(table, int(row[1]), tuple(fields), tuple(slots), tuple(outputs), keep_only, narrow_slots)
 
 
 def leaves(file: File, p: Plan) -> np.ndarray:
@@ -140,6 +149,9 @@ class Pending:
     valid: list[np.ndarray]
     futures: list[Future[Any]]
     windowed: bool = False  # each future returns its part's (data, valid) rows inside the window
+    file: File | None = None  # for a column decoded again in int64 (``overflow``)
+    leaf_rows: np.ndarray | None = None
+    overflow: np.ndarray | None = None  # per slot: 1 when a value did not fit its int32 column
 
 
 def _decode_window(file: File, p: Plan, part: np.ndarray, window: tuple[int, int], start: int) -> Any:
@@ -169,7 +181,9 @@ def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | No
                                                                   p.slots.index(src)) for part in parts], True)
     counts = leaf_rows[:, 1].astype(np.int64) if len(leaf_rows) else np.zeros(0, np.int64)
     total = int(counts.sum())
-    data = [np.empty(total, dtype=np.int64) for _ in p.slots]
+    narrow = p.narrow or (False,) * len(p.slots)
+    data = [np.empty(total, dtype=np.int32 if nw and total else np.int64) for nw in narrow]
+    overflow = np.zeros(len(p.slots), dtype=np.uint8)
     valid = [np.empty(total, dtype=np.uint8) for _ in p.slots]
     parts = split(leaf_rows, rows_per_part or max(total, 1))
     futures: list[Future[Any]] = []
@@ -178,10 +192,28 @@ def start(file: File, p: Plan, leaf_rows: np.ndarray, *, rows_per_part: int | No
         n = int(part[:, 1].sum(dtype=np.int64)) if len(part) else 0
         outputs = [(d[row:row + n], v[row:row + n]) for d, v in zip(data, valid)]
         args = (file.fd, file.page_size, file.reserved, file.size, np.ascontiguousarray(part).tobytes(), p.fields,
-                -1, outputs)
+                -1, outputs, overflow)
         futures.append((submit or Inline().submit)(_btree.decode, *args))
         row += n
-    return Pending(p, data, valid, futures)
+    return Pending(p, data, valid, futures, file=file, leaf_rows=leaf_rows, overflow=overflow)
+
+
+def _redecode_wide(pending: Pending) -> None:
+    """The int32 columns in which a value did not fit, decoded again into int64 (the whole table,
+    that column only): an id above 2^31 keeps its exact value."""
+    assert _btree is not None
+    if pending.overflow is None or not pending.overflow.any():
+        return
+    file, leaf_rows, p = pending.file, pending.leaf_rows, pending.plan
+    assert file is not None and leaf_rows is not None
+    for i in np.flatnonzero(pending.overflow).tolist():
+        total = len(pending.data[i])
+        wide, valid = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.uint8)
+        only = tuple(0 if f == i else -1 for f in p.fields)
+        _btree.decode(file.fd, file.page_size, file.reserved, file.size, np.ascontiguousarray(leaf_rows).tobytes(),
+                      only, -1, [(wide, valid)])
+        pending.data[i] = wide
+    pending.overflow[:] = 0
 
 
 def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
@@ -198,6 +230,7 @@ def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
     for f in pending.futures:
         f.result()
     pending.futures = []
+    _redecode_wide(pending)
     p = pending.plan
     values = {}
     for src, d, v in zip(p.slots, pending.data, pending.valid):
@@ -218,15 +251,22 @@ def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
         keep = inside if keep is None else keep & inside
     if keep is not None:
         n = int(keep.sum())
+        if n == len(keep):  # every row kept: the columns as they are, no copies
+            keep = None
     pending.data, pending.valid = [], []
+    # each decoded column is let go after its last use: filtered copies then need one column's room
+    last_use = {src: i for i, (_, src, _) in enumerate(p.outputs) if src is not None}
+    for src in [s for s in values if s not in last_use]:  # the keep_only column, once used
+        del values[src]
     out: dict[str, Any] = {}
-    for alias, src, default in p.outputs:
+    for i, (alias, src, default) in enumerate(p.outputs):
         if src is None:
             out[alias] = pa.nulls(n, pa.int64()) if default is None else pa.array(np.full(n, default, np.int64))
             continue
-        d, null = values[src]
+        d, null = values.pop(src) if last_use[src] == i else values[src]  # int64, or int32 (Plan.narrow)
         if keep is not None:
             d = d[keep]
             null = None if null is None else null[keep]
         out[alias] = pa.array(d, mask=null) if null is not None and null.any() else pa.array(d)
+        del d, null
     return pa.table(out) if out else pa.table({})

@@ -15,7 +15,6 @@ import pandas as pd
 import pyarrow as pa
 
 from nsysan import _memory
-from nsysan._executor import threads
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
@@ -189,7 +188,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Slices of one table read in parallel, joined column by column (each slice's memory is released
     as soon as its columns are copied); categorical name columns share one category index."""
     if len(frames) == 1:
-        df = frames[0]
+        df = frames.pop()  # the list lets go: a column replaced later (narrowed, sorted) is then freed
         return df.assign(**{c: prune_categories(df[c].array) for c in df.columns
                             if isinstance(df[c].dtype, pd.CategoricalDtype)})
     cols = list(frames[0].columns)
@@ -254,7 +253,9 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             fill = col.default if col.default is not None else (MISSING if col.name in ("start_ns", "end_ns") else 0)
             if arr.null_count:
                 arr = arr.fill_null(fill)
-            data[col.name] = arr.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+            # int32 as the direct reader decoded it (a column schema.NARROW narrows), else int64
+            keep32 = pa.types.is_int32(arr.type) and col.name in S.NARROW.get(spec.name, {})
+            data[col.name] = (arr if keep32 else arr.cast(pa.int64(), safe=False)).to_numpy(zero_copy_only=False)
     return pd.DataFrame(data, copy=False)
 
 
@@ -264,22 +265,74 @@ def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
     return pd.Series(values, index=df.index, copy=False)
 
 
+def _field24(g: np.ndarray, shift: int) -> np.ndarray:
+    """``(g >> shift) & 0xFFFFFF`` as int32, without an int64 temporary of the whole column: the
+    shift is written straight into the int32 result (which keeps its low 32 bits), then masked."""
+    out = np.empty(len(g), dtype=np.int32)
+    if shift:
+        np.right_shift(g, shift, out=out, casting="unsafe")
+        np.bitwise_and(out, 0xFFFFFF, out=out)
+    else:
+        np.bitwise_and(g, 0xFFFFFF, out=out, casting="unsafe")
+    return out
+
+
 def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
-    """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``."""
+    """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``. ``pid``
+    and ``tid`` are 24-bit fields: int32 columns."""
     if "global_tid" in df.columns:
         g = df["global_tid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF), tid=_own(df, g & 0xFFFFFF),
+        return df.assign(pid=_own(df, _field24(g, 24)), tid=_own(df, _field24(g, 0)),
                          global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=_own(df, (g >> 24) & 0xFFFFFF))
+        return df.assign(pid=_own(df, _field24(g, 24)))
+    return df
+
+
+_NARROW_TYPES = {"int8": (np.int8, np.int16, np.int32), "int16": (np.int16, np.int32), "int32": (np.int32,)}
+
+
+def narrow_type(lo: int, hi: int, floor: str) -> type | None:
+    """The smallest signed integer type, not below ``floor``, that holds every value in [lo, hi];
+    None when only int64 does."""
+    for t in _NARROW_TYPES[floor]:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return t
+    return None
+
+
+def _narrow(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``schema.NARROW``'s columns of this table in the narrowest type their values allow (checked
+    here, on this trace's values: one above int32 keeps the column int64). Each narrowed column
+    replaces its int64 one, which is freed when nothing else holds it."""
+    want = S.NARROW.get(name)
+    if not want or len(df) == 0:
+        return df
+    for col, floor in want.items():
+        if col not in df.columns:
+            continue
+        v = df[col].to_numpy()
+        if v.dtype not in (np.int64, np.int32):  # int32: decoded so by the direct reader
+            continue
+        t = narrow_type(int(v.min()), int(v.max()), floor)
+        if t is not None and np.dtype(t).itemsize < v.dtype.itemsize:
+            df = df.assign(**{col: _own(df, v.astype(t))})
+        elif t is None and v.dtype != np.int64:  # not reached: the reader widens what does not fit
+            df = df.assign(**{col: _own(df, v.astype(np.int64))})
+        del v
     return df
 
 
 MISSING = np.iinfo(np.int64).min
 
 
-def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+def _finish_intervals(name: str, held: list[pd.DataFrame], warnings: list[str]) -> pd.DataFrame:
+    """Rows without a start or end, or ending before they start, dropped (with a warning); ``dur_ns``;
+    rows sorted by start. ``held`` holds the frame and nothing else should: it is emptied, so a
+    sort frees each unsorted column as its sorted copy is made."""
+    df = held.pop()
     missing = (df["start_ns"].to_numpy() == MISSING) | (df["end_ns"].to_numpy() == MISSING)
     if missing.any():
         warnings.append(f"{name}: dropped {int(missing.sum())} row(s) with a missing or non-numeric start/end")
@@ -291,8 +344,22 @@ def _finish_intervals(name: str, df: pd.DataFrame, warnings: list[str]) -> pd.Da
     st = df["start_ns"].to_numpy()
     df = df.assign(dur_ns=_own(df, df["end_ns"].to_numpy() - st))
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
-        df = df.take(np.argsort(st, kind="stable"))  # a few late rows (OS runtime): timsort is near linear
+        order = np.argsort(st, kind="stable")  # a few late rows (OS runtime): timsort is near linear
+        del st
+        return _take_columns([df], order)
     return df.reset_index(drop=True)
+
+
+def _take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
+    """``df.take(order).reset_index(drop=True)``, a column at a time: each column is let go as its
+    reordered copy is made (``held`` is emptied), so the sort needs one column's room, not the frame's."""
+    df = held.pop()
+    cols = {c: (df[c].array if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype) else df[c].to_numpy())
+            for c in df.columns}
+    del df
+    for c in cols:
+        cols[c] = cols[c].take(order)
+    return pd.DataFrame(cols, copy=False)
 
 
 def _finish_cuda_api(api: pd.DataFrame) -> pd.DataFrame:
@@ -310,19 +377,28 @@ def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
     """Rows that repeat an earlier row's (thread, correlation id) inside its interval."""
     if len(api) < 2 or "correlation_id" not in api or "global_tid" not in api:
         return api
-    corr = api["correlation_id"].to_numpy(dtype=np.int64, na_value=-1)
+    col = api["correlation_id"]
+    # int64 for a nullable column; a plain one (int32 or int64, load._narrow) as it is: no copy
+    corr = col.to_numpy(dtype=np.int64, na_value=-1) if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) \
+        else col.to_numpy()
+    del col
     # none can repeat when every correlation id occurs once, which a bitmap of the ids tells (a hash
-    # of 2.4M (thread, id) pairs cost 0.7 s of CPU on a trace without a single repeat)
-    rows = np.flatnonzero(corr > 0)
-    if rows.size == 0:
+    # of 2.4M (thread, id) pairs cost 0.7 s of CPU on a trace without a single repeat); the column
+    # itself when every id is positive (no copy of a million-row column to learn that)
+    positive = corr > 0
+    every = bool(positive.all())
+    if not every and not positive.any():
         return api
-    pos = corr[rows]
+    pos = corr if every else corr[positive]
+    del positive
     if int(pos.max()) < 16 * len(corr) + (1 << 24):  # a byte per id value: at most 16 a row, or 16 MB
         seen = np.zeros(int(pos.max()) + 1, dtype=bool)
         seen[pos] = True
         if int(np.count_nonzero(seen)) == pos.size:  # every id once (nsys without backtraces)
             return api
         del seen
+    rows = np.flatnonzero(corr > 0)
+    pos = corr[rows].astype(np.int64)
     key = pd.MultiIndex.from_arrays([api["global_tid"].to_numpy(dtype=np.int64, na_value=-1)[rows], pos])
     dup = key.duplicated(keep="first")
     if not dup.any():
@@ -379,8 +455,8 @@ def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
         "style": style,
         "range_id": out["range_id"].to_numpy(),
         "global_tid": out["global_tid"].to_numpy(dtype=np.int64),
-        "pid": out["pid"].to_numpy(dtype=np.int64),
-        "tid": out["tid"].to_numpy(dtype=np.int64),
+        "pid": out["pid"].to_numpy(dtype=np.int32),  # 24-bit fields (_decode_ids)
+        "tid": out["tid"].to_numpy(dtype=np.int32),
     })
     res = res.astype({"end_ns": "Int64", "text": "string", "domain": "string", "name": "string",
                       "range_id": "Int64"})
@@ -570,12 +646,13 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 if spec.name in INTERVAL_TABLES:
                     outputs = S.select_outputs(spec, caps.columns(src), all_columns=all_columns)
                     pre = early.jobs.get(spec.name) if early is not None else None
-                    found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None)
+                    narrow = tuple(S.NARROW.get(spec.name, ()))
+                    found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None, narrow=narrow)
                     if found is not None and pre is not None and found[0] == pre[0]:
                         prefetched[spec.name] = pre[1]
                         continue
                     if found is not None and pre is not None:  # the prefetch planned otherwise: list the leaves
-                        found = db.direct_plan(src, outputs, spec.keep_only)
+                        found = db.direct_plan(src, outputs, spec.keep_only, narrow=narrow)
                     if found is not None:
                         direct_plans[spec.name] = found
                         continue
@@ -644,10 +721,13 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             whole = raw.pop(name, None)
             parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
                 or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
-            df = _decode_ids(_concat(parts))
+            del whole  # the Arrow table: its int64 columns go as their narrow copies replace them
+            df = _narrow(_decode_ids(_concat(parts)), name)
             notes: list[str] = []
             if name in INTERVAL_TABLES:
-                df = _finish_intervals(name, df, notes)
+                held = [df]
+                del df
+                df = _finish_intervals(name, held, notes)
             if name == "nvtx_raw":
                 df = _nvtx(df, strings)
             elif name in _FINISH:
@@ -656,11 +736,11 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
 
         frames: dict[str, pd.DataFrame] = {}
         built: dict[str, tuple[pd.DataFrame, list[str]]] = {}
-        names = sorted(specs, key=lambda n: n not in INTERVAL_TABLES)  # the big ones first
-        with threads(workers, "nsysan-build") as pool:
-            for name, fut in [(n, pool.submit(build, n)) for n in names]:
-                built[name] = fut.result()
-                tick(name)
+        # one table at a time, the big ones first: each reuses the memory the one before let go
+        # (built on two threads, the 245 MB trace's load peaked 60-80 MB higher, no sooner done)
+        for name in sorted(specs, key=lambda n: n not in INTERVAL_TABLES):
+            built[name] = build(name)
+            tick(name)
         for name in specs:
             frames[name] = built[name][0]
         for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first

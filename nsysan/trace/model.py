@@ -3,6 +3,13 @@
 Every table is a pandas DataFrame with int64 nanosecond times and snake_case columns with unit
 suffixes. A table the export lacks is an empty frame with the right columns and dtypes.
 
+Integer widths: times, durations, byte counts and global ids are int64. ``pid`` and ``tid`` are
+int32 (24-bit fields). The columns ``schema.NARROW`` names (device_id, stream_id, correlation_id of
+the GPU tables and CUDA API; grid_x..block_z) take the narrowest signed type their values in this
+trace allow, at least int32 for ids and int8 for grid/block; one value beyond int32 keeps the column
+int64, and so does an empty table. Widen (``to_numpy(np.int64)``) before arithmetic that can leave
+the type's range.
+
 Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, ``tid`` (decoded from
 nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``), ``global_pid``.
 

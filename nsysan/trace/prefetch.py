@@ -104,7 +104,7 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
             plans = {}
             for name, (spec, src) in event_sources(tables).items():
                 p = direct.plan(con, file, src, S.select_outputs(spec, tables[src], all_columns=all_columns),
-                                spec.keep_only)
+                                spec.keep_only, tuple(S.NARROW.get(spec.name, ())))
                 if p is not None:
                     plans[name] = (p, direct.leaves(file, p))
         finally:

@@ -146,6 +146,21 @@ GPU_MEMORY_USAGE = TableSpec("gpu_memory_usage", ("CUDA_GPU_MEMORY_USAGE_EVENTS"
     C("operation", "memoryOperationType", default=0), C("correlation_id", "correlationId", default=0),
 ), required=("start",))
 
+# Columns stored in the narrowest signed integer type their values allow, checked per trace at load
+# (``load._narrow``): never narrower than the type given, int64 when a value is beyond int32 (an id
+# above 2^31 keeps int64). Times, durations, byte counts and global ids always stay int64; ``pid`` and
+# ``tid`` (24 bits each, decoded from globalTid) are int32 in every table. Grid and block dimensions
+# go as small as int8: their only consumer widens them (analyses.summaries); ids that analyses
+# compare, merge and pack stay at least int32, so a Python scalar up to 2^31 never meets a narrower
+# array (numpy 2 keeps an array's type in ``arr + 1000`` or ``np.where(m, arr, 1000)``).
+_IDS = {"device_id": "int32", "stream_id": "int32", "correlation_id": "int32"}
+NARROW: dict[str, dict[str, str]] = {
+    "kernels": {**_IDS, **{c: "int8" for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")}},
+    "graph_launches": _IDS, "memcpy": _IDS, "memset": _IDS, "sync": _IDS,
+    "cuda_api": {"correlation_id": "int32"},
+    "streams": {"pid": "int32"},
+}
+
 # the event tables (start/end intervals): read by the direct reader when possible, checked and sorted
 INTERVAL_TABLES = ("kernels", "graph_launches", "memcpy", "memset", "sync", "cuda_api", "osrt")
 
