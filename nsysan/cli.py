@@ -120,7 +120,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     if opts["html"]:  # the report's libraries too, before the collector resumes
         from nsysan.report import html, view  # noqa: F401
     if not opts["quiet"]:  # and the terminal's
-        import rich.console  # noqa: F401
+        import rich.console
         import rich.text  # noqa: F401
     _gc.resume()
 

@@ -66,6 +66,15 @@ def open_export(path: str | Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
+def query(path: str | Path, sql: str) -> list[tuple]:
+    """The rows of one read-only query on an export (opened and closed here)."""
+    con = open_export(path)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
 def open_fixture(name: str) -> sqlite3.Connection:
     """The fixture ``tests/fixtures/traces/<name>/trace.sqlite.xz``, decompressed, opened read-only."""
     return open_export(FIXTURES / name / "trace.sqlite.xz")

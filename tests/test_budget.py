@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from pathlib import Path
 
 import pytest
+import sqltruth
 
 import nsysan
 from nsysan.cli import main
@@ -21,12 +21,7 @@ from nsysan.trace import schema as S
 TRACE = "launch_eager"
 
 
-def _sql(path: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+_sql = sqltruth.query  # one read-only query on an export
 
 
 def _event_tables(path: Path) -> dict[str, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import sqltruth
 
 import nsysan
 from nsysan.report import jsonout
@@ -54,12 +55,7 @@ def _copy(fixture_dir: Path, tmp_path: Path, name: str, *statements: str) -> Pat
     return path
 
 
-def _sql(path: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+_sql = sqltruth.query  # one read-only query on an export
 
 
 def _column_is(frame: pd.DataFrame, column: str, path: Path, sql: str) -> None:

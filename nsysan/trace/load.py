@@ -357,8 +357,8 @@ def _take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
     cols = {c: (df[c].array if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype) else df[c].to_numpy())
             for c in df.columns}
     del df
-    for c in cols:
-        cols[c] = cols[c].take(order)
+    for c, values in cols.items():
+        cols[c] = values.take(order)
     return pd.DataFrame(cols, copy=False)
 
 
