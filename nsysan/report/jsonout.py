@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.breakdown import breakdown_summary
-from nsysan.analyses.frames import distinct
+from nsysan.analyses.frames import column_arrays, distinct
 
 SCHEMA = "nsysan.analysis/2"
 
@@ -49,16 +49,6 @@ def _clean(v: Any, key: str = "") -> Any:
     if isinstance(v, np.ndarray):
         return [_clean(x, key) for x in v.tolist()]
     return v
-
-
-def column_arrays(df: pd.DataFrame, limit: int | None = None) -> list[Any]:
-    """Each column's values by position (what ``df.iloc[:, i]`` holds: a numpy array, or an extension
-    array such as a Categorical), the first ``limit`` rows: a fraction of a microsecond a column
-    instead of a Series each (on small frames pandas' per-call cost is the run's)."""
-    mgr = df._mgr
-    if limit is None:
-        return [mgr.iget_values(i) for i in range(df.shape[1])]
-    return [mgr.iget_values(i)[:limit] for i in range(df.shape[1])]
 
 
 def _column(key: str, a: Any) -> list[Any]:

@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pandas.core.dtypes.cast import maybe_box_native
 
+from nsysan.analyses.frames import cells
 from nsysan.report import metrics_view
-from nsysan.report.jsonout import column_arrays
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
@@ -132,23 +131,10 @@ def _largest_in_window(df: pd.DataFrame, col: str, start_ns: int, end_ns: int) -
     return pd.DataFrame({c: df[c].array.take(pos) for c in df.columns}, copy=False)
 
 
-def _cells(df: pd.DataFrame, limit: int) -> dict[Any, list[Any]]:
-    """The first ``limit`` rows, column by column, each value as ``df.head(limit).to_dict("records")``
-    gives it (numpy scalars as Python's, object and extension columns' cells boxed), without a Series
-    per column and a tuple per row."""
-    out: dict[Any, list[Any]] = {}
-    for c, a in zip(df.columns, column_arrays(df, limit)):
-        if isinstance(a, np.ndarray) and a.dtype != object:
-            out[c] = a.tolist()  # what iterating the column gives (ndarray.item per cell)
-        else:
-            out[c] = [maybe_box_native(v) for v in (a.tolist() if isinstance(a, np.ndarray) else a)]
-    return out
-
-
 def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
     rows, keys = [], []
-    cells = _cells(df, MAX_TABLE_ROWS)
-    picked = [(cells.get(col), fmt) for _, col, fmt in cols]
+    by_col = cells(df, MAX_TABLE_ROWS)
+    picked = [(by_col.get(col), fmt) for _, col, fmt in cols]
     for i in range(min(len(df), MAX_TABLE_ROWS)):
         r, k = [], []
         for vals, fmt in picked:
