@@ -19,14 +19,15 @@ def duration_stats(df: pd.DataFrame, keys: list[str], dur: str = "dur_ns") -> pd
         return pd.DataFrame({**{k: pd.Series(dtype=object) for k in keys},
                              **{c: pd.Series(dtype="float64") for c in STAT_COLUMNS}})
     out = _stats_by_sorting(df, keys, dur)
-    if out is None:
-        g = df.groupby(keys, sort=True, observed=True, dropna=False)[dur]
-        out = g.agg(count="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min", max_ns="max",
-                    std_ns="std").reset_index()
-        out = out.assign(std_ns=out["std_ns"].fillna(0.0))
-        for k in keys:
-            if isinstance(out[k].dtype, pd.CategoricalDtype):
-                out[k] = out[k].astype(str)
+    if out is not None:
+        return out  # already in the order below
+    g = df.groupby(keys, sort=True, observed=True, dropna=False)[dur]
+    out = g.agg(count="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min", max_ns="max",
+                std_ns="std").reset_index()
+    out = out.assign(std_ns=out["std_ns"].fillna(0.0))
+    for k in keys:
+        if isinstance(out[k].dtype, pd.CategoricalDtype):
+            out[k] = out[k].astype(str)
     return out.sort_values(["total_ns", *keys], ascending=[False, *([True] * len(keys))],
                            kind="stable").reset_index(drop=True)
 
@@ -88,14 +89,21 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
     ss = np.add.reduceat(dev, start)
     del dev
     std = np.where(count > 1, np.sqrt(ss / np.maximum(count - 1, 1)), 0.0)
-    out = {}
+    out, rank = {}, {}
     rest = g_first if uniq is None else np.asarray(uniq)[g_first]
     for k, c, n in zip(reversed(keys), reversed(cats), reversed(sizes)):
-        out[k] = np.asarray(c.categories.astype(str), dtype=object)[rest % n]
+        names = np.asarray(c.categories.astype(str), dtype=object)
+        code = rest % n
+        out[k] = names[code]
+        # the name's place in sorted order (equal names share it), for duration_stats' final order
+        rank[k] = np.unique(names, return_inverse=True)[1].reshape(-1)[code] if len(names) else code
         rest = rest // n
-    return pd.DataFrame({**{k: out[k] for k in keys}, "count": count, "total_ns": total, "avg_ns": mean,
-                         "med_ns": med, "min_ns": v[start], "max_ns": v[np.append(start[1:], len(v)) - 1],
-                         "std_ns": std})
+    # duration_stats' order (total descending, then the keys ascending, stably) on the arrays, before
+    # the frame is made: the same rows as sort_values + reset_index, without them
+    order = np.lexsort([*(rank[k] for k in reversed(keys)), -total])
+    cols = {"count": count, "total_ns": total, "avg_ns": mean, "med_ns": med, "min_ns": v[start],
+            "max_ns": v[np.append(start[1:], len(v)) - 1], "std_ns": std}
+    return pd.DataFrame({**{k: out[k][order] for k in keys}, **{c: a[order] for c, a in cols.items()}})
 
 
 def with_share(df: pd.DataFrame) -> pd.DataFrame:
