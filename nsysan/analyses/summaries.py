@@ -107,6 +107,10 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
 
 
 def with_share(df: pd.DataFrame) -> pd.DataFrame:
+    t = df["total_ns"].to_numpy()
+    if t.dtype == np.int64:  # no missing values: numpy's sum and division are pandas' (without its per-call cost)
+        tot = t.sum()
+        return df.assign(share=(t / tot) if tot else 0.0)
     tot = df["total_ns"].sum()
     return df.assign(share=(df["total_ns"] / tot) if tot else 0.0)
 
@@ -192,7 +196,12 @@ def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
     out = _with_byte_sums(stats, m, pageable.to_numpy(), pinned.to_numpy())
     if out is None:  # a missing copy kind: pandas' group-by and merge, as before
         out = _with_byte_sums_by_merge(stats, m, pageable, pinned)
-    thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
+    tn, tb = out["total_ns"].to_numpy(), out["total_bytes"].to_numpy()
+    if tn.dtype == np.int64 and tb.dtype == np.int64:  # numpy's division is pandas' here
+        with np.errstate(divide="ignore", invalid="ignore"):
+            thr = np.where(tn > 0, tb / (tn / 1e9), 0.0)
+    else:
+        thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
     return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
 
 
