@@ -134,3 +134,42 @@ def test_duration_stats_rows_in_sort_values_order(load, name):
             key = key[0] if len(keys) == 1 else key
             assert int(sums.loc[key, "count"]) == row["count"]
             assert int(sums.loc[key, "sum"]) == row["total_ns"]
+
+
+def _stream_role_by_group_by(role, kind, dur, comm_names):
+    """``timeline.stream_role`` as it was written with a pandas group-by (the definition)."""
+    per = pd.Series(np.asarray(dur, dtype=np.int64)).groupby(
+        [np.asarray(role.array), np.asarray(kind.array)], sort=True, observed=True).sum()
+    if len(per) == 0:
+        return "empty"
+    totals: dict[str, int] = {}
+    for (r, k), d in per.items():
+        lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
+            str(r), "copies " + {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}.get(str(k), str(k)))
+        totals[lab] = totals.get(lab, 0) + int(d)
+    nccl = any(n.lower().startswith("nccl") for n in comm_names)
+    whole = sum(totals.values()) or 1
+    ranked = sorted(totals, key=lambda x: (-totals[x], x))
+    shown = [r for r in ranked if totals[r] >= 0.25 * whole] or ranked[:1]
+    return " + ".join("NCCL" if r == "communication" and nccl else r for r in shown)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_stream_role_equals_the_group_by(analysis, name):
+    from nsysan.report.timeline import stream_role
+
+    ops = analysis(name).ops
+    if len(ops) == 0:
+        pytest.skip("no GPU ops")
+    dur = (ops["end_ns"] - ops["start_ns"]).to_numpy()
+    keys = ops["device_id"].astype(np.int64).to_numpy() * (1 << 32) + ops["stream_id"].astype(np.int64).to_numpy()
+    groups = [np.flatnonzero(keys == k) for k in np.unique(keys)] + [np.arange(len(ops))]
+    for rows in groups:
+        role, kind = ops["role"].iloc[rows], ops["kind"].iloc[rows]
+        for comm in ([], ["ncclDevKernel_AllReduce"]):
+            assert stream_role(role, kind, dur[rows], comm) == _stream_role_by_group_by(role, kind, dur[rows], comm)
+    # missing keys are left out, as the group-by leaves them out
+    role = pd.Series(pd.Categorical(["compute", None, "memcpy", "memcpy"]))
+    kind = pd.Series(pd.Categorical([None, "HtoD", "HtoD", "DtoH"]))
+    d = np.array([5, 7, 3, 4])
+    assert stream_role(role, kind, d, []) == _stream_role_by_group_by(role, kind, d, [])
