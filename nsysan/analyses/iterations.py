@@ -95,19 +95,23 @@ def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
     return rg.groupby(["name", "pid", "tid"], sort=False).size().groupby(level="name", sort=False).max()
 
 
-def _coverage(inst: pd.DataFrame, owned: pd.DataFrame, owned_total: int,
-              by_thread: dict[tuple[int, int], np.ndarray]) -> float:
-    """Share of the GPU time (owned ops) launched inside an instance of the range: on its thread, or
-    on a thread of the same process that has no instance of the range (see the module doc)."""
+def _coverage(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray, api_all: np.ndarray,
+              dur_all: np.ndarray, owned_total: int, by_thread: dict[tuple[int, int], np.ndarray]) -> float:
+    """Share of the GPU time (owned ops: their API start and duration) launched inside an instance of
+    the range (its rows' pid, tid, start and end): on its thread, or on a thread of the same process
+    that has no instance of the range (see the module doc)."""
     if owned_total <= 0:
         return 0.0
     covered = 0
-    seq_threads = {(int(p), int(t)) for p, t in zip(inst["pid"].tolist(), inst["tid"].tolist())}
-    first_of_pid = {}
+    pairs = list(zip(pids.tolist(), tids.tolist()))
+    seq_threads = set(pairs)
+    first_of_pid: dict[int, int] = {}
     for p, t in sorted(seq_threads):
         first_of_pid.setdefault(p, t)
-    for (pid, tid), g in inst.groupby(["pid", "tid"], sort=False):
-        pid, tid = int(pid), int(tid)
+    rows_of: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(pairs):  # the instances per thread, in their order
+        rows_of.setdefault(key, []).append(i)
+    for (pid, tid), inst in rows_of.items():
         parts = [by_thread.get((pid, tid))]
         if first_of_pid[pid] == tid:  # helper threads of the process: counted once, with its first sequence
             parts += [rows for (p, t), rows in by_thread.items() if p == pid and (p, t) not in seq_threads]
@@ -115,13 +119,13 @@ def _coverage(inst: pd.DataFrame, owned: pd.DataFrame, owned_total: int,
         if not parts:
             continue
         rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        api = owned["api_start_ns"].to_numpy()[rows]
-        dur = (owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy())[rows]
+        api = api_all[rows]
+        dur = dur_all[rows]
         order = np.argsort(api, kind="stable")
         api, dur = api[order], dur[order]
         csum = np.concatenate([[0], np.cumsum(dur)])
         # union of the instances (nested instances of the same name would count twice)
-        us, ue = iv.merge(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        us, ue = iv.merge(starts[inst], ends[inst])
         lo = np.searchsorted(api, us, side="left")
         hi = np.searchsorted(api, ue, side="right")
         covered += int((csum[hi] - csum[lo]).sum())
@@ -138,28 +142,44 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     names = per_thread.loc[per_thread >= 2].index.tolist()
     if not names:
         return []
-    sub = rg.loc[rg["name"].isin(names)]
     owned = owned if owned is not None else pd.DataFrame(columns=["pid", "tid", "api_start_ns", "start_ns", "end_ns"])
     owned_total = int((owned["end_ns"] - owned["start_ns"]).sum()) if len(owned) else 0
     by_thread: dict[tuple[int, int], np.ndarray] = {}
+    api_all = dur_all = np.zeros(0, dtype=np.int64)
     if len(owned):
         for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
             by_thread[(int(key[0]), int(key[1]))] = idx
-    has_domain = "domain" in sub.columns
+        api_all = owned["api_start_ns"].to_numpy()
+        dur_all = owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy()
+    # each name's rows (in their order) from one stable sort of the name codes: no frame per name
+    codes, uniq = pd.factorize(rg["name"])
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    cuts = np.flatnonzero(np.concatenate([[True], sc[1:] != sc[:-1]]))
+    rows_of = dict(zip(sc[cuts].tolist(), np.split(order, cuts[1:])))
+    code_of = {v: i for i, v in enumerate(uniq.tolist())}
+    col = {c: rg[c].to_numpy() for c in ("pid", "tid", "start_ns", "end_ns", "dur_ns", "gpu_ops", "proj_end_ns",
+                                         "depth")}
+    dom_vals = rg["domain"].array if "domain" in rg.columns else None
+    dom_ok = ~np.asarray(pd.isna(dom_vals), dtype=bool) if dom_vals is not None else None
     out: list[dict[str, Any]] = []
-    for name, g in sub.groupby("name", sort=True):
+    for name in sorted(names):  # what a group-by on the name, sorted, visits
+        g = rows_of[code_of[name]]
         domain = None
-        if has_domain:
-            d = g["domain"].dropna()
-            domain = str(d.iloc[0]) if len(d) else None
+        if dom_vals is not None:
+            present = g[dom_ok[g]]
+            domain = str(dom_vals[int(present[0])]) if len(present) else None
         lib = library_of(str(name), domain)
-        gpu_end = np.where(g["gpu_ops"].to_numpy() > 0, g["proj_end_ns"].to_numpy(), g["end_ns"].to_numpy())
-        lat = np.maximum(g["end_ns"].to_numpy(), gpu_end) - g["start_ns"].to_numpy()
-        with_gpu = float((g["gpu_ops"].to_numpy() > 0).mean())
+        gpu = col["gpu_ops"][g]
+        end, start = col["end_ns"][g], col["start_ns"][g]
+        gpu_end = np.where(gpu > 0, col["proj_end_ns"][g], end)
+        lat = np.maximum(end, gpu_end) - start
+        with_gpu = float((gpu > 0).mean())
+        pid, tid = col["pid"][g], col["tid"][g]
         c = {"name": str(name), "count": int(len(g)), "per_thread_max": int(per_thread[name]),
-             "threads": int(g[["pid", "tid"]].drop_duplicates().shape[0]),
-             "median_ns": int(np.median(lat)), "total_ns": int(g["dur_ns"].sum()),
-             "depth": float(np.median(g["depth"].to_numpy())), "with_gpu_frac": round(with_gpu, 4),
+             "threads": len(set(zip(pid.tolist(), tid.tolist()))),
+             "median_ns": int(np.median(lat)), "total_ns": int(col["dur_ns"][g].sum()),
+             "depth": float(np.median(col["depth"][g])), "with_gpu_frac": round(with_gpu, 4),
              "gpu_coverage": 0.0, "library": lib, "verdict": ""}
         if lib is not None:
             c["verdict"] = f"library range ({lib})"
@@ -170,7 +190,7 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
         elif c["median_ns"] < (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS):
             c["verdict"] = "shorter than 1 us" if gpu_recorded else "shorter than 10 us (CPU only)"
         elif gpu_recorded:
-            c["gpu_coverage"] = round(_coverage(g, owned, owned_total, by_thread), 6)
+            c["gpu_coverage"] = round(_coverage(pid, tid, start, end, api_all, dur_all, owned_total, by_thread), 6)
         out.append(c)
     return out
 

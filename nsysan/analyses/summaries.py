@@ -19,14 +19,15 @@ def duration_stats(df: pd.DataFrame, keys: list[str], dur: str = "dur_ns") -> pd
         return pd.DataFrame({**{k: pd.Series(dtype=object) for k in keys},
                              **{c: pd.Series(dtype="float64") for c in STAT_COLUMNS}})
     out = _stats_by_sorting(df, keys, dur)
-    if out is None:
-        g = df.groupby(keys, sort=True, observed=True, dropna=False)[dur]
-        out = g.agg(count="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min", max_ns="max",
-                    std_ns="std").reset_index()
-        out = out.assign(std_ns=out["std_ns"].fillna(0.0))
-        for k in keys:
-            if isinstance(out[k].dtype, pd.CategoricalDtype):
-                out[k] = out[k].astype(str)
+    if out is not None:
+        return out  # already in the order below
+    g = df.groupby(keys, sort=True, observed=True, dropna=False)[dur]
+    out = g.agg(count="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min", max_ns="max",
+                std_ns="std").reset_index()
+    out = out.assign(std_ns=out["std_ns"].fillna(0.0))
+    for k in keys:
+        if isinstance(out[k].dtype, pd.CategoricalDtype):
+            out[k] = out[k].astype(str)
     return out.sort_values(["total_ns", *keys], ascending=[False, *([True] * len(keys))],
                            kind="stable").reset_index(drop=True)
 
@@ -88,17 +89,28 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
     ss = np.add.reduceat(dev, start)
     del dev
     std = np.where(count > 1, np.sqrt(ss / np.maximum(count - 1, 1)), 0.0)
-    out = {}
+    out, rank = {}, {}
     rest = g_first if uniq is None else np.asarray(uniq)[g_first]
     for k, c, n in zip(reversed(keys), reversed(cats), reversed(sizes)):
-        out[k] = np.asarray(c.categories.astype(str), dtype=object)[rest % n]
+        names = np.asarray(c.categories.astype(str), dtype=object)
+        code = rest % n
+        out[k] = names[code]
+        # the name's place in sorted order (equal names share it), for duration_stats' final order
+        rank[k] = np.unique(names, return_inverse=True)[1].reshape(-1)[code] if len(names) else code
         rest = rest // n
-    return pd.DataFrame({**{k: out[k] for k in keys}, "count": count, "total_ns": total, "avg_ns": mean,
-                         "med_ns": med, "min_ns": v[start], "max_ns": v[np.append(start[1:], len(v)) - 1],
-                         "std_ns": std})
+    # duration_stats' order (total descending, then the keys ascending, stably) on the arrays, before
+    # the frame is made: the same rows as sort_values + reset_index, without them
+    order = np.lexsort([*(rank[k] for k in reversed(keys)), -total])
+    cols = {"count": count, "total_ns": total, "avg_ns": mean, "med_ns": med, "min_ns": v[start],
+            "max_ns": v[np.append(start[1:], len(v)) - 1], "std_ns": std}
+    return pd.DataFrame({**{k: out[k][order] for k in keys}, **{c: a[order] for c, a in cols.items()}})
 
 
 def with_share(df: pd.DataFrame) -> pd.DataFrame:
+    t = df["total_ns"].to_numpy()
+    if t.dtype == np.int64:  # no missing values: numpy's sum and division are pandas' (without its per-call cost)
+        tot = t.sum()
+        return df.assign(share=(t / tot) if tot else 0.0)
     tot = df["total_ns"].sum()
     return df.assign(share=(df["total_ns"] / tot) if tot else 0.0)
 
@@ -184,7 +196,12 @@ def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
     out = _with_byte_sums(stats, m, pageable.to_numpy(), pinned.to_numpy())
     if out is None:  # a missing copy kind: pandas' group-by and merge, as before
         out = _with_byte_sums_by_merge(stats, m, pageable, pinned)
-    thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
+    tn, tb = out["total_ns"].to_numpy(), out["total_bytes"].to_numpy()
+    if tn.dtype == np.int64 and tb.dtype == np.int64:  # numpy's division is pandas' here
+        with np.errstate(divide="ignore", invalid="ignore"):
+            thr = np.where(tn > 0, tb / (tn / 1e9), 0.0)
+    else:
+        thr = np.where(out["total_ns"] > 0, out["total_bytes"] / (out["total_ns"] / 1e9), 0.0)
     return out.assign(throughput_bytes_per_s=thr, operation=out["kind"].map(MEMCPY_LABEL).fillna(out["kind"]))
 
 

@@ -215,12 +215,19 @@ def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: l
     libraries' collectives), ``copies H2D`` / ``D2H`` / ``D2D`` ..., ``memsets``. ``role`` and ``kind``
     are the stream's ops' ``role`` and (memcpy) ``kind`` columns, ``comm_names`` its communication
     kernels' names."""
-    per = pd.Series(np.asarray(dur, dtype=np.int64)).groupby(
-        [np.asarray(role.array), np.asarray(kind.array)], sort=True, observed=True).sum()
-    if len(per) == 0:
+    # GPU time per (role, kind) present, rows with a missing key left out (as a group-by drops them),
+    # on factorized codes: a few pandas calls less per stream
+    r_codes, r_vals = pd.factorize(np.asarray(role.array))
+    k_codes, k_vals = pd.factorize(np.asarray(kind.array))
+    ok = (r_codes >= 0) & (k_codes >= 0)
+    if not ok.any():
         return "empty"
+    key = r_codes[ok].astype(np.int64) * len(k_vals) + k_codes[ok]
+    sums = np.zeros(len(r_vals) * len(k_vals), dtype=np.int64)
+    np.add.at(sums, key, np.asarray(dur, dtype=np.int64)[ok])
+    per = [((r_vals[c // len(k_vals)], k_vals[c % len(k_vals)]), int(sums[c])) for c in np.unique(key).tolist()]
     totals: dict[str, int] = {}
-    for (r, k), d in per.items():
+    for (r, k), d in per:
         lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
             str(r), "copies " + {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}.get(str(k), str(k)))
         totals[lab] = totals.get(lab, 0) + int(d)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import cells
 from nsysan.report import metrics_view
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
@@ -132,10 +133,12 @@ def _largest_in_window(df: pd.DataFrame, col: str, start_ns: int, end_ns: int) -
 
 def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
     rows, keys = [], []
-    for rec in df.head(MAX_TABLE_ROWS).to_dict("records"):
+    by_col = cells(df, MAX_TABLE_ROWS)
+    picked = [(by_col.get(col), fmt) for _, col, fmt in cols]
+    for i in range(min(len(df), MAX_TABLE_ROWS)):
         r, k = [], []
-        for _, col, fmt in cols:
-            v = rec.get(col)
+        for vals, fmt in picked:
+            v = None if vals is None else vals[i]
             if isinstance(v, (np.integer, np.floating)):
                 v = v.item()
             r.append(fmt(v) if fmt and v is not None and v is not pd.NA else ("" if v is None else str(v)))

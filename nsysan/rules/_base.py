@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import to_records
+
 
 class Severity(IntEnum):
     INFO = 1
@@ -93,7 +95,7 @@ def top_records(df: pd.DataFrame, by: str, n: int = 10, cols: list[str] | None =
     if cols:
         d = d[cols]
     out = []
-    for rec in d.to_dict("records"):
+    for rec in to_records(d):
         out.append({k: (v.item() if hasattr(v, "item") else (None if v is pd.NA else v)) for k, v in rec.items()})
     return tuple(out)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nsysan.analyses.frames import to_records
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
 from nsysan.units import fmt_ns
@@ -62,7 +63,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
     if len(once):
         top = once.nlargest(3, "gap_ns")
         once_note = (f" Not counted: {len(once)} one-time gap(s), {fmt_ns(int(once['gap_ns'].sum()))} in total ("
-                     + ", ".join(f"{label(r['activity'])} {fmt_ns(int(r['gap_ns']))}" for _, r in top.iterrows())
+                     + ", ".join(f"{label(r['activity'])} {fmt_ns(int(r['gap_ns']))}" for r in to_records(top))
                      + "): a one-time cost, not a per-iteration one.")
     if dev_max(rec) >= min_frac * w.dur_ns and len(rec):
         total = int(rec["gap_ns"].sum())
@@ -111,7 +112,7 @@ def _python_note(ctx: Any, gaps: Any = None, by: Any = None) -> str:
 
 def _evidence(g: Any) -> tuple[dict[str, Any], ...]:
     ev = []
-    for _, r in g.nlargest(10, "gap_ns").iterrows():
+    for r in to_records(g.nlargest(10, "gap_ns")):  # the row's cells as iterrows gives them (mixed: as objects)
         ev.append({"start_ns": int(r["start_ns"]), "gap_ns": int(r["gap_ns"]), "device_id": int(r["device_id"]),
                    "tid": int(r["tid"]), "activity": label(r["activity"]), "next_api": r["api_name"],
                    "next_op": str(r["next_op"])[:120], "breakdown": [dict(x) for x in (r["breakdown"] or [])[:5]]})

@@ -189,8 +189,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     as soon as its columns are copied); categorical name columns share one category index."""
     if len(frames) == 1:
         df = frames.pop()  # the list lets go: a column replaced later (narrowed, sorted) is then freed
-        return df.assign(**{c: prune_categories(df[c].array) for c in df.columns
-                            if isinstance(df[c].dtype, pd.CategoricalDtype)})
+        cats = [c for c, dt in df.dtypes.items() if isinstance(dt, pd.CategoricalDtype)]  # one Series each else
+        return df.assign(**{c: prune_categories(df[c].array) for c in cats})
     cols = list(frames[0].columns)
     data: dict[str, object] = {}
     for c in cols:
