@@ -32,6 +32,25 @@ _tuned = False
 _malloc_tuned = False
 
 
+_libc: ctypes.CDLL | None | bool = False  # not looked up yet
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, opened once: glibc by its soname, else whatever ``find_library`` names (it runs
+    ``ldconfig -p`` in a subprocess, about 1 ms, and the analysis releases memory several times);
+    None where there is none."""
+    global _libc
+    if _libc is False:
+        _libc = None
+        for name in ("libc.so.6", None):
+            try:
+                _libc = ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so.6")
+                break
+            except OSError:
+                continue
+    return _libc  # type: ignore[return-value]
+
+
 def tune_malloc() -> None:
     """glibc's part of ``tune_allocator`` (no import of pyarrow: the prefetch calls it first)."""
     global _malloc_tuned
@@ -39,7 +58,9 @@ def tune_malloc() -> None:
         return
     _malloc_tuned = True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = _glibc()
+        if libc is None:
+            return
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         libc.mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
@@ -70,6 +91,8 @@ def release() -> None:
         pass
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+            libc = _glibc()
+            if libc is not None:
+                libc.malloc_trim(0)
         except (OSError, AttributeError):
             pass

@@ -173,3 +173,14 @@ def test_stream_role_equals_the_group_by(analysis, name):
     kind = pd.Series(pd.Categorical([None, "HtoD", "HtoD", "DtoH"]))
     d = np.array([5, 7, 3, 4])
     assert stream_role(role, kind, d, []) == _stream_role_by_group_by(role, kind, d, [])
+
+
+def test_without_the_block_manager_the_series_path_gives_the_same(monkeypatch):
+    """A pandas whose frames lack ``_mgr.iget_values`` (private API) takes the public Series path."""
+    df = _mixed_frame()
+    want = [a.tolist() for a in column_arrays(df, 3)]
+    monkeypatch.setattr(type(df._mgr), "iget_values", None, raising=False)
+    got = column_arrays(df, 3)
+    assert [type(a) is np.ndarray for a in got] == [isinstance(a, np.ndarray) for a in column_arrays(df, 3)]
+    assert all(_same(x, y) for g, w in zip(got, want) for x, y in zip(g.tolist(), w))
+    _assert_records_equal(to_records(df, 3), df.head(3).to_dict("records"))

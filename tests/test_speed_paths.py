@@ -309,3 +309,27 @@ def test_the_collector_is_paused_for_the_imports_only(fixture_dir, tmp_path, mon
     assert seen[:2] == [False, True]  # paused until after the imports, then running for the analysis
     assert gc.isenabled()
     gc.unfreeze()
+
+
+def _glibc_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as f:
+            return "libc.so.6" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _glibc_loaded(), reason="not glibc")
+def test_the_c_library_is_opened_once_without_a_subprocess(monkeypatch):
+    import ctypes.util
+
+    from nsysan import _memory
+
+    calls = []
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: calls.append(name) or None)
+    monkeypatch.setattr(_memory, "_libc", False)
+    _memory.release()
+    first = _memory._glibc()
+    _memory.release()
+    assert first is not None and _memory._glibc() is first
+    assert calls == []  # glibc by its soname: no `ldconfig -p` subprocess

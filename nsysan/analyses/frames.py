@@ -8,17 +8,29 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
-from pandas.core.dtypes.cast import maybe_box_native
+
+try:  # pandas' own boxing of a cell as to_dict does it (private: a pandas without it takes the fallback)
+    from pandas.core.dtypes.cast import maybe_box_native
+except ImportError:  # pragma: no cover - every pandas >= 2.2 so far has it
+    def maybe_box_native(value: object) -> object:
+        return value.item() if isinstance(value, np.generic) else value
+
+
+def _values_by_series(df: pd.DataFrame, i: int) -> object:
+    """Column ``i``'s values through the public API (a Series): the fallback of ``column_arrays``."""
+    a = df.iloc[:, i].array  # numpy-backed columns come wrapped: unwrapped as the manager holds them
+    return a.to_numpy() if isinstance(a, pd.arrays.NumpyExtensionArray) else a
 
 
 def column_arrays(df: pd.DataFrame, limit: int | None = None) -> list[object]:
     """Each column's values by position (what ``df.iloc[:, i]`` holds: a numpy array, or an extension
     array such as a Categorical), the first ``limit`` rows: a fraction of a microsecond a column
-    instead of a Series each (on small frames pandas' per-call cost is the run's)."""
-    mgr = df._mgr
-    if limit is None:
-        return [mgr.iget_values(i) for i in range(df.shape[1])]
-    return [mgr.iget_values(i)[:limit] for i in range(df.shape[1])]
+    instead of a Series each (on small frames pandas' per-call cost is the run's). It reads pandas'
+    block manager (``_mgr.iget_values``, private); a pandas without it gets the Series path."""
+    get = getattr(getattr(df, "_mgr", None), "iget_values", None)
+    cols = [get(i) for i in range(df.shape[1])] if get is not None else \
+        [_values_by_series(df, i) for i in range(df.shape[1])]
+    return cols if limit is None else [c[:limit] for c in cols]
 
 
 def cells(df: pd.DataFrame, limit: int | None = None) -> dict[object, list[object]]:
