@@ -137,21 +137,15 @@ def test_duration_stats_rows_in_sort_values_order(load, name):
 
 
 def _stream_role_by_group_by(role, kind, dur, comm_names):
-    """``timeline.stream_role`` as it was written with a pandas group-by (the definition)."""
+    """``timeline.stream_role`` as it was written: the GPU time per (role, kind) from a pandas group-by
+    (the definition), labelled by ``timeline.role_label``."""
+    from nsysan.report.timeline import role_label
+
     per = pd.Series(np.asarray(dur, dtype=np.int64)).groupby(
         [np.asarray(role.array), np.asarray(kind.array)], sort=True, observed=True).sum()
     if len(per) == 0:
         return "empty"
-    totals: dict[str, int] = {}
-    for (r, k), d in per.items():
-        lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
-            str(r), "copies " + {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}.get(str(k), str(k)))
-        totals[lab] = totals.get(lab, 0) + int(d)
-    nccl = any(n.lower().startswith("nccl") for n in comm_names)
-    whole = sum(totals.values()) or 1
-    ranked = sorted(totals, key=lambda x: (-totals[x], x))
-    shown = [r for r in ranked if totals[r] >= 0.25 * whole] or ranked[:1]
-    return " + ".join("NCCL" if r == "communication" and nccl else r for r in shown)
+    return role_label([(k, int(d)) for k, d in per.items()], comm_names)
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)

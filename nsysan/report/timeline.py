@@ -225,7 +225,13 @@ def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: l
     key = r_codes[ok].astype(np.int64) * len(k_vals) + k_codes[ok]
     sums = np.zeros(len(r_vals) * len(k_vals), dtype=np.int64)
     np.add.at(sums, key, np.asarray(dur, dtype=np.int64)[ok])
-    per = [((r_vals[c // len(k_vals)], k_vals[c % len(k_vals)]), int(sums[c])) for c in np.unique(key).tolist()]
+    return role_label([((r_vals[c // len(k_vals)], k_vals[c % len(k_vals)]), int(sums[c]))
+                       for c in np.unique(key).tolist()], comm_names)
+
+
+def role_label(per: list[tuple[tuple[object, object], int]], comm_names: list[str]) -> str:
+    """``stream_role``'s label from the GPU time per (role, kind): the roles with a quarter of the
+    stream's time or more, the largest first."""
     totals: dict[str, int] = {}
     for (r, k), d in per:
         lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
@@ -233,7 +239,7 @@ def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: l
         totals[lab] = totals.get(lab, 0) + int(d)
     nccl = any(n.lower().startswith("nccl") for n in comm_names)
     whole = sum(totals.values()) or 1
-    # the roles with a quarter of the stream's time or more, the largest first ("copies H2D + compute")
+    # e.g. "copies H2D + compute"
     ranked = sorted(totals, key=lambda x: (-totals[x], x))
     shown = [r for r in ranked if totals[r] >= 0.25 * whole] or ranked[:1]
     return " + ".join("NCCL" if r == "communication" and nccl else r for r in shown)
