@@ -126,35 +126,14 @@ def range_summary(rg: pd.DataFrame) -> pd.DataFrame:
 
 
 def _extra_by_codes(rg: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame | None:
-    """``stats`` (one row per (name, style) of ``rg``) with range_summary's four extra columns, from
-    integer codes of (name, style), one stable sort of the group codes and ``reduceat``s, looked up
-    per row of ``stats`` (no group-by and no merge: on a small trace those pandas calls cost more than
-    the data). None when a key is missing or not a string, or a column is not int64 (pandas then)."""
-    cols = ["self_ns", "proj_ns", "gpu_ops", "gpu_after_end_ns"]
-    vals = [rg[c].to_numpy() for c in cols]
-    if any(v.dtype != np.int64 for v in vals):
-        return None
-    name_codes, names = pd.factorize(rg["name"])
-    style_codes, styles = pd.factorize(rg["style"])
-    if (name_codes < 0).any() or (style_codes < 0).any():
-        return None
-    names, styles = np.asarray(names, dtype=object).tolist(), np.asarray(styles, dtype=object).tolist()
-    if not all(type(x) is str for x in names) or not all(type(x) is str for x in styles):
-        return None
-    g = name_codes.astype(np.int64) * len(styles) + style_codes
-    order = np.argsort(g, kind="stable")
-    gs = g[order]
-    start = np.flatnonzero(np.concatenate([[True], gs[1:] != gs[:-1]]))
-    pos = {c: i for i, c in enumerate(gs[start].tolist())}
-    name_pos = {x: i for i, x in enumerate(names)}
-    style_pos = {x: i for i, x in enumerate(styles)}
-    try:
-        row = np.array([pos[name_pos[n] * len(styles) + style_pos[st]]
-                        for n, st in zip(stats["name"].tolist(), stats["style"].tolist())], dtype=np.int64)
-    except KeyError:  # a key that ``stats`` spells differently (not expected): pandas' merge then
-        return None
-    if len(row) != len(start):
-        return None
-    sums = [np.add.reduceat(v[order], start)[row] for v in vals[:3]]
-    return stats.assign(self_total_ns=sums[0], proj_total_ns=sums[1], gpu_ops=sums[2],
-                        max_gpu_after_end_ns=np.maximum.reduceat(vals[3][order], start)[row])
+    """``stats`` (one row per (name, style) of ``rg``) with range_summary's four extra columns, exact
+    per (name, style) (``frames.per_key``: no group-by and no merge); None when a key is missing or
+    not a string, or a column is not int64 (pandas then)."""
+    from nsysan.analyses.frames import per_key
+
+    got = per_key([rg["name"], rg["style"]],
+                  {"self_total_ns": (rg["self_ns"].to_numpy(), "sum"), "proj_total_ns": (rg["proj_ns"].to_numpy(), "sum"),
+                   "gpu_ops": (rg["gpu_ops"].to_numpy(), "sum"),
+                   "max_gpu_after_end_ns": (rg["gpu_after_end_ns"].to_numpy(), "max")},
+                  [stats["name"].tolist(), stats["style"].tolist()])
+    return None if got is None else stats.assign(**got)

@@ -208,25 +208,16 @@ def memcpy_stats(m: pd.DataFrame) -> pd.DataFrame:
 def _with_byte_sums(stats: pd.DataFrame, m: pd.DataFrame, pageable: np.ndarray,
                     pinned: np.ndarray) -> pd.DataFrame | None:
     """``stats`` (one row per copy kind) with each kind's bytes, pageable/pinned counts and bytes: the
-    columns the group-by and merge below give, summed exactly in int64 per kind (a handful of kinds:
-    one masked sum each, no group-by); None when a kind is missing or bytes are not integers."""
-    kind = m["kind"]
+    columns the group-by and merge below give, summed exactly in int64 (``frames.per_key``); None
+    when a kind is missing or bytes are not integers."""
+    from nsysan.analyses.frames import per_key
+
     b = m["bytes"].to_numpy()
-    if b.dtype != np.int64 or bool(kind.isna().any()):
-        return None
-    codes, uniq = pd.factorize(kind.to_numpy(dtype=object))
-    sums: dict[str, list[int]] = {c: [] for c in ("total_bytes", "pageable_count", "pinned_count",
-                                                  "pageable_bytes", "pinned_bytes")}
-    for i in range(len(uniq)):
-        rows = codes == i
-        sums["total_bytes"].append(int(b[rows].sum()))
-        sums["pageable_count"].append(int(pageable[rows].sum()))
-        sums["pinned_count"].append(int(pinned[rows].sum()))
-        sums["pageable_bytes"].append(int((b[rows] * pageable[rows]).sum()))
-        sums["pinned_bytes"].append(int((b[rows] * pinned[rows]).sum()))
-    at = {k: i for i, k in enumerate(uniq.tolist())}
-    order = np.array([at[k] for k in stats["kind"].tolist()], dtype=np.int64)
-    return stats.assign(**{c: np.asarray(v, dtype=np.int64)[order] for c, v in sums.items()})
+    got = per_key([m["kind"].to_numpy(dtype=object, na_value=None)],
+                  {"total_bytes": (b, "sum"), "pageable_count": (pageable, "sum"), "pinned_count": (pinned, "sum"),
+                   "pageable_bytes": (b * pageable, "sum"), "pinned_bytes": (b * pinned, "sum")},
+                  [stats["kind"].tolist()])
+    return None if got is None else stats.assign(**got)
 
 
 def _with_byte_sums_by_merge(stats: pd.DataFrame, m: pd.DataFrame, pageable: pd.Series,

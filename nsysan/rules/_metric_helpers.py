@@ -33,6 +33,15 @@ def group_ops(ctx: Any, device: int, kind: str, group: str) -> tuple[np.ndarray,
     return gm.measured(int(device), *got)
 
 
+def union(spans: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The merged union of several groups' op runs (``group_ops``), for their wall-clock time."""
+    from nsysan.analyses import intervals as iv
+
+    if not spans:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return iv.merge(np.concatenate([x[0] for x in spans]), np.concatenate([x[1] for x in spans]))
+
+
 def evidence(rows: pd.DataFrame, cols: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
     out = []
     for rec in rows.to_dict("records"):

@@ -28,7 +28,7 @@ import numpy as np
 
 from nsysan.analyses import intervals as iv
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows
+from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
 
 FP32 = re.compile(r"\bfloat\b|f32|fp32", re.IGNORECASE)
@@ -48,13 +48,11 @@ def check(ctx: Any, *, min_dram_pct: float, max_tensor_pct: float, min_samples: 
     w = ctx.window
     for dev, rows in hit.groupby("device_id", sort=True):
         spans = {str(g): group_ops(ctx, int(dev), "kernel", str(g)) for g in rows["group"]}
-        s, e = iv.merge(np.concatenate([x[0] for x in spans.values()]), np.concatenate([x[1] for x in spans.values()]))
-        wall = iv.total(s, e)
+        wall = iv.total(*union(list(spans.values())))
         if wall == 0 or wall < min_share * w.dur_ns:
             continue
         fp32 = [g for g in spans if FP32.search(g) and not REDUCED.search(g)]
-        fs, fe = (iv.merge(np.concatenate([spans[g][0] for g in fp32]), np.concatenate([spans[g][1] for g in fp32]))
-                  if fp32 else (np.empty(0, np.int64), np.empty(0, np.int64)))
+        fs, fe = union([spans[g] for g in fp32])
         fwall = iv.total(fs, fe)
         d = float(np.average(rows["dram_read"] + rows["dram_write"], weights=rows["samples"]))
         saving = (f" {len(fp32)} of them compute in FP32 ({fmt_ns(fwall)}): BF16 would halve their bytes."

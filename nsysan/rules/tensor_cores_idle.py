@@ -32,7 +32,7 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import MATMUL
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows
+from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -49,7 +49,7 @@ def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: in
     w = ctx.window
     for dev, rows in hit.groupby("device_id", sort=True):
         spans = [group_ops(ctx, int(dev), "kernel", str(g)) for g in rows["group"]]
-        s, e = iv.merge(np.concatenate([x[0] for x in spans]), np.concatenate([x[1] for x in spans]))
+        s, e = union(spans)
         wall = iv.total(s, e)
         compute = ctx.a.gpu_metrics.by_kernel
         comp = compute.loc[(compute["device_id"] == dev) & (compute["kind"] == "role") & (compute["group"] == "compute")]
