@@ -75,6 +75,13 @@ def query(path: str | Path, sql: str) -> list[tuple]:
         con.close()
 
 
+def nvtx_domain(conn: sqlite3.Connection, text: str) -> int:
+    """The id of the NVTX domain named ``text`` (a domain-create event, type 75), e.g. nsys' own
+    'Python Periodic Sampling' and 'Python Backtrace on CUDA'."""
+    (dom,) = conn.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?", (text,)).fetchone()
+    return int(dom)
+
+
 def open_fixture(name: str) -> sqlite3.Connection:
     """The fixture ``tests/fixtures/traces/<name>/trace.sqlite.xz``, decompressed, opened read-only."""
     return open_export(FIXTURES / name / "trace.sqlite.xz")

@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import sqltruth
 from conftest import CORPUS, FIXTURE_NAMES
 
 HAVE_NOBLOBS = "waits_python_noblobs" in FIXTURE_NAMES
@@ -303,8 +304,7 @@ def test_python_steady_loop_from_sql(analysis, fixture_dir):
 
     a = analysis("waits_python")
     con = _con(fixture_dir / "waits_python.sqlite")
-    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Periodic Sampling'"
-                         ).fetchone()
+    dom = sqltruth.nvtx_domain(con, "Python Periodic Sampling")
     gtid = _launching_thread(con)
     w = a.steady
     strings = dict(con.execute("SELECT id, value FROM StringIds"))
@@ -411,8 +411,7 @@ def _py_frames(con: sqlite3.Connection, blob: bytes, strings: dict[int, str]) ->
 def test_waits_sync_python_call_sites_and_findings(analysis, fixture_dir):
     a = analysis("waits_sync")
     con = _con(fixture_dir / "waits_sync.sqlite")
-    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Backtrace on CUDA'"
-                         ).fetchone()
+    dom = sqltruth.nvtx_domain(con, "Python Backtrace on CUDA")
     w = a.steady
     strings = dict(con.execute("SELECT id, value FROM StringIds"))
     want: Counter[tuple[str, str, int]] = Counter()
@@ -457,8 +456,7 @@ def _pageable_with_python_backtrace(con: sqlite3.Connection, dom: int, t0: int, 
 def test_waits_sync_python_samples_in_gaps(analysis, fixture_dir):
     a = analysis("waits_sync")
     con = _con(fixture_dir / "waits_sync.sqlite")
-    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Periodic Sampling'"
-                         ).fetchone()
+    dom = sqltruth.nvtx_domain(con, "Python Periodic Sampling")
     gtid = _launching_thread(con)
     w = a.steady
     idle = _idle(con, w.start_ns, w.end_ns)
@@ -497,8 +495,7 @@ def test_call_sites_inside_ranges(analysis, fixture_dir):
            WHERE n.eventType = 59 AND coalesce(n.text, s.value) = 'step' AND n.start >= ? AND n."end" <= ?""",
         (w.start_ns, w.end_ns))]
     assert len(spans) == len(steps) > 30
-    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Backtrace on CUDA'"
-                         ).fetchone()
+    dom = sqltruth.nvtx_domain(con, "Python Backtrace on CUDA")
     strings = dict(con.execute("SELECT id, value FROM StringIds"))
     want: Counter[tuple[str, str, int]] = Counter()
     spent: Counter[tuple[str, str, int]] = Counter()

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import sqltruth
 from conftest import FIXTURE_NAMES
 
 pytestmark = pytest.mark.skipif("waits_python" not in FIXTURE_NAMES, reason="waits fixtures missing")
@@ -47,8 +48,7 @@ def _frames(blob: bytes) -> list[tuple[int, int, int]]:
 def test_functions_sampled_in_gpu_idle_time_from_sql(analysis, fixture_dir):
     a = analysis("waits_python")
     con = _con(fixture_dir, "waits_python")
-    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Periodic Sampling'"
-                         ).fetchone()
+    dom = sqltruth.nvtx_domain(con, "Python Periodic Sampling")
     (tid,) = con.execute("""SELECT n.globalTid FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
                             WHERE n.eventType = 59 AND coalesce(n.text, s.value) = 'step' LIMIT 1""").fetchone()
     w = a.steady
@@ -105,8 +105,7 @@ def test_call_sites_of_cuda_calls_from_python_backtraces(analysis, fixture_dir):
     """Each Python backtrace of a CUDA call (domain 'Python Backtrace on CUDA') matches its runtime row by
     (thread, start); per API name, the calls from each own-code function, by SQL."""
     con = _con(fixture_dir, "waits_python")
-    (dom,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Backtrace on CUDA'"
-                         ).fetchone()
+    dom = sqltruth.nvtx_domain(con, "Python Backtrace on CUDA")
     a = analysis("waits_python")
     w = a.steady
     strings = dict(con.execute("SELECT id, value FROM StringIds"))
