@@ -16,6 +16,21 @@ Arrow's default pool (mimalloc in the wheels) keeps the pages of freed conversio
 245 MB trace the process held 752 MB after loading with it and 510 MB with the system allocator,
 at the same speed. So ``tune_allocator`` makes the system allocator Arrow's default pool, unless
 the user chose one with ``ARROW_DEFAULT_MEMORY_POOL``.
+
+The command line owns its process (``own_process``), and there the memory a run touches for the
+first time is what costs: on the 2-core machine (a virtual machine) most of the system time was the
+kernel zeroing fresh pages (``clear_page_erms``, 28-44% of all CPU samples under ``perf``), at about
+2 s per GB when the pages come back from the host. Three sources gave it pages to zero again and
+again: ``release``'s ``malloc_trim`` (1.1-1.5 GB handed back per 245 MB trace, then faulted in
+again), arrays above the mmap threshold (every column of a 2.5 GB trace: mmapped, zeroed, unmapped;
+33-47 GB of page allocations for a peak of 6.7 GB), and the worker threads' own arena (a big
+allocation there is always mmapped). So a process-owned run keeps what it frees: one arena, no
+mmap, no trimming below 2 GB of free heap top, and ``release`` does nothing. Measured in
+alternating runs (min/median/max of 4; 2 on the 2.5 GB one): 245 MB replica 2.01 -> 1.79 s, peak
+852 -> 817 MiB; real 329 MB launch loop 2.96 -> 2.48 s, 1,236 -> 1,230 MiB; 2.5 GB replica
+25.0 -> 16.8 s, 6.7 -> 7.1 GB. A library user's process (``open_trace`` in a notebook) is not
+nsysan's to hold memory in: there the allocator keeps its defaults apart from the arena cap and
+threshold above, and ``release`` trims.
 """
 
 from __future__ import annotations
@@ -25,11 +40,22 @@ import ctypes.util
 import os
 import sys
 
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
+KEEP_BELOW = (1 << 31) - 1  # mallopt takes an int: the highest trim threshold it can be given
 MMAP_THRESHOLD = 32 << 20  # glibc's largest on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 _tuned = False
 _malloc_tuned = False
+_owned = False  # the command line's own process (own_process): freed memory is kept for reuse
+
+
+def own_process() -> None:
+    """Tell the allocator tuning that this process is nsysan's own (the command line), before any
+    table is read: freed memory stays in the process for the next temporaries (module doc)."""
+    global _owned
+    _owned = True
 
 
 _libc: ctypes.CDLL | None | bool = False  # not looked up yet
@@ -62,7 +88,10 @@ def tune_malloc() -> None:
         if libc is None:
             return
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        libc.mallopt(_M_ARENA_MAX, 2)
+        libc.mallopt(_M_ARENA_MAX, 1 if _owned else 2)
+        if _owned:
+            libc.mallopt(_M_MMAP_MAX, 0)
+            libc.mallopt(_M_TRIM_THRESHOLD, KEEP_BELOW)
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
         pass
 
@@ -83,6 +112,10 @@ def tune_allocator() -> None:
 
 
 def release() -> None:
+    """Hand freed memory back to the OS (Arrow's cached blocks, glibc's free pages); nothing in a
+    process nsysan owns, which would only fault the same pages in again (module doc)."""
+    if _owned:
+        return
     try:
         import pyarrow as pa
 

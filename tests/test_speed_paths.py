@@ -333,3 +333,35 @@ def test_the_c_library_is_opened_once_without_a_subprocess(monkeypatch):
     _memory.release()
     assert first is not None and _memory._glibc() is first
     assert calls == []  # glibc by its soname: no `ldconfig -p` subprocess
+
+
+def test_only_the_command_lines_own_process_keeps_freed_memory(monkeypatch):
+    """A library user's process keeps glibc's defaults (trim, mmap) and ``release`` trims; the
+    command line's own process (``own_process``) gets one arena, no mmap and no trim, and
+    ``release`` hands nothing back."""
+    from nsysan import _memory
+
+    class FakeLibc:
+        def __init__(self):
+            self.calls = []
+
+        def mallopt(self, param, value):
+            self.calls.append((param, value))
+            return 1
+
+        def malloc_trim(self, pad):
+            self.calls.append(("trim", pad))
+            return 1
+
+    monkeypatch.setattr(_memory.sys, "platform", "linux")
+    for owned, expected in ((False, [(_memory._M_MMAP_THRESHOLD, 32 << 20), (_memory._M_ARENA_MAX, 2), ("trim", 0)]),
+                            (True, [(_memory._M_MMAP_THRESHOLD, 32 << 20), (_memory._M_ARENA_MAX, 1),
+                                    (_memory._M_MMAP_MAX, 0), (_memory._M_TRIM_THRESHOLD, 2**31 - 1)])):
+        fake = FakeLibc()
+        monkeypatch.setattr(_memory, "_libc", fake)
+        monkeypatch.setattr(_memory, "_malloc_tuned", False)
+        monkeypatch.setattr(_memory, "_owned", owned)
+        monkeypatch.setattr(_memory, "_tuned", True)  # (Arrow's pool: not this test's concern)
+        _memory.tune_malloc()
+        _memory.release()
+        assert fake.calls == expected
