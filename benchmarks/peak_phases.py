@@ -1,11 +1,12 @@
 """Peak resident memory (RSS) per phase of ``nsysan analyze``: load, analyses + rules, JSON, HTML.
 
-    python3 benchmarks/peak_phases.py TRACE.sqlite [--detail]
+    python3 benchmarks/peak_phases.py TRACE.sqlite [--detail] [--library]
 
 A sampler thread reads the process's RSS from /proc every millisecond and keeps the peak of each
 phase; each line gives the RSS at the phase's start, its peak, the peak above the start, and the
 wall time. ``--detail`` also wraps the analysis functions (run with NSYSAN_THREADS=1 to attribute
-peaks to one analysis at a time). Linux only (reads /proc/self/statm).
+peaks to one analysis at a time). The allocator is tuned as the ``nsysan`` command tunes it
+(``_memory.own_process``), or as in a library user's process with ``--library``. Linux only (reads /proc/self/statm).
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ def main() -> int:
         finally:
             s.leave(name)
 
+    from nsysan import _memory
+
+    if "--library" not in sys.argv[2:]:  # the allocator as the `nsysan` command sets it
+        _memory.own_process()
     s.enter("import")
     import nsysan
     from nsysan import analysis

@@ -153,9 +153,12 @@ def check(spec: Spec, trace: nsysan.Trace) -> None:
     # API calls: decoded pid/tid, names resolved, the garbage-start rows dropped with a warning
     a = trace.cuda_api
     assert len(a) == len(spec.api)
-    g = a["global_tid"].to_numpy()
-    assert ((g >> 24) & 0xFFFFFF).tolist() == a["pid"].tolist()
-    assert (g & 0xFFFFFF).tolist() == a["tid"].tolist()
+    # each call's thread as the generator wrote it (tids[t]), matched by start and name
+    tids = [(p, p + k) for p in spec.pids for k in range(3)]
+    want = sorted((s, API[n], *tids[t % len(tids)]) for s, _, n, t in spec.api)
+    assert sorted(zip(a["start_ns"].tolist(), a["name"].astype(str).tolist(), a["pid"].tolist(),
+                      a["tid"].tolist())) == want
+    assert "global_tid" not in a and "global_pid" not in a and "global_pid" not in k  # extra columns
     assert sorted(a["name"].astype(str)) == sorted(API[n] for _, _, n, _ in spec.api)
     if spec.null_starts:
         assert any("missing or non-numeric start/end" in w for w in trace.meta.warnings)

@@ -77,12 +77,29 @@ def test_own_nsys_2022_export_analyses_end_to_end(fixture_dir, tmp_path):
     assert d["kernels"]["by_name"] == [] and d["findings"] == []
 
 
-def test_ids_decoded_in_one_place(load):
+def test_ids_decoded_in_one_place(load, fixture_dir):
+    import sqlite3
+
+    import nsysan
+
+    path = fixture_dir / "ladder_baseline.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    threads = {tuple(r) for r in con.execute(
+        "SELECT DISTINCT (globalTid >> 24) & 16777215, globalTid & 16777215 FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+    kernel_pids = {r[0] for r in con.execute(
+        "SELECT DISTINCT (globalPid >> 24) & 16777215 FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    con.close()
     t = load("ladder_baseline")
     api = t.cuda_api
-    g = api["global_tid"].to_numpy()
-    assert ((g >> 24) & 0xFFFFFF).tolist() == api["pid"].tolist()
-    assert set(t.kernels["pid"]) <= set(api["pid"])
+    assert set(zip(api["pid"].tolist(), api["tid"].tolist())) == threads
+    assert set(t.kernels["pid"].tolist()) == kernel_pids
+    # the event tables' int64 global ids are extra columns: gone by default, decoded alike on request
+    assert not {"global_tid", "global_pid"} & (set(api.columns) | set(t.kernels.columns) | set(t.osrt.columns))
+    full = nsysan.open_trace(path, all_columns=True)
+    g = full.cuda_api["global_tid"].to_numpy()
+    assert ((g >> 24) & 0xFFFFFF).tolist() == full.cuda_api["pid"].tolist()
+    assert (g & 0xFFFFFF).tolist() == full.cuda_api["tid"].tolist()
+    assert (full.kernels["global_pid"].to_numpy() >> 24 & 0xFFFFFF).tolist() == full.kernels["pid"].tolist()
 
 
 def test_memory_kind_from_export_enum(load):

@@ -277,17 +277,27 @@ def _field24(g: np.ndarray, shift: int) -> np.ndarray:
     return out
 
 
-def _decode_ids(df: pd.DataFrame) -> pd.DataFrame:
+def _decode_ids(df: pd.DataFrame, keep_global: bool = True) -> pd.DataFrame:
     """The one place that decodes nsys' serialized global ids: ``vm<<48 | pid<<24 | tid``. ``pid``
-    and ``tid`` are 24-bit fields: int32 columns."""
+    and ``tid`` are 24-bit fields: int32 columns. Without ``keep_global`` the int64 global ids give
+    way to them (an event table's ``global_tid``/``global_pid``: 16 bytes a row no analysis reads)."""
     if "global_tid" in df.columns:
         g = df["global_tid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=_own(df, _field24(g, 24)), tid=_own(df, _field24(g, 0)),
-                         global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
+        pid, tid = _own(df, _field24(g, 24)), _own(df, _field24(g, 0))
+        if not keep_global:
+            return _without(df, "global_tid").assign(pid=pid, tid=tid)
+        return df.assign(pid=pid, tid=tid, global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
-        return df.assign(pid=_own(df, _field24(g, 24)))
+        pid = _own(df, _field24(g, 24))
+        return (df.assign(pid=pid) if keep_global else _without(df, "global_pid").assign(pid=pid))
     return df
+
+
+def _without(df: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``df`` less one column, its array released (a frame of the other columns' arrays as they are,
+    not a view of a block that would keep the dropped column alive)."""
+    return pd.DataFrame({c: df[c].array for c in df.columns if c != column}, index=df.index, copy=False)
 
 
 _NARROW_TYPES = {"int8": (np.int8, np.int16, np.int32), "int16": (np.int16, np.int32), "int32": (np.int32,)}
@@ -375,7 +385,7 @@ def _finish_cuda_api(api: pd.DataFrame) -> pd.DataFrame:
 
 def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
     """Rows that repeat an earlier row's (thread, correlation id) inside its interval."""
-    if len(api) < 2 or "correlation_id" not in api or "global_tid" not in api:
+    if len(api) < 2 or "correlation_id" not in api or ("global_tid" not in api and "tid" not in api):
         return api
     col = api["correlation_id"]
     # int64 for a nullable column; a plain one (int32 or int64, load._narrow) as it is: no copy
@@ -399,7 +409,11 @@ def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
         del seen
     rows = np.flatnonzero(corr > 0)
     pos = corr[rows].astype(np.int64)
-    key = pd.MultiIndex.from_arrays([api["global_tid"].to_numpy(dtype=np.int64, na_value=-1)[rows], pos])
+    if "global_tid" in api:
+        thread = api["global_tid"].to_numpy(dtype=np.int64, na_value=-1)[rows]
+    else:  # the global ids left out (an extra column): the thread as pid<<24 | tid, as nsys packs it
+        thread = (api["pid"].to_numpy()[rows].astype(np.int64) << 24) | api["tid"].to_numpy()[rows]
+    key = pd.MultiIndex.from_arrays([thread, pos])
     dup = key.duplicated(keep="first")
     if not dup.any():
         return api
@@ -722,7 +736,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
                 or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
             del whole  # the Arrow table: its int64 columns go as their narrow copies replace them
-            df = _narrow(_decode_ids(_concat(parts)), name)
+            # an event table's global ids are extra: pid and tid are what the analyses read
+            df = _narrow(_decode_ids(_concat(parts), all_columns or name not in INTERVAL_TABLES), name)
             notes: list[str] = []
             if name in INTERVAL_TABLES:
                 held = [df]
