@@ -89,10 +89,10 @@ def main() -> int:
     if detail:
         _wrap(analysis, phase)
     trace = phase("load", nsysan.open_trace, path)
-    a = phase("analyze (analyses + rules)", analysis.analyze, trace)
     from nsysan.report import timeline
 
-    timeline.start(a)  # as the CLI does with --json and --html: the timeline encodes during the JSON
+    # as the CLI does with --json and --html: the timeline encodes during the rules and the JSON
+    a = phase("analyze (analyses + rules)", analysis.analyze, trace, on_analyses=timeline.start)
     phase("json (timeline encoding meanwhile)", jsonout.to_json, a)
     vm = phase("html: view model", view.build, a)
     phase("html: render", html.render, vm)

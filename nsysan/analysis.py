@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,7 +278,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
             min_gap_us: float | None = None, warmup_factor: float | None = None, rules: bool = True,
             rule_config: Mapping[str, Any] | None = None, config: str | os.PathLike[str] | None = None,
             set: Mapping[str, Any] | Iterable[str] | None = None, disable: Iterable[str] | None = None,
-            workers: int | None = None) -> Analysis:
+            workers: int | None = None, on_analyses: Callable[[Analysis], None] | None = None) -> Analysis:
     """All analyses (and, unless ``rules=False``, all rules) on ``trace``.
 
     Options as ``nsysan analyze`` takes them, with the CLI's names and units (``options``):
@@ -289,7 +289,11 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
 
     The analyses are pure functions of the trace, so independent ones run on ``workers`` threads
     (default: ``default_workers(event_rows(trace))``): their numpy sorts, searches and ufuncs release the GIL, and on
-    2 cores the analyses take about half the time. The result does not depend on ``workers``."""
+    2 cores the analyses take about half the time. The result does not depend on ``workers``.
+
+    ``on_analyses(a)``, when given, is called once every analysis is in ``a`` and before the rules run
+    (``a.findings`` still empty): the command line starts the report's timeline encoding there, so it
+    overlaps the rules and the JSON. It must not change ``a``."""
     if params is not None and not isinstance(params, Params):
         raise TypeError(f"params: expected nsysan.analysis.Params, got {type(params).__name__}; or pass the "
                         "options as keywords (iteration_range=..., min_gap_us=..., warmup_factor=...)")
@@ -343,6 +347,8 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         a.idle_samples = _idle_samples(trace, a)
         a.gpu_metrics = _gpu_metrics(trace, a)
         a.tensorrt = trt_f.result()
+        if on_analyses is not None:
+            on_analyses(a)
         # the analyses' temporaries are freed, but the heap keeps their pages (fragmented among the
         # results): hand them back before the rules, so their temporaries do not stack on top
         from nsysan import _memory

@@ -138,14 +138,21 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
             prog.stop()
     params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
                     warmup_factor=opts["warmup_factor"])
-    a = analyze(trace, params, rule_config=opts["rule_config"])
+    started: list[Any] = []
+
+    def begin(x: Any) -> None:
+        started.append(x)
+        timeline.start(x)
+
     outputs: list[str] = []
-    if opts["html"] and opts["json"]:  # the report's timeline encodes while the JSON is written
-        timeline.start(a)
     try:
+        # with both outputs, the report's timeline encodes while the rules run and the JSON is written
+        a = analyze(trace, params, rule_config=opts["rule_config"],
+                    on_analyses=begin if opts["html"] and opts["json"] else None)
         return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0)
     finally:
-        timeline.discard(a)
+        for x in started:  # (an output that could not be written, or rules that failed)
+            timeline.discard(x)
 
 
 def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[str, Any], protect: list[Any],

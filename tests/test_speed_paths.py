@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import FIXTURE_NAMES
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from nsysan.analyses import intervals as iv
 from nsysan.report import html as html_mod
@@ -365,3 +367,51 @@ def test_only_the_command_lines_own_process_keeps_freed_memory(monkeypatch):
         _memory.tune_malloc()
         _memory.release()
         assert fake.calls == expected
+
+
+@given(st.lists(st.integers(-2**62, 2**62), max_size=300), st.lists(st.integers(-2**62, 2**62), max_size=300),
+       st.booleans(), st.sampled_from(["left", "right"]), st.integers(0, 5))
+@example([], [5, 3], False, "left", 0)
+@example([1, 1, 1, 2, 2], [1, 2, 0, 3, 1], False, "right", 0)
+def test_galloping_search_equals_numpy(a, v, in_order, side, spread):
+    """``intervals.search`` (the C gallop from the previous answer) gives numpy's positions for any
+    needles, in order or not, duplicates and the int64 extremes included."""
+    from nsysan.analyses import intervals as iv
+    from nsysan.trace import direct
+
+    if getattr(direct._btree, "search_sorted", None) is None:
+        pytest.skip("the C extension is not built")
+    hay = np.sort(np.array([x >> spread for x in a], dtype=np.int64))
+    nee = np.array(sorted(v) if in_order else v, dtype=np.int64)
+    out = np.empty(len(nee), dtype=np.int64)
+    direct._btree.search_sorted(hay, nee, side == "right", out)  # the C pass itself, whatever the size
+    assert out.tolist() == np.searchsorted(hay, nee, side=side).tolist()
+    assert iv.search(hay, nee, side).tolist() == np.searchsorted(hay, nee, side=side).tolist()
+
+
+def test_galloping_search_rejects_bad_buffers():
+    from nsysan.trace import direct
+
+    if getattr(direct._btree, "search_sorted", None) is None:
+        pytest.skip("the C extension is not built")
+    with pytest.raises(TypeError):
+        direct._btree.search_sorted(np.zeros(3, np.int32), np.zeros(2, np.int64), False, np.zeros(2, np.int64))
+    with pytest.raises(ValueError):
+        direct._btree.search_sorted(np.zeros(3, np.int64), np.zeros(2, np.int64), False, np.zeros(3, np.int64))
+
+
+def test_the_timeline_can_start_before_the_rules(load):
+    """``analyze(on_analyses=...)`` is called once, with every analysis in place and no finding yet,
+    and the result is the one without it (the command line starts the timeline encoding there)."""
+    from nsysan import analysis
+    from nsysan.report import jsonout
+
+    t = load("ladder_baseline")
+    seen = []
+
+    def hook(a):
+        seen.append((a, list(a.findings), a.gaps is not None and a.ops is not None and a.nvtx_ranges is not None))
+
+    with_hook = analysis.analyze(t, on_analyses=hook)
+    assert len(seen) == 1 and seen[0][0] is with_hook and seen[0][1] == [] and seen[0][2]
+    assert jsonout.to_json(with_hook) == jsonout.to_json(analysis.analyze(t))

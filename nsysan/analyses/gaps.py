@@ -123,8 +123,8 @@ class ThreadActivity:
                     continue
             # candidates per window: from the first call that may still run at its start to the
             # last starting before its end (O(log n) each), then the exact overlap test
-            i0 = np.searchsorted(reach, wl, side="right")
-            i1 = np.searchsorted(st, wh, side="left")
+            i0 = iv.search(reach, wl, side="right")
+            i1 = iv.search(st, wh, side="left")
             n = int(np.maximum(i1 - i0, 0).sum())
             if n == 0:
                 continue
@@ -137,7 +137,7 @@ class ThreadActivity:
                 rows = np.flatnonzero(hit)
             else:  # a long call early on keeps the running maximum high: test every call instead
                 del i0, i1
-                j = np.searchsorted(wh, st, side="right")  # first window ending after st
+                j = iv.search(wh, st, side="right")  # first window ending after st
                 np.minimum(j, len(wh) - 1, out=j)
                 hit = st < wh[j]
                 hit &= wl[j] < en
@@ -203,8 +203,8 @@ class ThreadActivity:
                 # ends are not sorted: candidates from the running maximum of ends, then the exact
                 # test; per name when one long call would make the candidates too many
                 reach = np.maximum.accumulate(en)
-                i0 = np.searchsorted(reach, lo, side="right")
-                i1 = np.searchsorted(st, hi, side="left")
+                i0 = iv.search(reach, lo, side="right")
+                i1 = iv.search(st, hi, side="left")
                 if int(np.maximum(i1 - i0, 0).sum()) <= 4 * (len(st) + len(lo)):
                     parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, True))
                     del i0, i1, reach
@@ -213,11 +213,11 @@ class ThreadActivity:
                 for c in np.unique(codes).tolist():
                     rows = np.flatnonzero(codes == c)
                     s_, e_ = st[rows], en[rows]
-                    parts.append(_range_sums(source, st, en, codes, cats, lo, hi, np.searchsorted(e_, lo, side="right"),
-                                             np.searchsorted(s_, hi, side="left"), rows, False))
+                    parts.append(_range_sums(source, st, en, codes, cats, lo, hi, iv.search(e_, lo, side="right"),
+                                             iv.search(s_, hi, side="left"), rows, False))
                 continue
-            i0 = np.searchsorted(en, lo, side="right")  # first call ending after the window opens
-            i1 = np.searchsorted(st, hi, side="left")  # first call starting at or after it closes
+            i0 = iv.search(en, lo, side="right")  # first call ending after the window opens
+            i1 = iv.search(st, hi, side="left")  # first call starting at or after it closes
             parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, False))
             del i0, i1  # a search result per window: not kept while the next layers are summed
         unbatched = [layer for layer in layers if not layer[5]]
@@ -529,7 +529,7 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     keep = (ge - gs) >= min_gap_ns
     gs, ge = gs[keep], ge[keep]
     del ms, me, keep
-    nxt = np.searchsorted(st, ge, side="left")
+    nxt = iv.search(st, ge, side="left")
     nxt = nxt if len(rows) == len(ops) else rows[nxt]  # the op that ends the gap (rows: ascending)
     # copy=False: the new columns as they are, not consolidated into one more block of all of them
     return pd.DataFrame({

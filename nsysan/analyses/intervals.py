@@ -286,3 +286,23 @@ class RangeMinMax:
             out_min[one] = np.minimum.reduceat(self.lo_v[idx], offsets)
             out_max[one] = np.maximum.reduceat(self.hi_v[idx], offsets)
         return out_min, out_max
+
+
+SEARCH_MIN = 4096  # needles below this: numpy's binary search (the C call's fixed cost is not worth it)
+
+
+def search(a: Array, v: Array, side: str = "left") -> Array:
+    """``np.searchsorted(a, v, side)`` for an ascending ``a``, the same int64 positions. With many
+    int64 needles, one C pass (``_btree.search_sorted``) that starts each search from the previous
+    answer and gallops: needles in (near) order, as gap and window bounds are, are found reading
+    ``a`` forwards instead of by a full binary search each (0.1 s of the 245 MB trace's gap
+    explanation went to numpy's). Any order of ``v`` gives the exact answer."""
+    from nsysan.trace import direct
+
+    fast = getattr(direct._btree, "search_sorted", None)
+    if (fast is None or not isinstance(a, np.ndarray) or not isinstance(v, np.ndarray) or v.ndim != 1
+            or a.ndim != 1 or a.dtype != np.int64 or v.dtype != np.int64 or len(v) < SEARCH_MIN):
+        return np.searchsorted(a, v, side=side)  # type: ignore[call-overload]
+    out = np.empty(len(v), dtype=np.int64)
+    fast(np.ascontiguousarray(a), np.ascontiguousarray(v), side == "right", out)
+    return out

@@ -277,7 +277,8 @@ _started: dict[int, tuple[Any, Any]] = {}  # id -> (analysis, future): timelines
 
 def start(a: Any) -> None:
     """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and zlib, which
-    release the GIL), so the JSON is written meanwhile; ``build_timeline(a)`` then takes the result,
+    release the GIL), so the rules run and the JSON is written meanwhile (the command line calls it
+    from ``analyze(on_analyses=...)``, before the rules); ``build_timeline(a)`` then takes the result,
     or ``discard(a)`` forgets it (an output that could not be written). Not for a small trace (fewer
     than ``analysis.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its lanes when asked."""
     from concurrent.futures import ThreadPoolExecutor
