@@ -398,6 +398,8 @@ def test_galloping_search_rejects_bad_buffers():
         direct._btree.search_sorted(np.zeros(3, np.int32), np.zeros(2, np.int64), False, np.zeros(2, np.int64))
     with pytest.raises(ValueError):
         direct._btree.search_sorted(np.zeros(3, np.int64), np.zeros(2, np.int64), False, np.zeros(3, np.int64))
+    with pytest.raises(ValueError):  # a float64 output of the right size is not taken either
+        direct._btree.search_sorted(np.zeros(3, np.int64), np.zeros(2, np.int64), False, np.zeros(2, np.float64))
 
 
 def test_the_timeline_can_start_before_the_rules(load):

@@ -1,4 +1,5 @@
-"""Interval math on int64 nanosecond [start, end) intervals. Pure numpy; inputs are never mutated."""
+"""Interval math on int64 nanosecond [start, end) intervals. Pure numpy (``search`` uses the C extension
+when it is built, with the same results); inputs are never mutated."""
 
 from __future__ import annotations
 

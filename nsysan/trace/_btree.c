@@ -743,7 +743,9 @@ static PyObject *py_search_sorted(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(oo, &vout, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&va); PyBuffer_Release(&vv); return NULL;
     }
-    if (vout.itemsize != 8 || vout.len != vv.len) {
+    const char *of = vout.format ? vout.format : "B";
+    if (*of == '<' || *of == '=' || *of == '@') of++;
+    if (vout.itemsize != 8 || (strcmp(of, "q") != 0 && strcmp(of, "l") != 0) || vout.len != vv.len) {
         PyErr_SetString(PyExc_ValueError, "search_sorted: out must be int64, one per needle");
         PyBuffer_Release(&va); PyBuffer_Release(&vv); PyBuffer_Release(&vout);
         return NULL;
