@@ -167,6 +167,12 @@ def test_stream_role_equals_the_group_by(analysis, name):
     kind = pd.Series(pd.Categorical([None, "HtoD", "HtoD", "DtoH"]))
     d = np.array([5, 7, 3, 4])
     assert stream_role(role, kind, d, []) == _stream_role_by_group_by(role, kind, d, [])
+    # categories no op has, and plain (non-categorical) text columns, give the same label too
+    unused = pd.Series(pd.Categorical(["memcpy", "memcpy", "compute", "compute"],
+                                      categories=["memset", "compute", "communication", "memcpy"]))
+    for r, k in ((unused, kind), (pd.Series(["memcpy", None, "compute", "memcpy"], dtype=object),
+                                  pd.Series(["HtoD", "DtoH", None, "DtoH"], dtype="string"))):
+        assert stream_role(r, k, d, []) == _stream_role_by_group_by(r, k, d, [])
 
 
 def test_without_the_block_manager_the_series_path_gives_the_same(monkeypatch):

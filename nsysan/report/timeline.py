@@ -216,17 +216,28 @@ def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: l
     are the stream's ops' ``role`` and (memcpy) ``kind`` columns, ``comm_names`` its communication
     kernels' names."""
     # GPU time per (role, kind) present, rows with a missing key left out (as a group-by drops them),
-    # on factorized codes: a few pandas calls less per stream
-    r_codes, r_vals = pd.factorize(np.asarray(role.array))
-    k_codes, k_vals = pd.factorize(np.asarray(kind.array))
+    # on codes (a categorical's own: no text per op); the label does not depend on the codes' order
+    r_codes, r_vals = _factor(role)
+    k_codes, k_vals = _factor(kind)
     ok = (r_codes >= 0) & (k_codes >= 0)
     if not ok.any():
         return "empty"
     key = r_codes[ok].astype(np.int64) * len(k_vals) + k_codes[ok]
-    sums = np.zeros(len(r_vals) * len(k_vals), dtype=np.int64)
-    np.add.at(sums, key, np.asarray(dur, dtype=np.int64)[ok])
-    return role_label([((r_vals[c // len(k_vals)], k_vals[c % len(k_vals)]), int(sums[c]))
-                       for c in np.unique(key).tolist()], comm_names)
+    d = np.asarray(dur, dtype=np.int64)[ok]
+    present = np.flatnonzero(np.bincount(key, minlength=len(r_vals) * len(k_vals)))
+    # a stream has a key or two: a sum per key (exact int64), not a scatter-add per op
+    sums = [int(d.sum())] if len(present) == 1 else [int(d[key == c].sum()) for c in present.tolist()]
+    return role_label([((r_vals[c // len(k_vals)], k_vals[c % len(k_vals)]), v)
+                       for c, v in zip(present.tolist(), sums)], comm_names)
+
+
+def _factor(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes (-1 for a missing value) and the value of each code: a categorical's own codes and
+    categories, else ``pd.factorize``'s."""
+    arr = col.array
+    if isinstance(arr, pd.Categorical):
+        return np.asarray(arr.codes), np.asarray(arr.categories, dtype=object)
+    return pd.factorize(np.asarray(arr))
 
 
 def role_label(per: list[tuple[tuple[object, object], int]], comm_names: list[str]) -> str:
