@@ -18,6 +18,8 @@ Cause, from the operation that ends the gap and the CUDA API call that launched 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -460,39 +462,20 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         index.forget(p, t)  # each thread comes once: its copied rows would only pile up
         if len(win) == 0:
             continue
-        lab = np.zeros(len(win), dtype=np.int32)  # label ids: a few thousand at most
-        sync_e = np.zeros(len(win), dtype=bool)
-        for si, source in enumerate(SOURCES):
-            m = src == si
-            if source not in names or not m.any():
-                continue
-            cats = names[source]
-            used = np.unique(code[m])
-            ids = np.zeros(len(cats) + 1, dtype=np.int64)  # code -1 (no name) is the last slot
-            for c in used.tolist():
-                ids[c] = labels.setdefault(f"{source}:{cats[c] if c >= 0 else ''}", len(labels))
-            lab[m] = ids[code[m]]
-            if source == "cuda_api":
-                sync_tab = np.zeros(len(cats) + 1, dtype=bool)
-                for c in used.tolist():
-                    sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
-                sync_e[m] = sync_tab[code[m]]
         sp = span if whole else span[sel]
-        # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
-        sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(lo) if whole else len(sel))
-        del sync_e
-        is_sync[sel] = sync_ns * 2 > sp
-        best = np.full(len(sp), -1, dtype=np.int64)
-        wg = _window_groups(win)
-        for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
-            w, e = _best_per_window(win, ns, src == si, wg)
-            ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
-            best[w[ok]] = e[ok]
-        w, e = _best_per_window(win, ns, groups=wg)
-        del wg
-        ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
-        best[w[ok]] = e[ok]
-        chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
+        fast = _fast_window_best()
+        if fast is not None:  # one C pass over the entries: each window's sync flag and best entry
+            sync_code = _sync_table(names.get("cuda_api"))
+            b_, s_ = fast(win, src, code, ns, np.ascontiguousarray(sp, dtype=np.int64), sync_code, MIN_LABEL_SHARE)
+            best = np.frombuffer(b_, dtype=np.int64)
+            is_sync[sel] = np.frombuffer(s_, dtype=np.uint8).astype(bool)
+            has = np.flatnonzero(best >= 0)
+            chosen_here = np.ones(len(sp), dtype=np.int32)
+            chosen_here[has] = _label_ids(labels, names, src, code, best[has])
+            chosen[sel] = chosen_here
+            del best, has, chosen_here
+        else:
+            _choose_numpy(labels, names, win, src, code, ns, sp, chosen, is_sync, sel)
         if len(det_local):
             a_, b_ = np.searchsorted(win, det_local), np.searchsorted(win, det_local, side="right")
             for wl, i0, i1 in zip(det_local.tolist(), a_.tolist(), b_.tolist()):
@@ -511,6 +494,77 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         remap[i] = cats.index(text[i])
     act[rows] = remap[chosen]
     return act, cats, breakdown, is_sync
+
+
+def _fast_window_best() -> Any:
+    """``_btree.window_best`` when the extension has it, else None (the numpy path)."""
+    from nsysan.trace import direct
+
+    return getattr(direct._btree, "window_best", None)
+
+
+def _sync_table(cats: np.ndarray | None) -> np.ndarray:
+    """Per CUDA API name code (code -1 at the last slot), whether it is a synchronization call."""
+    if cats is None:
+        return np.zeros(1, dtype=bool)
+    return np.array([str(c).startswith(SYNC_APIS) for c in cats.tolist()] + [False], dtype=bool)
+
+
+def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.ndarray, code: np.ndarray,
+               entries: np.ndarray) -> np.ndarray:
+    """The label id ("source:name", numbered in ``labels`` as first met) of each entry in ``entries``."""
+    out = np.zeros(len(entries), dtype=np.int32)
+    e_src, e_code = src[entries], code[entries].astype(np.int64)
+    for si, source in enumerate(SOURCES):
+        m = e_src == si
+        if source not in names or not m.any():
+            continue
+        cats = names[source]
+        c = e_code[m]
+        ids = np.zeros(len(cats) + 1, dtype=np.int64)  # code -1 (no name) is the last slot
+        for k in (np.flatnonzero(np.bincount(c + 1, minlength=len(cats) + 1)) - 1).tolist():
+            ids[k] = labels.setdefault(f"{source}:{cats[k] if k >= 0 else ''}", len(labels))
+        out[m] = ids[c]
+    return out
+
+
+def _choose_numpy(labels: dict[str, int], names: dict[str, np.ndarray], win: np.ndarray, src: np.ndarray,
+                  code: np.ndarray, ns: np.ndarray, sp: np.ndarray, chosen: np.ndarray, is_sync: np.ndarray,
+                  sel: Any) -> None:
+    """``_btree.window_best`` and the labelling after it, with numpy (where the extension is not
+    built): each window's sync flag into ``is_sync[sel]`` and its label id into ``chosen[sel]``."""
+    lab = np.zeros(len(win), dtype=np.int32)  # label ids: a few thousand at most
+    sync_e = np.zeros(len(win), dtype=bool)
+    for si, source in enumerate(SOURCES):
+        m = src == si
+        if source not in names or not m.any():
+            continue
+        cats = names[source]
+        used = np.unique(code[m])
+        ids = np.zeros(len(cats) + 1, dtype=np.int64)  # code -1 (no name) is the last slot
+        for c in used.tolist():
+            ids[c] = labels.setdefault(f"{source}:{cats[c] if c >= 0 else ''}", len(labels))
+        lab[m] = ids[code[m]]
+        if source == "cuda_api":
+            sync_tab = np.zeros(len(cats) + 1, dtype=bool)
+            for c in used.tolist():
+                sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
+            sync_e[m] = sync_tab[code[m]]
+    # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
+    sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(sp))
+    del sync_e
+    is_sync[sel] = sync_ns * 2 > sp
+    best = np.full(len(sp), -1, dtype=np.int64)
+    wg = _window_groups(win)
+    for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
+        w, e = _best_per_window(win, ns, src == si, wg)
+        ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
+        best[w[ok]] = e[ok]
+    w, e = _best_per_window(win, ns, groups=wg)
+    del wg
+    ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
+    best[w[ok]] = e[ok]
+    chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
 
 
 def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Window,

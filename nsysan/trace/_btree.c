@@ -795,9 +795,114 @@ static PyObject *py_search_sorted(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* A C-contiguous buffer of signed integers (int8/bool, int32 or int64): 0 ok, -1 no
+ * buffer, -2 another type (the view is taken: release it). */
+static int int_view(PyObject *obj, Py_buffer *view, const char *who) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int ok = (view->itemsize == 1 && (strcmp(f, "b") == 0 || strcmp(f, "?") == 0))
+          || (view->itemsize == 4 && (strcmp(f, "i") == 0 || strcmp(f, "l") == 0))
+          || (view->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0));
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s: columns must be int8, int32, int64 or bool", who);
+        return -2;
+    }
+    return 0;
+}
+
+static inline int64_t int_at(const Py_buffer *v, Py_ssize_t i) {
+    switch (v->itemsize) {
+    case 1: return ((const int8_t *)v->buf)[i];  /* int8, or bool (0/1) */
+    case 4: return ((const int32_t *)v->buf)[i];
+    default: return ((const int64_t *)v->buf)[i];
+    }
+}
+
+/* window_best(win, src, code, ns, span, sync_code, share) -> (best int64 bytes, sync uint8 bytes): for
+ * the entries of nsysan/analyses/gaps.py's ``ThreadActivity.sums`` (grouped by window, ascending),
+ * per window w < len(span): ``sync`` = the time of the source-0 entries whose code is a
+ * synchronization call (``sync_code[code]``, code -1 at the table's last slot), summed in entry order
+ * as doubles, times 2 > span; ``best`` = the entry with the most ns of source 0 if that is over half
+ * the span, else of source 1 likewise, else of any source if at least ``share`` of the span, else -1
+ * (ties: the first entry). What ``explain_gaps``' numpy path computes, without its per-entry masks. */
+static PyObject *py_window_best(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[6];
+    double share;
+    if (!PyArg_ParseTuple(args, "OOOOOOd", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &share))
+        return NULL;
+    Py_buffer v[6];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *best = NULL;
+    uint8_t *sync = NULL;
+    for (int i = 0; i < 6; i++) {
+        int r = int_view(objs[i], &v[got], "window_best");
+        if (r != -1) got++;
+        if (r) goto out;
+    }
+    Py_ssize_t n = v[0].len / v[0].itemsize, n_win = v[4].len / v[4].itemsize;
+    Py_ssize_t n_sync = v[5].len / v[5].itemsize;
+    if (v[1].len / v[1].itemsize != n || v[2].len / v[2].itemsize != n || v[3].len / v[3].itemsize != n
+        || v[3].itemsize != 8 || v[4].itemsize != 8 || n_sync < 1) {
+        PyErr_SetString(PyExc_ValueError, "window_best: entries of different lengths, or ns/span not int64");
+        goto out;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t w = int_at(&v[0], k), c = int_at(&v[2], k);
+        if (w < 0 || w >= n_win || (k && w < int_at(&v[0], k - 1)) || c < -1
+            || (int_at(&v[1], k) == 0 && c >= n_sync - 1 && c != -1)) {
+            PyErr_SetString(PyExc_ValueError, "window_best: windows out of range or not ascending, or a code beyond the table");
+            goto out;
+        }
+    }
+    best = malloc((size_t)(n_win ? n_win : 1) * sizeof *best);
+    sync = calloc((size_t)(n_win ? n_win : 1), 1);
+    if (!best || !sync) { PyErr_NoMemory(); goto out; }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t w = 0; w < n_win; w++) best[w] = -1;
+    for (Py_ssize_t i = 0; i < n;) {
+        int64_t w = int_at(&v[0], i), m0 = -1, m1 = -1, ma = -1, b0 = -1, b1 = -1, ba = -1;
+        double s = 0.0;
+        Py_ssize_t k = i;
+        for (; k < n && int_at(&v[0], k) == w; k++) {
+            int64_t src = int_at(&v[1], k), val = ((const int64_t *)v[3].buf)[k];
+            if (src == 0) {
+                int64_t c = int_at(&v[2], k);
+                if (int_at(&v[5], c >= 0 ? c : n_sync - 1)) s += (double)val;
+                if (val > m0) { m0 = val; b0 = k; }
+            } else if (src == 1 && val > m1) { m1 = val; b1 = k; }
+            if (val > ma) { ma = val; ba = k; }
+        }
+        int64_t sp = ((const int64_t *)v[4].buf)[w], r = -1;
+        sync[w] = s * 2.0 > (double)sp;
+        if (b0 >= 0 && m0 * 2 > sp) r = b0;
+        else if (b1 >= 0 && m1 * 2 > sp) r = b1;
+        else if (ba >= 0 && (double)ma >= share * (double)sp) r = ba;
+        best[w] = r;
+        i = k;
+    }
+    Py_END_ALLOW_THREADS
+    {
+        PyObject *a = PyBytes_FromStringAndSize((const char *)best, (Py_ssize_t)(n_win * sizeof *best));
+        PyObject *b = PyBytes_FromStringAndSize((const char *)sync, n_win);
+        if (a && b) result = PyTuple_Pack(2, a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+out:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    free(best);
+    free(sync);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"clipped_sums", py_clipped_sums, METH_VARARGS,
      "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) int64 bytes"},
+    {"window_best", py_window_best, METH_VARARGS,
+     "window_best(win, src, code, ns, span, sync_code, share) -> (best int64 bytes, sync uint8 bytes)"},
     {"search_sorted", py_search_sorted, METH_VARARGS,
      "search_sorted(a, v, right, out): out = numpy.searchsorted(a, v, side) for ascending int64 a, galloping"},
     {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> (bytes, covered ns): a timeline lane"},
