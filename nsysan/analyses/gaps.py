@@ -463,19 +463,9 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         if len(win) == 0:
             continue
         sp = span if whole else span[sel]
-        fast = _fast_window_best()
-        if fast is not None:  # one C pass over the entries: each window's sync flag and best entry
-            sync_code = _sync_table(names.get("cuda_api"))
-            b_, s_ = fast(win, src, code, ns, np.ascontiguousarray(sp, dtype=np.int64), sync_code, MIN_LABEL_SHARE)
-            best = np.frombuffer(b_, dtype=np.int64)
-            is_sync[sel] = np.frombuffer(s_, dtype=np.uint8).astype(bool)
-            has = np.flatnonzero(best >= 0)
-            chosen_here = np.ones(len(sp), dtype=np.int32)
-            chosen_here[has] = _label_ids(labels, names, src, code, best[has])
-            chosen[sel] = chosen_here
-            del best, has, chosen_here
-        else:
-            _choose_numpy(labels, names, win, src, code, ns, sp, chosen, is_sync, sel)
+        # each window's sync flag into is_sync[sel], its label id into chosen[sel]
+        choose = _choose_c if _fast_window_best() is not None else _choose_numpy
+        choose(labels, names, win, src, code, ns, sp, chosen, is_sync, sel)
         if len(det_local):
             a_, b_ = np.searchsorted(win, det_local), np.searchsorted(win, det_local, side="right")
             for wl, i0, i1 in zip(det_local.tolist(), a_.tolist(), b_.tolist()):
@@ -510,6 +500,21 @@ def _sync_table(cats: np.ndarray | None) -> np.ndarray:
     return np.array([str(c).startswith(SYNC_APIS) for c in cats.tolist()] + [False], dtype=bool)
 
 
+def _choose_c(labels: dict[str, int], names: dict[str, np.ndarray], win: np.ndarray, src: np.ndarray,
+              code: np.ndarray, ns: np.ndarray, sp: np.ndarray, chosen: np.ndarray, is_sync: np.ndarray,
+              sel: Any) -> None:
+    """Each window's sync flag and best entry in one C pass (``_btree.window_best``), then label ids
+    for the chosen entries only."""
+    best_b, sync_b = _fast_window_best()(win, src, code, ns, np.ascontiguousarray(sp, dtype=np.int64),
+                                         _sync_table(names.get("cuda_api")), MIN_LABEL_SHARE)
+    best = np.frombuffer(best_b, dtype=np.int64)
+    is_sync[sel] = np.frombuffer(sync_b, dtype=np.uint8).astype(bool)
+    has = np.flatnonzero(best >= 0)
+    here = np.ones(len(sp), dtype=np.int32)
+    here[has] = _label_ids(labels, names, src, code, best[has])
+    chosen[sel] = here
+
+
 def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.ndarray, code: np.ndarray,
                entries: np.ndarray) -> np.ndarray:
     """The label id ("source:name", numbered in ``labels`` as first met) of each entry in ``entries``."""
@@ -531,8 +536,8 @@ def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.nda
 def _choose_numpy(labels: dict[str, int], names: dict[str, np.ndarray], win: np.ndarray, src: np.ndarray,
                   code: np.ndarray, ns: np.ndarray, sp: np.ndarray, chosen: np.ndarray, is_sync: np.ndarray,
                   sel: Any) -> None:
-    """``_btree.window_best`` and the labelling after it, with numpy (where the extension is not
-    built): each window's sync flag into ``is_sync[sel]`` and its label id into ``chosen[sel]``."""
+    """``_choose_c`` with numpy (where the extension is not built): each window's sync flag into
+    ``is_sync[sel]`` and its label id into ``chosen[sel]``."""
     lab = np.zeros(len(win), dtype=np.int32)  # label ids: a few thousand at most
     sync_e = np.zeros(len(win), dtype=bool)
     for si, source in enumerate(SOURCES):
