@@ -463,9 +463,15 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         if len(win) == 0:
             continue
         sp = span if whole else span[sel]
-        # each window's sync flag into is_sync[sel], its label id into chosen[sel]
-        choose = _choose_c if _fast_window_best() is not None else _choose_numpy
-        choose(labels, names, win, src, code, ns, sp, chosen, is_sync, sel)
+        # each window's sync flag and best entry (C, else numpy), then labels for the chosen entries
+        fast = _fast_window_best()
+        args = (win, src, code, ns, np.ascontiguousarray(sp, dtype=np.int64), _sync_table(names.get("cuda_api")))
+        best, sync = _window_best(fast(*args, MIN_LABEL_SHARE)) if fast is not None else _window_best_numpy(*args)
+        is_sync[sel] = sync
+        has = np.flatnonzero(best >= 0)
+        here = np.ones(len(sp), dtype=np.int32)
+        here[has] = _label_ids(labels, names, src, code, best[has])
+        chosen[sel] = here
         if len(det_local):
             a_, b_ = np.searchsorted(win, det_local), np.searchsorted(win, det_local, side="right")
             for wl, i0, i1 in zip(det_local.tolist(), a_.tolist(), b_.tolist()):
@@ -500,19 +506,9 @@ def _sync_table(cats: np.ndarray | None) -> np.ndarray:
     return np.array([str(c).startswith(SYNC_APIS) for c in cats.tolist()] + [False], dtype=bool)
 
 
-def _choose_c(labels: dict[str, int], names: dict[str, np.ndarray], win: np.ndarray, src: np.ndarray,
-              code: np.ndarray, ns: np.ndarray, sp: np.ndarray, chosen: np.ndarray, is_sync: np.ndarray,
-              sel: Any) -> None:
-    """Each window's sync flag and best entry in one C pass (``_btree.window_best``), then label ids
-    for the chosen entries only."""
-    best_b, sync_b = _fast_window_best()(win, src, code, ns, np.ascontiguousarray(sp, dtype=np.int64),
-                                         _sync_table(names.get("cuda_api")), MIN_LABEL_SHARE)
-    best = np.frombuffer(best_b, dtype=np.int64)
-    is_sync[sel] = np.frombuffer(sync_b, dtype=np.uint8).astype(bool)
-    has = np.flatnonzero(best >= 0)
-    here = np.ones(len(sp), dtype=np.int32)
-    here[has] = _label_ids(labels, names, src, code, best[has])
-    chosen[sel] = here
+def _window_best(result: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``_btree.window_best``'s bytes as arrays: best entry per window (-1 none), sync flag."""
+    return np.frombuffer(result[0], dtype=np.int64), np.frombuffer(result[1], dtype=np.uint8).astype(bool)
 
 
 def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.ndarray, code: np.ndarray,
@@ -533,32 +529,17 @@ def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.nda
     return out
 
 
-def _choose_numpy(labels: dict[str, int], names: dict[str, np.ndarray], win: np.ndarray, src: np.ndarray,
-                  code: np.ndarray, ns: np.ndarray, sp: np.ndarray, chosen: np.ndarray, is_sync: np.ndarray,
-                  sel: Any) -> None:
-    """``_choose_c`` with numpy (where the extension is not built): each window's sync flag into
-    ``is_sync[sel]`` and its label id into ``chosen[sel]``."""
-    lab = np.zeros(len(win), dtype=np.int32)  # label ids: a few thousand at most
+def _window_best_numpy(win: np.ndarray, src: np.ndarray, code: np.ndarray, ns: np.ndarray, sp: np.ndarray,
+                       sync_code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_btree.window_best`` with numpy (where the extension is not built): per window, the best
+    entry (-1 none) and whether its synchronization calls cover over half of it."""
+    is_cuda = src == 0
     sync_e = np.zeros(len(win), dtype=bool)
-    for si, source in enumerate(SOURCES):
-        m = src == si
-        if source not in names or not m.any():
-            continue
-        cats = names[source]
-        used = np.unique(code[m])
-        ids = np.zeros(len(cats) + 1, dtype=np.int64)  # code -1 (no name) is the last slot
-        for c in used.tolist():
-            ids[c] = labels.setdefault(f"{source}:{cats[c] if c >= 0 else ''}", len(labels))
-        lab[m] = ids[code[m]]
-        if source == "cuda_api":
-            sync_tab = np.zeros(len(cats) + 1, dtype=bool)
-            for c in used.tolist():
-                sync_tab[c] = c >= 0 and str(cats[c]).startswith(SYNC_APIS)
-            sync_e[m] = sync_tab[code[m]]
+    c = code[is_cuda].astype(np.int64)
+    sync_e[is_cuda] = sync_code[np.where(c >= 0, c, len(sync_code) - 1)]
     # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
     sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(sp))
     del sync_e
-    is_sync[sel] = sync_ns * 2 > sp
     best = np.full(len(sp), -1, dtype=np.int64)
     wg = _window_groups(win)
     for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
@@ -569,7 +550,7 @@ def _choose_numpy(labels: dict[str, int], names: dict[str, np.ndarray], win: np.
     del wg
     ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
     best[w[ok]] = e[ok]
-    chosen[sel] = np.where(best >= 0, lab[np.maximum(best, 0)], 1)
+    return best, sync_ns * 2 > sp
 
 
 def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Window,
