@@ -126,10 +126,18 @@ def test_c_lane_equals_numpy_encoding():
         name, kind = rng.integers(0, 300, size=n), rng.integers(0, 10, size=n)
         depth = None if k % 2 else rng.integers(-2, 6, size=n)
         t0 = int(rng.integers(-10**6, 10**9))
-        text, order, covered = timeline.encode_lane(start, end, name, kind, depth, t0)
         text_np, order_np = timeline.encode_ops(start - t0, end - t0, name, kind, depth)
+        if k % 5 == 1:  # one kind for every op, as an int
+            kind = np.full(n, 3)
+            text_np, _ = timeline.encode_ops(start - t0, end - t0, name, kind, depth)
+            kind = 3
+        elif k % 5 == 2:  # narrow name ids and kind codes, taken as they are
+            name, kind = name.astype(np.int32), kind.astype(np.int8)
+        text, order, covered = timeline.encode_lane(start, end, name, kind, depth, t0)
         assert text == text_np
-        assert np.array_equal(order, order_np)
+        # None: the rows as they are, only when the starts are sorted
+        assert order is None or not bool((np.diff(start) >= 0).all())
+        assert np.array_equal(np.arange(n) if order is None else order, order_np)
         ms, me = iv.merge(start, end) if n else (np.zeros(0, np.int64), np.zeros(0, np.int64))
         assert covered == int(np.sum(me - ms))
     with pytest.raises(ValueError):

@@ -153,8 +153,14 @@ def distinct(values: np.ndarray) -> np.ndarray:
 
 def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``values[rows]`` for distinct ascending ``rows`` (as ``group_rows`` gives them); the array
-    itself, not a copy, when the rows are all of them (one process, one device: the common case)."""
-    return values if len(rows) == len(values) else values[rows]
+    itself, not a copy, when the rows are all of them (one process, one device: the common case),
+    and a view of it when they are one run of consecutive rows (all but a stray op of another
+    stream). Read-only use: the result may share the column's memory."""
+    if len(rows) == len(values):
+        return values
+    if len(rows) > 1024 and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+        return values[int(rows[0]):int(rows[-1]) + 1]
+    return values[rows]
 
 
 def top_rows(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:

@@ -571,9 +571,10 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     del ms, me, keep
     nxt = iv.search(st, ge, side="left")
     nxt = nxt if len(rows) == len(ops) else rows[nxt]  # the op that ends the gap (rows: ascending)
-    # copy=False: the new columns as they are, not consolidated into one more block of all of them
+    # copy=False: the new columns as they are, not consolidated into one more block of all of them;
+    # the device id is one read-only value for every gap (a view, not a column)
     return pd.DataFrame({
-        "device_id": dev, "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
+        "device_id": np.broadcast_to(np.int64(dev), len(gs)), "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
         "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
         "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
         "api_name": ops["api_name"].array.take(nxt, allow_fill=False),

@@ -54,7 +54,7 @@ class Busy:
         self.op_start = np.zeros(0, dtype=np.int64)
         self.op_end = np.zeros(0, dtype=np.int64)
         self.op_dev = np.zeros(0, dtype=np.int64)
-        self.op_stream_key = np.zeros(0, dtype=np.int64)
+        self._op_pid = self._op_stream = np.zeros(0, dtype=np.int64)
         if len(ops) == 0:
             return
         st, en = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
@@ -96,9 +96,14 @@ class Busy:
         pid_all = ops["pid"].to_numpy()
         for (dev, pid, stream), rows in group_rows(dev_all, pid_all, stream_all):
             self.per_stream[(dev, pid, stream)] = merged(rows)
-        self.op_start, self.op_end, self.op_dev = st, en, dev_all.astype(np.int64, copy=False)
-        # one integer per (process, stream): distinct streams of a window without tuples
-        self.op_stream_key = (pid_all.astype(np.int64) << 32) | (stream_all.astype(np.int64) & 0xFFFFFFFF)
+        # the ops' own columns (no int64 copies); a (process, stream) key only for the rows asked
+        self.op_start, self.op_end, self.op_dev = st, en, dev_all
+        self._op_pid, self._op_stream = pid_all, stream_all
+
+    def stream_keys(self, sel: np.ndarray) -> np.ndarray:
+        """One integer per (process, stream) of the ops selected by the mask ``sel``: distinct
+        streams of a window without tuples."""
+        return (self._op_pid[sel].astype(np.int64) << 32) | (self._op_stream[sel].astype(np.int64) & 0xFFFFFFFF)
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:
@@ -122,7 +127,7 @@ def device_busy(ops: pd.DataFrame, window: Window, busy: Busy | None = None) -> 
     for dev, d in sorted(b.per_dev.items()):
         total = _len(_in(d["all"], window))
         sel = in_win & (b.op_dev == dev)
-        keys = b.op_stream_key[sel]
+        keys = b.stream_keys(sel)
         comm = _in(d["comm"], window)
         comm_ns = _len(comm)
         hidden = _len(iv.intersect(comm, _in(d["compute"], window))) if comm_ns else 0

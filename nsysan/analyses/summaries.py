@@ -275,6 +275,14 @@ def nvtx_summary(trace: Trace) -> pd.DataFrame:
     return with_share(duration_stats(r, ["name", "style"]))
 
 
+def _bytes(part: pd.DataFrame) -> np.ndarray:
+    """A part's bytes column; kernels and graph launches move none: one read-only zero for every
+    row (a view, not a column of zeros)."""
+    if "bytes" in part:
+        return part["bytes"].to_numpy(dtype=np.int64)
+    return np.broadcast_to(np.int64(0), len(part))
+
+
 def gpu_ops(trace: Trace) -> pd.DataFrame:
     """All GPU activity in one frame, sorted by start: kernels, memcpy, memset and CUDA Graph launches
     traced as a whole (graph mode). Columns: start_ns, end_ns, dur_ns, device_id, stream_id, pid,
@@ -300,7 +308,7 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
 
     k, m, s, g = trace.kernels, trace.memcpy, trace.memset, trace.graph_launches
     if len(k):
-        parts.append(k[cols].assign(bytes=0))
+        parts.append(k[cols])  # no bytes column: zeros, made below only where needed
         nm = k["name"].array
         if isinstance(nm, pd.Categorical):
             nm = pd.Categorical.from_codes(nm.codes, validate=False,
@@ -319,7 +327,7 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
         kinds.append(cat("memset", len(s)))
         ops_.append(("memset", len(s)))
     if len(g):
-        parts.append(g[cols].assign(bytes=0))
+        parts.append(g[cols])
         names.append(cat(("[CUDA graph " + g["graph_id"].astype(str) + "]").to_numpy(), len(g)))
         kinds.append(cat("graph", len(g)))
         ops_.append(("graph", len(g)))
@@ -334,10 +342,12 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     ids = ("device_id", "stream_id", "pid", "correlation_id")
     if len(parts) == 1:  # one kind of op (kernels only: common): its columns as they are, no copies
         data = {c: parts[0][c].to_numpy() if c in ids else parts[0][c].to_numpy(dtype=np.int64)
-                for c in [*cols, "bytes"]}
+                for c in cols}
+        data["bytes"] = _bytes(parts[0])
     else:
         data = {c: np.concatenate([p[c].to_numpy() if c in ids else p[c].to_numpy(dtype=np.int64) for p in parts])
-                for c in [*cols, "bytes"]}
+                for c in cols}
+        data["bytes"] = np.concatenate([_bytes(p) for p in parts])
     op_names = [o for o, _ in ops_]
     op_codes = np.concatenate([np.full(n, i, dtype=np.int8) for i, (_, n) in enumerate(ops_)])
     frame = pd.DataFrame({

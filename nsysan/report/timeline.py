@@ -76,7 +76,8 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
                 depth: np.ndarray | None, t0: int) -> tuple[str, np.ndarray, int]:
     """``encode_ops(start - t0, end - t0, ...)`` and the length of the union of the ops' intervals
     (``intervals.merge``'s total). With the extension, both come from the ops' own columns in one C
-    pass (``_btree.lane``), without a temporary per column; the same text and length."""
+    pass (``_btree.lane``), without a temporary per column; the same text and length. ``kind`` may be
+    one int for every op. The order returned is None when it is the rows as they are (starts sorted)."""
     from nsysan.analyses import intervals as iv
     from nsysan.trace import direct
 
@@ -85,13 +86,26 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     e = np.ascontiguousarray(end, dtype=np.int64)
     lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)
     if fast is None or not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63)):  # a shift that wraps: numpy's way
+        if np.ndim(kind) == 0:
+            kind = np.full(len(s), int(kind), dtype=np.int64)
         text, order = encode_ops(s - t0, e - t0, name, kind, depth)
         ms, me = iv.merge(s, e) if len(s) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
         return text, order, int(np.sum(me - ms))
-    order = np.argsort(s, kind="stable")  # the order of start - t0, as the shift does not wrap
-    raw, covered = fast(order, s, e, np.ascontiguousarray(name, dtype=np.int64), np.ascontiguousarray(kind, dtype=np.int64),
+    # the order of start - t0, as the shift does not wrap; none (the rows as they are) when the
+    # starts are sorted already (the usual case: no argsort, no positions array)
+    order = None if len(s) < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
+    raw, covered = fast(order, s, e, _narrow_ints(name), int(kind) if np.ndim(kind) == 0 else _narrow_ints(kind),
                         None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
     return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order, covered
+
+
+def _narrow_ints(values: Any) -> np.ndarray:
+    """``values`` as the C lane takes them: a contiguous int8, int32 or int64 array (as it is when
+    it is one already: no int64 copy of millions of name ids or kind codes)."""
+    v = np.asarray(values)
+    if v.dtype in (np.int8, np.int32, np.int64) and v.flags.c_contiguous:
+        return v
+    return np.ascontiguousarray(v, dtype=np.int64)
 
 
 def varints(columns: tuple[np.ndarray, ...]) -> bytes:
@@ -124,7 +138,7 @@ class _Names:
         codes, texts = _text_codes(values, rows)
         if len(codes) == 0:
             return np.zeros(0, dtype=np.int64)
-        lut = np.array([self.id(t) for t in texts], dtype=np.int64)
+        lut = np.array([self.id(t) for t in texts], dtype=np.int32)  # ids number far below 2^31
         return lut[codes]
 
     def ids_later(self, values: pd.Series, rows: np.ndarray) -> Any:
@@ -138,7 +152,7 @@ class _Names:
             return lambda mask=None: nm if mask is None else nm[mask]
         # a categorical column: its categories then "nan" are numbered, as ``_text_codes`` lists them;
         # a missing value's code -1 picks the last entry ("nan"), as _text_codes' where does
-        lut = np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int64)
+        lut = np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int32)
 
         def make(mask: np.ndarray | None = None) -> np.ndarray:
             codes = _rows(np.asarray(arr.codes), rows)
@@ -383,7 +397,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
 
         for (dev,), rows, n in _groups(gaps["device_id"].to_numpy()):
             keys = np.unique(_rows(gap_key, rows))
-            lut = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int64)
+            lut = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int32)
             # each gap's name id (keys sorted: a search gives np.unique's inverse), when the lane is
             # encoded where the keys can be made again from categorical codes
             later = all(isinstance(gaps[c].array, pd.Categorical) for c in ("cause", "activity"))
@@ -392,7 +406,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
                 lambda rows=rows, n=n, keys=keys, lut=lut, nm=nm: (
                     _rows(gaps["start_ns"].to_numpy(), rows), _rows(gaps["end_ns"].to_numpy(), rows),
                     lut[np.searchsorted(keys, _gap_key(gaps, rows))] if nm is None else nm,
-                    np.full(n, GAP, dtype=np.int64), None))
+                    GAP, None))
         del gap_key
     nv_groups = {k: (r, n) for k, r, n in _groups(rg["pid"].to_numpy(), rg["tid"].to_numpy())} if len(rg) else {}
     api_groups = {k: (r, n) for k, r, n in _groups(api["pid"].to_numpy(), api["tid"].to_numpy())
@@ -405,14 +419,14 @@ def _build_timeline(a: Any) -> dict[str, Any]:
             add(f"NVTX · {thread(*key)}", "nvtx",
                 lambda rows=rows, n=n, nm=nm: (
                     _rows(rg["start_ns"].to_numpy(), rows), _rows(rg["end_ns"].to_numpy(), rows), nm(),
-                    np.full(n, NVTX, dtype=np.int64), _rows(rg["depth"].to_numpy(), rows)))
+                    NVTX, _rows(rg["depth"].to_numpy(), rows)))
         if key in api_groups:
             rows, n = api_groups[key]
             nm = names.ids_later(api["name"], rows)
             add(f"CUDA API · {thread(*key)}", "api",
                 lambda rows=rows, n=n, nm=nm: (
                     _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
-                    np.full(n, API, dtype=np.int64), None))
+                    API, None))
     # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
     from nsysan.analysis import default_workers, event_rows

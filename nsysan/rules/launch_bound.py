@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import top_rows
+from nsysan.analyses.frames import rows_of, top_rows
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import steady_cpu, window_gap_rows
 from nsysan.units import fmt_ns, fmt_pct
@@ -66,11 +66,13 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     if frac < min_dominated_frac:
         return
     saving = int(np.clip(cost[dom_sel] - gpu_ns[dom], 0, None).sum())
-    g = ctx.a.gaps  # the window's gaps, as positions: only their starts and ends are copied (the claims)
+    g = ctx.a.gaps  # the window's gaps, as positions; their starts and ends (the claims) are views of
+    # the gaps' columns when the positions are one run (one device), else copies
     gap_rows = window_gap_rows(ctx) if len(g) else np.zeros(0, dtype=np.int64)
     idle = int(g["gap_ns"].to_numpy()[gap_rows].sum()) if len(gap_rows) else 0
     impact = min(saving, idle) if idle else saving
-    claims = claims_of(g["start_ns"].to_numpy()[gap_rows], g["end_ns"].to_numpy()[gap_rows]) if len(gap_rows) else None
+    claims = claims_of(rows_of(g["start_ns"].to_numpy(), gap_rows),
+                       rows_of(g["end_ns"].to_numpy(), gap_rows)) if len(gap_rows) else None
     graph_note = f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else ""
     once = ""
     if len(firsts):

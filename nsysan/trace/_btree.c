@@ -493,22 +493,35 @@ out:
 
 /* lane(order, start, end, name, kind, depth, t0) -> (bytes, covered): one timeline lane's five varint columns
  * (start delta from the previous op, duration, name id, kind, NVTX depth), concatenated, straight
- * from the ops' columns: op k is row order[k]; times are shifted by -t0; ends are at least their
+ * from the ops' columns: op k is row order[k] (row k when order is None: rows already in start
+ * order); name ids and kinds int8, int32 or int64 (kind also one int for every op); times are shifted by -t0; ends are at least their
  * start; when the first start is negative every start is clamped to 0 (and every end to its start);
  * depth may be None (all 0), negative depths are 0. The same bytes as timeline.encode_ops' numpy
  * path, without its ten temporaries of the lane's length; and the length of the union of the ops'
  * (unshifted) intervals, the lane's busy time. */
 typedef struct {
-    const int64_t *order, *start, *end, *name, *kind, *depth;
+    const int64_t *order, *start, *end, *depth;
+    const void *name, *kind;  /* int8, int32 or int64 (name_size, kind_size bytes); kind NULL: kind_const */
+    Py_ssize_t name_size, kind_size;
     Py_ssize_t n, rows;
-    int64_t t0;
+    int64_t t0, kind_const;
     int clamp;
 } Lane;
+
+static inline int64_t sized_at(const void *p, Py_ssize_t size, int64_t i) {
+    switch (size) {
+    case 1: return ((const int8_t *)p)[i];
+    case 4: return ((const int32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+    }
+}
+
+static inline int64_t lane_rownum(const Lane *L, Py_ssize_t k) { return L->order ? L->order[k] : (int64_t)k; }
 
 static inline int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 
 static inline void lane_row(const Lane *L, Py_ssize_t k, int64_t *s, int64_t *e) {
-    int64_t r = L->order[k];
+    int64_t r = lane_rownum(L, k);
     *s = wrap_sub(L->start[r], L->t0);
     *e = wrap_sub(L->end[r], L->t0);
     if (*e < *s) *e = *s;
@@ -519,15 +532,17 @@ static inline void lane_row(const Lane *L, Py_ssize_t k, int64_t *s, int64_t *e)
 }
 
 static inline int64_t lane_value(const Lane *L, int col, Py_ssize_t k, int64_t *prev) {
-    int64_t s, e, r = L->order[k];
+    int64_t s, e, r = lane_rownum(L, k);
     switch (col) {
     case 0: lane_row(L, k, &s, &e); { int64_t d = wrap_sub(s, *prev); *prev = s; return d; }
     case 1: lane_row(L, k, &s, &e); return wrap_sub(e, s);
-    case 2: return L->name[r];
-    case 3: return L->kind[r];
+    case 2: return sized_at(L->name, L->name_size, r);
+    case 3: return L->kind ? sized_at(L->kind, L->kind_size, r) : L->kind_const;
     default: { int64_t d = L->depth ? L->depth[r] : 0; return d < 0 ? 0 : d; }
     }
 }
+
+static int int_view(PyObject *obj, Py_buffer *view, const char *who);
 
 static PyObject *py_lane(PyObject *self, PyObject *args) {
     (void)self;
@@ -539,24 +554,35 @@ static PyObject *py_lane(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Lane L;
     memset(&L, 0, sizeof L);
-    const int64_t **dst[6] = {&L.order, &L.start, &L.end, &L.name, &L.kind, &L.depth};
+    const int64_t **dst[6] = {&L.order, &L.start, &L.end, NULL, NULL, &L.depth};
+    if (objs[4] != Py_None && PyLong_Check(objs[4])) {  /* one kind for every op */
+        L.kind_const = (int64_t)PyLong_AsLongLong(objs[4]);
+        if (L.kind_const == -1 && PyErr_Occurred()) goto out;
+    }
     for (int i = 0; i < 6; i++) {
-        if (i == 5 && objs[i] == Py_None) continue;
-        int r = int64_view(objs[i], &views[got], "lane");
+        if ((i == 0 || i == 5) && objs[i] == Py_None) continue;
+        if (i == 4 && PyLong_Check(objs[i])) continue;
+        int r = (i == 3 || i == 4) ? int_view(objs[i], &views[got], "lane") : int64_view(objs[i], &views[got], "lane");
         if (r != -1) got++;
         if (r) goto out;
         Py_buffer *v = &views[got - 1];
-        *dst[i] = (const int64_t *)v->buf;
-        if (i == 0) L.n = v->len / 8;
-        else if (i == 1) L.rows = v->len / 8;
-        else if (v->len / 8 != L.rows) { PyErr_SetString(PyExc_ValueError, "lane: columns of different lengths"); goto out; }
+        Py_ssize_t len = v->len / v->itemsize;
+        if (i == 3) { L.name = v->buf; L.name_size = v->itemsize; }
+        else if (i == 4) { L.kind = v->buf; L.kind_size = v->itemsize; }
+        else *dst[i] = (const int64_t *)v->buf;
+        if (i == 0) L.n = len;
+        else if (i == 1) {
+            L.rows = len;
+            if (!L.order) L.n = len;
+        }
+        else if (len != L.rows) { PyErr_SetString(PyExc_ValueError, "lane: columns of different lengths"); goto out; }
     }
     L.t0 = (int64_t)t0;
-    for (Py_ssize_t k = 0; k < L.n; k++) {
+    for (Py_ssize_t k = 0; L.order && k < L.n; k++) {
         if (L.order[k] < 0 || L.order[k] >= L.rows) { PyErr_SetString(PyExc_IndexError, "lane: order out of range"); goto out; }
     }
     if (L.n) {
-        int64_t s = wrap_sub(L.start[L.order[0]], L.t0);
+        int64_t s = wrap_sub(L.start[lane_rownum(&L, 0)], L.t0);
         L.clamp = s < 0;
     }
     size_t total = 0;
@@ -588,9 +614,9 @@ static PyObject *py_lane(PyObject *self, PyObject *args) {
     /* the union's length of the unshifted [start, end) in this order, as intervals.merge + sum:
      * a group opens where a start passes every earlier end; it spans to its own largest end */
     if (L.n) {
-        int64_t r = L.order[0], g_start = L.start[r], g_max = L.end[r], run = L.end[r];
+        int64_t r = lane_rownum(&L, 0), g_start = L.start[r], g_max = L.end[r], run = L.end[r];
         for (Py_ssize_t k = 1; k < L.n; k++) {
-            r = L.order[k];
+            r = lane_rownum(&L, k);
             int64_t s0 = L.start[r], e0 = L.end[r];
             if (s0 > run) {
                 covered += (uint64_t)g_max - (uint64_t)g_start;
@@ -905,7 +931,7 @@ static PyMethodDef methods[] = {
      "window_best(win, src, code, ns, span, sync_code, share) -> (best int64 bytes, sync uint8 bytes)"},
     {"search_sorted", py_search_sorted, METH_VARARGS,
      "search_sorted(a, v, right, out): out = numpy.searchsorted(a, v, side) for ascending int64 a, galloping"},
-    {"lane", py_lane, METH_VARARGS, "lane(order, start, end, name, kind, depth|None, t0) -> (bytes, covered ns): a timeline lane"},
+    {"lane", py_lane, METH_VARARGS, "lane(order|None, start, end, name, kind|int, depth|None, t0) -> (bytes, covered ns): a timeline lane"},
     {"varints", py_varints, METH_VARARGS, "varints(columns) -> bytes: LEB128 of each int64 column, concatenated"},
     {"leaves", py_leaves, METH_VARARGS, "leaves(fd, page_size, reserved, file_size, root) -> bytes (uint32 page, cells pairs)"},
     {"decode", py_decode, METH_VARARGS,
@@ -926,6 +952,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
-    if (PyModule_AddIntConstant(m, "VERSION", 3) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddIntConstant(m, "VERSION", 4) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }
