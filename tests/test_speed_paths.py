@@ -473,3 +473,89 @@ def test_window_best_by_hand():
         fast(win, src, np.array([5, 0, -1, 0, 4, 0], np.int32), ns, span, sync, 0.1)
     with pytest.raises(TypeError):
         fast(win.astype(np.float64), src, code, ns, span, sync, 0.1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(-5, 10**4)), max_size=60), st.integers(0, 4))
+@example([(0, 5), (6, 9)], 0)  # apart: the inputs themselves
+@example([(0, 5), (5, 9)], 0)  # touching: merged
+@example([(0, 5), (7, 3)], 0)  # an interval ending before it starts
+def test_merge_returns_disjoint_inputs_themselves_and_unions_others(pairs, spread):
+    """``intervals.merge`` equals a sweep for any intervals; when they are sorted, apart and each
+    ends at or after its start, the result is the input arrays themselves (no copy)."""
+    s = np.array([a << spread for a, _ in pairs], dtype=np.int64)
+    e = s + np.array([d for _, d in pairs], dtype=np.int64)
+    ms, me = iv.merge(s, e)
+    order = np.argsort(s, kind="stable")
+    ss, ee = s[order], e[order]
+    want_s: list[int] = []
+    want_e: list[int] = []
+    run = None
+    for a, b in zip(ss.tolist(), ee.tolist()):  # the groups as the general path forms them
+        if run is None or a > run:
+            want_s.append(a)
+            want_e.append(b)
+        else:
+            want_e[-1] = max(want_e[-1], b)
+        run = b if run is None else max(run, b)
+    assert ms.tolist() == want_s and me.tolist() == want_e
+    apart = len(s) > 0 and bool((np.diff(s) > 0).all()) and bool((s[1:] > e[:-1]).all()) and bool((e >= s).all())
+    assert (ms is s and me is e) == apart
+
+
+def test_rows_of_gives_views_of_runs_and_copies_otherwise():
+    from nsysan.analyses.frames import rows_of
+
+    v = np.arange(5000, dtype=np.int64) * 3
+    assert rows_of(v, np.arange(5000)) is v
+    run = rows_of(v, np.arange(10, 4000))
+    assert np.shares_memory(run, v) and run.tolist() == v[10:4000].tolist()
+    holes = np.r_[np.arange(10, 2000), np.arange(2001, 4000)]
+    got = rows_of(v, holes)
+    assert not np.shares_memory(got, v) and got.tolist() == v[holes].tolist()
+
+
+def test_kernel_only_ops_move_no_bytes_without_a_column_of_zeros(load):
+    """gpu_ops of a kernels-only trace (launch_eager: no copy or memset table, one GPU): bytes is one
+    read-only zero for every row, and so is the gaps' device id; both read as full columns."""
+    from nsysan import analysis
+
+    a = analysis.analyze(load("launch_eager"))
+    assert len(a.trace.kernels) and not len(a.trace.memcpy) and not len(a.trace.memset)
+    b = a.ops["bytes"].to_numpy()
+    assert b.strides == (0,) and not b.flags.writeable and len(b) == len(a.ops) and not b.any()
+    assert a.ops["bytes"].sum() == 0 and a.ops.take([0, len(a.ops) - 1])["bytes"].tolist() == [0, 0]
+    d = a.gaps["device_id"].to_numpy()
+    assert d.strides == (0,) and set(d.tolist()) == set(a.ops["device_id"].tolist()) and len(d) == len(a.gaps)
+
+
+@needs_c
+@pytest.mark.parametrize("code_type", [np.int8, np.int16, np.int32, np.int64])
+def test_c_clipped_sums_equal_numpy(code_type, monkeypatch):
+    """``gaps._range_sums`` through the C pass (name codes in their own width, windows and codes back
+    as int32) equals the numpy path, with and without row positions and the end filter."""
+    import types
+
+    from nsysan.analyses import gaps as G
+
+    rng = np.random.default_rng(5)
+    for k in range(60):
+        n = int(rng.integers(0, 300))
+        st_ = np.sort(rng.integers(0, 10**6, size=n)).astype(np.int64)
+        en = st_ + rng.integers(0, 5000, size=n)
+        codes = rng.integers(-1, 100, size=n).astype(code_type)
+        cats = np.array([f"n{i}" for i in range(100)], dtype=object)
+        m = int(rng.integers(0, 50))
+        lo = np.sort(rng.integers(0, 10**6, size=m)).astype(np.int64)
+        hi = lo + rng.integers(1, 20000, size=m)
+        rows = np.sort(rng.choice(n, size=n // 2, replace=False)) if (k % 2 and n) else None
+        base_s, base_e = (st_, en) if rows is None else (st_[rows], en[rows])
+        i0 = np.searchsorted(np.maximum.accumulate(base_e) if len(base_e) else base_e, lo, side="right")
+        i1 = np.searchsorted(base_s, hi, side="left")
+        filt = bool(k % 3 == 0)
+        fast = G._range_sums("cuda_api", st_, en, codes, cats, lo, hi, i0, i1, rows, filt)
+        with monkeypatch.context() as mp:
+            mp.setattr(direct, "_btree", types.SimpleNamespace())
+            slow = G._range_sums("cuda_api", st_, en, codes, cats, lo, hi, i0, i1, rows, filt)
+        assert fast[0].dtype == np.int32 and fast[2].dtype == np.int32
+        for x, y in zip(fast, slow):
+            assert x.tolist() == y.tolist()

@@ -305,9 +305,13 @@ def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, 
     def i64(x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x, dtype=np.int64)
 
-    w, c, v = (np.frombuffer(b, dtype=np.int64) for b in fast(
-        i64(st), i64(en), i64(codes), i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
-        ending_after_lo))
+    # the name codes in their own width (a categorical's int8/int16: no int64 copy of every call's);
+    # windows and codes come back as int32
+    cd = np.asarray(codes)
+    cd = cd if cd.dtype in (np.int8, np.int16, np.int32, np.int64) and cd.flags.c_contiguous else i64(cd)
+    w, c, v = (np.frombuffer(b, dtype=t) for b, t in zip(fast(
+        i64(st), i64(en), cd, i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
+        ending_after_lo), (np.int32, np.int32, np.int64)))
     return w, np.full(len(w), SOURCES.index(source), np.int8), c, v
 
 

@@ -511,6 +511,7 @@ typedef struct {
 static inline int64_t sized_at(const void *p, Py_ssize_t size, int64_t i) {
     switch (size) {
     case 1: return ((const int8_t *)p)[i];
+    case 2: return ((const int16_t *)p)[i];
     case 4: return ((const int32_t *)p)[i];
     default: return ((const int64_t *)p)[i];
     }
@@ -636,7 +637,8 @@ out:
     return result;
 }
 
-/* clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) as int64 bytes:
+/* clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) as int32, int32
+ * and int64 bytes (codes: int8, int16, int32 or int64, each within int32):
  * for each window w in order, the calls k in [i0[w], i1[w]) (call rows[k] when rows is given; with
  * filter, only those ending after lo[w]), each clipped to [lo[w], hi[w]) and summed per name code;
  * one entry per (window, code) met, ordered by window, then code. What nsysan/analyses/gaps.py's
@@ -649,22 +651,33 @@ static int cmp_code(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-typedef struct { int64_t *p; size_t n, cap; } Vec;
+/* a growable array of 4- or 8-byte integers (size), reserved up front where the count is bounded */
+typedef struct { char *p; size_t n, cap, size; } Vec;
 
-static int vec_push(Vec *v, int64_t x) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 1024;
-        int64_t *q = realloc(v->p, cap * sizeof *q);
-        if (!q) return -1;
-        v->p = q;
-        v->cap = cap;
-    }
-    v->p[v->n++] = x;
+static int vec_reserve(Vec *v, size_t cap) {
+    if (cap <= v->cap) return 0;
+    char *q = realloc(v->p, cap * v->size);
+    if (!q) return -1;
+    v->p = q;
+    v->cap = cap;
     return 0;
 }
 
+static int vec_push(Vec *v, int64_t x) {
+    if (v->n == v->cap && vec_reserve(v, v->cap ? 2 * v->cap : 1024) < 0) return -1;
+    if (v->size == 4) ((int32_t *)v->p)[v->n++] = (int32_t)x;
+    else ((int64_t *)v->p)[v->n++] = x;
+    return 0;
+}
+
+/* the vector's values as bytes, its own memory freed at once (so the copies of several vectors are
+ * never all alive next to all the vectors) */
 static PyObject *vec_bytes(Vec *v) {
-    return PyBytes_FromStringAndSize((const char *)v->p, (Py_ssize_t)(v->n * sizeof(int64_t)));
+    PyObject *b = PyBytes_FromStringAndSize(v->p, (Py_ssize_t)(v->n * v->size));
+    free(v->p);
+    v->p = NULL;
+    v->n = v->cap = 0;
+    return b;
 }
 
 static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
@@ -677,19 +690,22 @@ static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
     Py_buffer views[8];
     const int64_t *col[8] = {0};
     Py_ssize_t len[8] = {0};
+    const void *codes = NULL;  /* name codes: int8, int16, int32 or int64 (code_size bytes) */
+    Py_ssize_t code_size = 8;
     int got = 0;
     PyObject *result = NULL;
-    Vec win = {0}, code = {0}, ns = {0};
+    Vec win = {0, 0, 0, 4}, code = {0, 0, 0, 4}, ns = {0, 0, 0, 8};
     CodeNs *buf = NULL;
     size_t buf_cap = 0;
     for (int i = 0; i < 8; i++) {
         if (i == 7 && objs[i] == Py_None) continue;
-        int r = int64_view(objs[i], &views[got], "clipped_sums");
+        int r = i == 2 ? int_view(objs[i], &views[got], "clipped_sums") : int64_view(objs[i], &views[got], "clipped_sums");
         if (r != -1) got++;
         if (r) goto out;
         Py_buffer *v = &views[got - 1];
         col[i] = (const int64_t *)v->buf;
-        len[i] = v->len / 8;
+        len[i] = v->len / v->itemsize;
+        if (i == 2) { codes = v->buf; code_size = v->itemsize; }
     }
     /* st, en, codes: one per call; lo, hi, i0, i1: one per window; rows: maps range positions to calls */
     if (len[1] != len[0] || len[2] != len[0] || len[4] != len[3] || len[5] != len[3] || len[6] != len[3]) {
@@ -697,18 +713,30 @@ static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
         goto out;
     }
     Py_ssize_t n_calls = len[0], n_win = len[3], n_pos = col[7] ? len[7] : n_calls;
+    if (n_win > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "clipped_sums: over 2^31 windows"); goto out; }
+    size_t bound = 0;  /* entries are at most the calls in all ranges */
     for (Py_ssize_t w = 0; w < n_win; w++) {
         if (col[6][w] > col[5][w] && (col[5][w] < 0 || col[6][w] > n_pos)) {
             PyErr_SetString(PyExc_IndexError, "clipped_sums: range out of bounds");
             goto out;
         }
+        if (col[6][w] > col[5][w]) bound += (size_t)(col[6][w] - col[5][w]);
     }
     if (col[7]) {
         for (Py_ssize_t k = 0; k < n_pos; k++)
             if (col[7][k] < 0 || col[7][k] >= n_calls) { PyErr_SetString(PyExc_IndexError, "clipped_sums: row out of bounds"); goto out; }
     }
+    for (Py_ssize_t k = 0; k < n_calls; k++) {
+        int64_t c = sized_at(codes, code_size, k);
+        if (c < INT32_MIN || c > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "clipped_sums: a code over int32"); goto out; }
+    }
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
+    {   /* room for every entry when the bound is near the windows' count (one call or name each: a
+         * launch loop's gaps), so no doubling leaves half of the room unused */
+        size_t want = bound < 2 * (size_t)n_win + 1024 ? bound : 2 * (size_t)n_win + 1024;
+        if (want && (vec_reserve(&win, want) < 0 || vec_reserve(&code, want) < 0 || vec_reserve(&ns, want) < 0)) failed = 1;
+    }
     for (Py_ssize_t w = 0; w < n_win && !failed; w++) {
         int64_t a = col[5][w], b = col[6][w], lo = col[3][w], hi = col[4][w];
         if (b <= a) continue;
@@ -724,7 +752,7 @@ static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
             int64_t r = col[7] ? col[7][k] : k;
             int64_t s = col[0][r], e = col[1][r];
             if (filter && !(e > lo)) continue;
-            buf[m].code = col[2][r];
+            buf[m].code = sized_at(codes, code_size, r);
             buf[m].ns = (e < hi ? e : hi) - (s > lo ? s : lo);
             m++;
         }
@@ -737,7 +765,7 @@ static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (failed) { PyErr_NoMemory(); goto out; }
-    PyObject *a = vec_bytes(&win), *b = vec_bytes(&code), *c = vec_bytes(&ns);
+    PyObject *a = vec_bytes(&win), *b = a ? vec_bytes(&code) : NULL, *c = b ? vec_bytes(&ns) : NULL;
     if (a && b && c) result = PyTuple_Pack(3, a, b, c);
     Py_XDECREF(a);
     Py_XDECREF(b);
@@ -828,10 +856,11 @@ static int int_view(PyObject *obj, Py_buffer *view, const char *who) {
     const char *f = view->format ? view->format : "B";
     if (*f == '<' || *f == '=' || *f == '@') f++;
     int ok = (view->itemsize == 1 && (strcmp(f, "b") == 0 || strcmp(f, "?") == 0))
+          || (view->itemsize == 2 && strcmp(f, "h") == 0)
           || (view->itemsize == 4 && (strcmp(f, "i") == 0 || strcmp(f, "l") == 0))
           || (view->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0));
     if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s: columns must be int8, int32, int64 or bool", who);
+        PyErr_Format(PyExc_TypeError, "%s: columns must be int8, int16, int32, int64 or bool", who);
         return -2;
     }
     return 0;
@@ -840,6 +869,7 @@ static int int_view(PyObject *obj, Py_buffer *view, const char *who) {
 static inline int64_t int_at(const Py_buffer *v, Py_ssize_t i) {
     switch (v->itemsize) {
     case 1: return ((const int8_t *)v->buf)[i];  /* int8, or bool (0/1) */
+    case 2: return ((const int16_t *)v->buf)[i];
     case 4: return ((const int32_t *)v->buf)[i];
     default: return ((const int64_t *)v->buf)[i];
     }
@@ -926,7 +956,7 @@ out:
 
 static PyMethodDef methods[] = {
     {"clipped_sums", py_clipped_sums, METH_VARARGS,
-     "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win, code, ns) int64 bytes"},
+     "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win int32, code int32, ns int64) bytes"},
     {"window_best", py_window_best, METH_VARARGS,
      "window_best(win, src, code, ns, span, sync_code, share) -> (best int64 bytes, sync uint8 bytes)"},
     {"search_sorted", py_search_sorted, METH_VARARGS,
@@ -952,6 +982,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
-    if (PyModule_AddIntConstant(m, "VERSION", 4) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddIntConstant(m, "VERSION", 5) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -44,7 +44,7 @@ Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else Val
 
 def available() -> bool:
     """True when the extension is importable and not switched off with ``NSYSAN_READER=sqlite``."""
-    return (_btree is not None and getattr(_btree, "VERSION", 0) == 4  # a stale build of older source: unused
+    return (_btree is not None and getattr(_btree, "VERSION", 0) == 5  # a stale build of older source: unused
             and os.environ.get("NSYSAN_READER", "").lower() != "sqlite")
 
 
