@@ -215,3 +215,33 @@ def test_extra_columns_only_on_request(fixture_dir):
     assert "registers_per_thread" not in lean.kernels.columns
     assert (full.kernels["registers_per_thread"] > 0).all()
     assert set(lean.kernels.columns) < set(full.kernels.columns)
+
+
+@pytest.mark.parametrize("name", ["launch_eager", "ladder_baseline", "decode_eager", "ddp_overlap"])
+def test_columns_of_one_value_are_broadcast_and_equal_sql(fixture_dir, load, name):
+    """A column that holds one value in every row of a big table (one thread's calls, one process's
+    and one device's kernels, one grid size) is that value broadcast, read-only and costing no
+    memory; it reads as the full column, equal to the trace's own rows by SQL. Columns that vary
+    are ordinary arrays."""
+    import sqlite3
+
+    from nsysan.trace.load import CONSTANT_MIN_ROWS
+
+    t = load(name)
+    con = sqlite3.connect(fixture_dir / f"{name}.sqlite")
+    checks = [
+        (t.cuda_api, "pid", "SELECT (globalTid >> 24) & 16777215 FROM CUPTI_ACTIVITY_KIND_RUNTIME"),
+        (t.cuda_api, "tid", "SELECT globalTid & 16777215 FROM CUPTI_ACTIVITY_KIND_RUNTIME"),
+        (t.kernels, "pid", "SELECT (globalPid >> 24) & 16777215 FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+        (t.kernels, "device_id", "SELECT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+        (t.kernels, "stream_id", "SELECT streamId FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+        (t.kernels, "grid_x", "SELECT gridX FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+    ]
+    for frame, col, sql in checks:
+        want = [r[0] for r in con.execute(sql)]
+        v = frame[col].to_numpy()
+        assert sorted(v.tolist()) == sorted(want), (name, col)
+        one = len(set(want)) == 1 and len(want) >= CONSTANT_MIN_ROWS
+        assert (v.strides == (0,)) == one, (name, col)
+        if one:
+            assert not v.flags.writeable

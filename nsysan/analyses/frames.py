@@ -163,6 +163,14 @@ def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return values[rows]
 
 
+def take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]`` for integer positions ``idx``; for a column of one value throughout (the loader's read-only broadcast,
+    ``load.constant_column``) that value broadcast to ``len(idx)`` rows, not an array of copies."""
+    if values.ndim == 1 and values.strides == (0,) and len(values):
+        return np.broadcast_to(values[:1], (len(idx),))
+    return values[idx]
+
+
 def top_rows(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
     """The ``n`` of ``rows`` with the largest ``values``, largest first, ties in row order (as a
     stable sort of all of them, or ``nlargest(keep="first")``), without sorting them all."""

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import count_sum, distinct, group_rows, rows_of, top_rows
+from nsysan.analyses.frames import count_sum, distinct, group_rows, rows_of, take, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -579,7 +579,7 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     # the device id is one read-only value for every gap (a view, not a column)
     return pd.DataFrame({
         "device_id": np.broadcast_to(np.int64(dev), len(gs)), "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
-        "pid": ops["pid"].to_numpy()[nxt], "tid": ops["tid"].to_numpy()[nxt],
+        "pid": take(ops["pid"].to_numpy(), nxt), "tid": take(ops["tid"].to_numpy(), nxt),
         "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
         "api_name": ops["api_name"].array.take(nxt, allow_fill=False),
         "next_op": ops["name"].array.take(nxt, allow_fill=False)}, copy=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import take as take_rows
 from nsysan.trace.model import Trace
 
 
@@ -69,7 +70,7 @@ def attach_launch_calls(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     def take(col: str) -> np.ndarray:
         if len(api) == 0:
             return np.full(len(ops), -1, dtype=np.int64)
-        values = api[col].to_numpy()[safe]
+        values = take_rows(api[col].to_numpy(), safe)  # one thread's tid: one broadcast value
         return values if every else np.where(ok, values, -1)
 
     if len(api):

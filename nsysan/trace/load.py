@@ -265,6 +265,17 @@ def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
     return pd.Series(values, index=df.index, copy=False)
 
 
+# a column of at least this many rows that holds one value throughout (one process, thread, device
+# or stream: a launch loop's 4M calls) is kept as that value broadcast, read-only, not as a column
+CONSTANT_MIN_ROWS = 4096
+
+
+def constant_column(value: int, n: int, dtype: Any) -> np.ndarray:
+    """``n`` rows of one value as a read-only view of it (strides 0): reads as a full column, costs
+    no memory; writing to it raises (analyses never write to a trace's columns)."""
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
+
+
 def _field24(g: np.ndarray, shift: int) -> np.ndarray:
     """``(g >> shift) & 0xFFFFFF`` as int32, without an int64 temporary of the whole column: the
     shift is written straight into the int32 result (which keeps its low 32 bits), then masked."""
@@ -283,13 +294,21 @@ def _decode_ids(df: pd.DataFrame, keep_global: bool = True) -> pd.DataFrame:
     way to them (an event table's ``global_tid``/``global_pid``: 16 bytes a row no analysis reads)."""
     if "global_tid" in df.columns:
         g = df["global_tid"].to_numpy(dtype=np.int64)
-        pid, tid = _own(df, _field24(g, 24)), _own(df, _field24(g, 0))
+        if len(g) >= CONSTANT_MIN_ROWS and bool((g == g[0]).all()):  # one thread: two broadcast values
+            g0 = int(g[0])
+            pid = _own(df, constant_column((g0 >> 24) & 0xFFFFFF, len(g), np.int32))
+            tid = _own(df, constant_column(g0 & 0xFFFFFF, len(g), np.int32))
+        else:
+            pid, tid = _own(df, _field24(g, 24)), _own(df, _field24(g, 0))
         if not keep_global:
             return _without(df, "global_tid").assign(pid=pid, tid=tid)
         return df.assign(pid=pid, tid=tid, global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
-        pid = _own(df, _field24(g, 24))
+        if len(g) >= CONSTANT_MIN_ROWS and bool((g == g[0]).all()):  # one process: one broadcast value
+            pid = _own(df, constant_column((int(g[0]) >> 24) & 0xFFFFFF, len(g), np.int32))
+        else:
+            pid = _own(df, _field24(g, 24))
         return (df.assign(pid=pid) if keep_global else _without(df, "global_pid").assign(pid=pid))
     return df
 
@@ -326,8 +345,11 @@ def _narrow(df: pd.DataFrame, name: str) -> pd.DataFrame:
         v = df[col].to_numpy()
         if v.dtype not in (np.int64, np.int32):  # int32: decoded so by the direct reader
             continue
-        t = narrow_type(int(v.min()), int(v.max()), floor)
-        if t is not None and np.dtype(t).itemsize < v.dtype.itemsize:
+        lo, hi = int(v.min()), int(v.max())
+        t = narrow_type(lo, hi, floor)
+        if lo == hi and len(v) >= CONSTANT_MIN_ROWS:  # one device, stream, grid...: one broadcast value
+            df = df.assign(**{col: _own(df, constant_column(lo, len(v), t or np.int64))})
+        elif t is not None and np.dtype(t).itemsize < v.dtype.itemsize:
             df = df.assign(**{col: _own(df, v.astype(t))})
         elif t is None and v.dtype != np.int64:  # not reached: the reader widens what does not fit
             df = df.assign(**{col: _own(df, v.astype(np.int64))})
@@ -368,7 +390,8 @@ def _take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
             for c in df.columns}
     del df
     for c, values in cols.items():
-        cols[c] = values.take(order)
+        broadcast = isinstance(values, np.ndarray) and values.ndim == 1 and values.strides == (0,) and len(values)
+        cols[c] = constant_column(values[0], len(order), values.dtype) if broadcast else values.take(order)
     return pd.DataFrame(cols, copy=False)
 
 
