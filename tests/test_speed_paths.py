@@ -559,3 +559,53 @@ def test_c_clipped_sums_equal_numpy(code_type, monkeypatch):
         assert fast[0].dtype == np.int32 and fast[2].dtype == np.int32
         for x, y in zip(fast, slow):
             assert x.tolist() == y.tolist()
+
+
+def test_report_streams_are_standard_zlib_from_either_backend(monkeypatch):
+    """The report's deflate (ISA-L where installed, else the standard library) writes zlib streams
+    that the standard library reads back to the same bytes; without isal it falls back to zlib."""
+    import importlib
+    import sys
+    import zlib
+
+    from nsysan.report import deflate
+
+    rng = np.random.default_rng(3)
+    raws = [b"", b"x", bytes(rng.integers(0, 4, size=200_000, dtype=np.uint8)),
+            direct._btree.varints([rng.integers(0, 10**6, size=50_000)]) if hasattr(direct._btree, "varints")
+            else bytes(range(256)) * 100]
+    for raw in raws:
+        assert zlib.decompress(deflate.compress(raw)) == raw
+    monkeypatch.setitem(sys.modules, "isal", None)  # an import of it fails, as where it is not installed
+    try:
+        plain = importlib.reload(deflate)
+        assert plain.BACKEND == "zlib"
+        for raw in raws:
+            assert plain.compress(raw) == zlib.compress(raw, 1)
+    finally:
+        monkeypatch.delitem(sys.modules, "isal")
+        importlib.reload(deflate)
+
+
+def test_the_timeline_lanes_decode_to_the_encoded_columns(analysis):
+    """Every lane's text is base64 of a zlib stream of its varint columns, whichever backend wrote
+    it: decoded, the first column's start deltas sum to the last op's start (relative to t0)."""
+    import base64
+    import zlib
+
+    a = analysis("launch_eager")
+    tl = timeline.build_timeline(a)
+    for lane in tl["lanes"]:
+        raw = zlib.decompress(base64.b64decode(lane["data"]))
+        vals, cur, shift = [], 0, 0
+        for byte in raw:
+            cur |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                vals.append(cur)
+                cur, shift = 0, 0
+        n = lane["n"]
+        assert len(vals) == 5 * n
+        if n and lane["group"] == "api":
+            api = a.trace.cuda_api
+            assert sum(vals[:n]) == int(api["start_ns"].max()) - tl["t0"]

@@ -13,12 +13,12 @@ the sample that covers it), so the lane is right at every zoom without shipping 
 from __future__ import annotations
 
 import base64
-import zlib
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from nsysan.report import deflate
 from nsysan.analyses.metrics import MIN_SAMPLES, SHOWN
 from nsysan.units import fmt_ns
 
@@ -144,7 +144,7 @@ def terminal_lines(a: Any) -> list[str]:
 # -- the timeline lanes -------------------------------------------------------------------------
 
 def _b64(raw: bytes) -> str:
-    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
+    return base64.b64encode(deflate.compress(raw)).decode("ascii")
 
 
 def _bytes(v: np.ndarray) -> bytes:

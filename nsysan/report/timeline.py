@@ -3,7 +3,7 @@ stream or thread, shipped whole and compactly.
 
 Nothing is dropped or binned here: each lane carries all its operations as columns of unsigned
 LEB128 varints (start delta from the previous op, duration, name index, kind, NVTX depth), deflated
-(zlib) and base64-encoded. On the 84 MB ``launch_eager`` x40 replica (1.3M kernels and API calls)
+(a zlib stream, ``report/deflate.py``) and base64-encoded. On the 84 MB ``launch_eager`` x40 replica (1.3M kernels and API calls)
 that is ~3.5 MB of HTML. The browser (``templates/static/timeline.js``) inflates it with the native
 ``DecompressionStream`` and aggregates per pixel column when several ops share one, so a lane that
 is 5% busy looks 5% busy at every zoom.
@@ -15,13 +15,13 @@ process names) stay raw: ``tojson`` escapes them in the page and the script sets
 from __future__ import annotations
 
 import base64
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from nsysan.report import deflate
 from nsysan.analyses.frames import distinct, group_rows
 
 MAX_NAME = 300  # characters of an op name shipped (C++ kernel names run to thousands)
@@ -69,7 +69,7 @@ def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.nd
     dep = np.zeros(len(s), dtype=np.int64) if depth is None else np.asarray(depth, dtype=np.int64)[order]
     raw = varints((d, e - s, np.asarray(name, dtype=np.int64)[order], np.asarray(kind, dtype=np.int64)[order],
                    np.maximum(dep, 0)))
-    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order
+    return base64.b64encode(deflate.compress(raw)).decode("ascii"), order
 
 
 def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
@@ -96,7 +96,7 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     order = None if len(s) < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
     raw, covered = fast(order, s, e, _narrow_ints(name), int(kind) if np.ndim(kind) == 0 else _narrow_ints(kind),
                         None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
-    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii"), order, covered
+    return base64.b64encode(deflate.compress(raw)).decode("ascii"), order, covered
 
 
 def _narrow_ints(values: Any) -> np.ndarray:
@@ -301,7 +301,7 @@ _started: dict[int, tuple[Any, Any]] = {}  # id -> (analysis, future): timelines
 
 
 def start(a: Any) -> None:
-    """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and zlib, which
+    """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and deflate, which
     release the GIL), so the rules run and the JSON is written meanwhile (the command line calls it
     from ``analyze(on_analyses=...)``, before the rules); ``build_timeline(a)`` then takes the result,
     or ``discard(a)`` forgets it (an output that could not be written). Not for a small trace (fewer
@@ -427,7 +427,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
                 lambda rows=rows, n=n, nm=nm: (
                     _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
                     API, None))
-    # the lanes encode independently: numpy's sorts and zlib release the GIL, so they share the cores
+    # the lanes encode independently: numpy's sorts and deflate release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
     from nsysan.analysis import default_workers, event_rows
 
