@@ -139,6 +139,28 @@ def test_first_match_one_process(table, queries):
     assert got.tolist() == [table.index(c) if c in table else -1 for c in queries]
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-3, 2**33)), max_size=60),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(-3, 2**33)), max_size=30),
+       st.booleans(), st.booleans(), st.booleans())
+@example([(1, 5), (1, 5), (1, 9)], [(1, 5), (1, 9), (1, 7)], True, True, True)  # sorted, a key twice
+@example([(1, 2**32 + 5), (1, 5)], [(1, 5)], False, False, True)  # ids that pack_keys folds together
+def test_call_keys_join_as_packed_keys(table, queries, sort_table, one_pid, narrow):
+    """Joining through ``call_keys`` (the correlation ids themselves for one process with ids in
+    [0, 2^32)) finds the same first rows as packed keys, sorted table (binary search) or not, int32
+    ids or int64."""
+    from nsysan.analyses.join import call_keys, first_match, pack_keys
+
+    t = np.array(sorted(table) if sort_table else table, dtype=np.int64).reshape(-1, 2)
+    q = np.array(queries, dtype=np.int64).reshape(-1, 2)
+    if one_pid:
+        t[:, 0], q[:, 0] = 7, 7
+    tc, qc = t[:, 1], q[:, 1]
+    if narrow and (len(tc) == 0 or int(np.abs(tc).max()) < 2**31) and (len(qc) == 0 or int(np.abs(qc).max()) < 2**31):
+        tc, qc = tc.astype(np.int32), qc.astype(np.int32)
+    want = first_match(pack_keys(t[:, 0], t[:, 1]), pack_keys(q[:, 0], q[:, 1]))
+    assert first_match(*call_keys(t[:, 0], tc, q[:, 0], qc)).tolist() == want.tolist()
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c<>", "d"]), st.sampled_from([1, 2]),
                           st.integers(0, 10**9)), min_size=1, max_size=80))

@@ -43,26 +43,27 @@ def _stats_by_sorting(df: pd.DataFrame, keys: list[str], dur: str) -> pd.DataFra
     cats = [df[k].array for k in keys]
     if not all(isinstance(c, pd.Categorical) for c in cats):
         return None
-    codes = [np.asarray(c.codes, dtype=np.int64) for c in cats]
+    codes = [np.asarray(c.codes) for c in cats]  # in their own width (int8/int16): no int64 copies
     d = df[dur].to_numpy()
     if d.dtype.kind not in "iu" or any(bool((c < 0).any()) for c in codes):
         return None
     if int(d.min()) < 0 or int(d.max()) >= 1 << _DUR_BITS:
         return None
     sizes = [max(len(c.categories), 1) for c in cats]
-    raw = codes[0]
+    # one int64 array of a row each, built, shifted, combined and sorted in place (a 4M-call table's
+    # temporaries add up to hundreds of MB otherwise, and the summaries run beside the other analyses)
+    v = codes[0].astype(np.int64)
     for c, n in zip(codes[1:], sizes[1:]):
-        raw = raw * n + c  # mixed radix: decoded below
-    if int(raw.max()) < 1 << (63 - _DUR_BITS):
-        group, uniq = raw, None  # the mixed-radix code itself is small enough to be the group code
-    else:
-        group, uniq = pd.factorize(raw)  # hashing, no sort; order is restored by the final sort
+        v *= n  # mixed radix: decoded below
+        v += c
+    del codes
+    uniq = None  # the mixed-radix code itself is small enough to be the group code
+    if int(v.max()) >= 1 << (63 - _DUR_BITS):
+        group, uniq = pd.factorize(v)  # hashing, no sort; order is restored by the final sort
         if len(uniq) >= 1 << (63 - _DUR_BITS):
             return None
-    # one array of a row each, shifted, combined and sorted in place (a 4M-call table's temporaries
-    # add up to hundreds of MB otherwise, and the summaries run beside the other analyses)
-    v = group.astype(np.int64)
-    del group, raw, codes
+        v = group.astype(np.int64, copy=False)
+        del group
     v <<= _DUR_BITS
     v |= d.astype(np.int64, copy=False)
     v.sort()
@@ -129,17 +130,18 @@ def kernel_config_summary(trace: Trace) -> pd.DataFrame:
                                          ["name", "grid", "block"]))
     # group on integer codes of each distinct (grid, block) shape; format the few distinct ones
     # (the codes only group rows: the output is ordered by the formatted shapes, not by code)
-    combined = np.zeros(len(k), dtype=np.int64)
+    combined: np.ndarray | None = None  # None while no dimension varies
     for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
-        v = k[c].to_numpy(dtype=np.int64)
-        if bool((v == v[0]).all()):  # most dimensions are the same for every launch
+        v = k[c].to_numpy()  # in its own width (int8/int16, or the loader's broadcast of one value)
+        if v.strides == (0,) or bool((v == v[0]).all()):  # most dimensions are the same for every launch
             continue
         codes, uniq = pd.factorize(v)
         # mixed radix while it fits, then re-factorized: the combined code stays below the row count
-        combined = combined * len(uniq) + codes
+        combined = codes.astype(np.int64) if combined is None else combined * len(uniq) + codes
         if int(combined.max()) >= len(k):
             combined = pd.factorize(combined)[0].astype(np.int64)
-    combined = pd.factorize(combined)[0].astype(np.int64)
+    # one shape for every launch (a loop of one kernel configuration): code 0 throughout, no hashing
+    combined = np.zeros(len(k), dtype=np.int8) if combined is None else pd.factorize(combined)[0].astype(np.int64)
     first_row = np.zeros(int(combined.max()) + 1, dtype=np.int64)  # one row of each shape
     first_row[combined[::-1]] = np.arange(len(combined) - 1, -1, -1)
     dims = np.stack([k[c].to_numpy(dtype=np.int64)[first_row] for c in
