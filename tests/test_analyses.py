@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -193,6 +194,12 @@ def test_range_min_max_equals_brute_force(values, queries, block):
     mn, mx = RangeMinMax(lo_v, hi_v, block=block).query(lo, hi)
     assert mn.tolist() == [int(lo_v[a:b].min()) for a, b in q]
     assert mx.tolist() == [int(hi_v[a:b].max()) for a, b in q]
+    # min_max_over, by slices (few queries) or through RangeMinMax (forced by a share of 0): the same
+    for share in (iv.SLICE_SHARE, 0):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(iv, "SLICE_SHARE", share)
+            m2, x2 = iv.min_max_over(lo_v, hi_v, lo, hi)
+        assert m2.tolist() == mn.tolist() and x2.tolist() == mx.tolist()
 
 
 @settings(max_examples=60, deadline=None)

@@ -74,21 +74,27 @@ class Busy:
                 return iv.merge(st[rows], en[rows])
             key = (len(rows), int(rows[0]), int(rows[-1]))
             hit = memo.get(key)
-            if hit is not None and np.array_equal(hit[0], rows):
+            if hit is not None and (hit[0] is rows or np.array_equal(hit[0], rows)):
                 return hit[1]
             out = iv.merge(rows_of(st, rows), rows_of(en, rows))
             memo[key] = (rows, out)
             return out
 
+        def pick(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            """``rows[mask[rows]]``; ``rows`` itself when the mask keeps them all (every op a
+            compute kernel: no second array of every position)."""
+            m = mask if len(rows) == len(mask) else mask[rows]
+            return rows if bool(m.all()) else rows[m]
+
         for (pid, dev), rows in group_rows(ops["pid"].to_numpy(), dev_all):
             self.per_pid_dev[(pid, dev)] = {
-                "all": merged(rows), "compute": merged(rows[is_compute[rows]]), "comm": merged(rows[is_comm[rows]]),
-                "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]]),
+                "all": merged(rows), "compute": merged(pick(rows, is_compute)), "comm": merged(pick(rows, is_comm)),
+                "memcpy": merged(pick(rows, is_copy)), "memset": merged(pick(rows, is_memset)),
                 "ops": len(rows), "streams": len(distinct(rows_of(stream_all, rows)))}
         for (dev,), rows in group_rows(dev_all):
-            d = {"all": merged(rows), "compute": merged(rows[is_compute[rows]]), "comm": merged(rows[is_comm[rows]]),
-                 "memcpy": merged(rows[is_copy[rows]]), "memset": merged(rows[is_memset[rows]])}
-            copy_rows = rows[is_copy[rows]]
+            d = {"all": merged(rows), "compute": merged(pick(rows, is_compute)), "comm": merged(pick(rows, is_comm)),
+                 "memcpy": merged(pick(rows, is_copy)), "memset": merged(pick(rows, is_memset))}
+            copy_rows = pick(rows, is_copy)
             copy_kind = kind.iloc[copy_rows].astype(str).to_numpy()  # copies are few: strings are fine
             for k in sorted(set(copy_kind.tolist())):
                 d[f"memcpy:{k}"] = merged(copy_rows[copy_kind == k])
@@ -102,8 +108,13 @@ class Busy:
 
     def stream_keys(self, sel: np.ndarray) -> np.ndarray:
         """One integer per (process, stream) of the ops selected by the mask ``sel``: distinct
-        streams of a window without tuples."""
-        return (self._op_pid[sel].astype(np.int64) << 32) | (self._op_stream[sel].astype(np.int64) & 0xFFFFFFFF)
+        streams of a window without tuples; one key broadcast when the process and stream columns
+        are each one value (the loader's broadcast columns)."""
+        p, s = self._op_pid, self._op_stream
+        if p.strides == (0,) and s.strides == (0,) and len(p):
+            key = (np.int64(p[0]) << 32) | (np.int64(s[0]) & 0xFFFFFFFF)
+            return np.broadcast_to(key, (int(np.count_nonzero(sel)),))
+        return (p[sel].astype(np.int64) << 32) | (s[sel].astype(np.int64) & 0xFFFFFFFF)
 
 
 def _in(ivs: Intervals, w: Window) -> Intervals:

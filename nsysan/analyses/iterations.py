@@ -342,7 +342,7 @@ def _helper_thread_work(it: pd.DataFrame, owned: pd.DataFrame | None) -> tuple[n
         has = hi > lo
         count[rows] = hi - lo
         if has.any():
-            _, mx = iv.RangeMinMax(o_end, o_end).query(lo[has], hi[has])
+            _, mx = iv.min_max_over(o_end, o_end, lo[has], hi[has])
             end[rows[has]] = mx
     return end, count
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.frames import group_rows, sort_rows
-from nsysan.analyses.intervals import RangeMinMax
+from nsysan.analyses.intervals import min_max_over
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
 
@@ -97,8 +97,7 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
         has = hi > lo
         gpu_count[idx] = launches_before[hi] - launches_before[lo]
         if has.any():
-            rmm = RangeMinMax(o["start_ns"].to_numpy(), o["end_ns"].to_numpy())
-            mn, mx = rmm.query(lo[has], hi[has])
+            mn, mx = min_max_over(o["start_ns"].to_numpy(), o["end_ns"].to_numpy(), lo[has], hi[has])
             p_start[idx[has]] = mn
             p_end[idx[has]] = mx
     has_gpu = gpu_count > 0
