@@ -173,7 +173,7 @@ class ThreadActivity:
                     mc_l.append(np.full(len(ms), codes[part[0]], dtype=codes.dtype))  # the codes' width
                 del order, cuts, part
                 # joined, then start-sorted a column at a time, each list and unsorted column let go
-                # as soon as it is used (the working set of 1.2M nested OS runtime calls: 109 -> ~40 MB)
+                # as soon as it is used (the 245 MB trace's 1.2M nested OS runtime calls: 103 -> 79 MiB)
                 ms = np.concatenate(ms_l)
                 del ms_l
                 o = np.argsort(ms, kind="stable")

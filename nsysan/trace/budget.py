@@ -23,8 +23,17 @@ the lower load peak, (peak - BASE - decoded) / rows measured: 178 bytes median, 
 of 5 runs on the real 329 MB trace, 124 on the 245 MB and 106-111 on the 2.5 GB replicated ones;
 the whole estimate is then 1.2-2.1x the measured peak (1,638 MiB median, 2,015 MiB at most, against
 2,338 MiB estimated; 1,085 against 1,913; 8,245-8,472 against 17,328; 236 against 414 and 303
-against 574 on the 170 and 300 MB exports with GPU metrics). PER_ROW stays 300: it must not under-estimate,
-and the analyses' peak varies with their threads' timing.
+against 574 on the 170 and 300 MB exports with GPU metrics). Session 12 (derived frames sharing
+the tables' columns, columns of one value broadcast, smaller working sets) brought it down to 27-32
+bytes on the 245 MB replica (peaks of 631-655 MiB), 36-42 on the real 329 MB trace (821-858 MiB)
+and 41-42 on the 2.5 GB replica (5,198-5,220 MiB), with the 170 and 300 MB exports below zero (their
+decoded columns are over-counted); the estimate with PER_ROW 300 was then 3.0-3.3x the peak, and
+refused traces that fit. PER_ROW is now 120: it must not under-estimate, and the analyses' peak
+varies with their threads' timing and with the trace's shape (several threads and streams leave
+fewer columns of one value). The estimate is then 1.5-1.7x the measured peaks: 1,067 MiB for the
+245 MB replica, 1,302 for the 329 MB trace, 8,886 for the 2.5 GB one. The highest figure seen is
+72 bytes: the 10 GB replica (196.7M events) with the ``--time-range`` its refusal proposed (59% of
+the events): 15.0 GiB peak against 20.3 GiB estimated (1.35x).
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from typing import Any
 
 BASE = 200 << 20  # interpreter, imports, the report's fixed parts
 DECODED_BYTES = 9  # per decoded value: int64 + a one-byte NULL mask
-PER_ROW = 300  # bytes per event row beyond its decoded columns (see the module doc)
+PER_ROW = 120  # bytes per event row beyond its decoded columns (see the module doc)
 LIMIT_ENV = "NSYSAN_MEMORY_LIMIT"
 
 
