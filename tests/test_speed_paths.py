@@ -628,3 +628,25 @@ def test_busy_stream_keys_of_broadcast_columns_equal_packed_keys():
         sel = (st_ % 3) == 0
         keys = b.stream_keys(sel)
         assert keys.tolist() == [(77 << 32) | 13] * int(sel.sum())
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 50)), max_size=80), st.booleans())
+@example([(3, 5), (3, 5), (1, 5), (3, 2)], True)
+def test_first_launches_without_a_sort_equal_the_sorted_definition(pairs, in_call_order):
+    """launch-bound's first launch of each kernel key: the backwards-write path (launches in call
+    order) marks the same rows as the stable sort by (key, call start)."""
+    from nsysan.rules.launch_bound import first_launches
+
+    key = np.array([k for k, _ in pairs], dtype=np.int32)
+    start = np.array([s for _, s in pairs], dtype=np.int64)
+    if in_call_order:
+        o = np.argsort(start, kind="stable")
+        key, start = key[o], start[o]
+    fast = first_launches(key, start)
+    slow = first_launches(key, start, fast=False)
+    assert fast.tolist() == slow.tolist()
+    seen: dict[int, int] = {}
+    for i, (k, s) in enumerate(zip(key.tolist(), start.tolist())):  # by hand: earliest call, then row
+        if k not in seen or s < start[seen[k]]:
+            seen[k] = i
+    assert [i for i, f in enumerate(fast.tolist()) if f] == sorted(seen.values())

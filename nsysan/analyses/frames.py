@@ -185,24 +185,30 @@ def count_sum(keys: pd.Series, values: pd.Series, skip: str | None = None,
               rows: np.ndarray | None = None) -> pd.DataFrame:
     """``count`` and ``sum`` of integer ``values`` per key, as pandas' ``groupby(keys, sort=True)
     [values].agg(["count", "sum"])`` (observed keys only, missing keys dropped), over ``rows``
-    (default all), rows whose key is ``skip`` left out. For a categorical key, from its codes: one
+    (distinct ascending positions; default all), rows whose key is ``skip`` left out. For a categorical key, from its codes: one
     pass, no sub-frames."""
-    if rows is not None:
-        keys, values = keys.iloc[rows], values.iloc[rows]
+    if rows is not None and len(rows) == len(keys):
+        rows = None  # every row (distinct positions): the columns as they are
     arr = keys.array
     if not isinstance(arr, pd.Categorical):
+        if rows is not None:
+            keys, values = keys.iloc[rows], values.iloc[rows]
         keep = (keys != skip).to_numpy() if skip is not None else slice(None)
         frame = pd.DataFrame({"key": keys.to_numpy()[keep], "v": values.to_numpy()[keep]})
         out = frame.groupby("key", sort=True)["v"].agg(["count", "sum"])
         out.index.name = keys.name
         return out
-    codes = np.asarray(arr.codes).astype(np.intp)
-    v = values.to_numpy()
+    # the codes in their own width and the values as they are (views of a run of rows): no copies
+    # of a million-gap column unless rows are picked or keys are missing
+    codes, v = np.asarray(arr.codes), values.to_numpy()
+    if rows is not None:
+        codes, v = rows_of(codes, rows), rows_of(v, rows)
     n = len(arr.categories)
     known = codes >= 0
     if skip is not None and skip in arr.categories:
         known &= codes != arr.categories.get_loc(skip)
-    codes, v = codes[known], v[known]
+    if not bool(known.all()):
+        codes, v = codes[known], v[known]
     counts = np.bincount(codes, minlength=n)
     sums = np.bincount(codes, weights=v, minlength=n).astype(np.int64)  # exact below 2^53
     seen = np.flatnonzero(counts)

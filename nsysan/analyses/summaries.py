@@ -241,8 +241,15 @@ def in_window(df: pd.DataFrame, start_ns: int, end_ns: int, columns: list[str] |
     mask = (s >= start_ns) & (s < end_ns)
     if bool(mask.all()):
         return None
+    cols = columns or list(df.columns)
+    n = int(np.count_nonzero(mask))
+    if n:
+        a = int(np.argmax(mask))
+        b = len(mask) - int(np.argmax(mask[::-1]))
+        if b - a == n:  # one run of rows (a table sorted by start, as loaded): views, not copies
+            return pd.DataFrame({c: df[c].array[a:b] for c in cols}, copy=False)
     rows = np.flatnonzero(mask)
-    return pd.DataFrame({c: df[c].array.take(rows) for c in (columns or list(df.columns))}, copy=False)
+    return pd.DataFrame({c: df[c].array.take(rows) for c in cols}, copy=False)
 
 
 def window_summaries(trace: Trace, start_ns: int, end_ns: int,

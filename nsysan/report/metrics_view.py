@@ -12,7 +12,6 @@ the sample that covers it), so the lane is right at every zoom without shipping 
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import numpy as np
@@ -144,7 +143,7 @@ def terminal_lines(a: Any) -> list[str]:
 # -- the timeline lanes -------------------------------------------------------------------------
 
 def _b64(raw: bytes) -> str:
-    return base64.b64encode(deflate.compress(raw)).decode("ascii")
+    return deflate.text([raw])
 
 
 def _bytes(v: np.ndarray) -> bytes:

@@ -14,7 +14,6 @@ process names) stay raw: ``tojson`` escapes them in the page and the script sets
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,9 +66,9 @@ def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.nd
         e = np.maximum(e, s)
     d = np.diff(s, prepend=0)
     dep = np.zeros(len(s), dtype=np.int64) if depth is None else np.asarray(depth, dtype=np.int64)[order]
-    raw = varints((d, e - s, np.asarray(name, dtype=np.int64)[order], np.asarray(kind, dtype=np.int64)[order],
-                   np.maximum(dep, 0)))
-    return base64.b64encode(deflate.compress(raw)).decode("ascii"), order
+    held = [varints((d, e - s, np.asarray(name, dtype=np.int64)[order], np.asarray(kind, dtype=np.int64)[order],
+                     np.maximum(dep, 0)))]
+    return deflate.text(held), order
 
 
 def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
@@ -94,9 +93,11 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     # the order of start - t0, as the shift does not wrap; none (the rows as they are) when the
     # starts are sorted already (the usual case: no argsort, no positions array)
     order = None if len(s) < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
-    raw, covered = fast(order, s, e, _narrow_ints(name), int(kind) if np.ndim(kind) == 0 else _narrow_ints(kind),
-                        None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
-    return base64.b64encode(deflate.compress(raw)).decode("ascii"), order, covered
+    got = fast(order, s, e, _narrow_ints(name), int(kind) if np.ndim(kind) == 0 else _narrow_ints(kind),
+               None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
+    held, covered = [got[0]], got[1]
+    del got
+    return deflate.text(held), order, covered
 
 
 def _narrow_ints(values: Any) -> np.ndarray:

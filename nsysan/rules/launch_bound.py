@@ -41,31 +41,28 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     is_graph = lau["is_graph"].to_numpy(dtype=bool)
     key = _kernel_key(lau)
     api_start = lau["api_start_ns"].to_numpy()
-    # each kernel's first launch in the trace (module loading): one-time
-    order = np.lexsort((api_start, key))
-    ks = key[order]
-    first_of = np.ones(len(order), dtype=bool)
-    np.not_equal(ks[1:], ks[:-1], out=first_of[1:])
-    del ks
-    first = np.zeros(len(lau), dtype=bool)
-    first[order[first_of]] = True
-    del order, first_of
+    first = first_launches(key, api_start)  # each kernel's first launch (module loading): one-time
     inside = (lau["start_ns"].to_numpy() < w.end_ns) & (lau["end_ns"].to_numpy() > w.start_ns)
     plain = inside & ~is_graph
     n_graphs = int((inside & is_graph).sum())
     firsts = np.flatnonzero(plain & first)
     rows = np.flatnonzero(plain & ~first)
+    del first, inside, plain, is_graph, api_start  # (per-launch temporaries let go as soon as done)
     if len(rows) < min_kernels:
         return
     gpu_ns, api_ns = lau["gpu_ns"].to_numpy(), lau["api_ns"].to_numpy()
     med = _median_by(key[rows], api_ns[rows])  # per row of ``rows``: its kernel's median launch cost
-    cost = np.minimum(api_ns[rows], med)
-    dom_sel = (med > gpu_ns[rows]) & (gpu_ns[rows] <= max_kernel_ns)
+    del key
+    run = gpu_ns[rows]
+    dom_sel = (med > run) & (run <= max_kernel_ns)
+    del run
     dom = rows[dom_sel]
     frac = len(dom) / len(rows)
     if frac < min_dominated_frac:
         return
-    saving = int(np.clip(cost[dom_sel] - gpu_ns[dom], 0, None).sum())
+    # each dominated launch's cost capped at its kernel's median, above its run time
+    saving = int(np.clip(np.minimum(api_ns[dom], med[dom_sel]) - gpu_ns[dom], 0, None).sum())
+    del med, dom_sel
     g = ctx.a.gaps  # the window's gaps, as positions; their starts and ends (the claims) are views of
     # the gaps' columns when the positions are one run (one device), else copies
     gap_rows = window_gap_rows(ctx) if len(g) else np.zeros(0, dtype=np.int64)
@@ -88,6 +85,27 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
                           f"{fmt_ns(np.median(gpu_ns[dom]))}); launch cost above run time {fmt_ns(saving)} (each "
                           f"launch capped at its kernel's median).{graph_note}{once}{steady_cpu(ctx)}",
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
+
+
+def first_launches(key: np.ndarray, api_start: np.ndarray, fast: bool = True) -> np.ndarray:
+    """Per launch, whether it is its key's first: the earliest call (``api_start``), ties to the
+    earlier row. Launches in call order (the usual case, ``fast``): a key's first row, found by
+    writing positions backwards (the last write, the smallest, stays), with no sort of them all;
+    else a stable sort by (key, call start)."""
+    first = np.zeros(len(key), dtype=bool)
+    if (fast and len(key) > 1 and int(key.min()) >= 0 and int(key.max()) < 8 * len(key) + (1 << 20)
+            and bool((api_start[1:] >= api_start[:-1]).all())):
+        pos = np.full(int(key.max()) + 1, -1, dtype=np.int64)
+        pos[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+        first[pos[pos >= 0]] = True
+        return first
+    order = np.lexsort((api_start, key))
+    ks = key[order]
+    first_of = np.ones(len(order), dtype=bool)
+    np.not_equal(ks[1:], ks[:-1], out=first_of[1:])
+    del ks
+    first[order[first_of]] = True
+    return first
 
 
 def _kernel_key(lau: pd.DataFrame) -> np.ndarray:
