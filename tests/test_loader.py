@@ -245,3 +245,22 @@ def test_columns_of_one_value_are_broadcast_and_equal_sql(fixture_dir, load, nam
         assert (v.strides == (0,)) == one, (name, col)
         if one:
             assert not v.flags.writeable
+
+
+@pytest.mark.parametrize("name", ["launch_eager", "launch_graph_nodes"])
+def test_a_wholly_missing_nullable_column_is_one_broadcast_missing_value(fixture_dir, load, name):
+    """A kernel table's graph node ids: all missing (no CUDA graph traced at node level, by SQL) in
+    a table of CONSTANT_MIN_ROWS rows or more: one broadcast missing value, reading as all missing;
+    otherwise the values as SQL has them."""
+    import sqlite3
+
+    from nsysan.trace.load import CONSTANT_MIN_ROWS
+
+    k = load(name).kernels
+    con = sqlite3.connect(fixture_dir / f"{name}.sqlite")
+    want = [r[0] for r in con.execute("SELECT graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+    col = k["graph_node_id"]
+    assert sorted(col.dropna().tolist()) == sorted(v for v in want if v is not None)
+    assert int(col.isna().sum()) == sum(v is None for v in want)
+    data = col.array._data
+    assert (data.strides == (0,)) == (all(v is None for v in want) and len(want) >= CONSTANT_MIN_ROWS)

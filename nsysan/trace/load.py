@@ -237,6 +237,9 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             # names no string becomes UNKNOWN_NAME, with a warning, instead of a NaN in the analyses
             data[col.name] = strings.resolve(ids, prune=False,
                                              column=None if all_null else f"{spec.name}.{col.name}")
+        elif col.dtype == "Int64" and all_null and n >= CONSTANT_MIN_ROWS:
+            # wholly missing (a kernel's graph node id outside CUDA graphs): one broadcast missing value
+            data[col.name] = pd.arrays.IntegerArray(constant_column(0, n, np.int64), constant_column(True, n, np.bool_))
         elif col.dtype == "Int64":
             # values and validity straight from the Arrow buffers (no detour through ArrowDtype)
             ints = arr.cast(pa.int64(), safe=False)
