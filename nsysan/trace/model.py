@@ -16,6 +16,8 @@ Columns of one value: in a table of at least ``load.CONSTANT_MIN_ROWS`` (4096) r
 to the table's length (``np.broadcast_to``: strides 0, read-only). It reads as the full column
 (``to_numpy``, comparisons, group-bys, ``take``) and costs no memory; writing into it raises, so copy
 (``np.array(col)``) before changing values in place. On the real 329 MB launch loop this is 53 MB.
+A nullable column wholly missing in such a table (``graph_node_id`` outside CUDA graphs) is one
+broadcast missing value the same way (its data and mask arrays).
 
 Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, ``tid`` (decoded from
 nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``). The int64 global
