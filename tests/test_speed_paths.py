@@ -650,3 +650,23 @@ def test_first_launches_without_a_sort_equal_the_sorted_definition(pairs, in_cal
         if k not in seen or s < start[seen[k]]:
             seen[k] = i
     assert [i for i, f in enumerate(fast.tolist()) if f] == sorted(seen.values())
+
+
+def test_a_stale_build_of_the_extension_is_not_used(monkeypatch):
+    """The C passes are used only from a build of the source this code goes with: a module of
+    another VERSION (an editable install not rebuilt after a pull) gives None, so the numpy paths
+    run, with the same results."""
+    import types
+
+    from nsysan.analyses import intervals as iv
+
+    if direct._btree is not None:
+        assert direct._btree.VERSION == direct.VERSION
+    stale = types.SimpleNamespace(**{k: getattr(direct._btree, k) for k in dir(direct._btree) if not k.startswith("_")}) \
+        if direct._btree is not None else types.SimpleNamespace()
+    stale.VERSION = direct.VERSION - 1
+    monkeypatch.setattr(direct, "_btree", stale)
+    assert direct.c_pass("lane") is None and direct.c_pass("clipped_sums") is None and not direct.available()
+    hay = np.arange(0, 50_000, 3, dtype=np.int64)
+    nee = np.arange(0, 50_000, 7, dtype=np.int64)
+    assert iv.search(hay, nee).tolist() == np.searchsorted(hay, nee).tolist()

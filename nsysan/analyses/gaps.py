@@ -301,7 +301,7 @@ def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, 
     (window, call) pair), else with numpy; the same arrays."""
     from nsysan.trace import direct
 
-    fast = getattr(direct._btree, "clipped_sums", None)
+    fast = direct.c_pass("clipped_sums")
     if fast is None:
         win, idx = _spans(i0, i1)
         if rows is not None:
@@ -316,10 +316,8 @@ def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, 
 
     # the name codes in their own width (a categorical's int8/int16: no int64 copy of every call's);
     # windows and codes come back as int32
-    cd = np.asarray(codes)
-    cd = cd if cd.dtype in (np.int8, np.int16, np.int32, np.int64) and cd.flags.c_contiguous else i64(cd)
     w, c, v = (np.frombuffer(b, dtype=t) for b, t in zip(fast(
-        i64(st), i64(en), cd, i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
+        i64(st), i64(en), direct.int_buffer(codes), i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
         ending_after_lo), (np.int32, np.int32, np.int64)))
     return w, np.full(len(w), SOURCES.index(source), np.int8), c, v
 
@@ -509,7 +507,7 @@ def _fast_window_best() -> Any:
     """``_btree.window_best`` when the extension has it, else None (the numpy path)."""
     from nsysan.trace import direct
 
-    return getattr(direct._btree, "window_best", None)
+    return direct.c_pass("window_best")
 
 
 def _sync_table(cats: np.ndarray | None) -> np.ndarray:

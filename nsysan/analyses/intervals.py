@@ -328,7 +328,7 @@ def search(a: Array, v: Array, side: str = "left") -> Array:
     explanation went to numpy's). Any order of ``v`` gives the exact answer."""
     from nsysan.trace import direct
 
-    fast = getattr(direct._btree, "search_sorted", None)
+    fast = direct.c_pass("search_sorted")
     if (fast is None or not isinstance(a, np.ndarray) or not isinstance(v, np.ndarray) or v.ndim != 1
             or a.ndim != 1 or a.dtype != np.int64 or v.dtype != np.int64 or len(v) < SEARCH_MIN):
         return np.searchsorted(a, v, side=side)  # type: ignore[call-overload]

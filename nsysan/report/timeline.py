@@ -80,7 +80,7 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     from nsysan.analyses import intervals as iv
     from nsysan.trace import direct
 
-    fast = getattr(direct._btree, "lane", None)
+    fast = direct.c_pass("lane")
     s = np.ascontiguousarray(start, dtype=np.int64)
     e = np.ascontiguousarray(end, dtype=np.int64)
     lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)
@@ -93,20 +93,11 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     # the order of start - t0, as the shift does not wrap; none (the rows as they are) when the
     # starts are sorted already (the usual case: no argsort, no positions array)
     order = None if len(s) < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
-    got = fast(order, s, e, _narrow_ints(name), int(kind) if np.ndim(kind) == 0 else _narrow_ints(kind),
+    got = fast(order, s, e, direct.int_buffer(name), int(kind) if np.ndim(kind) == 0 else direct.int_buffer(kind),
                None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
     held, covered = [got[0]], got[1]
     del got
     return deflate.text(held), order, covered
-
-
-def _narrow_ints(values: Any) -> np.ndarray:
-    """``values`` as the C lane takes them: a contiguous int8, int32 or int64 array (as it is when
-    it is one already: no int64 copy of millions of name ids or kind codes)."""
-    v = np.asarray(values)
-    if v.dtype in (np.int8, np.int32, np.int64) and v.flags.c_contiguous:
-        return v
-    return np.ascontiguousarray(v, dtype=np.int64)
 
 
 def varints(columns: tuple[np.ndarray, ...]) -> bytes:
@@ -114,7 +105,7 @@ def varints(columns: tuple[np.ndarray, ...]) -> bytes:
     about 15x faster on millions of ops, the same bytes), else with numpy."""
     from nsysan.trace import direct
 
-    fast = getattr(direct._btree, "varints", None)
+    fast = direct.c_pass("varints")
     if fast is None:
         return b"".join(varint(c) for c in columns)
     return fast([np.ascontiguousarray(c, dtype=np.int64) for c in columns])
