@@ -33,7 +33,10 @@ varies with their threads' timing and with the trace's shape (several threads an
 fewer columns of one value). The estimate is then 1.5-1.7x the measured peaks: 1,067 MiB for the
 245 MB replica, 1,302 for the 329 MB trace, 8,886 for the 2.5 GB one. The highest figure seen is
 72 bytes: the 10 GB replica (196.7M events) with the ``--time-range`` its refusal proposed (59% of
-the events): 15.0 GiB peak against 20.3 GiB estimated (1.35x).
+the events): 15.0 GiB peak against 20.3 GiB estimated (1.35x); 64 bytes (14.2 GiB) with one
+analysis thread there. Four threads on the two cores: 33 and 42 bytes on the 245 and 329 MB traces,
+as two. (One thread lowers a whole capture's peak further, 22 bytes on the 2.5 GB replica, but the
+estimate does not count on it.)
 """
 
 from __future__ import annotations
