@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from nsysan.trace.model import constant_column, is_constant_column
+
 try:  # pandas' own boxing of a cell as to_dict does it (private: a pandas without it takes the fallback)
     from pandas.core.dtypes.cast import maybe_box_native
 except ImportError:  # pragma: no cover - every pandas >= 2.2 so far has it
@@ -165,9 +167,9 @@ def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``values[idx]`` for integer positions ``idx``; for a column of one value throughout (the loader's read-only broadcast,
-    ``load.constant_column``) that value broadcast to ``len(idx)`` rows, not an array of copies."""
-    if values.ndim == 1 and values.strides == (0,) and len(values):
-        return np.broadcast_to(values[:1], (len(idx),))
+    ``model.constant_column``) that value broadcast to ``len(idx)`` rows, not an array of copies."""
+    if is_constant_column(values):
+        return constant_column(values[0], len(idx), values.dtype)
     return values[idx]
 
 

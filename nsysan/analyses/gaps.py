@@ -27,7 +27,7 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import count_sum, distinct, group_rows, rows_of, take, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
-from nsysan.trace.model import Trace
+from nsysan.trace.model import Trace, constant_column
 
 # Calls that block the host until GPU work finishes (rules/sync_api.py uses the same list).
 BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
@@ -585,7 +585,7 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     # copy=False: the new columns as they are, not consolidated into one more block of all of them;
     # the device id is one read-only value for every gap (a view, not a column)
     return pd.DataFrame({
-        "device_id": np.broadcast_to(np.int64(dev), len(gs)), "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
+        "device_id": constant_column(dev, len(gs), np.int64), "start_ns": gs, "end_ns": ge, "gap_ns": ge - gs,
         "pid": take(ops["pid"].to_numpy(), nxt), "tid": take(ops["tid"].to_numpy(), nxt),
         "api_start_ns": ops["api_start_ns"].to_numpy()[nxt],
         "api_name": ops["api_name"].array.take(nxt, allow_fill=False),

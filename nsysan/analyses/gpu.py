@@ -15,6 +15,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import distinct, group_rows, name_in, rows_of
+from nsysan.trace.model import constant_column, is_constant_column
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,8 @@ class Busy:
         streams of a window without tuples; one key broadcast when the process and stream columns
         are each one value (the loader's broadcast columns)."""
         p, s = self._op_pid, self._op_stream
-        if p.strides == (0,) and s.strides == (0,) and len(p):
-            key = (np.int64(p[0]) << 32) | (np.int64(s[0]) & 0xFFFFFFFF)
-            return np.broadcast_to(key, (int(np.count_nonzero(sel)),))
+        if is_constant_column(p) and is_constant_column(s):
+            return constant_column((int(p[0]) << 32) | (int(s[0]) & 0xFFFFFFFF), int(np.count_nonzero(sel)), np.int64)
         return (p[sel].astype(np.int64) << 32) | (s[sel].astype(np.int64) & 0xFFFFFFFF)
 
 

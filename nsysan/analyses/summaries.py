@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.frames import sort_rows
-from nsysan.trace.model import Trace
+from nsysan.trace.model import Trace, constant_column, is_constant_column
 
 STAT_COLUMNS = ["count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
 
@@ -133,7 +133,7 @@ def kernel_config_summary(trace: Trace) -> pd.DataFrame:
     combined: np.ndarray | None = None  # None while no dimension varies
     for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
         v = k[c].to_numpy()  # in its own width (int8/int16, or the loader's broadcast of one value)
-        if v.strides == (0,) or bool((v == v[0]).all()):  # most dimensions are the same for every launch
+        if is_constant_column(v) or bool((v == v[0]).all()):  # most dimensions are the same for every launch
             continue
         codes, uniq = pd.factorize(v)
         # mixed radix while it fits, then re-factorized: the combined code stays below the row count
@@ -289,7 +289,7 @@ def _bytes(part: pd.DataFrame) -> np.ndarray:
     row (a view, not a column of zeros)."""
     if "bytes" in part:
         return part["bytes"].to_numpy(dtype=np.int64)
-    return np.broadcast_to(np.int64(0), len(part))
+    return constant_column(0, len(part), np.int64)
 
 
 def gpu_ops(trace: Trace) -> pd.DataFrame:

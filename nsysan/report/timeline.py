@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.report import deflate
 from nsysan.analyses.frames import distinct, group_rows
+from nsysan.report import deflate
 
 MAX_NAME = 300  # characters of an op name shipped (C++ kernel names run to thousands)
 ITERATIONS_SHOWN = 3  # the timeline opens on this many steady iterations

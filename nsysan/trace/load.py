@@ -19,7 +19,7 @@ from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database, display
-from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
+from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta, constant_column, is_constant_column
 from nsysan.units import clean_text
 
 Progress = Callable[[str, int, int], None]
@@ -273,12 +273,6 @@ def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
 CONSTANT_MIN_ROWS = 4096
 
 
-def constant_column(value: int, n: int, dtype: Any) -> np.ndarray:
-    """``n`` rows of one value as a read-only view of it (strides 0): reads as a full column, costs
-    no memory; writing to it raises (analyses never write to a trace's columns)."""
-    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
-
-
 def _field24(g: np.ndarray, shift: int) -> np.ndarray:
     """``(g >> shift) & 0xFFFFFF`` as int32, without an int64 temporary of the whole column: the
     shift is written straight into the int32 result (which keeps its low 32 bits), then masked."""
@@ -393,8 +387,8 @@ def _take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
             for c in df.columns}
     del df
     for c, values in cols.items():
-        broadcast = isinstance(values, np.ndarray) and values.ndim == 1 and values.strides == (0,) and len(values)
-        cols[c] = constant_column(values[0], len(order), values.dtype) if broadcast else values.take(order)
+        cols[c] = constant_column(values[0], len(order), values.dtype) if is_constant_column(values) \
+            else values.take(order)
     return pd.DataFrame(cols, copy=False)
 
 

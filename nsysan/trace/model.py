@@ -60,7 +60,19 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+
+def constant_column(value: int, n: int, dtype: Any) -> np.ndarray:
+    """``n`` rows of one value as a read-only view of it (strides 0): reads as a full column, costs
+    no memory; writing to it raises (analyses never write to a trace's columns)."""
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
+
+
+def is_constant_column(values: Any) -> bool:
+    """Whether ``values`` is such a column: one value broadcast (strides 0), at least one row."""
+    return isinstance(values, np.ndarray) and values.ndim == 1 and values.strides == (0,) and len(values) > 0
 
 
 @dataclass(frozen=True)
