@@ -670,3 +670,130 @@ def test_a_stale_build_of_the_extension_is_not_used(monkeypatch):
     hay = np.arange(0, 50_000, 3, dtype=np.int64)
     nee = np.arange(0, 50_000, 7, dtype=np.int64)
     assert iv.search(hay, nee).tolist() == np.searchsorted(hay, nee).tolist()
+
+
+def _same_gaps(x: pd.DataFrame, y: pd.DataFrame) -> None:
+    assert x["cause"].astype(str).tolist() == y["cause"].astype(str).tolist()
+    assert x["activity"].astype(str).tolist() == y["activity"].astype(str).tolist()
+    assert x["breakdown"].tolist() == y["breakdown"].tolist()
+    assert x.drop(columns=["breakdown"]).equals(y.drop(columns=["breakdown"]))
+
+
+# fixtures with many host gaps (launch loops, decoding), several submitting threads or processes
+# (two_procs, the dataloader, the two-GPU recordings), nested NVTX ranges on the submitting thread
+GAP_FIXTURES = [n for n in FIXTURE_NAMES if n.startswith(("launch_eager", "decode_eager", "ladder_baseline",
+                                                          "ladder_worker", "two_procs", "train_", "ddp_straggler",
+                                                          "waits_", "hf_generate", "pipeline"))]
+
+
+@pytest.mark.parametrize("name", GAP_FIXTURES)
+def test_gaps_explained_in_chunks_equal_all_at_once(analysis, load, name, monkeypatch):
+    """The host gaps of a thread explained a chunk of windows at a time (the working set's bound)
+    give the gap frame that all of them at once gives: every window's sums, best entry, label and
+    breakdown depend on that window alone. Chunks of 7 windows against one chunk of all."""
+    from nsysan.analyses import gaps as G
+
+    a = analysis(name)
+    if len(a.ops) == 0:
+        pytest.skip("no GPU ops")
+    monkeypatch.setattr(G, "EXPLAIN_CHUNK", 1 << 40)
+    whole = G.idle_gaps(load(name), a.ops, a.capture)
+    if int((whole["cause"].astype(str) == "host").sum() + (whole["cause"].astype(str) == "sync").sum()) < 8:
+        pytest.skip("fewer host gaps than two chunks")
+    monkeypatch.setattr(G, "EXPLAIN_CHUNK", 7)
+    _same_gaps(G.idle_gaps(load(name), a.ops, a.capture), whole)
+
+
+@pytest.mark.parametrize("name", ["ladder_baseline", "waits_phases", "train_inline", "decode_eager"])
+def test_nvtx_swept_window_by_window_the_same_in_chunks(analysis, load, name, monkeypatch):
+    """When more nested NVTX ranges touch a thread's gaps than ``INNERMOST_MAX``, the NVTX layer is
+    swept window by window (the detailed gaps only); that decision is the whole thread's, so the
+    chunks keep it (a chunk with few ranges would otherwise count NVTX in every window)."""
+    from nsysan.analyses import gaps as G
+
+    a = analysis(name)
+    monkeypatch.setattr(G, "INNERMOST_MAX", 2)
+    swept = []
+    real = G.ThreadActivity.nvtx_swept
+    monkeypatch.setattr(G.ThreadActivity, "nvtx_swept", lambda self, *args: swept.append(real(self, *args)) or swept[-1])
+    monkeypatch.setattr(G, "EXPLAIN_CHUNK", 1 << 40)
+    whole = G.idle_gaps(load(name), a.ops, a.capture)
+    if not any(swept):
+        pytest.skip("no thread with nested NVTX ranges over its gaps")
+    monkeypatch.setattr(G, "EXPLAIN_CHUNK", 3)
+    _same_gaps(G.idle_gaps(load(name), a.ops, a.capture), whole)
+
+
+@pytest.mark.parametrize("name", ["two_procs", "train_dataloader", "hf_generate", "ddp_straggler", "waits_python"])
+def test_thread_rows_by_comparison_equal_the_sorted_grouping(analysis, load, name, monkeypatch):
+    """A thread's rows of a source several threads share: found by a comparison for the first
+    threads asked for, by one sort by thread after that; the same gaps either way."""
+    from nsysan.analyses import gaps as G
+
+    a = analysis(name)
+    if len(a.ops) == 0:
+        pytest.skip("no GPU ops")
+    by_compare = G.idle_gaps(load(name), a.ops, a.capture)
+    monkeypatch.setattr(G, "FEW_THREADS", 0)
+    _same_gaps(G.idle_gaps(load(name), a.ops, a.capture), by_compare)
+    t = load(name)
+    index = G.ThreadActivity(t)
+    for source, df in index._sources:  # rows by hand: the thread's, ascending; every row as a slice
+        for p, tid in set(zip(df["pid"].tolist(), df["tid"].tolist())):
+            got = index._thread_rows(source, df, int(p), int(tid))
+            want = np.flatnonzero((df["pid"].to_numpy() == p) & (df["tid"].to_numpy() == tid))
+            assert (np.arange(len(df))[got] if isinstance(got, slice) else got).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("name", ["launch_eager", "decode_eager", "ladder_baseline", "train_inline"])
+def test_launch_bound_in_chunks_equals_all_at_once(load, name, monkeypatch):
+    """launch-bound judges the launches a chunk at a time against each kernel's median: the same
+    finding (message, impact, evidence) as one chunk of all of them."""
+    from nsysan.analysis import analyze
+    from nsysan.rules import launch_bound as lb
+
+    monkeypatch.setattr(lb, "CHUNK", 1 << 40)
+    whole = [f for f in analyze(load(name)).findings if f.rule == "launch-bound"]
+    monkeypatch.setattr(lb, "CHUNK", 5)
+    chunked = [f for f in analyze(load(name)).findings if f.rule == "launch-bound"]
+    assert [(f.message, f.impact_ns, f.evidence) for f in chunked] == [(f.message, f.impact_ns, f.evidence) for f in whole]
+
+
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 10**6)), min_size=1, max_size=200))
+@example([(0, 5), (0, 5), (1, 3)])
+def test_median_per_key_equals_pandas(pairs):
+    """Each key's median of its values (one per key) equals pandas' group-by median, and the
+    per-element medians are it looked up."""
+    from nsysan.rules.launch_bound import _median_by, _median_per_key
+
+    key = np.array([k for k, _ in pairs], dtype=np.int32)
+    v = np.array([x for _, x in pairs], dtype=np.int64)
+    keys, med = _median_per_key(key, v)
+    want = pd.Series(v).groupby(key).median()
+    assert keys.tolist() == want.index.tolist()
+    assert med.tolist() == want.tolist()
+    assert _median_by(key, v).tolist() == want.loc[key].tolist()
+
+
+@pytest.mark.parametrize("name", ["decode_eager", "launch_eager", "ladder_baseline"])
+def test_gpu_coverage_of_one_thread_equals_its_rows_by_position(analysis, name):
+    """The iteration model's GPU coverage with one thread's owned ops as every row (a slice, no
+    positions; a sort only when the calls are out of order) equals it with the rows' positions."""
+    from nsysan.analyses import iterations as I
+
+    a = analysis(name)
+    owned = a.owned
+    assert len(owned) and owned["tid"].nunique() == 1 and owned["pid"].nunique() == 1
+    rg = a.nvtx_ranges
+    inst = rg.loc[rg["name"].astype(str) == a.iterations.range_name]
+    assert len(inst) >= 3
+    api_all = owned["api_start_ns"].to_numpy()
+    dur_all = owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy()
+    key = (int(owned["pid"].iloc[0]), int(owned["tid"].iloc[0]))
+    args = (inst["pid"].to_numpy(), inst["tid"].to_numpy(), inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy(),
+            api_all, dur_all, int(dur_all.sum()))
+    whole = I._coverage(*args, {key: slice(None)})
+    assert whole == I._coverage(*args, {key: np.arange(len(owned))})
+    assert 0 < whole <= 1
+    shuffled = np.random.default_rng(0).permutation(len(owned))  # out of order: sorted first
+    assert whole == I._coverage(*args, {key: shuffled})

@@ -41,6 +41,8 @@ MIN_LABEL_SHARE = 0.10
 PER_NAME = 2  # a layer's "batched" flag: disjoint within each name, overlapping across names
 INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead
+FEW_THREADS = 8  # threads found by a comparison each before a source's rows are sorted by thread
+EXPLAIN_CHUNK = 1 << 16  # host gaps of one thread explained together (explain_gaps: the working set's bound)
 
 
 class ThreadActivity:
@@ -50,22 +52,43 @@ class ThreadActivity:
     def __init__(self, trace: Trace) -> None:
         nv = trace.nvtx.loc[(trace.nvtx["style"] != "Mark") & trace.nvtx["end_ns"].notna()]
         nv = nv.assign(end_ns=nv["end_ns"].astype("int64"))
-        self._sources = []
-        for source, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv)):
-            if len(df) == 0:
-                continue
-            pid, tid = df["pid"].to_numpy(), df["tid"].to_numpy()
-            if bool((pid == pid[0]).all()) and bool((tid == tid[0]).all()):
-                # one thread (the usual submitter): nothing to sort
-                key0 = (np.int64(pid[0]) << 24) | np.int64(tid[0])
-                self._sources.append((source, df, np.array([key0], dtype=np.int64), None))
-                continue
-            # rows grouped by thread once (a stable sort of packed pid/tid keys): a thread's rows are
-            # then one binary search away, however many threads the explained gaps touch
-            key = (pid.astype(np.int64) << 24) | tid.astype(np.int64)
-            order = np.argsort(key, kind="stable")
-            self._sources.append((source, df, key[order], order))
+        # per source: its frame and, once built, its rows grouped by thread (``_thread_rows``)
+        self._sources: list[tuple[str, pd.DataFrame]] = [
+            (source, df) for source, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv)) if len(df)]
+        self._grouped: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._asked: dict[str, int] = {}
         self._rows: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+    def _thread_rows(self, source: str, df: pd.DataFrame, pid: int, tid: int) -> np.ndarray | slice:
+        """The rows (ascending) of thread (pid, tid) in one source's frame; ``slice(None)`` when the
+        thread made every row (the usual single submitting thread: its columns are used as they
+        are). The first ``FEW_THREADS`` threads asked for are found by a comparison each (no sort,
+        no int64 arrays of every row); past that, the rows are grouped by thread once (a stable sort
+        of packed pid/tid keys) and each thread is one binary search away, however many threads
+        the explained gaps touch."""
+        p, t = df["pid"].to_numpy(), df["tid"].to_numpy()
+        if source not in self._grouped:
+            one = bool((p == p[0]).all()) and bool((t == t[0]).all())
+            self._grouped[source] = (np.array([(int(p[0]) << 24) | int(t[0])], np.int64), np.zeros(0, np.int64)) \
+                if one else None
+        g = self._grouped[source]
+        if g is not None and len(g[0]) == 1 and len(g[1]) == 0:  # a single-thread source
+            return slice(None) if int(g[0][0]) == (pid << 24) | tid else np.zeros(0, np.int64)
+        if g is None:
+            asked = self._asked[source] = self._asked.get(source, 0) + 1
+            if asked <= FEW_THREADS:
+                hit = p == pid
+                hit &= t == tid
+                rows = np.flatnonzero(hit)
+                return slice(None) if len(rows) == len(df) else rows
+            key = (p.astype(np.int64) << 24) | t.astype(np.int64)
+            order = np.argsort(key, kind="stable")
+            g = self._grouped[source] = (key[order], order)
+            del key
+        sorted_keys, order = g
+        packed = (pid << 24) | tid
+        a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
+        return slice(None) if b - a == len(df) else np.sort(order[a:b])
 
     def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         """Per source: start-sorted starts, ends, name codes, the code -> name table and the running
@@ -73,17 +96,12 @@ class ThreadActivity:
         key = (pid, tid)
         if key not in self._rows:
             parts = []
-            packed = (pid << 24) | tid
-            for source, df, sorted_keys, order in self._sources:
-                if order is None:  # a single-thread source
-                    a, b = (0, len(df)) if int(sorted_keys[0]) == packed else (0, 0)
-                else:
-                    a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
-                if b == a:
+            for source, df in self._sources:
+                idx = self._thread_rows(source, df, pid, tid)
+                if not isinstance(idx, slice) and len(idx) == 0:
                     continue
                 # a single submitting thread owns the whole table: use its (start-sorted) columns as
                 # they are instead of copying millions of rows
-                idx = slice(None) if b - a == len(df) else np.sort(order[a:b])
                 st, en = df["start_ns"].to_numpy()[idx], df["end_ns"].to_numpy()[idx]
                 col = df["name"].array
                 if isinstance(col, pd.Categorical):  # codes per row; strings only for the categories
@@ -104,54 +122,28 @@ class ThreadActivity:
         """Drop the rows kept for thread (pid, tid) (a caller done with that thread)."""
         self._rows.pop((pid, tid), None)
 
-    def _layers(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> list[Layer]:
+    def _layers(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, nvtx_sweep: bool = False) -> list[Layer]:
         """The thread's calls that overlap any of the windows [lo, hi), as layers: (source, starts,
         ends, name codes, code -> name table, batched). A batched layer is disjoint and holds all the
         (relevant) calls of its names, so a name's time in a window is a plain clipped sum. Calls
-        touching no window cannot change any window's numbers, so they are left out first."""
+        touching no window cannot change any window's numbers, so they are left out first.
+        ``nvtx_sweep``: the NVTX layer is swept window by window whatever it holds (``nvtx_swept``
+        found that for all of the thread's windows, of which these are a part)."""
         wl, wh = iv.merge(lo, hi)
         layers: list[Layer] = []
         for source, st, en, codes, cats, reach in self._thread(pid, tid):
-            if len(wl) * 4 >= len(st):
-                # about as many windows as calls (every gap of a launch loop): nearly every call
-                # touches one, so filtering costs more than it saves; calls touching none add 0
-                rows_all = True
-            else:
-                rows_all = False
-            if rows_all:
-                overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
-                if not overlapping:
-                    layers.append((source, st, en, codes, cats, True))
-                    continue
-            # candidates per window: from the first call that may still run at its start to the
-            # last starting before its end (O(log n) each), then the exact overlap test
-            i0 = iv.search(reach, wl, side="right")
-            i1 = iv.search(st, wh, side="left")
-            n = int(np.maximum(i1 - i0, 0).sum())
-            if n == 0:
+            rows = _touching(st, en, reach, wl, wh)
+            if rows is None:  # every call, and they never overlap
+                layers.append((source, st, en, codes, cats, True))
                 continue
-            if n <= len(st) * REACH_MAX_SHARE:
-                win, rows = _spans(i0, i1)
-                del i0, i1
-                hit = np.zeros(len(st), dtype=bool)  # distinct rows in order, without a sort
-                hit[rows[en[rows] > wl[win]]] = True
-                del win
-                rows = np.flatnonzero(hit)
-            else:  # a long call early on keeps the running maximum high: test every call instead
-                del i0, i1
-                j = iv.search(wh, st, side="right")  # first window ending after st
-                np.minimum(j, len(wh) - 1, out=j)
-                hit = st < wh[j]
-                hit &= wl[j] < en
-                del j
-                rows = np.flatnonzero(hit)
-            del hit
             if rows.size == 0:
                 continue
             st, en, codes = st[rows], en[rows], codes[rows]
             # (start-sorted calls never overlap iff each starts at or after the previous one's end)
             overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
-            if not overlapping:
+            if source == "nvtx" and nvtx_sweep:
+                layers.append((source, st, en, codes, cats, False))
+            elif not overlapping:
                 layers.append((source, st, en, codes, cats, True))
             elif source == "nvtx" and st.size <= INNERMOST_MAX:
                 # nested ranges as the disjoint segments of their innermost range: the batched path
@@ -187,8 +179,22 @@ class ThreadActivity:
                 layers.append((source, st, en, codes, cats, False))
         return layers
 
+    def nvtx_swept(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> bool:
+        """Whether ``_layers`` over all the windows [lo, hi) of thread (pid, tid) sweeps its NVTX
+        layer window by window (more than ``INNERMOST_MAX`` nested ranges touch them): the same
+        decision must then hold for every part of those windows summed on its own."""
+        for source, st, en, _codes, _cats, reach in self._thread(pid, tid):
+            if source != "nvtx" or st.size <= INNERMOST_MAX:
+                continue
+            rows = _touching(st, en, reach, *iv.merge(lo, hi))
+            if rows is None or rows.size <= INNERMOST_MAX:
+                return False
+            s, e = st[rows], en[rows]
+            return bool(s.size > 1 and not bool((s[1:] >= e[:-1]).all()))
+        return False
+
     def sums(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray,
-             detail: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+             detail: np.ndarray | None = None, nvtx_sweep: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """What thread (pid, tid) did in each window [lo[w], hi[w]): time per (window, source, name),
         clipped to the window, as flat arrays. Returns (names: source -> code -> name table, win,
         source index into ``SOURCES``, name code, ns), one entry per (window, source, name) with
@@ -197,7 +203,7 @@ class ThreadActivity:
         binary search away (starts and ends are both sorted), clipped, and summed per (window, name)
         with one ``bincount``. Layers the batched path does not take (more nested NVTX ranges than
         ``INNERMOST_MAX``) are swept window by window, for the windows in ``detail`` only (row
-        numbers; all when None)."""
+        numbers; all when None). ``nvtx_sweep``: see ``_layers``."""
         lo = np.asarray(lo, dtype=np.int64)
         hi = np.asarray(hi, dtype=np.int64)
         names: dict[str, np.ndarray] = {}
@@ -205,7 +211,7 @@ class ThreadActivity:
         empty = np.empty(0, np.int64)
         if len(lo) == 0:
             return names, empty, empty, empty, empty
-        layers = self._layers(pid, tid, lo, hi)
+        layers = self._layers(pid, tid, lo, hi, nvtx_sweep)
         for source, st, en, codes, cats, batched in layers:
             names[source] = cats
             if not batched:
@@ -282,6 +288,37 @@ class ThreadActivity:
         """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
         NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
         return self.items_many(pid, tid, [(lo, hi)])[0]
+
+
+def _touching(st: np.ndarray, en: np.ndarray, reach: np.ndarray, wl: np.ndarray, wh: np.ndarray) -> np.ndarray | None:
+    """The rows (ascending) of the start-sorted calls [st, en) that overlap any of the disjoint,
+    sorted windows [wl, wh); None for all of them when the windows are about as many as the calls
+    (every gap of a launch loop: nearly every call touches one, so filtering costs more than it
+    saves) and the calls never overlap (calls touching no window add 0 to every window).
+    ``reach``: the running maximum of ``en``."""
+    if len(wl) * 4 >= len(st) and not (st.size > 1 and not bool((st[1:] >= en[:-1]).all())):
+        return None
+    # candidates per window: from the first call that may still run at its start to the last
+    # starting before its end (O(log n) each), then the exact overlap test
+    i0 = iv.search(reach, wl, side="right")
+    i1 = iv.search(st, wh, side="left")
+    n = int(np.maximum(i1 - i0, 0).sum())
+    if n == 0:
+        return np.empty(0, np.int64)
+    if n <= len(st) * REACH_MAX_SHARE:
+        win, rows = _spans(i0, i1)
+        del i0, i1
+        hit = np.zeros(len(st), dtype=bool)  # distinct rows in order, without a sort
+        hit[rows[en[rows] > wl[win]]] = True
+        del win
+    else:  # a long call early on keeps the running maximum high: test every call instead
+        del i0, i1
+        j = iv.search(wh, st, side="right")  # first window ending after st
+        np.minimum(j, len(wh) - 1, out=j)
+        hit = st < wh[j]
+        hit &= wl[j] < en
+        del j
+    return np.flatnonzero(hit)
 
 
 def _join_column(cols: list[list[np.ndarray]], k: int, dtype: type) -> np.ndarray:
@@ -466,30 +503,42 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     one = bool((pid == pid[0]).all()) and bool((tid == tid[0]).all())
     # one submitting thread (the usual case): its windows are all of them, no positions or copies
     groups = [((int(pid[0]), int(tid[0])), slice(None))] if one else group_rows(pid, tid)
+    fast = _fast_window_best()
     for (p, t), sel in groups:
-        whole = one
-        det_local = np.flatnonzero(is_detail if whole else is_detail[sel])
-        names, win, src, code, ns = index.sums(p, t, lo if whole else lo[sel], hi if whole else hi[sel], det_local)
+        t_lo, t_hi, sp = (lo, hi, span) if one else (lo[sel], hi[sel], span[sel])
+        det_local = np.flatnonzero(is_detail if one else is_detail[sel])
+        sweep = index.nvtx_swept(p, t, t_lo, t_hi)
+        # the windows a chunk at a time: each window's sums, best entry and label depend on it alone,
+        # so the chunks give what all the windows at once give, with a bounded working set (all the
+        # 600k gaps of a launch loop at once: 112 MiB of per-window entries and their copies)
+        for a in range(0, len(t_lo), EXPLAIN_CHUNK):
+            b = min(a + EXPLAIN_CHUNK, len(t_lo))
+            det_c = det_local[np.searchsorted(det_local, a):np.searchsorted(det_local, b)] - a
+            names, win, src, code, ns = index.sums(p, t, t_lo[a:b], t_hi[a:b], det_c, sweep)
+            if len(win) == 0:
+                continue
+            # each window's sync flag and best entry (C, else numpy), then labels for the chosen entries
+            args = (win, src, code, ns, np.ascontiguousarray(sp[a:b], dtype=np.int64),
+                    _sync_table(names.get("cuda_api")))
+            best, sync = _window_best(fast(*args, MIN_LABEL_SHARE)) if fast is not None else _window_best_numpy(*args)
+            del args
+            at = slice(a, b) if one else sel[a:b]  # these windows' positions in ``rows``
+            is_sync[at] = sync
+            has = np.flatnonzero(best >= 0)
+            here = np.ones(b - a, dtype=np.int32)
+            here[has] = _label_ids(labels, names, src, code, best[has])
+            chosen[at] = here
+            del best, sync, has, here
+            if len(det_c):
+                a_, b_ = np.searchsorted(win, det_c), np.searchsorted(win, det_c, side="right")
+                for wl, i0, i1 in zip(det_c.tolist(), a_.tolist(), b_.tolist()):
+                    items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "",
+                              "ns": int(v_), "share": round(int(v_) / int(sp[a + wl]), 4)}
+                             for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
+                    breakdown[rows[a + wl if one else sel[a + wl]]] = sorted(
+                        items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
+            del names, win, src, code, ns
         index.forget(p, t)  # each thread comes once: its copied rows would only pile up
-        if len(win) == 0:
-            continue
-        sp = span if whole else span[sel]
-        # each window's sync flag and best entry (C, else numpy), then labels for the chosen entries
-        fast = _fast_window_best()
-        args = (win, src, code, ns, np.ascontiguousarray(sp, dtype=np.int64), _sync_table(names.get("cuda_api")))
-        best, sync = _window_best(fast(*args, MIN_LABEL_SHARE)) if fast is not None else _window_best_numpy(*args)
-        is_sync[sel] = sync
-        has = np.flatnonzero(best >= 0)
-        here = np.ones(len(sp), dtype=np.int32)
-        here[has] = _label_ids(labels, names, src, code, best[has])
-        chosen[sel] = here
-        if len(det_local):
-            a_, b_ = np.searchsorted(win, det_local), np.searchsorted(win, det_local, side="right")
-            for wl, i0, i1 in zip(det_local.tolist(), a_.tolist(), b_.tolist()):
-                items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "", "ns": int(v_),
-                          "share": round(int(v_) / int(sp[wl]), 4)}
-                         for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
-                breakdown[rows[wl if whole else sel[wl]]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
     for r in detail.tolist():  # explained gaps with nothing traced on their thread
         if breakdown[r] is None:
             breakdown[r] = []

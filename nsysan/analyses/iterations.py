@@ -96,7 +96,7 @@ def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
 
 
 def _coverage(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray, api_all: np.ndarray,
-              dur_all: np.ndarray, owned_total: int, by_thread: dict[tuple[int, int], np.ndarray]) -> float:
+              dur_all: np.ndarray, owned_total: int, by_thread: dict[tuple[int, int], np.ndarray | slice]) -> float:
     """Share of the GPU time (owned ops: their API start and duration) launched inside an instance of
     the range (its rows' pid, tid, start and end): on its thread, or on a thread of the same process
     that has no instance of the range (see the module doc)."""
@@ -119,10 +119,11 @@ def _coverage(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.n
         if not parts:
             continue
         rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        api = api_all[rows]
+        api = api_all[rows]  # (a view when ``rows`` is every row)
         dur = dur_all[rows]
-        order = np.argsort(api, kind="stable")
-        api, dur = api[order], dur[order]
+        if api.size > 1 and not bool((api[1:] >= api[:-1]).all()):  # (a thread's ops: in call order already)
+            order = np.argsort(api, kind="stable")
+            api, dur = api[order], dur[order]
         csum = np.concatenate([[0], np.cumsum(dur)])
         # union of the instances (nested instances of the same name would count twice)
         us, ue = iv.merge(starts[inst], ends[inst])
@@ -144,11 +145,15 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
         return []
     owned = owned if owned is not None else pd.DataFrame(columns=["pid", "tid", "api_start_ns", "start_ns", "end_ns"])
     owned_total = int((owned["end_ns"] - owned["start_ns"]).sum()) if len(owned) else 0
-    by_thread: dict[tuple[int, int], np.ndarray] = {}
+    by_thread: dict[tuple[int, int], np.ndarray | slice] = {}
     api_all = dur_all = np.zeros(0, dtype=np.int64)
     if len(owned):
-        for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
-            by_thread[(int(key[0]), int(key[1]))] = idx
+        o_pid, o_tid = owned["pid"].to_numpy(), owned["tid"].to_numpy()
+        if bool((o_pid == o_pid[0]).all()) and bool((o_tid == o_tid[0]).all()):
+            by_thread[(int(o_pid[0]), int(o_tid[0]))] = slice(None)  # one thread: every row, no positions
+        else:
+            for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
+                by_thread[(int(key[0]), int(key[1]))] = idx
         api_all = owned["api_start_ns"].to_numpy()
         dur_all = owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy()
     # each name's rows (in their order) from one stable sort of the name codes: no frame per name

@@ -14,6 +14,8 @@ start, a binary search per range and a sparse-table min/max (nsys 2022.4 did not
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -78,18 +80,23 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
     p_end = np.full(n, -1, dtype=np.int64)
     if owned is None:
         owned = owned_ops(trace, ops)
-    by_thread = dict(group_rows(owned["pid"].to_numpy(), owned["tid"].to_numpy()))
+    o_pid, o_tid = owned["pid"].to_numpy(), owned["tid"].to_numpy()
+    if len(owned) and bool((o_pid == o_pid[0]).all()) and bool((o_tid == o_tid[0]).all()):
+        by_thread: dict[Any, Any] = {(int(o_pid[0]), int(o_tid[0])): None}  # one thread: all of owned
+    else:
+        by_thread = dict(group_rows(o_pid, o_tid))
     for key, idx in r.groupby(["pid", "tid"], sort=False).indices.items():
-        rows = by_thread.get(key)
-        if rows is None:
+        if key not in by_thread:
             continue
+        rows = by_thread[key]
         # owned is sorted by (pid, tid, api_start_ns), so each slice is too; one thread: no copy
-        o = owned if len(rows) == len(owned) else owned.iloc[rows]
+        o = owned if rows is None or len(rows) == len(owned) else owned.iloc[rows]
         api_start = o["api_start_ns"].to_numpy()
         corr = o["correlation_id"].to_numpy()
         first = np.ones(len(o), dtype=bool)  # one launch = one correlation id (graph nodes share it)
         np.not_equal(corr[1:], corr[:-1], out=first[1:])
-        launches_before = np.zeros(len(o) + 1, dtype=np.int64)
+        # launches before each position: int32 where they fit (a count per op of a million-op thread)
+        launches_before = np.zeros(len(o) + 1, dtype=np.int32 if len(o) < 1 << 31 else np.int64)
         np.cumsum(first, out=launches_before[1:])
         del first
         lo = np.searchsorted(api_start, r["start_ns"].to_numpy()[idx], side="left")
