@@ -52,10 +52,12 @@ class ThreadActivity:
     def __init__(self, trace: Trace) -> None:
         nv = trace.nvtx.loc[(trace.nvtx["style"] != "Mark") & trace.nvtx["end_ns"].notna()]
         nv = nv.assign(end_ns=nv["end_ns"].astype("int64"))
-        # per source: its frame and, once built, its rows grouped by thread (``_thread_rows``)
+        # per source: its frame; once asked, its one thread's packed key (None: several threads) and,
+        # past ``FEW_THREADS`` threads asked for, its rows grouped by thread (``_thread_rows``)
         self._sources: list[tuple[str, pd.DataFrame]] = [
             (source, df) for source, df in (("cuda_api", trace.cuda_api), ("osrt", trace.osrt), ("nvtx", nv)) if len(df)]
-        self._grouped: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._single: dict[str, int | None] = {}
+        self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._asked: dict[str, int] = {}
         self._rows: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
 
@@ -67,14 +69,14 @@ class ThreadActivity:
         of packed pid/tid keys) and each thread is one binary search away, however many threads
         the explained gaps touch."""
         p, t = df["pid"].to_numpy(), df["tid"].to_numpy()
-        if source not in self._grouped:
+        packed = (pid << 24) | tid
+        if source not in self._single:
             one = bool((p == p[0]).all()) and bool((t == t[0]).all())
-            self._grouped[source] = (np.array([(int(p[0]) << 24) | int(t[0])], np.int64), np.zeros(0, np.int64)) \
-                if one else None
-        g = self._grouped[source]
-        if g is not None and len(g[0]) == 1 and len(g[1]) == 0:  # a single-thread source
-            return slice(None) if int(g[0][0]) == (pid << 24) | tid else np.zeros(0, np.int64)
-        if g is None:
+            self._single[source] = (int(p[0]) << 24) | int(t[0]) if one else None
+        single = self._single[source]
+        if single is not None:
+            return slice(None) if single == packed else np.zeros(0, np.int64)
+        if source not in self._grouped:
             asked = self._asked[source] = self._asked.get(source, 0) + 1
             if asked <= FEW_THREADS:
                 hit = p == pid
@@ -83,10 +85,9 @@ class ThreadActivity:
                 return slice(None) if len(rows) == len(df) else rows
             key = (p.astype(np.int64) << 24) | t.astype(np.int64)
             order = np.argsort(key, kind="stable")
-            g = self._grouped[source] = (key[order], order)
+            self._grouped[source] = (key[order], order)
             del key
-        sorted_keys, order = g
-        packed = (pid << 24) | tid
+        sorted_keys, order = self._grouped[source]
         a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
         return slice(None) if b - a == len(df) else np.sort(order[a:b])
 
