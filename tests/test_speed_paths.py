@@ -773,6 +773,9 @@ def test_median_per_key_equals_pandas(pairs):
     assert keys.tolist() == want.index.tolist()
     assert med.tolist() == want.tolist()
     assert _median_by(key, v).tolist() == want.loc[key].tolist()
+    mine = v.copy()  # the caller's own temporary, overwritten: the same medians
+    k2, m2 = _median_per_key(key, mine, own=True)
+    assert k2.tolist() == keys.tolist() and m2.tolist() == med.tolist()
 
 
 @pytest.mark.parametrize("name", ["decode_eager", "launch_eager", "ladder_baseline"])

@@ -113,8 +113,11 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
         v = lau[col].to_numpy()[order]
         return np.array([np.median(v[bounds[i]:bounds[i + 1]]) for i in range(len(uniq))], dtype=np.float64)
 
-    dom = lau["launch_dominated"].to_numpy(dtype=bool)[order].astype(np.float64)
-    frac = np.add.reduceat(dom, bounds[:-1]) / counts
+    # launch-dominated launches counted per group (exact integers: the float sums they replace gave
+    # the same shares), from the group ids of those launches only: no float per launch
+    dom = lau["launch_dominated"].to_numpy(dtype=bool)
+    dom = dom if rows is None else dom[rows]
+    frac = np.bincount(gid[dom], minlength=len(uniq)) / counts
     return pd.DataFrame({
         "api_name": pd.Categorical.from_codes(uniq // max(len(kn.categories), 1), dtype=an.dtype),
         "name": pd.Categorical.from_codes(uniq % max(len(kn.categories), 1), dtype=kn.dtype),

@@ -55,7 +55,7 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     gpu_ns, api_ns = lau["gpu_ns"].to_numpy(), lau["api_ns"].to_numpy()
     # each kernel's median launch cost (one per key), then the launches a chunk at a time: no
     # float or int64 array of every launch (the 1.2M launches of a 245 MB trace: 87 -> 30 MiB)
-    keys, med_of = _median_per_key(key[rows], api_ns[rows])
+    keys, med_of = _median_per_key(key[rows], api_ns[rows], own=True)
     dom_parts: list[np.ndarray] = []
     saving = 0
     for a in range(0, len(rows), CHUNK):
@@ -93,8 +93,8 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     top = lau[cols].iloc[top_rows(api_ns, dom, 10)]
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims,
                   message=f"{len(dom)} of {len(rows)} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
-                          f"to launch (median {fmt_ns(np.median(api_ns[dom]))}) than to run (median "
-                          f"{fmt_ns(np.median(gpu_ns[dom]))}); launch cost above run time {fmt_ns(saving)} (each "
+                          f"to launch (median {fmt_ns(np.median(api_ns[dom], overwrite_input=True))}) than to run "
+                          f"(median {fmt_ns(np.median(gpu_ns[dom], overwrite_input=True))}); launch cost above run time {fmt_ns(saving)} (each "
                           f"launch capped at its kernel's median).{graph_note}{once}{steady_cpu(ctx)}",
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
 
@@ -107,8 +107,9 @@ def first_launches(key: np.ndarray, api_start: np.ndarray, fast: bool = True) ->
     first = np.zeros(len(key), dtype=bool)
     if (fast and len(key) > 1 and int(key.min()) >= 0 and int(key.max()) < 8 * len(key) + (1 << 20)
             and bool((api_start[1:] >= api_start[:-1]).all())):
-        pos = np.full(int(key.max()) + 1, -1, dtype=np.int64)
-        pos[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+        pt = np.int32 if len(key) < 1 << 31 else np.int64  # positions: half the room of int64
+        pos = np.full(int(key.max()) + 1, -1, dtype=pt)
+        pos[key[::-1]] = np.arange(len(key) - 1, -1, -1, dtype=pt)
         first[pos[pos >= 0]] = True
         return first
     order = np.lexsort((api_start, key))
@@ -144,18 +145,23 @@ def _median_by(key: np.ndarray, v: np.ndarray) -> np.ndarray:
     return med[np.searchsorted(keys, key)]
 
 
-def _median_per_key(key: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct keys (ascending) and the median of ``v`` over each key's elements."""
+def _median_per_key(key: np.ndarray, v: np.ndarray, own: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys (ascending) and the median of ``v`` over each key's elements. ``own``: ``v``
+    is a temporary of the caller's, int64, that may be overwritten (no copy of it is made)."""
     vi = np.asarray(v)
     if len(vi) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     if vi.dtype.kind in "iu" and int(vi.min()) >= 0 and int(vi.max()) < (1 << 40) \
             and int(key.min()) >= 0 and int(key.max()) < (1 << 23):
         # one int64 array, sorted in place: each key's values come out contiguous and ordered, so
-        # its median is a position
-        c = key.astype(np.int64)
-        c <<= 40
-        c |= vi.astype(np.int64, copy=False)
+        # its median is a position; the key goes in above the value a chunk at a time (no int64
+        # copy of every key)
+        c = vi if own and vi.dtype == np.int64 else vi.astype(np.int64)
+        for a in range(0, len(c), CHUNK):
+            k = key[a:a + CHUNK].astype(np.int64)
+            k <<= 40
+            c[a:a + CHUNK] |= k
+        del k
         c.sort()
         n_keys = int(key.max()) + 1
         if n_keys <= max(len(c) >> 4, 1024):  # each key's first element by binary search
