@@ -161,7 +161,10 @@ def test_stream_role_equals_the_group_by(analysis, name):
     for rows in groups:
         role, kind = ops["role"].iloc[rows], ops["kind"].iloc[rows]
         for comm in ([], ["ncclDevKernel_AllReduce"]):
-            assert stream_role(role, kind, dur[rows], comm) == _stream_role_by_group_by(role, kind, dur[rows], comm)
+            want = _stream_role_by_group_by(role, kind, dur[rows], comm)
+            assert stream_role(role, kind, dur[rows], comm) == want
+            # the whole columns and the stream's rows (the timeline's way: no copies per stream)
+            assert stream_role(ops["role"], ops["kind"], dur, comm, rows) == want
     # missing keys are left out, as the group-by leaves them out
     role = pd.Series(pd.Categorical(["compute", None, "memcpy", "memcpy"]))
     kind = pd.Series(pd.Categorical([None, "HtoD", "HtoD", "DtoH"]))

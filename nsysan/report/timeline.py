@@ -166,7 +166,9 @@ def _groups(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray | slice
     """``group_rows(*keys)`` with each group's row count, and ``ALL`` for a group of every row (one
     thread, one stream: no array of millions of positions kept while the lanes wait)."""
     n = len(keys[0]) if keys else 0
-    return [(k, ALL if len(r) == n else r, len(r)) for k, r in group_rows(*keys)]
+    # positions kept while the lanes wait their turn: int32 where they fit (half the room)
+    pt = np.int32 if n < 1 << 31 else np.int64
+    return [(k, ALL if len(r) == n else r.astype(pt, copy=False), len(r)) for k, r in group_rows(*keys)]
 
 
 def _op_kinds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -216,25 +218,36 @@ def _gap_key(gaps: pd.DataFrame, rows: np.ndarray | slice) -> np.ndarray:
     return _gap_keys(gaps, rows)[0]
 
 
-def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: list[str]) -> str:
+def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: list[str],
+                rows: np.ndarray | slice = ALL) -> str:
     """What a stream mostly does, by GPU time: ``compute``, ``NCCL`` (or ``communication`` for other
     libraries' collectives), ``copies H2D`` / ``D2H`` / ``D2D`` ..., ``memsets``. ``role`` and ``kind``
-    are the stream's ops' ``role`` and (memcpy) ``kind`` columns, ``comm_names`` its communication
-    kernels' names."""
+    are the ops' ``role`` and (memcpy) ``kind`` columns, ``dur`` their durations, ``comm_names`` the
+    stream's communication kernels' names; ``rows``: the stream's ops among them (positions,
+    ascending), all by default."""
     # GPU time per (role, kind) present, rows with a missing key left out (as a group-by drops them),
-    # on codes (a categorical's own: no text per op); the label does not depend on the codes' order
+    # on codes (a categorical's own: no text per op); the label does not depend on the codes' order.
+    # A stream's ops are a mask over the columns and each (role, kind) sum a masked sum: no copy of
+    # the stream's durations or a key per op (a stream of a million kernels: 47 -> 3 MiB)
     r_codes, r_vals = _factor(role)
     k_codes, k_vals = _factor(kind)
-    ok = (r_codes >= 0) & (k_codes >= 0)
+    d = np.asarray(dur, dtype=np.int64)
+    ok = r_codes >= 0
+    ok &= k_codes >= 0
+    if not isinstance(rows, slice) and len(rows) != len(d):
+        sel = np.zeros(len(d), dtype=bool)
+        sel[rows] = True
+        ok &= sel
+        del sel
     if not ok.any():
         return "empty"
-    key = r_codes[ok].astype(np.int64) * len(k_vals) + k_codes[ok]
-    d = np.asarray(dur, dtype=np.int64)[ok]
-    present = np.flatnonzero(np.bincount(key, minlength=len(r_vals) * len(k_vals)))
-    # a stream has a key or two: a sum per key (exact int64), not a scatter-add per op
-    sums = [int(d.sum())] if len(present) == 1 else [int(d[key == c].sum()) for c in present.tolist()]
-    return role_label([((r_vals[c // len(k_vals)], k_vals[c % len(k_vals)]), v)
-                       for c, v in zip(present.tolist(), sums)], comm_names)
+    per = []
+    for r in distinct(r_codes[ok]).tolist():
+        on_r = ok & (r_codes == r)
+        for k in distinct(k_codes[on_r]).tolist():
+            m = on_r & (k_codes == k)
+            per.append(((r_vals[r], k_vals[k]), int(np.sum(d, where=m, dtype=np.int64))))  # exact int64
+    return role_label(per, comm_names)
 
 
 def _factor(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -375,7 +388,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
             comm = _rows(comm_all, rows)
             comm_names = [names.names[i] for i in distinct(nm(comm)).tolist()] if comm.any() else []
             del comm
-            role = stream_role(ops["role"].iloc[rows], ops["kind"].iloc[rows], _rows(dur_all, rows), comm_names)
+            role = stream_role(ops["role"], ops["kind"], dur_all, comm_names, rows)
             add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
                 lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
                                           nm(), _rows(code_all, rows), None))
