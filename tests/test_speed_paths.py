@@ -869,3 +869,48 @@ def test_gap_explanation_in_any_chunks_equals_one_pass(api_rows, osrt_rows, nvtx
             assert explain(2, 0, inner) == one_pass
     finally:
         G.EXPLAIN_CHUNK, G.FEW_THREADS, G.INNERMOST_MAX = saved
+
+
+@needs_c
+@given(st.lists(st.tuples(st.integers(-50, 10**6), st.integers(-5, 10**4), st.integers(0, 5), st.booleans()),
+                min_size=1, max_size=120), st.integers(-10**6, 10**6), st.booleans())
+@example([(5, 3, 1, True), (2, 4, 0, True)], 0, False)  # starts that decrease along the rows: no result
+@example([(-40, 3, 1, True), (7, -2, 2, False), (9, 1, 0, True)], 0, True)  # a start before t0: clamped
+def test_a_lane_read_through_its_rows_equals_its_copies(ops, t0, sort):
+    """``encode_lane_rows`` (the C lane reading the whole columns at the lane's positions) gives the
+    text and busy length that ``encode_lane`` gives on copies of the lane's rows, or None (starts
+    that decrease along the rows) and the caller copies."""
+    if sort:
+        ops = sorted(ops)
+    s = np.array([o[0] for o in ops], np.int64)
+    e = s + np.array([o[1] for o in ops], np.int64)
+    name = np.array([o[2] for o in ops], np.int8)
+    kind = np.array([o[2] % 3 for o in ops], np.int8)
+    rows = np.flatnonzero([o[3] for o in ops])
+    if len(rows) == 0:
+        return
+    got = timeline.encode_lane_rows(s, e, name, kind, rows, t0)
+    if bool((np.diff(s[rows]) < 0).any()):
+        assert got is None
+        return
+    text, _, covered = timeline.encode_lane(s[rows], e[rows], name[rows], kind[rows], None, t0)
+    assert got == (text, covered)
+    assert timeline.encode_lane_rows(s, e, name, 4, rows, t0) == timeline.encode_lane(s[rows], e[rows], name[rows], 4,
+                                                                                        None, t0)[::2]
+
+
+def test_the_timeline_reads_a_big_lane_through_its_rows(analysis, monkeypatch):
+    """The stream of all but a handful of a trace's kernels is read through its positions (no copies
+    of its times), and the report's lanes are what copies give."""
+    a = analysis("launch_eager")
+    ops = a.ops
+    keys = ops["stream_id"].to_numpy()
+    if len(np.unique(keys)) < 2:
+        pytest.skip("one stream: its lane is the columns themselves")
+    used = []
+    real = timeline.encode_lane_rows
+    monkeypatch.setattr(timeline, "encode_lane_rows", lambda *x: used.append(1) or real(*x))
+    through = timeline._build_timeline(a)
+    monkeypatch.setattr(timeline, "encode_lane_rows", lambda *x: None)
+    copied = timeline._build_timeline(a)
+    assert used and through == copied

@@ -100,6 +100,41 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     return deflate.text(held), order, covered
 
 
+ROWS_CHECK = 1 << 18  # positions checked together for start order (encode_lane_rows)
+
+
+def encode_lane_rows(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray | int,
+                     rows: np.ndarray, t0: int) -> tuple[str, int] | None:
+    """``encode_lane`` of the ops at ``rows`` (ascending positions into the whole columns ``start``,
+    ``end``, ``name`` and ``kind``), read through the positions by the C lane instead of copies of
+    every column (a stream of all but a few of a million ops: two int64 copies of its times were
+    the lane's largest temporaries); the same text and busy length. None where that does not apply
+    (no extension, starts that decrease along the rows, a shift by ``t0`` that wraps): the caller
+    then copies the lane's rows."""
+    from nsysan.trace import direct
+
+    fast = direct.c_pass("lane")
+    s, e = np.asarray(start), np.asarray(end)
+    if fast is None or s.dtype != np.int64 or e.dtype != np.int64 or not s.flags.c_contiguous \
+            or not e.flags.c_contiguous or len(rows) == 0:
+        return None
+    lo, hi = int(s.min()), int(s.max())  # bounds of every row: within them, the lane's rows do not wrap
+    if not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63)):
+        return None
+    last = None
+    for a in range(0, len(rows), ROWS_CHECK):  # the lane's starts in row order: its start order
+        x = s[rows[a:a + ROWS_CHECK]]
+        if (last is not None and int(x[0]) < last) or not bool((x[1:] >= x[:-1]).all()):
+            return None
+        last = int(x[-1])
+        del x
+    got = fast(np.ascontiguousarray(rows, dtype=np.int64), s, e, direct.int_buffer(name),
+               int(kind) if np.ndim(kind) == 0 else direct.int_buffer(kind), None, int(t0))
+    held, covered = [got[0]], got[1]
+    del got
+    return deflate.text(held), covered
+
+
 def varints(columns: tuple[np.ndarray, ...]) -> bytes:
     """``varint`` of each column, concatenated: in one C pass when the extension has it (``_btree``;
     about 15x faster on millions of ops, the same bytes), else with numpy."""
@@ -130,7 +165,7 @@ class _Names:
         codes, texts = _text_codes(values, rows)
         if len(codes) == 0:
             return np.zeros(0, dtype=np.int64)
-        lut = np.array([self.id(t) for t in texts], dtype=np.int32)  # ids number far below 2^31
+        lut = _narrow(np.array([self.id(t) for t in texts], dtype=np.int32))  # ids number far below 2^31
         return lut[codes]
 
     def ids_later(self, values: pd.Series, rows: np.ndarray) -> Any:
@@ -144,16 +179,24 @@ class _Names:
             return lambda mask=None: nm if mask is None else nm[mask]
         # a categorical column: its categories then "nan" are numbered, as ``_text_codes`` lists them;
         # a missing value's code -1 picks the last entry ("nan"), as _text_codes' where does
-        lut = np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int32)
+        lut = _narrow(np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int32))
 
         def make(mask: np.ndarray | None = None) -> np.ndarray:
             codes = _rows(np.asarray(arr.codes), rows)
             return lut[codes if mask is None else codes[mask]]
 
+        make.every = lambda: lut[np.asarray(arr.codes)]  # type: ignore[attr-defined]  # every row's id
         return make
 
 
 ALL = slice(None)  # every row of a table: its lane uses the columns themselves
+
+
+def _narrow(ids: np.ndarray) -> np.ndarray:
+    """Name ids in the narrowest of int8, int16 and int32 that holds them (the C lane reads any of
+    them): one id per op of a lane of millions, a quarter of the room when the names are few."""
+    top = int(ids.max(initial=0))
+    return ids.astype(np.int8 if top < 1 << 7 else np.int16 if top < 1 << 15 else np.int32, copy=False)
 
 
 def _rows(col: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
@@ -169,6 +212,20 @@ def _groups(*keys: np.ndarray) -> list[tuple[tuple[int, ...], np.ndarray | slice
     # positions kept while the lanes wait their turn: int32 where they fit (half the room)
     pt = np.int32 if n < 1 << 31 else np.int64
     return [(k, ALL if len(r) == n else r.astype(pt, copy=False), len(r)) for k, r in group_rows(*keys)]
+
+
+def _through_rows(whole: Any, t0: int) -> tuple[str, int, int] | None:
+    """A lane of most of its table's rows encoded through its positions (``encode_lane_rows``):
+    (text, busy length, ops), or None (then its rows are copied). ``whole``: (rows, the table's
+    length, a function giving the table's starts, ends, name ids and kinds), or None. Below half the
+    table, the copies cost less than the table's name id of every row."""
+    if whole is None:
+        return None
+    rows, n_table, columns = whole
+    if isinstance(rows, slice) or len(rows) * 2 < n_table:
+        return None
+    got = encode_lane_rows(*columns(), rows, t0)
+    return None if got is None else (got[0], got[1], len(rows))
 
 
 def _op_kinds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -364,12 +421,19 @@ def _build_timeline(a: Any) -> dict[str, Any]:
 
     jobs: list[tuple[Any, ...]] = []
 
-    def add(label: str, group: str, make: Any) -> None:
+    def add(label: str, group: str, make: Any, whole: Any = None) -> None:
         # encoded below, lanes on threads; ``make`` gives the lane's (starts, ends, name ids, kinds,
-        # depths) when the lane is encoded, so only the lanes being encoded hold per-op arrays
-        jobs.append((label, group, make))
+        # depths) when the lane is encoded, so only the lanes being encoded hold per-op arrays;
+        # ``whole``, for a lane of most of a table's rows: (its rows, a function giving the table's
+        # starts, ends, name ids and kinds), read through the rows instead of copied
+        jobs.append((label, group, make, whole))
 
-    def lane(label: str, group: str, make: Any) -> dict[str, Any]:
+    def lane(label: str, group: str, make: Any, whole: Any = None) -> dict[str, Any]:
+        got = _through_rows(whole, t0)
+        if got is not None:
+            data, covered, n = got
+            return {"label": label, "group": group, "n": n, "rows": 1,
+                    "busy": round(float(covered) / span if span > 0 and n else 0.0, 6), "data": data}
         s, e, nm, kind, depth = make()
         data, order, covered = encode_lane(s, e, nm, kind, depth, t0)
         del order
@@ -391,7 +455,9 @@ def _build_timeline(a: Any) -> dict[str, Any]:
             role = stream_role(ops["role"], ops["kind"], dur_all, comm_names, rows)
             add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
                 lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
-                                          nm(), _rows(code_all, rows), None))
+                                          nm(), _rows(code_all, rows), None),
+                (rows, len(ops), lambda nm=nm: (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), nm.every(),
+                                               code_all)) if hasattr(nm, "every") else None)
     if len(gaps):
         gap_key, cause_text, act_text = _gap_keys(gaps)  # a name per (cause, activity), not per gap
         na = len(act_text)
@@ -402,7 +468,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
 
         for (dev,), rows, n in _groups(gaps["device_id"].to_numpy()):
             keys = np.unique(_rows(gap_key, rows))
-            lut = np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int32)
+            lut = _narrow(np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int32))
             # each gap's name id (keys sorted: a search gives np.unique's inverse), when the lane is
             # encoded where the keys can be made again from categorical codes
             later = all(isinstance(gaps[c].array, pd.Categorical) for c in ("cause", "activity"))
@@ -431,7 +497,9 @@ def _build_timeline(a: Any) -> dict[str, Any]:
             add(f"CUDA API · {thread(*key)}", "api",
                 lambda rows=rows, n=n, nm=nm: (
                     _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
-                    API, None))
+                    API, None),
+                (rows, len(api), lambda nm=nm: (api["start_ns"].to_numpy(), api["end_ns"].to_numpy(), nm.every(), API))
+                if hasattr(nm, "every") else None)
     # the lanes encode independently: numpy's sorts and deflate release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
     from nsysan.analysis import default_workers, event_rows
