@@ -137,6 +137,19 @@ def sort_rows(df: pd.DataFrame, keys: tuple[np.ndarray, ...]) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def one_key(*keys: np.ndarray) -> tuple[int, ...] | None:
+    """The one value of each key array when every row has the same values (one process, one thread:
+    the common case), else None (no rows, or several combinations): a comparison pass, no positions
+    (``group_rows`` gives one array of every row's position for a single group)."""
+    if len(keys) == 0 or len(keys[0]) == 0:
+        return None
+    for k in keys:
+        v = np.asarray(k)
+        if not (is_constant_column(v) or bool((v == v[0]).all())):
+            return None
+    return tuple(int(np.asarray(k)[0]) for k in keys)
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values, as ``np.unique``, without a sort or hash of millions: one comparison
     pass when they are all equal (one process, one device, one thread: the common case), a count

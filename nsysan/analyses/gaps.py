@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import count_sum, distinct, group_rows, rows_of, take, top_rows
+from nsysan.analyses.frames import count_sum, distinct, group_rows, one_key, rows_of, take, top_rows
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace, constant_column
@@ -71,8 +71,8 @@ class ThreadActivity:
         p, t = df["pid"].to_numpy(), df["tid"].to_numpy()
         packed = (pid << 24) | tid
         if source not in self._single:
-            one = bool((p == p[0]).all()) and bool((t == t[0]).all())
-            self._single[source] = (int(p[0]) << 24) | int(t[0]) if one else None
+            only = one_key(p, t)
+            self._single[source] = None if only is None else (only[0] << 24) | only[1]
         single = self._single[source]
         if single is not None:
             return slice(None) if single == packed else np.zeros(0, np.int64)
@@ -501,9 +501,10 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     is_detail = np.zeros(len(rows), dtype=bool)
     is_detail[np.searchsorted(rows, detail)] = True
     index = ThreadActivity(trace)
-    one = bool((pid == pid[0]).all()) and bool((tid == tid[0]).all())
+    only = one_key(pid, tid)
+    one = only is not None
     # one submitting thread (the usual case): its windows are all of them, no positions or copies
-    groups = [((int(pid[0]), int(tid[0])), slice(None))] if one else group_rows(pid, tid)
+    groups = [(only, slice(None))] if one else group_rows(pid, tid)
     fast = _fast_window_best()
     for (p, t), sel in groups:
         t_lo, t_hi, sp = (lo, hi, span) if one else (lo[sel], hi[sel], span[sel])

@@ -66,6 +66,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import one_key
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.libranges import library_of
 from nsysan.errors import UsageError
@@ -148,9 +149,9 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     by_thread: dict[tuple[int, int], np.ndarray | slice] = {}
     api_all = dur_all = np.zeros(0, dtype=np.int64)
     if len(owned):
-        o_pid, o_tid = owned["pid"].to_numpy(), owned["tid"].to_numpy()
-        if bool((o_pid == o_pid[0]).all()) and bool((o_tid == o_tid[0]).all()):
-            by_thread[(int(o_pid[0]), int(o_tid[0]))] = slice(None)  # one thread: every row, no positions
+        only = one_key(owned["pid"].to_numpy(), owned["tid"].to_numpy())
+        if only is not None:
+            by_thread[only] = slice(None)  # one thread: every row, no positions
         else:
             for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
                 by_thread[(int(key[0]), int(key[1]))] = idx

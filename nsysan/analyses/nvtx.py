@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import group_rows, sort_rows
+from nsysan.analyses.frames import group_rows, one_key, sort_rows
 from nsysan.analyses.intervals import min_max_over
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace
@@ -81,10 +81,9 @@ def ranges(trace: Trace, ops: pd.DataFrame, owned: pd.DataFrame | None = None) -
     if owned is None:
         owned = owned_ops(trace, ops)
     o_pid, o_tid = owned["pid"].to_numpy(), owned["tid"].to_numpy()
-    if len(owned) and bool((o_pid == o_pid[0]).all()) and bool((o_tid == o_tid[0]).all()):
-        by_thread: dict[Any, Any] = {(int(o_pid[0]), int(o_tid[0])): None}  # one thread: all of owned
-    else:
-        by_thread = dict(group_rows(o_pid, o_tid))
+    only = one_key(o_pid, o_tid)
+    # one thread: all of owned (None), no array of every row's position
+    by_thread: dict[Any, Any] = {only: None} if only is not None else dict(group_rows(o_pid, o_tid))
     for key, idx in r.groupby(["pid", "tid"], sort=False).indices.items():
         if key not in by_thread:
             continue

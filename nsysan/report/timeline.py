@@ -83,8 +83,7 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     fast = direct.c_pass("lane")
     s = np.ascontiguousarray(start, dtype=np.int64)
     e = np.ascontiguousarray(end, dtype=np.int64)
-    lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)
-    if fast is None or not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63)):  # a shift that wraps: numpy's way
+    if fast is None or _wraps(s, t0):  # a shift that wraps: numpy's way
         if np.ndim(kind) == 0:
             kind = np.full(len(s), int(kind), dtype=np.int64)
         text, order = encode_ops(s - t0, e - t0, name, kind, depth)
@@ -93,11 +92,26 @@ def encode_lane(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.n
     # the order of start - t0, as the shift does not wrap; none (the rows as they are) when the
     # starts are sorted already (the usual case: no argsort, no positions array)
     order = None if len(s) < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
+    text, covered = _c_lane(fast, order, s, e, name, kind, depth, t0)
+    return text, order, covered
+
+
+def _wraps(s: np.ndarray, t0: int) -> bool:
+    """Whether shifting some start of ``s`` by ``-t0`` leaves int64 (the C lane then does not apply)."""
+    lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)
+    return not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63))
+
+
+def _c_lane(fast: Any, order: np.ndarray | None, s: np.ndarray, e: np.ndarray, name: np.ndarray,
+            kind: np.ndarray | int, depth: np.ndarray | None, t0: int) -> tuple[str, int]:
+    """``_btree.lane`` (the ops at ``order`` of the columns, or every row) deflated: (text, busy length)."""
+    from nsysan.trace import direct
+
     got = fast(order, s, e, direct.int_buffer(name), int(kind) if np.ndim(kind) == 0 else direct.int_buffer(kind),
                None if depth is None else np.ascontiguousarray(depth, dtype=np.int64), int(t0))
     held, covered = [got[0]], got[1]
     del got
-    return deflate.text(held), order, covered
+    return deflate.text(held), covered
 
 
 ROWS_CHECK = 1 << 18  # positions checked together for start order (encode_lane_rows)
@@ -109,17 +123,16 @@ def encode_lane_rows(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind:
     ``end``, ``name`` and ``kind``), read through the positions by the C lane instead of copies of
     every column (a stream of all but a few of a million ops: two int64 copies of its times were
     the lane's largest temporaries); the same text and busy length. None where that does not apply
-    (no extension, starts that decrease along the rows, a shift by ``t0`` that wraps): the caller
-    then copies the lane's rows."""
+    (no extension, no name id for every row, starts that decrease along the rows, a shift by ``t0``
+    that wraps): the caller then copies the lane's rows."""
     from nsysan.trace import direct
 
     fast = direct.c_pass("lane")
     s, e = np.asarray(start), np.asarray(end)
     if fast is None or s.dtype != np.int64 or e.dtype != np.int64 or not s.flags.c_contiguous \
-            or not e.flags.c_contiguous or len(rows) == 0:
+            or not e.flags.c_contiguous or len(rows) == 0 or name is None:
         return None
-    lo, hi = int(s.min()), int(s.max())  # bounds of every row: within them, the lane's rows do not wrap
-    if not (-(1 << 63) <= lo - t0 and hi - t0 < (1 << 63)):
+    if _wraps(s, t0):  # (bounds of every row: within them, the lane's rows do not wrap)
         return None
     last = None
     for a in range(0, len(rows), ROWS_CHECK):  # the lane's starts in row order: its start order
@@ -128,11 +141,7 @@ def encode_lane_rows(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind:
             return None
         last = int(x[-1])
         del x
-    got = fast(np.ascontiguousarray(rows, dtype=np.int64), s, e, direct.int_buffer(name),
-               int(kind) if np.ndim(kind) == 0 else direct.int_buffer(kind), None, int(t0))
-    held, covered = [got[0]], got[1]
-    del got
-    return deflate.text(held), covered
+    return _c_lane(fast, np.ascontiguousarray(rows, dtype=np.int64), s, e, name, kind, None, t0)
 
 
 def varints(columns: tuple[np.ndarray, ...]) -> bytes:
@@ -172,20 +181,20 @@ class _Names:
         """``ids(values, rows)`` as a function that makes the array when called: the names are
         numbered now (in the same order as ``ids``), the one id per row only when its lane is
         encoded, so the lanes waiting their turn hold no per-row arrays. A function of an optional
-        mask over ``rows``."""
+        mask over ``rows``; with ``every``, the id of every row of ``values`` (None where the column
+        is not categorical)."""
         arr = values.array
-        if not isinstance(arr, pd.Categorical):
+        if not isinstance(arr, pd.Categorical):  # (no id for every row: numbering them would add names)
             nm = self.ids(values, None if isinstance(rows, slice) else rows)
-            return lambda mask=None: nm if mask is None else nm[mask]
+            return lambda mask=None, every=False: None if every else nm if mask is None else nm[mask]
         # a categorical column: its categories then "nan" are numbered, as ``_text_codes`` lists them;
         # a missing value's code -1 picks the last entry ("nan"), as _text_codes' where does
         lut = _narrow(np.array([self.id(t) for t in [str(c) for c in arr.categories] + ["nan"]], dtype=np.int32))
 
-        def make(mask: np.ndarray | None = None) -> np.ndarray:
-            codes = _rows(np.asarray(arr.codes), rows)
+        def make(mask: np.ndarray | None = None, every: bool = False) -> np.ndarray:
+            codes = np.asarray(arr.codes) if every else _rows(np.asarray(arr.codes), rows)
             return lut[codes if mask is None else codes[mask]]
 
-        make.every = lambda: lut[np.asarray(arr.codes)]  # type: ignore[attr-defined]  # every row's id
         return make
 
 
@@ -195,8 +204,9 @@ ALL = slice(None)  # every row of a table: its lane uses the columns themselves
 def _narrow(ids: np.ndarray) -> np.ndarray:
     """Name ids in the narrowest of int8, int16 and int32 that holds them (the C lane reads any of
     them): one id per op of a lane of millions, a quarter of the room when the names are few."""
-    top = int(ids.max(initial=0))
-    return ids.astype(np.int8 if top < 1 << 7 else np.int16 if top < 1 << 15 else np.int32, copy=False)
+    from nsysan.trace.load import narrow_type
+
+    return ids.astype(narrow_type(0, int(ids.max(initial=0)), "int8") or np.int32, copy=False)
 
 
 def _rows(col: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
@@ -456,8 +466,8 @@ def _build_timeline(a: Any) -> dict[str, Any]:
             add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
                 lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
                                           nm(), _rows(code_all, rows), None),
-                (rows, len(ops), lambda nm=nm: (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), nm.every(),
-                                               code_all)) if hasattr(nm, "every") else None)
+                (rows, len(ops), lambda nm=nm: (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), nm(every=True),
+                                               code_all)))
     if len(gaps):
         gap_key, cause_text, act_text = _gap_keys(gaps)  # a name per (cause, activity), not per gap
         na = len(act_text)
@@ -498,8 +508,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
                 lambda rows=rows, n=n, nm=nm: (
                     _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
                     API, None),
-                (rows, len(api), lambda nm=nm: (api["start_ns"].to_numpy(), api["end_ns"].to_numpy(), nm.every(), API))
-                if hasattr(nm, "every") else None)
+                (rows, len(api), lambda nm=nm: (api["start_ns"].to_numpy(), api["end_ns"].to_numpy(), nm(every=True), API)))
     # the lanes encode independently: numpy's sorts and deflate release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
     from nsysan.analysis import default_workers, event_rows

@@ -68,7 +68,6 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
         # that are whole or half nanoseconds: their sums are exact, in chunks or not)
         saving += float(np.clip(np.minimum(api_ns[d], med[sel]) - gpu_ns[d], 0, None).sum())
         dom_parts.append(d)
-        del r, med, run, sel, d
     saving = int(saving)
     dom = np.concatenate(dom_parts) if dom_parts else np.zeros(0, np.int64)
     del dom_parts, keys, med_of, key
