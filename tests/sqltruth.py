@@ -289,3 +289,54 @@ def summary(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
         "gpu_op_counts": gpu_op_counts(conn),
         "event_window": win,
     }
+
+
+def idle_gaps(conn: sqlite3.Connection, min_gap_ns: int = 10_000) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Per device, the holes of at least ``min_gap_ns`` between the merged intervals of every GPU op
+    (all processes), keyed by (device, start, end), each with the op that ends it (the op starting
+    at the hole's end with the earliest end) and that op's launching call: ``gtid`` and ``api_start``
+    (None when the call is not in the export), ``ambiguous`` when several ops start there with the
+    same earliest end but different launching calls."""
+    ops = _ops_union(conn, "deviceId AS dev, start, end, correlationId AS corr, globalPid AS gpid")
+    rows = conn.execute(f"SELECT dev, start, end, corr, gpid FROM ({ops}) ORDER BY dev, start, end").fetchall()
+    calls: dict[tuple[int, int], tuple[int, int]] = {}
+    if API_TABLE in tables(conn):
+        for gtid, start, corr in conn.execute(
+                f"SELECT globalTid, start, correlationId FROM {API_TABLE} WHERE correlationId IS NOT NULL"):
+            calls.setdefault((int(gtid) >> 24, int(corr)), (int(gtid), int(start)))
+    out: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for dev, group in itertools.groupby(rows, key=lambda r: int(r[0])):
+        g = list(group)
+        run_end = None
+        for i, (_, s, e, corr, gpid) in enumerate(g):
+            s, e = int(s), int(e)
+            if run_end is not None and s - run_end >= min_gap_ns:
+                enders = [r for r in g[i:] if int(r[1]) == s and int(r[2]) == e]
+                launched = {calls.get((int(r[4]) >> 24, int(r[3]) if r[3] is not None else -1)) for r in enders}
+                call = next(iter(launched))
+                out[(dev, run_end, s)] = {"gtid": None if call is None else call[0],
+                                          "api_start": None if call is None else call[1],
+                                          "ambiguous": len(launched) > 1}
+            run_end = e if run_end is None else max(run_end, e)
+    return out
+
+
+def _strip_version(name: str) -> str:
+    """A CUDA API name without its version suffix (``cuLaunchKernel_v2`` -> ``cuLaunchKernel``)."""
+    head, sep, tail = name.rpartition("_v")
+    return head if sep and tail.isdigit() else name
+
+
+def thread_time_by_name(conn: sqlite3.Connection, table: str, gtid: int, lo: int, hi: int) -> dict[str, int]:
+    """Per call name, the length of the union of thread ``gtid``'s calls in ``table``
+    (``CUPTI_ACTIVITY_KIND_RUNTIME``, names without version suffix, or ``OSRT_API``) clipped to
+    [lo, hi); names with no time left out."""
+    if table not in tables(conn):
+        return {}
+    per: dict[str, list[tuple[int, int]]] = {}
+    q = (f'SELECT s.value, max(t.start, ?), min(t."end", ?) FROM {table} t JOIN StringIds s ON s.id = t.nameId '
+         f'WHERE t.globalTid = ? AND t."end" > ? AND t.start < ? AND t."end" >= t.start')
+    for name, s, e in conn.execute(q, (lo, hi, gtid, lo, hi)):
+        if e > s:
+            per.setdefault(_strip_version(name) if table == API_TABLE else name, []).append((int(s), int(e)))
+    return {n: t for n, iv in per.items() if (t := _union_ns(iv)) > 0}

@@ -1,0 +1,69 @@
+"""What the submitting thread did during a host-caused GPU idle gap, against the export's own rows.
+
+For every gap nsysan explains in detail (the longest host gaps, with a breakdown), on the recorded
+fixtures (PyTorch eager and compiled, JAX, LLM decoding and generate, dataloader threads, two
+processes on one GPU, two-GPU DDP/FSDP/TP/pipeline, the ladder) and the public exports: the gap
+itself, its submitting thread and the CUDA API and OS runtime time per call name in it are taken
+by SQL (``sqltruth.idle_gaps``, ``sqltruth.thread_time_by_name``): the union of the thread's calls
+of each name clipped to [gap start, launching call's start)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CORPUS, FIXTURE_NAMES
+
+import sqltruth
+
+PUBLIC = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
+CHECKED_PER_TRACE = 60  # the longest explained gaps of each trace (SQL per gap)
+
+
+def _check(conn, a) -> int:
+    gaps = a.gaps
+    if len(gaps) == 0:
+        return 0
+    truth = sqltruth.idle_gaps(conn, a.params.min_gap_ns)
+    explained = gaps.loc[gaps["breakdown"].notna()]
+    explained = explained.sort_values("gap_ns", ascending=False, kind="stable").head(CHECKED_PER_TRACE)
+    checked = 0
+    for g in explained.itertuples():
+        key = (int(g.device_id), int(g.start_ns), int(g.end_ns))
+        assert key in truth, f"gap {key} is not a hole between the device's merged GPU ops"
+        t = truth[key]
+        if t["ambiguous"] or t["gtid"] is None:
+            continue
+        gtid, api_start = t["gtid"], t["api_start"]
+        assert (int(g.pid), int(g.tid)) == ((gtid >> 24) & sqltruth.MASK24, gtid & sqltruth.MASK24)
+        assert api_start > key[1]  # host-caused: the call came after the GPU went idle
+        lo, hi = key[1], min(api_start, key[2])
+        for source, table in (("cuda_api", sqltruth.API_TABLE), ("osrt", "OSRT_API")):
+            got = {x["name"]: x["ns"] for x in g.breakdown if x["source"] == source}
+            assert got == sqltruth.thread_time_by_name(conn, table, gtid, lo, hi), (key, source)
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_gap_breakdown_equals_sql_on_fixtures(analysis, name):
+    a = analysis(name)
+    conn = sqltruth.open_fixture(name)
+    try:
+        if _check(conn, a) == 0:
+            pytest.skip("no explained host gap with one launching call")
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not PUBLIC, reason="public corpus not present (../shared)")
+@pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem[:40])
+def test_gap_breakdown_equals_sql_on_public_exports(path):
+    import nsysan
+    from nsysan.analysis import analyze
+
+    a = analyze(nsysan.open_trace(path), rules=False)
+    conn = sqltruth.open_export(path)
+    try:
+        if _check(conn, a) == 0:
+            pytest.skip("no explained host gap with one launching call")
+    finally:
+        conn.close()
