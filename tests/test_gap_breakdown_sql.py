@@ -10,9 +10,8 @@ of each name clipped to [gap start, launching call's start)."""
 from __future__ import annotations
 
 import pytest
-from conftest import CORPUS, FIXTURE_NAMES
-
 import sqltruth
+from conftest import CORPUS, FIXTURE_NAMES
 
 PUBLIC = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
 CHECKED_PER_TRACE = 60  # the longest explained gaps of each trace (SQL per gap)
