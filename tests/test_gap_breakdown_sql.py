@@ -42,15 +42,17 @@ def _check(conn, a) -> int:
     return checked
 
 
-@pytest.mark.parametrize("name", FIXTURE_NAMES)
-def test_gap_breakdown_equals_sql_on_fixtures(analysis, name):
-    a = analysis(name)
-    conn = sqltruth.open_fixture(name)
+def _check_export(conn, a) -> None:
     try:
         if _check(conn, a) == 0:
             pytest.skip("no explained host gap with one launching call")
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_gap_breakdown_equals_sql_on_fixtures(analysis, name):
+    _check_export(sqltruth.open_fixture(name), analysis(name))
 
 
 @pytest.mark.skipif(not PUBLIC, reason="public corpus not present (../shared)")
@@ -59,10 +61,4 @@ def test_gap_breakdown_equals_sql_on_public_exports(path):
     import nsysan
     from nsysan.analysis import analyze
 
-    a = analyze(nsysan.open_trace(path), rules=False)
-    conn = sqltruth.open_export(path)
-    try:
-        if _check(conn, a) == 0:
-            pytest.skip("no explained host gap with one launching call")
-    finally:
-        conn.close()
+    _check_export(sqltruth.open_export(path), analyze(nsysan.open_trace(path), rules=False))
