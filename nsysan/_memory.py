@@ -98,8 +98,15 @@ def tune_malloc() -> None:
 
 
 def tune_allocator() -> None:
-    global _tuned
     tune_malloc()
+    if sys.modules.get("pyarrow") is not None:
+        arrow_loaded()
+
+
+def arrow_loaded() -> None:
+    """Arrow's part of ``tune_allocator``, once pyarrow is imported (the loader imports it only for
+    ADBC's reads: ``trace/columns.py``)."""
+    global _tuned
     if _tuned or not sys.platform.startswith("linux"):
         return
     _tuned = True
@@ -117,12 +124,13 @@ def release() -> None:
     process nsysan owns, which would only fault the same pages in again (module doc)."""
     if _owned:
         return
-    try:
-        import pyarrow as pa
+    if sys.modules.get("pyarrow") is not None:  # not imported for it
+        try:
+            import pyarrow as pa
 
-        pa.default_memory_pool().release_unused()
-    except Exception:  # noqa: BLE001 - best effort
-        pass
+            pa.default_memory_pool().release_unused()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
     if sys.platform.startswith("linux"):
         try:
             libc = _glibc()

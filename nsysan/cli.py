@@ -113,6 +113,9 @@ def _input(path: str, quiet: bool = False) -> str:
 def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
     from nsysan import _gc
+    from nsysan._imports import pandas_without_arrow
+
+    pandas_without_arrow()  # before anything imports pandas (after the prefetch started)
     from nsysan.analysis import Params, analyze
     from nsysan.report import timeline
     from nsysan.trace import open_trace

@@ -16,13 +16,13 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from factories import apply_sql
 
 import nsysan
 from nsysan import cli as cli_mod
 from nsysan.cli import main
+from nsysan.trace.columns import from_rows
 from nsysan.trace.load import Strings
 
 UNKNOWN_NAME = "[unknown name]"
@@ -141,7 +141,7 @@ def test_max_events_bounds_the_other_tables(trace, capsys):
 
 
 def test_string_ids_memory_follows_rows_not_id_values():
-    s = Strings(pa.table({"id": pa.array([0, 1, 2 ** 31, 2 ** 62], pa.int64()), "value": ["a", "b", "c", "d"]}))
+    s = Strings(from_rows(["id", "value"], list(zip([0, 1, 2 ** 31, 2 ** 62], ["a", "b", "c", "d"])))[0])
     assert s.code_of_id.nbytes < 1000
     cat = s.resolve(np.array([0, 2 ** 31, 2 ** 62, 5, -1]), column="k.name")
     assert list(cat.astype(object)) == ["a", "c", "d", UNKNOWN_NAME, UNKNOWN_NAME]
@@ -152,7 +152,7 @@ def test_one_long_string_among_many_costs_no_fixed_width_copy():
     values = [f"s{i}" for i in range(n)] + ["x" * 8192]
     tracemalloc.start()
     try:
-        s = Strings(pa.table({"id": pa.array(range(n + 1), pa.int64()), "value": values}))
+        s = Strings(from_rows(["id", "value"], list(zip(range(n + 1), values)))[0])
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -12,6 +12,9 @@ Two paths, one file handle discipline:
   table) are read with ``sqlite3`` from the start: importing ADBC (it imports ``pyarrow.dataset``)
   and starting its driver cost about 60 ms, a tenth of a small trace's whole run.
 
+Every read returns ``columns.Columns`` (numpy values and NULL masks): pyarrow is imported only by
+an ADBC read, so a trace whose tables are all decoded directly or small never loads it.
+
 The file is opened with ``mode=ro&immutable=1``: SQLite takes no locks, writes no journal or WAL,
 and never modifies the user's trace.
 """
@@ -30,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
+from nsysan import _memory
 from nsysan._executor import threads
 from nsysan.errors import (
     CorruptTraceError,
@@ -41,7 +44,8 @@ from nsysan.errors import (
     TraceUnreadableError,
 )
 from nsysan.inputs import file_kind
-from nsysan.trace import direct, prefetch
+from nsysan.trace import columns, direct, prefetch
+from nsysan.trace.columns import Columns
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -194,14 +198,15 @@ class Database:
             try:
                 import adbc_driver_sqlite.dbapi as adbc
 
+                _memory.arrow_loaded()
                 self._adbc = adbc.connect(_uri(self.path))
             except Exception:  # noqa: BLE001 - optional fast path; sqlite3 reads the same data
                 self._adbc = False
         return self._adbc
 
-    def arrow(self, sql: str, params: tuple[Any, ...] = (), *, bulk: bool = True) -> pa.Table:
-        """Run a query and return an Arrow table (ADBC when possible and ``bulk``, else sqlite3)."""
-        return self._arrow(sql, params, self._adbc_conn() if bulk and not params else False, self._sqlite,
+    def table(self, sql: str, params: tuple[Any, ...] = (), *, bulk: bool = True) -> Columns:
+        """Run a query and return its columns (ADBC when possible and ``bulk``, else sqlite3)."""
+        return self._read(sql, params, self._adbc_conn() if bulk and not params else False, self._sqlite,
                            retry=self._adbc_conn)
 
     def rowid_slices(self, table: str, rows_per_slice: int) -> list[tuple[int, int]] | None:
@@ -217,10 +222,10 @@ class Database:
         step = -(-(int(hi) - int(lo) + 1) // parts)
         return [(int(lo) + i * step, int(lo) + (i + 1) * step) for i in range(parts)]
 
-    def arrow_many(self, queries: list[tuple[str, str]], workers: int,
-                   on_done: Callable[[str], None] | None = None,
-                   convert: Callable[[str, pa.Table], Any] | None = None,
-                   bulk: Callable[[str], bool] | None = None) -> dict[str, list[Any]]:
+    def read_many(self, queries: list[tuple[str, str]], workers: int,
+                  on_done: Callable[[str], None] | None = None,
+                  convert: Callable[[str, Columns], Any] | None = None,
+                  bulk: Callable[[str], bool] | None = None) -> dict[str, list[Any]]:
         """Run ``(key, sql)`` queries on ``workers`` threads, each with its own read-only connection
         (SQLite and ADBC release the GIL while stepping rows). Results per key keep query order.
         ``bulk(key)`` says whether a query may hold many rows (ADBC then reads it; default: all)."""
@@ -228,9 +233,9 @@ class Database:
             return bulk is None or bulk(key)
 
         if workers <= 1 or len(queries) <= 1:
-            out: dict[str, list[pa.Table]] = {}
+            out: dict[str, list[Any]] = {}
             for key, sql in queries:
-                t = self.arrow(sql, bulk=is_bulk(key))
+                t = self.table(sql, bulk=is_bulk(key))
                 out.setdefault(key, []).append(convert(key, t) if convert else t)
                 if on_done:
                     on_done(key)
@@ -256,13 +261,14 @@ class Database:
                 try:
                     import adbc_driver_sqlite.dbapi as adbc
 
+                    _memory.arrow_loaded()
                     mine[1] = adbc.connect(_uri(self.path))
                 except Exception:  # noqa: BLE001 - optional fast path
                     mine[1] = False
             return mine[1]
 
         def run(key: str, sql: str) -> Any:
-            t = self._arrow(sql, (), adbc_conn() if is_bulk(key) else False, conns()[0], retry=adbc_conn)
+            t = self._read(sql, (), adbc_conn() if is_bulk(key) else False, conns()[0], retry=adbc_conn)
             return convert(key, t) if convert else t
 
         try:
@@ -280,13 +286,15 @@ class Database:
                 sq.close()
         return out
 
-    def _arrow(self, sql: str, params: tuple[Any, ...], conn: Any, sq: sqlite3.Connection,
-               retry: Callable[[], Any] | None = None) -> pa.Table:
-        """ADBC (``conn``) when given, else sqlite3. A column that sqlite3's values cannot make one
-        Arrow type from (a BLOB among integers) is read again with ``retry()``'s ADBC connection, if
-        any: such a table then reads as it always did (ADBC decides its types)."""
+    def _read(self, sql: str, params: tuple[Any, ...], conn: Any, sq: sqlite3.Connection,
+              retry: Callable[[], Any] | None = None) -> Columns:
+        """ADBC (``conn``) when given, else sqlite3. A column whose sqlite3 values have no one type (a
+        BLOB among integers) makes the query read again with ``retry()``'s ADBC connection, if any:
+        such a table then reads as it always did (ADBC decides its types); else it is read as text."""
         if conn:
             try:
+                import pyarrow as pa
+
                 cur = conn.cursor()
                 try:
                     cur.execute(sql)
@@ -295,7 +303,7 @@ class Database:
                     cur.close()
                 if any(pa.types.is_string(f.type) or pa.types.is_large_string(f.type) for f in table.schema):
                     table.validate(full=True)  # invalid UTF-8 from the file: read it again through sqlite3
-                return table
+                return columns.from_arrow(table)
             except Exception:  # noqa: BLE001 - ADBC type inference can reject mixed columns
                 pass
         try:
@@ -304,19 +312,12 @@ class Database:
             rows = cur.fetchall()
         except sqlite3.Error as e:
             raise _translate(self.path, e) from e
-        cols = list(zip(*rows)) if rows else [[] for _ in names]
-        arrays = []
-        for col in cols:
-            try:
-                arrays.append(pa.array(col))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-                if retry is not None and not params:
-                    again = retry()
-                    if again:
-                        return self._arrow(sql, params, again, sq)
-                    retry = None
-                arrays.append(pa.array([None if v is None else str(v) for v in col], type=pa.string()))
-        return pa.table(dict(zip(names, arrays))) if names else pa.table({})
+        out, mixed = columns.from_rows(names, rows)
+        if mixed and retry is not None and not params:
+            again = retry()
+            if again:
+                return self._read(sql, params, again, sq)
+        return out
 
     # -- direct reader (nsysan.trace.direct) -----------------------------------------------------
     def direct_plan(self, table: str, outputs: list[tuple[str, str | None, int | None]],
@@ -334,17 +335,17 @@ class Database:
         except (OSError, sqlite3.Error, direct.Unsupported):
             return None
 
-    def direct_read(self, p: direct.Plan, leaf_rows: np.ndarray) -> pa.Table | None:
+    def direct_read(self, p: direct.Plan, leaf_rows: np.ndarray) -> Columns | None:
         """Decode those leaf pages; None if the direct reader meets something it does not handle."""
         return self.direct_read_many({"t": (p, leaf_rows)}, workers=1).get("t")
 
     def direct_read_many(self, plans: dict[str, tuple[direct.Plan, np.ndarray]], workers: int,
                          rows_per_part: int = direct.ROWS_PER_PART,
-                         window: tuple[int, int] | None = None) -> dict[str, pa.Table | None]:
+                         window: tuple[int, int] | None = None) -> dict[str, Columns | None]:
         """Several tables at once: their parts decode on ``workers`` threads, each into its rows of
         the table's own arrays. None for a table the direct reader declines (SQLite reads it)."""
         assert self._direct is not None or not plans
-        out: dict[str, pa.Table | None] = {}
+        out: dict[str, Columns | None] = {}
         with threads(workers, "nsysan-direct") as pool:
             pending = {name: direct.start(self._direct, p, leaves, rows_per_part=rows_per_part, submit=pool.submit,
                                           window=window)

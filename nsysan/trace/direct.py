@@ -239,10 +239,10 @@ def _redecode_wide(pending: Pending) -> None:
 
 
 def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
-    """Wait for the parts and build the Arrow table (keep_only filter, defaults, NULLs); with
+    """Wait for the parts and build the table's ``Columns`` (keep_only filter, defaults, NULLs); with
     ``window``, only the rows that start in ``[lo, hi)`` (``--time-range``). Raises ``Unsupported``
     if any part was declined. The decoded columns are let go (a filtered table holds copies)."""
-    import pyarrow as pa  # here, not at import: the prefetch starts before pyarrow and pandas load
+    from nsysan.trace.columns import Col, Columns, nulls
 
     if pending.windowed:
         got = [f.result() for f in pending.futures]
@@ -280,15 +280,15 @@ def finish(pending: Pending, window: tuple[int, int] | None = None) -> Any:
     last_use = {src: i for i, (_, src, _) in enumerate(p.outputs) if src is not None}
     for src in [s for s in values if s not in last_use]:  # the keep_only column, once used
         del values[src]
-    out: dict[str, Any] = {}
+    out: dict[str, Col] = {}
     for i, (alias, src, default) in enumerate(p.outputs):
         if src is None:
-            out[alias] = pa.nulls(n, pa.int64()) if default is None else pa.array(np.full(n, default, np.int64))
+            out[alias] = nulls(n) if default is None else Col("int", np.full(n, default, np.int64))
             continue
         d, null = values.pop(src) if last_use[src] == i else values[src]  # int64, or int32 (Plan.narrow)
         if keep is not None:
             d = d[keep]
             null = None if null is None else null[keep]
-        out[alias] = pa.array(d, mask=null) if null is not None and null.any() else pa.array(d)
+        out[alias] = Col("int", d, null)
         del d, null
-    return pa.table(out) if out else pa.table({})
+    return Columns(out, n if out else 0)

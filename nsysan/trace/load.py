@@ -1,10 +1,11 @@
-"""Load an export into a ``Trace``: describe, read (Arrow), type, resolve strings, decode ids, sort."""
+"""Load an export into a ``Trace``: describe, read (``columns``), type, resolve strings, decode ids, sort."""
 
 from __future__ import annotations
 
 import os
 import re
 import sqlite3
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from nsysan import _memory
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
+from nsysan.trace.columns import Col, Columns, nulls, typed_empty
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta, constant_column, is_constant_column
@@ -31,18 +32,21 @@ MAX_STRING = 8192  # longer names/NVTX texts are cut: one MB-long string must no
 CUT_MARK = "... [truncated]"
 
 
-def cap_strings(arr: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Cut strings longer than ``MAX_STRING`` characters, marking the cut."""
-    import pyarrow.compute as pc
+def cap_strings(values: list[Any]) -> list[Any]:
+    """Cut strings longer than ``MAX_STRING`` characters, marking the cut (None stays None)."""
+    if not any(v is not None and len(v) > MAX_STRING for v in values):
+        return values
+    return [v[:MAX_STRING] + CUT_MARK if v is not None and len(v) > MAX_STRING else v for v in values]
 
-    if len(arr) == 0:
-        return arr
-    long = pc.greater(pc.utf8_length(arr), MAX_STRING)
-    n = int(pc.sum(long).as_py() or 0)
-    if n == 0:
-        return arr
-    cut = pc.binary_join_element_wise(pc.utf8_slice_codeunits(arr, 0, MAX_STRING), CUT_MARK, "")
-    return pc.if_else(long, cut, arr)
+
+def _numeric(values: list[Any]) -> Col:
+    """Text read as numbers (``pd.to_numeric``, coerced): what is not a number becomes NULL."""
+    num = np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce"))
+    if num.dtype.kind == "f":
+        return Col("float", num.astype(np.float64, copy=False), np.isnan(num))
+    if num.dtype.kind in "iub":
+        return Col("int", num.astype(np.int64))
+    return Col("float", num.astype(np.float64))
 
 
 class Strings:
@@ -54,41 +58,42 @@ class Strings:
     Categories are the distinct values, sorted (dictionary-encoded in Arrow: no fixed-width copy of
     every string at the length of the longest)."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: Columns) -> None:
         self.sorted_ids: np.ndarray | None = None
         self.unresolved: list[tuple[str, int]] = []  # (column, rows) named by an id StringIds lacks
         self._init(table)
         self.index_unknown = self.index.append(pd.Index([UNKNOWN_NAME], dtype=object))
 
-    def _init(self, table: pa.Table) -> None:
-        import pyarrow.compute as pc
-
+    def _init(self, table: Columns) -> None:
         if table.num_rows == 0:
             self.categories = np.array([], dtype=object)
             self.code_of_id = np.full(1, -1, dtype=np.int8)
             self.index = pd.Index(self.categories, dtype=object)
             return
         raw_ids = table.column("id")
-        if not pa.types.is_integer(raw_ids.type):  # a REAL, TEXT or BLOB id (not nsys): such rows are dropped
-            raw_ids = pa.array(pd.to_numeric(pd.Series(raw_ids.to_pylist(), dtype=object), errors="coerce"),
-                               type=pa.float64(), from_pandas=True)
-            raw_ids = pc.if_else(pc.and_(pc.is_finite(raw_ids), pc.equal(raw_ids, pc.floor(raw_ids))),
-                                 raw_ids, None)
-            raw_ids = pc.if_else(pc.less(pc.abs(raw_ids), 2.0 ** 62), raw_ids, None).cast(pa.int64())
-        ids = raw_ids.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        if raw_ids.kind != "int":  # a REAL, TEXT or BLOB id (not nsys): such rows are dropped
+            f = _numeric(raw_ids.to_list())
+            v = f.values.astype(np.float64)
+            ok = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0 ** 62)
+            if f.mask is not None:
+                ok &= ~f.mask
+            raw_ids = Col("int", np.where(ok, v, 0).astype(np.int64), ~ok)
+        ids = raw_ids.filled(-1, np.int64)
         col = table.column("value")
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-            col = pa.array([None if v is None else str(v) for v in col.to_pylist()], type=pa.string())
-        col = cap_strings(col)
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        enc = pc.dictionary_encode(col.fill_null(""))
-        order = pc.array_sort_indices(enc.dictionary).to_numpy(zero_copy_only=False)
+        values = col.to_list()
+        if col.kind != "str":
+            values = [None if v is None else str(v) for v in values]
+        values = cap_strings(values)
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = ["" if v is None else v for v in values]
+        # distinct values in code point order (UTF-8 byte order, as Arrow sorted them), each row's rank
+        codes, uniques = pd.factorize(arr)
+        order = np.argsort(np.asarray(uniques, dtype=object), kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
         uniq_n = len(order)
-        inverse = rank[enc.indices.to_numpy(zero_copy_only=False)]
-        self.categories = np.asarray(enc.dictionary.take(pa.array(order)).to_pylist(), dtype=object)
+        inverse = rank[codes]
+        self.categories = np.asarray(uniques, dtype=object)[order]
         self.index = pd.Index(self.categories, dtype=object)  # shared by every resolved column
         valid = ids >= 0
         n = len(ids)
@@ -178,10 +183,9 @@ def map_categories(values: pd.Series, fn: Callable[[str], str]) -> pd.Series:
                      index=values.index, name=values.name)
 
 
-def _empty(spec: S.TableSpec, all_columns: bool) -> pa.Table:
-    types = {"int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(), "str": pa.string(),
-             "name": pa.int64()}
-    return pa.table({c.name: pa.array([], type=types[c.dtype]) for c in S.columns(spec, all_columns)})
+def _empty(spec: S.TableSpec, all_columns: bool) -> Columns:
+    kinds = {"int64": "int", "Int64": "int", "float64": "float", "str": "str", "name": "int"}
+    return Columns({c.name: typed_empty(kinds[c.dtype]) for c in S.columns(spec, all_columns)}, 0)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -210,29 +214,35 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(data, copy=False)
 
 
-def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns: bool = True) -> pd.DataFrame:
+def _to_frame(table: Columns, spec: S.TableSpec, strings: Strings, all_columns: bool = True) -> pd.DataFrame:
     data: dict[str, object] = {}
     n = table.num_rows
     for col in S.columns(spec, all_columns):
-        arr = table.column(col.name) if col.name in table.column_names else pa.nulls(n)
+        arr = table.column(col.name) if col.name in table.column_names else nulls(n)
         if col.dtype == "str":
-            if n and arr.type == pa.string():
-                arr = cap_strings(arr)
-            data[col.name] = pd.array(arr.to_pylist() if arr.type != pa.string() else arr.to_pandas(),
+            values = arr.to_list()
+            data[col.name] = pd.array(cap_strings(values) if arr.kind == "str" else values,
                                       dtype="string") if n else pd.array([], dtype="string")
             continue
         all_null = arr.null_count == n  # absent from this export, or wholly empty
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            arr = pa.array(pd.to_numeric(pd.Series(arr.to_pylist(), dtype=object), errors="coerce"), from_pandas=True)
-        if pa.types.is_null(arr.type):
-            arr = arr.cast(pa.int64()) if col.default is None else pa.array(np.full(n, col.default, np.int64))
-        if pa.types.is_floating(arr.type):
-            arr = pa.array(arr.to_numpy(zero_copy_only=False), type=pa.float64(), from_pandas=True)  # NaN -> null
-            if col.dtype != "float64":
-                arr = arr.cast(pa.int64(), safe=False)  # REAL stored in an integer column: truncate
+        if arr.kind == "str":
+            arr = _numeric(arr.to_list())
+        if arr.kind == "bytes":
+            raise ValueError(f"{spec.name}.{col.name}: BLOB values where numbers belong")
+        if arr.kind == "null":
+            arr = Col("int", np.zeros(n, np.int64), np.ones(n, bool)) if col.default is None \
+                else Col("int", np.full(n, col.default, np.int64))
+        if arr.kind == "float":
+            v = arr.values
+            null = np.isnan(v) if arr.mask is None else arr.mask | np.isnan(v)  # NaN is NULL
+            if col.dtype != "float64":  # REAL stored in an integer column: truncate
+                with np.errstate(invalid="ignore"):
+                    v = np.where(null, 0.0, v).astype(np.int64)
+                arr = Col("int", v, null)
+            else:
+                arr = Col("float", v, null)
         if col.dtype == "name":
-            ids = (arr.fill_null(-1) if arr.null_count else arr).cast(pa.int64(), safe=False).to_numpy(
-                zero_copy_only=False)
+            ids = arr.filled(-1, np.int64)
             # a column wholly NULL (absent in this nsys version) stays missing; otherwise an id that
             # names no string becomes UNKNOWN_NAME, with a warning, instead of a NaN in the analyses
             data[col.name] = strings.resolve(ids, prune=False,
@@ -241,24 +251,18 @@ def _to_frame(table: pa.Table, spec: S.TableSpec, strings: Strings, all_columns:
             # wholly missing (a kernel's graph node id outside CUDA graphs): one broadcast missing value
             data[col.name] = pd.arrays.IntegerArray(constant_column(0, n, np.int64), constant_column(True, n, np.bool_))
         elif col.dtype == "Int64":
-            # values and validity straight from the Arrow buffers (no detour through ArrowDtype)
-            ints = arr.cast(pa.int64(), safe=False)
-            if isinstance(ints, pa.ChunkedArray):
-                ints = ints.combine_chunks()
-            mask = ints.is_null().to_numpy(zero_copy_only=False) if ints.null_count else np.zeros(n, dtype=bool)
-            values = (ints.fill_null(0) if ints.null_count else ints).to_numpy(zero_copy_only=False)
+            values = arr.filled(0, np.int64)
+            mask = arr.mask if arr.mask is not None else np.zeros(n, dtype=bool)
             data[col.name] = pd.arrays.IntegerArray(values, mask)
         elif col.dtype == "float64":
-            data[col.name] = arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+            data[col.name] = arr.filled(np.nan, np.float64)
         else:
             # a missing or non-numeric time must not become 0 (a call from the epoch): mark it, and
             # _finish_intervals drops the row with a warning
             fill = col.default if col.default is not None else (MISSING if col.name in ("start_ns", "end_ns") else 0)
-            if arr.null_count:
-                arr = arr.fill_null(fill)
             # int32 as the direct reader decoded it (a column schema.NARROW narrows), else int64
-            keep32 = pa.types.is_int32(arr.type) and col.name in S.NARROW.get(spec.name, {})
-            data[col.name] = (arr if keep32 else arr.cast(pa.int64(), safe=False)).to_numpy(zero_copy_only=False)
+            keep32 = arr.values.dtype == np.int32 and col.name in S.NARROW.get(spec.name, {})
+            data[col.name] = arr.filled(fill, None if keep32 else np.int64)
     return pd.DataFrame(data, copy=False)
 
 
@@ -572,11 +576,17 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
     except NsysanError:
         raise
     except (sqlite3.Error, UnicodeError, ValueError, TypeError, KeyError, IndexError, OverflowError,
-            pa.ArrowException) as e:
+            *_arrow_errors()) as e:
         # a damaged file can fail anywhere in SQLite, the drivers or the decoding of its values
         raise CorruptTraceError(f"{display(path)}: damaged export, cannot be read ({type(e).__name__}: {e})",
                                 hint="re-export it from the .nsys-rep (nsys export --type sqlite); if the "
                                      "file is fine, please report this") from e
+
+
+def _arrow_errors() -> tuple[type[BaseException], ...]:
+    """pyarrow's exceptions, where it was imported (an ADBC read): nothing else raises them."""
+    pa = sys.modules.get("pyarrow")
+    return (pa.ArrowException,) if pa is not None else ()
 
 
 def _check_rows(db: Database, path: Path, max_rows: int, direct_plans: dict[str, tuple[direct.Plan, np.ndarray]],
@@ -720,8 +730,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         total_steps = len(queries) + len(direct_plans) + len(specs)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
             # the string table (and, for a big one, ADBC's start-up, 45 ms) while the event tables decode
-            strings_f = side.submit(lambda sql: Strings(db.arrow(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
-            raw: dict[str, pa.Table | None] = {}
+            strings_f = side.submit(lambda sql: Strings(db.table(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
+            raw: dict[str, Columns | None] = {}
             if early is not None:
                 try:
                     for name, job in prefetched.items():
@@ -739,12 +749,12 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 queries += _sql_queries(db, specs[name], sources[name], all_columns)
                 bulky.add(name)
             tick(f"read {name}")
-        # each slice becomes a frame on its worker thread, so its Arrow buffers are freed early
+        # each slice becomes a frame on its worker thread, so its read columns are freed early
 
-        def convert(key: str, t: pa.Table) -> pd.DataFrame:
+        def convert(key: str, t: Columns) -> pd.DataFrame:
             return _to_frame(t, specs[key], strings, all_columns)
 
-        tables: dict[str, list[Any]] = db.arrow_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
+        tables: dict[str, list[Any]] = db.read_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
                                                      convert=convert, bulk=bulky.__contains__)
         _memory.release()
 
@@ -755,7 +765,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             whole = raw.pop(name, None)
             parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
                 or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
-            del whole  # the Arrow table: its int64 columns go as their narrow copies replace them
+            del whole  # the read columns: their int64 arrays go as their narrow copies replace them
             # an event table's global ids are extra: pid and tid are what the analyses read
             df = _narrow(_decode_ids(_concat(parts), all_columns or name not in INTERVAL_TABLES), name)
             notes: list[str] = []

@@ -297,10 +297,10 @@ def _read_sql(db: Any, take: Any, chosen: dict[int, dict[str, tuple[int, str]]],
         sql = (f'SELECT timestamp, typeId, metricId, value FROM "GPU_METRICS" WHERE rowid >= {a} AND rowid < {a + step} '
                f'AND metricId IN ({",".join(str(int(m)) for m in ids)}) AND timestamp IS NOT NULL '
                'AND typeId IS NOT NULL AND value IS NOT NULL')
-        tab = db.arrow(sql)
+        tab = db.table(sql)
         if tab.num_rows == 0:
             continue
-        cols = [tab.column(i).to_numpy(zero_copy_only=False) for i in range(4)]
+        cols = [tab.column(i).values for i in range(4)]
         n += len(cols[0])
         take(cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2].astype(np.int64), cols[3].astype(np.float64))
     return n
