@@ -110,9 +110,14 @@ def main() -> int:
 
     from nsysan import _memory
 
-    if "--library" not in sys.argv[2:]:  # the allocator as the `nsysan` command sets it
+    if "--library" not in sys.argv[2:]:  # the allocator and imports as the `nsysan` command sets them
         _memory.own_process()
-    s.enter("import")
+        from nsysan._imports import pandas_without_arrow
+
+        s.enter("import")
+        pandas_without_arrow()
+    else:
+        s.enter("import")
     import nsysan
     from nsysan import analysis
     from nsysan.report import html, jsonout, view

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import CORPUS, FIXTURE_NAMES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,8 +28,6 @@ from nsysan.trace import direct
 from nsysan.trace import schema as S
 from nsysan.trace.db import Database
 from nsysan.trace.model import INTERVAL_TABLES
-
-from conftest import CORPUS, FIXTURE_NAMES
 
 pytestmark = pytest.mark.skipif(not direct.available(), reason="the _btree extension is not built here")
 

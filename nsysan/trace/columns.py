@@ -28,7 +28,7 @@ _I64 = (-(1 << 63), (1 << 63) - 1)
 class Col:
     """One column: ``kind``, ``values`` (numpy) and ``mask`` (True: NULL; None when there is none)."""
 
-    __slots__ = ("kind", "values", "mask")
+    __slots__ = ("kind", "mask", "values")
 
     def __init__(self, kind: str, values: np.ndarray, mask: np.ndarray | None = None) -> None:
         self.kind = kind

@@ -17,8 +17,8 @@ import pandas as pd
 from nsysan import _memory
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
-from nsysan.trace.columns import Col, Columns, nulls, typed_empty
 from nsysan.trace import schema as S
+from nsysan.trace.columns import Col, Columns, nulls, typed_empty
 from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta, constant_column, is_constant_column
 from nsysan.units import clean_text
