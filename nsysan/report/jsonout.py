@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -114,12 +113,6 @@ def _samples_dict(s: Any) -> dict[str, Any]:
 
 
 def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
-    return {k: _clean(f(), k) for k, f in _sections(a, show_env=show_env, limit=limit).items()}
-
-
-def _sections(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Callable[[], Any]]:
-    """The JSON's top-level sections, each built when called (``to_json`` builds, writes and lets go
-    of one section at a time: a 245 MB trace's whole dict took 21 MiB of Python objects at once)."""
     t = a.trace
     m = t.meta
     gpus = records(t.gpus[["device_id", "name", "sm_count", "total_memory_bytes", "compute_major", "compute_minor"]])
@@ -137,46 +130,46 @@ def _sections(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, 
         trace["capture"] = [{"name": k, "value": v} for k, v in m.capture]
     it = a.iterations
     ss = a.steady_summaries
-    return {
-        "schema": lambda: SCHEMA,
-        "trace": lambda: trace,
-        "windows": lambda: {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
-        "kernels": lambda: {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit),
+    out = {
+        "schema": SCHEMA,
+        "trace": trace,
+        "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
+        "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit),
                     "steady_by_name": records(ss["kernels"], limit) if "kernels" in ss else []},
-        "cuda_api": lambda: {"by_name": records(a.cuda_api, limit),
+        "cuda_api": {"by_name": records(a.cuda_api, limit),
                      "steady_by_name": records(ss["cuda_api"], limit) if "cuda_api" in ss else []},
-        "os_runtime": lambda: {"by_name": records(a.osrt, limit)},
-        "memcpy": lambda: {"by_kind": records(a.memcpy), "steady_by_kind": records(ss["memcpy"]) if "memcpy" in ss else []},
-        "memset": lambda: {"by_kind": records(a.memset)},
-        "graph_launches": lambda: {"count": int(len(t.graph_launches)),
+        "os_runtime": {"by_name": records(a.osrt, limit)},
+        "memcpy": {"by_kind": records(a.memcpy), "steady_by_kind": records(ss["memcpy"]) if "memcpy" in ss else []},
+        "memset": {"by_kind": records(a.memset)},
+        "graph_launches": {"count": int(len(t.graph_launches)),
                            "total_ns": int(t.graph_launches["dur_ns"].sum()) if len(t.graph_launches) else 0,
                            "note": "CUDA Graph launches traced as a whole (--cuda-graph-trace=graph): their "
                                    "kernels are not in the kernel tables"},
-        "nvtx": lambda: {"by_name": records(a.nvtx, limit),
+        "nvtx": {"by_name": records(a.nvtx, limit),
                  "containment": "a GPU op belongs to a range when its launching API call started on the range's "
                                 "thread inside the range"},
-        "launch": lambda: {**a.launch_summary, "per_kernel": records(a.launch_per_kernel, limit)},
-        "overlap": lambda: {"window": a.steady.to_dict(), "by_direction": records(a.overlap),
+        "launch": {**a.launch_summary, "per_kernel": records(a.launch_per_kernel, limit)},
+        "overlap": {"window": a.steady.to_dict(), "by_direction": records(a.overlap),
                     "stream_pairs": records(a.stream_pairs)},
-        "gpu": lambda: {"capture": records(a.busy_capture), "steady": records(a.busy_steady),
+        "gpu": {"capture": records(a.busy_capture), "steady": records(a.busy_steady),
                 "steady_by_process": records(a.busy_by_process),
                 "note": "capture/steady: one row per device, busy = union of the ops of every process on it",
                 "concurrency": records(a.concurrency),
                 "utilization": {"window": a.capture.to_dict(), "bins": records(a.utilization)}},
-        "gaps": lambda: {"summary": _clean(a.gap_summary), "min_gap_ns": a.params.min_gap_ns,
+        "gaps": {"summary": _clean(a.gap_summary), "min_gap_ns": a.params.min_gap_ns,
                  "largest": records(a.gaps.nlargest(limit, "gap_ns").sort_values("start_ns") if len(a.gaps) else a.gaps)},
-        "communication": lambda: {
+        "communication": {
             "collectives": records(a.collectives), "nccl_calls": records(a.nccl_calls, limit),
             "per_iteration": records(a.comm_per_iteration),
             "note": "communication kernels (NCCL ...) per device and collective in the steady state; exposed = "
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
-        "samples": lambda: _samples_dict(getattr(a, "idle_samples", None)),
-        "gpu_metrics": lambda: metrics_dict(getattr(a, "gpu_metrics", None)),
-        "ranks": lambda: {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
+        "samples": _samples_dict(getattr(a, "idle_samples", None)),
+        "gpu_metrics": metrics_dict(getattr(a, "gpu_metrics", None)),
+        "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
-        "iterations": lambda: {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
+        "iterations": {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
                        "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
                                                    ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
                                                    c["name"]))[:limit]),
@@ -187,15 +180,16 @@ def _sections(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, 
                                      "note": "each iteration's period (since the previous completion on its "
                                              "thread) split on its process's device into compute, exposed "
                                              "communication, exposed copies and idle; the parts add up to the span"}},
-        "tensorrt": lambda: _tensorrt(a, limit),
-        "findings": lambda: [f.to_dict() for f in a.findings],
-        "nsys_analyze": lambda: {"rules": records(a.nsys_rules),
+        "tensorrt": _tensorrt(a, limit),
+        "findings": [f.to_dict() for f in a.findings],
+        "nsys_analyze": {"rules": records(a.nsys_rules),
                          "instances": {k: records(v.nlargest(10, "dur_ns")) for k, v in a.nsys_instances.items()},
                          "note": "what nsys analyze (2022.4 rules, 2023+ names) would list on this trace, split into "
                                  "the steady state and the time outside it, with the nsysan rules that judge it; "
                                  "instances: the 10 longest per rule"},
-        "rules": lambda: _clean(a.rule_log),
+        "rules": _clean(a.rule_log),
     }
+    return _clean(out)
 
 
 def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
@@ -212,19 +206,15 @@ def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
 
 
 def to_json(a: Any, *, show_env: bool = False) -> str:
-    sections = _sections(a, show_env=show_env)
-    return _join((k, json.dumps(_clean(sections.pop(k)(), k), sort_keys=True, ensure_ascii=False))
-                 for k in sorted(sections))
+    return dumps(analysis_to_dict(a, show_env=show_env))
 
 
 def dumps(d: dict[str, Any]) -> str:
     """Sorted keys, one top-level section per line. ``json.dumps(indent=...)`` falls back to the pure
     Python encoder (1.1 s for a 1.5 MB report); each section goes through the C encoder instead."""
-    return _join((str(k), json.dumps(d[k], sort_keys=True, ensure_ascii=False)) for k in sorted(d))
-
-
-def _join(sections: Iterable[tuple[str, str]]) -> str:
-    return "{\n" + ",\n".join(f"{json.dumps(k)}: {text}" for k, text in sections) + "\n}\n"
+    body = ",\n".join(f"{json.dumps(str(k))}: {json.dumps(d[k], sort_keys=True, ensure_ascii=False)}"
+                      for k in sorted(d))
+    return "{\n" + body + "\n}\n"
 
 
 def csv_safe(v: Any) -> Any:
