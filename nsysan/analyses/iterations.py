@@ -59,6 +59,7 @@ runs ahead (median queue depth >= 1) and latency p50 exceeds the period p50 by 2
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,11 +97,13 @@ def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
     return rg.groupby(["name", "pid", "tid"], sort=False).size().groupby(level="name", sort=False).max()
 
 
-def _coverage(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray, api_all: np.ndarray,
-              dur_all: np.ndarray, owned_total: int, by_thread: dict[tuple[int, int], np.ndarray | slice]) -> float:
+def _coverage(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+              sums: Callable[[tuple[tuple[int, int], ...]], tuple[np.ndarray, np.ndarray]], owned_total: int,
+              threads: Iterable[tuple[int, int]]) -> float:
     """Share of the GPU time (owned ops: their API start and duration) launched inside an instance of
     the range (its rows' pid, tid, start and end): on its thread, or on a thread of the same process
-    that has no instance of the range (see the module doc)."""
+    that has no instance of the range (see the module doc). ``threads``: the threads that own ops;
+    ``sums(keys)``: those threads' ops as (API starts in order, cumulative GPU time from 0)."""
     if owned_total <= 0:
         return 0.0
     covered = 0
@@ -112,26 +115,50 @@ def _coverage(pids: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.n
     rows_of: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(pairs):  # the instances per thread, in their order
         rows_of.setdefault(key, []).append(i)
+    owning = list(threads)
+    owns = set(owning)
     for (pid, tid), inst in rows_of.items():
-        parts = [by_thread.get((pid, tid))]
+        keys = [(pid, tid)] if (pid, tid) in owns else []
         if first_of_pid[pid] == tid:  # helper threads of the process: counted once, with its first sequence
-            parts += [rows for (p, t), rows in by_thread.items() if p == pid and (p, t) not in seq_threads]
-        parts = [r for r in parts if r is not None]
-        if not parts:
+            keys += [(p, t) for p, t in owning if p == pid and (p, t) not in seq_threads]
+        if not keys:
             continue
-        rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        api = api_all[rows]  # (a view when ``rows`` is every row)
-        dur = dur_all[rows]
-        if api.size > 1 and not bool((api[1:] >= api[:-1]).all()):  # (a thread's ops: in call order already)
-            order = np.argsort(api, kind="stable")
-            api, dur = api[order], dur[order]
-        csum = np.concatenate([[0], np.cumsum(dur)])
+        api, csum = sums(tuple(keys))
         # union of the instances (nested instances of the same name would count twice)
         us, ue = iv.merge(starts[inst], ends[inst])
         lo = np.searchsorted(api, us, side="left")
         hi = np.searchsorted(api, ue, side="right")
         covered += int((csum[hi] - csum[lo]).sum())
     return covered / owned_total
+
+
+def _launch_sums(by_thread: dict[tuple[int, int], np.ndarray | slice], api_all: np.ndarray, st_all: np.ndarray,
+                 en_all: np.ndarray) -> Callable[[tuple[tuple[int, int], ...]], tuple[np.ndarray, np.ndarray]]:
+    """``sums(keys)`` for ``_coverage``: the ops of those threads by API start, and the running sum
+    of their GPU time (``csum[i]``: the ops before the i-th), written in one array (no array of
+    durations). A single thread's sums are kept for every range asked about (one thread's ops are
+    asked for by every candidate: computed once, not once per range)."""
+    kept: dict[tuple[tuple[int, int], ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def sums(keys: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+        got = kept.get(keys)
+        if got is not None:
+            return got
+        parts = [by_thread[k] for k in keys]
+        rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        api = api_all[rows]  # (a view when ``rows`` is every row)
+        csum = np.empty(len(api) + 1, dtype=np.int64)
+        csum[0] = 0
+        np.subtract(en_all[rows], st_all[rows], out=csum[1:])
+        if api.size > 1 and not bool((api[1:] >= api[:-1]).all()):  # (a thread's ops: in call order already)
+            order = np.argsort(api, kind="stable")
+            api, csum[1:] = api[order], csum[1:][order]
+        np.cumsum(csum[1:], out=csum[1:])
+        if len(keys) == 1:
+            kept[keys] = (api, csum)
+        return api, csum
+
+    return sums
 
 
 def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
@@ -147,7 +174,7 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     owned = owned if owned is not None else pd.DataFrame(columns=["pid", "tid", "api_start_ns", "start_ns", "end_ns"])
     owned_total = int((owned["end_ns"] - owned["start_ns"]).sum()) if len(owned) else 0
     by_thread: dict[tuple[int, int], np.ndarray | slice] = {}
-    api_all = dur_all = np.zeros(0, dtype=np.int64)
+    api_all = st_all = en_all = np.zeros(0, dtype=np.int64)
     if len(owned):
         only = one_key(owned["pid"].to_numpy(), owned["tid"].to_numpy())
         if only is not None:
@@ -156,7 +183,8 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
             for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
                 by_thread[(int(key[0]), int(key[1]))] = idx
         api_all = owned["api_start_ns"].to_numpy()
-        dur_all = owned["end_ns"].to_numpy() - owned["start_ns"].to_numpy()
+        st_all, en_all = owned["start_ns"].to_numpy(), owned["end_ns"].to_numpy()
+    sums = _launch_sums(by_thread, api_all, st_all, en_all)
     # each name's rows (in their order) from one stable sort of the name codes: no frame per name
     codes, uniq = pd.factorize(rg["name"])
     order = np.argsort(codes, kind="stable")
@@ -196,7 +224,7 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
         elif c["median_ns"] < (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS):
             c["verdict"] = "shorter than 1 us" if gpu_recorded else "shorter than 10 us (CPU only)"
         elif gpu_recorded:
-            c["gpu_coverage"] = round(_coverage(pid, tid, start, end, api_all, dur_all, owned_total, by_thread), 6)
+            c["gpu_coverage"] = round(_coverage(pid, tid, start, end, sums, owned_total, by_thread), 6)
         out.append(c)
     return out
 
