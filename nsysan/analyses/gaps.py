@@ -24,7 +24,17 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import count_sum, distinct, group_rows, one_key, rows_of, take, top_rows
+from nsysan.analyses.frames import (
+    count_sum,
+    distinct,
+    group_rows,
+    one_key,
+    rows_of,
+    str_objects,
+    take,
+    top_rows,
+    unique_strings,
+)
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace, constant_column
@@ -108,14 +118,14 @@ class ThreadActivity:
                 if isinstance(col, pd.Categorical):  # codes per row; strings only for the categories
                     codes, cats = np.asarray(col.codes)[idx], np.asarray(col.categories, dtype=object)
                 else:
-                    cats, codes = np.unique(np.asarray(col, dtype=object)[idx].astype(str), return_inverse=True)
+                    cats, codes = unique_strings(np.asarray(col, dtype=object)[idx])
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
                 # running maximum of ends: the calls before searchsorted(reach, lo) all end by lo;
                 # the ends themselves when they are in order (calls that never nest): no copy
                 reach = en if st.size < 2 or bool((en[1:] >= en[:-1]).all()) else np.maximum.accumulate(en)
-                parts.append((source, st, en, np.asarray(codes), cats.astype(str), reach))
+                parts.append((source, st, en, np.asarray(codes), str_objects(cats), reach))
             self._rows[key] = parts
         return self._rows[key]
 

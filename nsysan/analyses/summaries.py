@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import sort_rows
+from nsysan.analyses.frames import sort_rows, unique_strings
 from nsysan.trace.model import Trace, constant_column, is_constant_column
 
 STAT_COLUMNS = ["count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]
@@ -311,9 +311,8 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     def cat(values: object, n: int) -> pd.Categorical:
         if isinstance(values, str):
             return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([values], dtype=object))
-        uniq, codes = np.unique(np.asarray(values).astype(str), return_inverse=True)
-        return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(uniq.astype(object), dtype=object),
-                                         validate=False)
+        uniq, codes = unique_strings(np.asarray(values, dtype=object).reshape(-1))
+        return pd.Categorical.from_codes(codes, categories=pd.Index(uniq, dtype=object), validate=False)
 
     k, m, s, g = trace.kernels, trace.memcpy, trace.memset, trace.graph_launches
     if len(k):

@@ -61,6 +61,7 @@ class Strings:
     def __init__(self, table: Columns) -> None:
         self.sorted_ids: np.ndarray | None = None
         self.unresolved: list[tuple[str, int]] = []  # (column, rows) named by an id StringIds lacks
+        self.cut = False  # whether a string (a name here, an NVTX text in _to_frame) was shortened
         self._init(table)
         self.index_unknown = self.index.append(pd.Index([UNKNOWN_NAME], dtype=object))
 
@@ -83,12 +84,15 @@ class Strings:
         values = col.to_list()
         if col.kind != "str":
             values = [None if v is None else str(v) for v in values]
-        values = cap_strings(values)
+        capped = cap_strings(values)
+        self.cut |= capped is not values
+        values = capped
         arr = np.empty(len(values), dtype=object)
         arr[:] = ["" if v is None else v for v in values]
         # distinct values in code point order (UTF-8 byte order, as Arrow sorted them), each row's rank
         codes, uniques = pd.factorize(arr)
-        order = np.argsort(np.asarray(uniques, dtype=object), kind="stable")
+        distinct = np.asarray(uniques, dtype=object).tolist()  # Python's sort of strings: twice numpy's on objects
+        order = np.array(sorted(range(len(distinct)), key=distinct.__getitem__), dtype=np.int64)
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
         uniq_n = len(order)
@@ -221,8 +225,11 @@ def _to_frame(table: Columns, spec: S.TableSpec, strings: Strings, all_columns: 
         arr = table.column(col.name) if col.name in table.column_names else nulls(n)
         if col.dtype == "str":
             values = arr.to_list()
-            data[col.name] = pd.array(cap_strings(values) if arr.kind == "str" else values,
-                                      dtype="string") if n else pd.array([], dtype="string")
+            if arr.kind == "str":
+                capped = cap_strings(values)
+                strings.cut |= capped is not values
+                values = capped
+            data[col.name] = pd.array(values, dtype="string") if n else pd.array([], dtype="string")
             continue
         all_null = arr.null_count == n  # absent from this export, or wholly empty
         if arr.kind == "str":
@@ -822,8 +829,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 epoch_offset = utc - (_int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0)
 
     frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
-    cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)]
-    nv = frames["nvtx"]["text"].fillna("")
+    # which names and texts were shortened: looked for only when one was (a scan of every string)
+    cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)] if strings.cut else []
+    nv = frames["nvtx"]["text"].fillna("") if strings.cut else pd.Series([], dtype="string")
     cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
     if len(cut) or len(cut_nvtx):
         first = (cut or [str(cut_nvtx.iloc[0])])[0]
