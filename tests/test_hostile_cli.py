@@ -23,7 +23,8 @@ import nsysan
 from nsysan import cli as cli_mod
 from nsysan.cli import main
 from nsysan.trace.columns import from_rows
-from nsysan.trace.load import Strings
+from nsysan.analysis import analyze
+from nsysan.trace.load import CUT_MARK, Strings
 
 UNKNOWN_NAME = "[unknown name]"
 
@@ -474,3 +475,24 @@ def test_readme_documents_every_exit_code():
     section = text[text.index("## Exit codes"):text.index("### Untrusted traces")]
     for name, code in EXIT_CODES.items():
         assert f" {code} " in section.replace(";", " ").replace("\n", " "), (name, code)
+
+
+def test_one_long_nvtx_text_among_many_ranges_costs_no_fixed_width_copy(trace):
+    """20,000 NVTX ranges on the launching thread, one of them 9,000 characters long: before, the gap
+    explanation and summaries made numpy string arrays at the width of the longest string for every
+    row (20,000 x 9,000 x 4 bytes = 720 MB here; 300,000 ranges were killed at 24 GB)."""
+    mutated(trace,
+            "WITH RECURSIVE r(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM r WHERE x < 19999), "
+            "w(lo, hi, tid) AS (SELECT min(start), max(end), min(globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME) "
+            "INSERT INTO NVTX_EVENTS(start, end, eventType, globalTid, text, domainId) "
+            "SELECT lo + x * ((hi - lo) / 20000), lo + x * ((hi - lo) / 20000) + 100, 59, tid, "
+            "CASE WHEN x = 7 THEN 'r' || printf('%.9000c', 'x') ELSE 'step ' || (x % 50) END, 0 FROM r, w")
+    tracemalloc.start()
+    try:
+        a = analyze(nsysan.open_trace(trace))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    long = [n for n in a.nvtx_ranges["name"].astype(str) if len(n) > 8000]
+    assert long and all(n.endswith(CUT_MARK) for n in long)  # it was read, cut and analysed
+    assert peak < 300 << 20, peak
