@@ -161,6 +161,37 @@ def _launch_sums(by_thread: dict[tuple[int, int], np.ndarray | slice], api_all: 
     return sums
 
 
+def _group_medians(values: np.ndarray, group: np.ndarray, cuts: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``np.median`` of each group's values (``values`` and ``group`` in group order, groups
+    starting at ``cuts``, ``n`` rows each), as numpy computes it: the mean of the two middle values
+    in float64, the middle one for an odd count."""
+    v = values[np.lexsort((values, group))]
+    lo, hi = v[cuts + (n - 1) // 2], v[cuts + n // 2]
+    return (lo.astype(np.float64) + hi.astype(np.float64)) / 2
+
+
+def _name_stats(col: dict[str, np.ndarray], order: np.ndarray, cuts: np.ndarray) -> dict[str, np.ndarray]:
+    """Per name (the rows at ``order``, grouped from ``cuts``): count, threads, total duration,
+    GPU-launching rows, and the medians of latency (end, or the GPU work's projected end if later,
+    less the start) and nesting depth; what ``candidates`` gave name by name."""
+    n = np.diff(np.append(cuts, len(order)))
+    group = np.repeat(np.arange(len(cuts)), n)
+    gpu, start, end = col["gpu_ops"][order], col["start_ns"][order], col["end_ns"][order]
+    lat = np.maximum(end, np.where(gpu > 0, col["proj_end_ns"][order], end)) - start
+    depth = col["depth"][order]
+    pid, tid = col["pid"][order].astype(np.int64), col["tid"][order].astype(np.int64)
+    by_thread = np.lexsort((tid, pid, group))
+    g3, p3, t3 = group[by_thread], pid[by_thread], tid[by_thread]
+    new = np.concatenate([[True], (g3[1:] != g3[:-1]) | (p3[1:] != p3[:-1]) | (t3[1:] != t3[:-1])]) \
+        if len(g3) else np.zeros(0, dtype=bool)
+    return {"count": n, "threads": np.bincount(g3[new], minlength=len(cuts)),
+            "total": np.add.reduceat(col["dur_ns"][order].astype(np.int64), cuts) if len(order) else n,
+            "with_gpu": np.add.reduceat((gpu > 0).astype(np.int64), cuts) if len(order) else n,
+            "median_lat": _group_medians(lat, group, cuts, n),
+            "median_depth": (_group_medians(depth, group, cuts, n) if depth.dtype.kind in "iu" else
+                             np.array([np.median(d) for d in np.split(depth, cuts[1:])], dtype=np.float64))}
+
+
 def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
                gpu_recorded: bool = True) -> list[dict[str, Any]]:
     """Every repeated range, with the facts the choice is made on and a verdict: ``"chosen"`` is
@@ -191,29 +222,30 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     sc = codes[order]
     cuts = np.flatnonzero(np.concatenate([[True], sc[1:] != sc[:-1]]))
     rows_of = dict(zip(sc[cuts].tolist(), np.split(order, cuts[1:])))
+    group_of = {code: j for j, code in enumerate(sc[cuts].tolist())}
     code_of = {v: i for i, v in enumerate(uniq.tolist())}
     col = {c: rg[c].to_numpy() for c in ("pid", "tid", "start_ns", "end_ns", "dur_ns", "gpu_ops", "proj_end_ns",
                                          "depth")}
+    stats = _name_stats(col, order, cuts)  # every name's numbers at once (one Python loop of names only)
     dom_vals = rg["domain"].array if "domain" in rg.columns else None
     dom_ok = ~np.asarray(pd.isna(dom_vals), dtype=bool) if dom_vals is not None else None
+    first_domain = {}
+    if dom_ok is not None:  # each name's first row (in row order) with a domain
+        hits = np.flatnonzero(dom_ok[order])
+        groups = np.searchsorted(cuts, hits, side="right") - 1
+        firsts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]])) if len(hits) else hits
+        first_domain = dict(zip(groups[firsts].tolist(), order[hits[firsts]].tolist()))
     out: list[dict[str, Any]] = []
     for name in sorted(names):  # what a group-by on the name, sorted, visits
         g = rows_of[code_of[name]]
-        domain = None
-        if dom_vals is not None:
-            present = g[dom_ok[g]]
-            domain = str(dom_vals[int(present[0])]) if len(present) else None
+        j = group_of[code_of[name]]
+        domain = str(dom_vals[first_domain[j]]) if j in first_domain else None
         lib = library_of(str(name), domain)
-        gpu = col["gpu_ops"][g]
-        end, start = col["end_ns"][g], col["start_ns"][g]
-        gpu_end = np.where(gpu > 0, col["proj_end_ns"][g], end)
-        lat = np.maximum(end, gpu_end) - start
-        with_gpu = float((gpu > 0).mean())
-        pid, tid = col["pid"][g], col["tid"][g]
-        c = {"name": str(name), "count": int(len(g)), "per_thread_max": int(per_thread[name]),
-             "threads": len(set(zip(pid.tolist(), tid.tolist()))),
-             "median_ns": int(np.median(lat)), "total_ns": int(col["dur_ns"][g].sum()),
-             "depth": float(np.median(col["depth"][g])), "with_gpu_frac": round(with_gpu, 4),
+        with_gpu = int(stats["with_gpu"][j]) / int(stats["count"][j])
+        c = {"name": str(name), "count": int(stats["count"][j]), "per_thread_max": int(per_thread[name]),
+             "threads": int(stats["threads"][j]),
+             "median_ns": int(stats["median_lat"][j]), "total_ns": int(stats["total"][j]),
+             "depth": float(stats["median_depth"][j]), "with_gpu_frac": round(with_gpu, 4),
              "gpu_coverage": 0.0, "library": lib, "verdict": ""}
         if lib is not None:
             c["verdict"] = f"library range ({lib})"
@@ -224,7 +256,8 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
         elif c["median_ns"] < (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS):
             c["verdict"] = "shorter than 1 us" if gpu_recorded else "shorter than 10 us (CPU only)"
         elif gpu_recorded:
-            c["gpu_coverage"] = round(_coverage(pid, tid, start, end, sums, owned_total, by_thread), 6)
+            c["gpu_coverage"] = round(_coverage(col["pid"][g], col["tid"][g], col["start_ns"][g], col["end_ns"][g],
+                                                sums, owned_total, by_thread), 6)
         out.append(c)
     return out
 
