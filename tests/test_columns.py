@@ -139,3 +139,45 @@ def test_unique_strings_as_numpy_unique(values):
     want_cats, want_codes = np.unique(arr.astype(str), return_inverse=True) if len(values) else ([], [])
     assert cats.dtype == object and list(cats) == [str(c) for c in want_cats]
     assert list(codes) == list(np.asarray(want_codes).reshape(-1))
+
+
+def _nesting_by_numpy_scalars(r):
+    """NVTX nesting as it was computed before (numpy int64 scalars, which wrap): the definition."""
+    n = len(r)
+    depth, parent, child_sum = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    starts, ends = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
+    pushpop = (r["style"] == "PushPop").to_numpy()
+    with np.errstate(over="ignore"):
+        for _, idx in r.groupby(["pid", "tid"], sort=False).indices.items():
+            stack = []
+            for i in idx:
+                if not pushpop[i]:
+                    continue
+                while stack and ends[stack[-1]] <= starts[i]:
+                    stack.pop()
+                if stack and ends[i] <= ends[stack[-1]]:
+                    parent[i] = stack[-1]
+                    depth[i] = len(stack)
+                    child_sum[stack[-1]] += ends[i] - starts[i]
+                stack.append(i)
+        return depth, parent, (ends - starts) - child_sum
+
+
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(-(1 << 62), 1 << 62), st.integers(0, (1 << 62) - 1),
+                          st.booleans()), max_size=30))
+@example([(0, -(1 << 62), 1 << 62, True), (0, -(1 << 62) + 1, (1 << 62) - 2, True),
+          (0, 0, (1 << 62) - 5, True), (0, 1, (1 << 62) - 9, True)])
+def test_nvtx_nesting_in_python_ints_as_in_numpy(rows):
+    """The nesting loop over Python lists gives what it gave over numpy scalars, huge times included
+    (child sums beyond int64 wrap as numpy's did)."""
+    import pandas as pd
+
+    from nsysan.analyses.nvtx import _nesting
+
+    r = pd.DataFrame({"pid": [1] * len(rows), "tid": [t for t, *_ in rows],
+                      "start_ns": np.array([s for _, s, _, _ in rows], dtype=np.int64),
+                      "end_ns": np.array([s + d for _, s, d, _ in rows], dtype=np.int64),
+                      "style": ["PushPop" if p else "StartEnd" for *_, p in rows]})
+    r = r.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    for got, want in zip(_nesting(r), _nesting_by_numpy_scalars(r)):
+        assert list(got) == list(want)
