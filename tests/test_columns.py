@@ -50,7 +50,7 @@ def _arrow(vals: list) -> pa.Array | None:
         return None
 
 
-def _same(a: float | int | str | bytes | None, b: float | int | str | bytes | None) -> bool:
+def _same(a: float | str | bytes | None, b: float | str | bytes | None) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return type(a) is type(b) and a == b
@@ -148,7 +148,7 @@ def _nesting_by_numpy_scalars(r):
     starts, ends = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
     pushpop = (r["style"] == "PushPop").to_numpy()
     with np.errstate(over="ignore"):
-        for _, idx in r.groupby(["pid", "tid"], sort=False).indices.items():
+        for idx in r.groupby(["pid", "tid"], sort=False).indices.values():
             stack = []
             for i in idx:
                 if not pushpop[i]:

@@ -21,9 +21,9 @@ from factories import apply_sql
 
 import nsysan
 from nsysan import cli as cli_mod
+from nsysan.analysis import analyze
 from nsysan.cli import main
 from nsysan.trace.columns import from_rows
-from nsysan.analysis import analyze
 from nsysan.trace.load import CUT_MARK, Strings
 
 UNKNOWN_NAME = "[unknown name]"
