@@ -129,13 +129,11 @@ def test_cli_without_pyarrow_same_json(fixture_dir, tmp_path):
                           st.integers(-5, 5)), max_size=40))
 @example(["b", "a", "\u00e9", "\U0001f600", "", None, 3, "a"])
 def test_unique_strings_as_numpy_unique(values):
-    """``frames.unique_strings`` gives ``np.unique(np.asarray(values).astype(str), return_inverse=True)``
+    """``columns.unique_strings`` gives ``np.unique(np.asarray(values).astype(str), return_inverse=True)``
     (numpy's fixed-width strings drop trailing NULs, which no name has: left out here)."""
-    from nsysan.analyses.frames import unique_strings
-
     arr = np.empty(len(values), dtype=object)
     arr[:] = values
-    cats, codes = unique_strings(arr)
+    cats, codes = columns.unique_strings(arr)
     want_cats, want_codes = np.unique(arr.astype(str), return_inverse=True) if len(values) else ([], [])
     assert cats.dtype == object and list(cats) == [str(c) for c in want_cats]
     assert list(codes) == list(np.asarray(want_codes).reshape(-1))

@@ -150,29 +150,6 @@ def one_key(*keys: np.ndarray) -> tuple[int, ...] | None:
     return tuple(int(np.asarray(k)[0]) for k in keys)
 
 
-def str_objects(values: Iterable[object]) -> np.ndarray:
-    """``str(v)`` of each value, as an object array. Never ``np.asarray(...).astype(str)``: numpy's
-    string dtype is fixed-width, so one 8 kB NVTX text among 300,000 short ones made it 10 GB."""
-    out = [str(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
-    arr = np.empty(len(out), dtype=object)
-    arr[:] = out
-    return arr
-
-
-def unique_strings(values: Iterable[object]) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct ``str(v)`` of the values (an object array) and each value's position in
-    them: ``np.unique(np.asarray(values).astype(str), return_inverse=True)`` without the fixed-width
-    copy at the length of the longest (``str_objects``)."""
-    strs = str_objects(values)
-    codes, uniq = pd.factorize(strs)
-    order = sorted(range(len(uniq)), key=list(uniq).__getitem__)  # code point order, as numpy's
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    cats = np.empty(len(order), dtype=object)
-    cats[:] = [uniq[i] for i in order]
-    return cats, rank[codes] if len(codes) else np.zeros(0, dtype=np.int64)
-
-
 def distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values, as ``np.unique``, without a sort or hash of millions: one comparison
     pass when they are all equal (one process, one device, one thread: the common case), a count

@@ -30,13 +30,12 @@ from nsysan.analyses.frames import (
     group_rows,
     one_key,
     rows_of,
-    str_objects,
     take,
     top_rows,
-    unique_strings,
 )
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
+from nsysan.trace.columns import str_objects, unique_strings
 from nsysan.trace.model import Trace, constant_column
 
 # Calls that block the host until GPU work finishes (rules/sync_api.py uses the same list).

@@ -171,7 +171,7 @@ def _group_medians(values: np.ndarray, group: np.ndarray, cuts: np.ndarray, n: n
 
 
 def _name_stats(col: dict[str, np.ndarray], order: np.ndarray, cuts: np.ndarray) -> dict[str, np.ndarray]:
-    """Per name (the rows at ``order``, grouped from ``cuts``): count, threads, total duration,
+    """Per name (the rows at ``order``, grouped from ``cuts``; at least one row): count, threads, total duration,
     GPU-launching rows, and the medians of latency (end, or the GPU work's projected end if later,
     less the start) and nesting depth; what ``candidates`` gave name by name."""
     n = np.diff(np.append(cuts, len(order)))
@@ -182,11 +182,10 @@ def _name_stats(col: dict[str, np.ndarray], order: np.ndarray, cuts: np.ndarray)
     pid, tid = col["pid"][order].astype(np.int64), col["tid"][order].astype(np.int64)
     by_thread = np.lexsort((tid, pid, group))
     g3, p3, t3 = group[by_thread], pid[by_thread], tid[by_thread]
-    new = np.concatenate([[True], (g3[1:] != g3[:-1]) | (p3[1:] != p3[:-1]) | (t3[1:] != t3[:-1])]) \
-        if len(g3) else np.zeros(0, dtype=bool)
+    new = np.concatenate([[True], (g3[1:] != g3[:-1]) | (p3[1:] != p3[:-1]) | (t3[1:] != t3[:-1])])
     return {"count": n, "threads": np.bincount(g3[new], minlength=len(cuts)),
-            "total": np.add.reduceat(col["dur_ns"][order].astype(np.int64), cuts) if len(order) else n,
-            "with_gpu": np.add.reduceat((gpu > 0).astype(np.int64), cuts) if len(order) else n,
+            "total": np.add.reduceat(col["dur_ns"][order].astype(np.int64), cuts),
+            "with_gpu": np.add.reduceat((gpu > 0).astype(np.int64), cuts),
             "median_lat": _group_medians(lat, group, cuts, n),
             "median_depth": (_group_medians(depth, group, cuts, n) if depth.dtype.kind in "iu" else
                              np.array([np.median(d) for d in np.split(depth, cuts[1:])], dtype=np.float64))}
@@ -221,9 +220,9 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     order = np.argsort(codes, kind="stable")
     sc = codes[order]
     cuts = np.flatnonzero(np.concatenate([[True], sc[1:] != sc[:-1]]))
-    rows_of = dict(zip(sc[cuts].tolist(), np.split(order, cuts[1:])))
-    group_of = {code: j for j, code in enumerate(sc[cuts].tolist())}
-    code_of = {v: i for i, v in enumerate(uniq.tolist())}
+    ends_at = np.append(cuts[1:], len(order))
+    uniq_list = uniq.tolist()
+    group_of = {uniq_list[code]: j for j, code in enumerate(sc[cuts].tolist()) if code >= 0}  # name -> group
     col = {c: rg[c].to_numpy() for c in ("pid", "tid", "start_ns", "end_ns", "dur_ns", "gpu_ops", "proj_end_ns",
                                          "depth")}
     stats = _name_stats(col, order, cuts)  # every name's numbers at once (one Python loop of names only)
@@ -237,8 +236,8 @@ def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
         first_domain = dict(zip(groups[firsts].tolist(), order[hits[firsts]].tolist()))
     out: list[dict[str, Any]] = []
     for name in sorted(names):  # what a group-by on the name, sorted, visits
-        g = rows_of[code_of[name]]
-        j = group_of[code_of[name]]
+        j = group_of[name]
+        g = order[cuts[j]:ends_at[j]]  # the name's rows, in row order
         domain = str(dom_vals[first_domain[j]]) if j in first_domain else None
         lib = library_of(str(name), domain)
         with_gpu = int(stats["with_gpu"][j]) / int(stats["count"][j])

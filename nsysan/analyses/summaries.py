@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import sort_rows, unique_strings
+from nsysan.analyses.frames import sort_rows
+from nsysan.trace.columns import unique_strings
 from nsysan.trace.model import Trace, constant_column, is_constant_column
 
 STAT_COLUMNS = ["count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns"]

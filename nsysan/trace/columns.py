@@ -16,10 +16,11 @@ all). ``mask`` marks NULLs (None: none); a masked value is meaningless.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 _NONE = type(None)
 _I64 = (-(1 << 63), (1 << 63) - 1)
@@ -169,3 +170,21 @@ def from_arrow(table: Any) -> Columns:
             out[name] = Col("str", _objects(vals if pa.types.is_string(t) or pa.types.is_large_string(t)
                                             else [None if v is None else str(v) for v in vals]), mask)
     return Columns(out, table.num_rows)
+
+
+def str_objects(values: Iterable[object]) -> np.ndarray:
+    """``str(v)`` of each value, as an object array. Never ``np.asarray(...).astype(str)``: numpy's
+    string dtype is fixed-width, so one 8 kB NVTX text among 300,000 short ones made it 10 GB."""
+    return _objects([str(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)])
+
+
+def unique_strings(values: Iterable[object]) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ``str(v)`` of the values (an object array) and each value's position in
+    them: ``np.unique(np.asarray(values).astype(str), return_inverse=True)`` without the fixed-width
+    copy at the length of the longest (``str_objects``)."""
+    strs = str_objects(values)
+    codes, uniq = pd.factorize(strs)  # (pandas: imported by every caller already)
+    order = sorted(range(len(uniq)), key=list(uniq).__getitem__)  # code point order, as numpy's
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return _objects([uniq[i] for i in order]), rank[codes]

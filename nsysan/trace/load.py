@@ -18,7 +18,7 @@ from nsysan import _memory
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
-from nsysan.trace.columns import Col, Columns, nulls, typed_empty
+from nsysan.trace.columns import Col, Columns, nulls, typed_empty, unique_strings
 from nsysan.trace.db import Database, display
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta, constant_column, is_constant_column
 from nsysan.units import clean_text
@@ -87,17 +87,9 @@ class Strings:
         capped = cap_strings(values)
         self.cut |= capped is not values
         values = capped
-        arr = np.empty(len(values), dtype=object)
-        arr[:] = ["" if v is None else v for v in values]
         # distinct values in code point order (UTF-8 byte order, as Arrow sorted them), each row's rank
-        codes, uniques = pd.factorize(arr)
-        distinct = np.asarray(uniques, dtype=object).tolist()  # Python's sort of strings: twice numpy's on objects
-        order = np.array(sorted(range(len(distinct)), key=distinct.__getitem__), dtype=np.int64)
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        uniq_n = len(order)
-        inverse = rank[codes]
-        self.categories = np.asarray(uniques, dtype=object)[order]
+        self.categories, inverse = unique_strings("" if v is None else v for v in values)
+        uniq_n = len(self.categories)
         self.index = pd.Index(self.categories, dtype=object)  # shared by every resolved column
         valid = ids >= 0
         n = len(ids)
@@ -830,9 +822,12 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
 
     frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
     # which names and texts were shortened: looked for only when one was (a scan of every string)
-    cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)] if strings.cut else []
-    nv = frames["nvtx"]["text"].fillna("") if strings.cut else pd.Series([], dtype="string")
-    cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
+    cut: list[str] = []
+    cut_nvtx = pd.Series([], dtype="string")
+    if strings.cut:
+        cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)]
+        nv = frames["nvtx"]["text"].fillna("")
+        cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
     if len(cut) or len(cut_nvtx):
         first = (cut or [str(cut_nvtx.iloc[0])])[0]
         warnings.append(f"{len(cut) + len(cut_nvtx)} name(s) or NVTX text(s) longer than {MAX_STRING:,} characters "
