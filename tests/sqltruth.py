@@ -340,3 +340,15 @@ def thread_time_by_name(conn: sqlite3.Connection, table: str, gtid: int, lo: int
         if e > s:
             per.setdefault(_strip_version(name) if table == API_TABLE else name, []).append((int(s), int(e)))
     return {n: t for n, iv in per.items() if (t := _union_ns(iv)) > 0}
+
+
+def check_export(conn: sqlite3.Connection, a: Any, check: Any, why: str) -> None:
+    """``check(conn, a)`` (it returns how many items it compared with SQL), the connection closed
+    afterwards; the test is skipped with ``why`` when there was nothing to compare."""
+    import pytest
+
+    try:
+        if check(conn, a) == 0:
+            pytest.skip(why)
+    finally:
+        conn.close()

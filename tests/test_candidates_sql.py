@@ -51,11 +51,7 @@ def _check(conn, a) -> int:
 
 
 def _check_export(conn, a) -> None:
-    try:
-        if _check(conn, a) == 0:
-            pytest.skip("no repeated plain push/pop NVTX range")
-    finally:
-        conn.close()
+    sqltruth.check_export(conn, a, _check, "no repeated plain push/pop NVTX range")
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)

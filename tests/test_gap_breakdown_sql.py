@@ -43,11 +43,7 @@ def _check(conn, a) -> int:
 
 
 def _check_export(conn, a) -> None:
-    try:
-        if _check(conn, a) == 0:
-            pytest.skip("no explained host gap with one launching call")
-    finally:
-        conn.close()
+    sqltruth.check_export(conn, a, _check, "no explained host gap with one launching call")
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
