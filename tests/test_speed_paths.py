@@ -882,6 +882,38 @@ def test_gap_explanation_in_any_chunks_equals_one_pass(api_rows, osrt_rows, nvtx
         G.EXPLAIN_CHUNK, G.FEW_THREADS, G.INNERMOST_MAX = saved
 
 
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 300)), max_size=60),
+       st.lists(st.integers(-10, 900), min_size=1, max_size=12), st.sampled_from([1, 2, 3, 4096]), st.data())
+@example([(0, 300), (10, 5), (20, 5), (400, 1)], [15, 0, 299, 300], 2, None)  # one long call keeps the maximum up
+def test_reach_searches_equal_the_running_maximum(calls, xs, block, data):
+    """``gaps.Reach`` (block prefix maxima, the exact running maximum only over the rows a search
+    needs) answers as ``searchsorted`` on the full running maximum of the ends, capped at ``stop``;
+    and ``_touching`` with it gives exactly the calls that overlap a window (brute force)."""
+    from nsysan.analyses import gaps as G
+
+    calls.sort()
+    s = np.array([c[0] for c in calls], np.int64)
+    e = s + np.array([c[1] for c in calls], np.int64)
+    x = np.array(xs, np.int64)
+    saved = G.REACH_BLOCK
+    G.REACH_BLOCK = block
+    try:
+        r = G.Reach(e)
+        stop = data.draw(st.integers(0, len(e))) if data is not None else len(e)
+        want = np.minimum(np.searchsorted(np.maximum.accumulate(e), x, side="right"), stop) if len(e) else 0 * x
+        assert r.search(x, stop).tolist() == (want if r.blocks is not None else
+                                               np.searchsorted(e, x, side="right")).tolist()
+        wl, wh = iv.merge(x, x + 7)
+        rows = G._touching(s, e, r, wl, wh)
+        hit = [i for i in range(len(s)) if any(s[i] < b and a < e[i] for a, b in zip(wl.tolist(), wh.tolist()))]
+        if rows is None:  # every call, and they never overlap (calls touching no window add nothing)
+            assert len(s) < 2 or bool((s[1:] >= e[:-1]).all())
+        else:
+            assert rows.tolist() == hit
+    finally:
+        G.REACH_BLOCK = saved
+
+
 @needs_c
 @given(st.lists(st.tuples(st.integers(-50, 10**6), st.integers(-5, 10**4), st.integers(0, 5), st.booleans()),
                 min_size=1, max_size=120), st.integers(-10**6, 10**6), st.booleans())

@@ -68,7 +68,7 @@ class ThreadActivity:
         self._single: dict[str, int | None] = {}
         self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._asked: dict[str, int] = {}
-        self._rows: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self._rows: dict[tuple[int, int], list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]]] = {}
 
     def _thread_rows(self, source: str, df: pd.DataFrame, pid: int, tid: int) -> np.ndarray | slice:
         """The rows (ascending) of thread (pid, tid) in one source's frame; ``slice(None)`` when the
@@ -100,9 +100,9 @@ class ThreadActivity:
         a, b = np.searchsorted(sorted_keys, [packed, packed + 1])
         return slice(None) if b - a == len(df) else np.sort(order[a:b])
 
-    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    def _thread(self, pid: int, tid: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]]:
         """Per source: start-sorted starts, ends, name codes, the code -> name table and the running
-        maximum of ends, for one thread."""
+        maximum of ends (``Reach``), for one thread."""
         key = (pid, tid)
         if key not in self._rows:
             parts = []
@@ -121,10 +121,7 @@ class ThreadActivity:
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
-                # running maximum of ends: the calls before searchsorted(reach, lo) all end by lo;
-                # the ends themselves when they are in order (calls that never nest): no copy
-                reach = en if st.size < 2 or bool((en[1:] >= en[:-1]).all()) else np.maximum.accumulate(en)
-                parts.append((source, st, en, np.asarray(codes), str_objects(cats), reach))
+                parts.append((source, st, en, np.asarray(codes), str_objects(cats), Reach(en)))
             self._rows[key] = parts
         return self._rows[key]
 
@@ -300,7 +297,52 @@ class ThreadActivity:
         return self.items_many(pid, tid, [(lo, hi)])[0]
 
 
-def _touching(st: np.ndarray, en: np.ndarray, reach: np.ndarray, wl: np.ndarray, wh: np.ndarray) -> np.ndarray | None:
+REACH_BLOCK = 4096  # rows per block of Reach's prefix maxima
+
+
+class Reach:
+    """The running maximum of the ends ``en`` of start-sorted calls (the calls before
+    ``searchsorted(reach, x, "right")`` all end by x), searched without an int64 copy of every row
+    (28 MiB on the 245 MB trace's CUDA API and OS runtime calls, held through the gap explanation):
+    the ends themselves when they are in order (calls that never nest), else the prefix maxima of
+    blocks of ``REACH_BLOCK`` rows, and the exact running maximum only over the rows a search needs."""
+
+    def __init__(self, en: np.ndarray) -> None:
+        self.en = en
+        self.blocks: np.ndarray | None = None  # None: the ends are in order
+        if en.size > 1 and not bool((en[1:] >= en[:-1]).all()):
+            n = en.size // REACH_BLOCK * REACH_BLOCK
+            b = en[:n].reshape(-1, REACH_BLOCK).max(axis=1)
+            if n < en.size:
+                b = np.append(b, en[n:].max())
+            self.blocks = np.maximum.accumulate(b)
+
+    def first_above(self, x: int) -> int:
+        """The first row whose end is after ``x`` (where the running maximum first exceeds it), or
+        the row count."""
+        assert self.blocks is not None
+        b = int(np.searchsorted(self.blocks, x, side="right"))  # all rows before block b end by x
+        if b >= len(self.blocks):
+            return int(self.en.size)
+        lo = b * REACH_BLOCK
+        return lo + int(np.argmax(self.en[lo:lo + REACH_BLOCK] > x))
+
+    def search(self, x: np.ndarray, stop: int) -> np.ndarray:
+        """``searchsorted(running maximum of en, x, "right")`` capped at ``stop`` (answers past it
+        come out as ``stop``): the exact running maximum from the first row ending after ``min(x)``
+        up to ``stop``, where every row before that first one ends by each ``x``."""
+        if self.blocks is None:
+            return iv.search(self.en, x, side="right")
+        if len(x) == 0:
+            return np.zeros(0, np.int64)
+        first = min(self.first_above(int(x.min())), stop)
+        part = np.maximum.accumulate(self.en[first:stop])
+        out = iv.search(part, x, side="right")
+        out += first
+        return out
+
+
+def _touching(st: np.ndarray, en: np.ndarray, reach: Reach, wl: np.ndarray, wh: np.ndarray) -> np.ndarray | None:
     """The rows (ascending) of the start-sorted calls [st, en) that overlap any of the disjoint,
     sorted windows [wl, wh); None for all of them when the windows are about as many as the calls
     (every gap of a launch loop: nearly every call touches one, so filtering costs more than it
@@ -309,9 +351,10 @@ def _touching(st: np.ndarray, en: np.ndarray, reach: np.ndarray, wl: np.ndarray,
     if len(wl) * 4 >= len(st) and not (st.size > 1 and not bool((st[1:] >= en[:-1]).all())):
         return None
     # candidates per window: from the first call that may still run at its start to the last
-    # starting before its end (O(log n) each), then the exact overlap test
-    i0 = iv.search(reach, wl, side="right")
+    # starting before its end (O(log n) each), then the exact overlap test; a window's first
+    # candidate capped at the last call starting before any window ends changes no candidate
     i1 = iv.search(st, wh, side="left")
+    i0 = reach.search(wl, int(i1.max()) if len(i1) else 0)
     n = int(np.maximum(i1 - i0, 0).sum())
     if n == 0:
         return np.empty(0, np.int64)
