@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from nsysan.trace.model import constant_column, is_constant_column
+from nsysan.trace.model import CONSTANT_MIN_ROWS, constant_column, is_constant_column
 
 try:  # pandas' own boxing of a cell as to_dict does it (private: a pandas without it takes the fallback)
     from pandas.core.dtypes.cast import maybe_box_native
@@ -184,6 +184,23 @@ def take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     if is_constant_column(values):
         return constant_column(values[0], len(idx), values.dtype)
     return values[idx]
+
+
+def compact(values: np.ndarray) -> np.ndarray:
+    """A new column of an analysis as the loader keeps its columns: when it has at least
+    ``CONSTANT_MIN_ROWS`` rows of one value (one launching thread, kernels only, no graph launch),
+    that value broadcast (``model.constant_column``: no memory, read-only), else ``values``. Put it in
+    a frame with ``model.as_column`` (``DataFrame.assign`` would copy it into a full array)."""
+    if len(values) >= CONSTANT_MIN_ROWS and not is_constant_column(values) and bool((values == values[0]).all()):
+        return constant_column(values[0], len(values), values.dtype)
+    return values
+
+
+def compact_codes(cat: pd.Categorical) -> pd.Categorical:
+    """``cat`` with its codes ``compact``: one category throughout costs no memory."""
+    codes = np.asarray(cat.codes)
+    small = compact(codes)
+    return cat if small is codes else pd.Categorical.from_codes(small, dtype=cat.dtype, validate=False)
 
 
 def top_rows(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import (
+    compact,
     count_sum,
     distinct,
     group_rows,
@@ -36,7 +37,7 @@ from nsysan.analyses.frames import (
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.columns import str_objects, unique_strings
-from nsysan.trace.model import Trace, constant_column
+from nsysan.trace.model import Trace, as_column, constant_column
 
 # Calls that block the host until GPU work finishes (rules/sync_api.py uses the same list).
 BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
@@ -490,7 +491,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     out = out.assign(cause=pd.Categorical.from_codes(cause, categories=pd.Index(causes, dtype=object)),
                      activity=pd.Categorical.from_codes(act_codes, categories=pd.Index(act_cats, dtype=object)),
                      breakdown=breakdown,
-                     tid=np.where(has_api, o_tid, -1),
+                     tid=as_column(out, compact(np.where(has_api, o_tid, -1))),
                      api_name=api_name.add_categories([""]).fillna("") if "" not in api_name.categories
                      else api_name.fillna(""))
     if len(parts) == 1 and bool((o_start[1:] >= o_start[:-1]).all()):  # one device: in order already

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import compact, compact_codes
 from nsysan.analyses.frames import take as take_rows
-from nsysan.trace.model import Trace
+from nsysan.trace.model import Trace, as_column
 
 
 def pack_keys(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -109,4 +110,6 @@ def attach_launch_calls(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
         api_name = pd.Categorical.from_codes(codes, categories=names.categories, validate=False)
     else:
         api_name = pd.Categorical.from_codes(np.full(len(ops), -1), categories=pd.Index([], dtype=object))
-    return ops.assign(tid=take("tid"), api_start_ns=take("start_ns"), api_end_ns=take("end_ns"), api_name=api_name)
+    # one launching thread (the usual case): its tid and name codes as broadcast values, no columns
+    return ops.assign(tid=as_column(ops, compact(take("tid"))), api_start_ns=take("start_ns"),
+                      api_end_ns=take("end_ns"), api_name=as_column(ops, compact_codes(api_name)))

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import category_mask, name_in, sort_rows
+from nsysan.analyses.frames import category_mask, compact, name_in, sort_rows
 from nsysan.analyses.join import with_launch_calls
-from nsysan.trace.model import Trace
+from nsysan.trace.model import Trace, as_column
 
 
 def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
@@ -26,8 +26,8 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     graph_api = category_mask(j["api_name"], lambda s: s.startswith(("cudaGraphLaunch", "cuGraphLaunch")))
     j = j.assign(gpu_ns=j["dur_ns"], api_ns=j["api_end_ns"] - j["api_start_ns"],
                  queue_ns=j["start_ns"] - j["api_start_ns"])
-    j = j.assign(launch_dominated=j["api_ns"] > j["gpu_ns"],
-                 is_graph=(j["op"] == "graph").to_numpy() | graph_api)
+    j = j.assign(launch_dominated=as_column(j, compact((j["api_ns"] > j["gpu_ns"]).to_numpy())),
+                 is_graph=as_column(j, compact((j["op"] == "graph").to_numpy() | graph_api)))
     cols = ["start_ns", "end_ns", "gpu_ns", "device_id", "stream_id", "pid", "tid", "correlation_id", "name", "op",
             "api_name", "api_start_ns", "api_end_ns", "api_ns", "queue_ns", "launch_dominated", "is_graph"]
     j = j[cols]

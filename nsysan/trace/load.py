@@ -20,7 +20,15 @@ from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.columns import Col, Columns, nulls, typed_empty, unique_strings
 from nsysan.trace.db import Database, display
-from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta, constant_column, is_constant_column
+from nsysan.trace.model import (
+    CONSTANT_MIN_ROWS,
+    INTERVAL_TABLES,
+    Trace,
+    TraceMeta,
+    as_column,
+    constant_column,
+    is_constant_column,
+)
 from nsysan.units import clean_text
 
 Progress = Callable[[str, int, int], None]
@@ -265,17 +273,6 @@ def _to_frame(table: Columns, spec: S.TableSpec, strings: Strings, all_columns: 
     return pd.DataFrame(data, copy=False)
 
 
-def _own(df: pd.DataFrame, values: np.ndarray) -> pd.Series:
-    """A new column that ``assign`` takes as it is: a fresh array nothing else refers to (pandas
-    copies a bare array it is given, 20 MB per million-row column)."""
-    return pd.Series(values, index=df.index, copy=False)
-
-
-# a column of at least this many rows that holds one value throughout (one process, thread, device
-# or stream: a launch loop's 4M calls) is kept as that value broadcast, read-only, not as a column
-CONSTANT_MIN_ROWS = 4096
-
-
 def _field24(g: np.ndarray, shift: int) -> np.ndarray:
     """``(g >> shift) & 0xFFFFFF`` as int32, without an int64 temporary of the whole column: the
     shift is written straight into the int32 result (which keeps its low 32 bits), then masked."""
@@ -296,19 +293,19 @@ def _decode_ids(df: pd.DataFrame, keep_global: bool = True) -> pd.DataFrame:
         g = df["global_tid"].to_numpy(dtype=np.int64)
         if len(g) >= CONSTANT_MIN_ROWS and bool((g == g[0]).all()):  # one thread: two broadcast values
             g0 = int(g[0])
-            pid = _own(df, constant_column((g0 >> 24) & 0xFFFFFF, len(g), np.int32))
-            tid = _own(df, constant_column(g0 & 0xFFFFFF, len(g), np.int32))
+            pid = as_column(df, constant_column((g0 >> 24) & 0xFFFFFF, len(g), np.int32))
+            tid = as_column(df, constant_column(g0 & 0xFFFFFF, len(g), np.int32))
         else:
-            pid, tid = _own(df, _field24(g, 24)), _own(df, _field24(g, 0))
+            pid, tid = as_column(df, _field24(g, 24)), as_column(df, _field24(g, 0))
         if not keep_global:
             return _without(df, "global_tid").assign(pid=pid, tid=tid)
-        return df.assign(pid=pid, tid=tid, global_pid=_own(df, g & ~np.int64(0xFFFFFF)))
+        return df.assign(pid=pid, tid=tid, global_pid=as_column(df, g & ~np.int64(0xFFFFFF)))
     if "global_pid" in df.columns:
         g = df["global_pid"].to_numpy(dtype=np.int64)
         if len(g) >= CONSTANT_MIN_ROWS and bool((g == g[0]).all()):  # one process: one broadcast value
-            pid = _own(df, constant_column((int(g[0]) >> 24) & 0xFFFFFF, len(g), np.int32))
+            pid = as_column(df, constant_column((int(g[0]) >> 24) & 0xFFFFFF, len(g), np.int32))
         else:
-            pid = _own(df, _field24(g, 24))
+            pid = as_column(df, _field24(g, 24))
         return (df.assign(pid=pid) if keep_global else _without(df, "global_pid").assign(pid=pid))
     return df
 
@@ -348,11 +345,11 @@ def _narrow(df: pd.DataFrame, name: str) -> pd.DataFrame:
         lo, hi = int(v.min()), int(v.max())
         t = narrow_type(lo, hi, floor)
         if lo == hi and len(v) >= CONSTANT_MIN_ROWS:  # one device, stream, grid...: one broadcast value
-            df = df.assign(**{col: _own(df, constant_column(lo, len(v), t or np.int64))})
+            df = df.assign(**{col: as_column(df, constant_column(lo, len(v), t or np.int64))})
         elif t is not None and np.dtype(t).itemsize < v.dtype.itemsize:
-            df = df.assign(**{col: _own(df, v.astype(t))})
+            df = df.assign(**{col: as_column(df, v.astype(t))})
         elif t is None and v.dtype != np.int64:  # not reached: the reader widens what does not fit
-            df = df.assign(**{col: _own(df, v.astype(np.int64))})
+            df = df.assign(**{col: as_column(df, v.astype(np.int64))})
         del v
     return df
 
@@ -374,7 +371,7 @@ def _finish_intervals(name: str, held: list[pd.DataFrame], warnings: list[str]) 
         warnings.append(f"{name}: dropped {int(bad.sum())} row(s) whose end is before their start")
         df = df.loc[~bad]
     st = df["start_ns"].to_numpy()
-    df = df.assign(dur_ns=_own(df, df["end_ns"].to_numpy() - st))
+    df = df.assign(dur_ns=as_column(df, df["end_ns"].to_numpy() - st))
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
         order = np.argsort(st, kind="stable")  # a few late rows (OS runtime): timsort is near linear
         del st

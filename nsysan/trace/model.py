@@ -10,14 +10,16 @@ trace allow, at least int32 for ids and int8 for grid/block; one value beyond in
 int64, and so does an empty table. Widen (``to_numpy(np.int64)``) before arithmetic that can leave
 the type's range.
 
-Columns of one value: in a table of at least ``load.CONSTANT_MIN_ROWS`` (4096) rows, a ``pid`` or
+Columns of one value: in a table of at least ``CONSTANT_MIN_ROWS`` (4096) rows, a ``pid`` or
 ``tid`` that is the same in every row (one process, one thread: a launch loop's 4M API calls) and a
 ``schema.NARROW`` column of one value (one GPU, one stream, one grid size) is that value broadcast
 to the table's length (``np.broadcast_to``: strides 0, read-only). It reads as the full column
 (``to_numpy``, comparisons, group-bys, ``take``) and costs no memory; writing into it raises, so copy
 (``np.array(col)``) before changing values in place. On the real 329 MB launch loop this is 53 MB.
 A nullable column wholly missing in such a table (``graph_node_id`` outside CUDA graphs) is one
-broadcast missing value the same way (its data and mask arrays).
+broadcast missing value the same way (its data and mask arrays). The analyses keep their own new
+columns of one value so too (``analyses.frames.compact``: the GPU ops' op, kind, role, tid and
+api_name codes, the launches' flags, the gaps' tid; 15 MiB on the 245 MB replica).
 
 Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, ``tid`` (decoded from
 nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``). The int64 global
@@ -63,11 +65,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+# a column of at least this many rows that holds one value throughout (one process, thread, device
+# or stream: a launch loop's 4M calls) is kept as that value broadcast, read-only, not as a column
+CONSTANT_MIN_ROWS = 4096
+
 
 def constant_column(value: int, n: int, dtype: Any) -> np.ndarray:
     """``n`` rows of one value as a read-only view of it (strides 0): reads as a full column, costs
     no memory; writing to it raises (analyses never write to a trace's columns)."""
     return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
+
+
+def as_column(df: pd.DataFrame, values: Any) -> pd.Series:
+    """``values`` (an array nothing else writes to, or a ``constant_column``) as a column of ``df``
+    that ``assign`` takes as it is: pandas copies a bare array it is given (20 MB per million-row
+    column), and a broadcast one into a full array."""
+    return pd.Series(values, index=df.index, copy=False)
 
 
 def is_constant_column(values: Any) -> bool:
