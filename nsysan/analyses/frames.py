@@ -133,8 +133,14 @@ def lexsorted(keys: tuple[np.ndarray, ...]) -> bool:
 def sort_rows(df: pd.DataFrame, keys: tuple[np.ndarray, ...]) -> pd.DataFrame:
     """``df`` in ``np.lexsort(keys)`` order (last key primary; a stable sort), with a fresh index; no
     sort or copy of the rows when they are in that order already (the usual case for traces)."""
-    out = df if lexsorted(keys) else df.take(np.lexsort(keys))
-    return out.reset_index(drop=True)
+    if lexsorted(keys):
+        return df.reset_index(drop=True)
+    order = np.lexsort(keys)
+    # a column at a time, a broadcast column (``compact``) staying one (``DataFrame.take`` would
+    # make each a full array)
+    cols = {c: (df[c].array.take(order) if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype)
+                else take(df[c].to_numpy(), order)) for c in df.columns}
+    return pd.DataFrame(cols, copy=False)
 
 
 def one_key(*keys: np.ndarray) -> tuple[int, ...] | None:
