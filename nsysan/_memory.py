@@ -25,7 +25,8 @@ again: ``release``'s ``malloc_trim`` (1.1-1.5 GB handed back per 245 MB trace, t
 again), arrays above the mmap threshold (every column of a 2.5 GB trace: mmapped, zeroed, unmapped;
 33-47 GB of page allocations for a peak of 6.7 GB), and the worker threads' own arena (a big
 allocation there is always mmapped). So a process-owned run keeps what it frees: one arena, no
-mmap, no trimming below 2 GB of free heap top, and ``release`` does nothing. Measured in
+mmap, no trimming below 2 GB of free heap top, and ``release`` does nothing but once, before the
+rules, where the peak is made (``release(before_peak=True)``). Measured in
 alternating runs with the same settings made by environment variables (medians of 4; 2 on the
 2.5 GB one): 245 MB replica 2.01 -> 1.79 s, peak 852 -> 817 MiB; real 329 MB launch loop 2.96 ->
 2.48 s, 1,236 -> 1,230 MiB; 2.5 GB replica 25.0 -> 16.8 s, 6.7 -> 7.1 GB (there the host's first-touch
@@ -119,10 +120,18 @@ def arrow_loaded() -> None:
             pass
 
 
-def release() -> None:
+def release(*, before_peak: bool = False) -> None:
     """Hand freed memory back to the OS (Arrow's cached blocks, glibc's free pages); nothing in a
-    process nsysan owns, which would only fault the same pages in again (module doc)."""
-    if _owned:
+    process nsysan owns, which would only fault the same pages in again (module doc), except once
+    ``before_peak``: after the analyses, before the rules and the report. There the heap holds about
+    100 MiB of free chunks among the analyses' results (the 245 MB replica: a 395 MiB heap, 280 MiB
+    in use), the rules' and the timeline's temporaries fit none of them and extended the heap to
+    430-470 MiB while 290-330 MiB were in use (``mallinfo2`` sampled at each extension). Trimmed, the
+    free chunks cost nothing until a temporary touches them. Alternating runs against the same code
+    without it (session 15): the replica 445-460 -> 430-441 MiB at the same speed (4 pairs), the real
+    329 MB launch loop 512-528 -> 504-524 MiB (3 pairs), the 2.5 GB replica 3,788-3,939 ->
+    3,754-3,776 MiB, 19.4-26.0 -> 18.8-19.8 s (2 pairs)."""
+    if _owned and not before_peak:
         return
     if sys.modules.get("pyarrow") is not None:  # not imported for it
         try:

@@ -353,7 +353,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         # results): hand them back before the rules, so their temporaries do not stack on top
         from nsysan import _memory
 
-        _memory.release()
+        _memory.release(before_peak=True)
         if rules:
             from nsysan.rules import run_rules
 

@@ -348,7 +348,7 @@ def test_the_c_library_is_opened_once_without_a_subprocess(monkeypatch):
 def test_only_the_command_lines_own_process_keeps_freed_memory(monkeypatch):
     """A library user's process keeps glibc's defaults (trim, mmap) and ``release`` trims; the
     command line's own process (``own_process``) gets one arena, no mmap and no trim, and
-    ``release`` hands nothing back."""
+    ``release`` hands nothing back but before the rules (``before_peak``)."""
     from nsysan import _memory
 
     class FakeLibc:
@@ -375,6 +375,8 @@ def test_only_the_command_lines_own_process_keeps_freed_memory(monkeypatch):
         _memory.tune_malloc()
         _memory.release()
         assert fake.calls == expected
+        _memory.release(before_peak=True)  # the one trim either process gets: before the rules
+        assert fake.calls == [*expected, ("trim", 0)]
 
 
 @given(st.lists(st.integers(-2**62, 2**62), max_size=300), st.lists(st.integers(-2**62, 2**62), max_size=300),
