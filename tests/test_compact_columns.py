@@ -99,3 +99,21 @@ def test_new_columns_of_one_value_are_broadcast_and_equal_sql(fixture_dir, name)
         assert _is_compact(gaps["tid"].to_numpy())
     con.close()
 
+
+
+
+def test_a_copy_of_an_analysis_frame_can_be_written(fixture_dir):
+    """A broadcast column is read-only: a write into the analysis's own frame either raises or (pandas'
+    copy on write, the column being shared) changes that frame alone; the frame's ``copy()`` takes
+    writes, with the other values the same."""
+    a = nsysan.analyze(nsysan.open_trace(fixture_dir / "launch_eager.sqlite"), rules=False)
+    assert _broadcast(a.ops["tid"].to_numpy())
+    before = a.launches["tid"].tolist()
+    ops = a.ops.copy()
+    ops.loc[0, "tid"] = 1
+    assert int(ops["tid"].iloc[0]) == 1 and ops["tid"].iloc[1:].tolist() == a.ops["tid"].iloc[1:].tolist()
+    try:
+        a.ops.loc[0, "tid"] = 1
+    except ValueError as e:
+        assert "read-only" in str(e)
+    assert a.launches["tid"].tolist() == before
