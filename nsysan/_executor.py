@@ -6,6 +6,7 @@ that runs each task as it is submitted: the callers submit and wait the same way
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -27,6 +28,17 @@ class Inline:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS keeps one (``taskset``, a
+    container's or a batch job's cpuset: 2 cores of a 16-core node), else the machine's count.
+    Threads beyond it only queue for the same cores, each with its own temporaries: on 2 cores of
+    a 16-core GPU host, 4 analysis threads took the 245 MB replica to 481-489 MiB."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity mask (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
 
 
 def threads(n: int, name: str = "nsysan") -> Any:

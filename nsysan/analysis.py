@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from nsysan._executor import threads
+from nsysan._executor import cpus, threads
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
@@ -167,13 +167,14 @@ SMALL_EVENTS = 250_000
 
 def default_workers(events: int | None = None) -> int:
     """Analysis threads: ``NSYSAN_THREADS`` if set, else 1 for a trace of fewer than ``SMALL_EVENTS``
-    event rows (``events``), else the CPU count (at most 4)."""
+    event rows (``events``), else the CPUs this process may run on (``_executor.cpus``: its affinity
+    mask), at most 4."""
     env = os.environ.get("NSYSAN_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
     if events is not None and events < SMALL_EVENTS:
         return 1
-    return max(1, min(4, os.cpu_count() or 1))
+    return min(4, cpus())
 
 
 def event_rows(trace: Trace) -> int:

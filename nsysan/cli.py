@@ -417,7 +417,9 @@ def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, 
 
 def _positive_jobs(jobs: int, n: int) -> int:
     """Workers: min(--jobs or the cores, traces, cores)."""
-    cores = os.cpu_count() or 1
+    from nsysan._executor import cpus
+
+    cores = cpus()
     return max(1, min(jobs or cores, n, cores))
 
 
@@ -547,7 +549,9 @@ def _run_many(jobs: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) 
     results, failed = [], 0
     workers = _positive_jobs(args.jobs, len(jobs))
     # each process analyses on its share of the cores
-    threads = os.environ.get("NSYSAN_THREADS") or str(max(1, (os.cpu_count() or 1) // workers))
+    from nsysan._executor import cpus
+
+    threads = os.environ.get("NSYSAN_THREADS") or str(max(1, cpus() // workers))
     with ProcessPoolExecutor(max_workers=workers, initializer=_set_threads, initargs=(threads,)) as pool:
         futs = [(t, pool.submit(analyze_one, t, o)) for t, o in jobs]
         for t, f in futs:

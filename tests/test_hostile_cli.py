@@ -174,7 +174,7 @@ def test_huge_string_id_in_a_real_trace_costs_no_memory(trace):
 def test_jobs_are_validated_and_capped(capsys, trace):
     jobs = cli_mod._positive_jobs
     assert jobs(100_000, 2) <= 2 and jobs(0, 1) == 1
-    assert jobs(100_000, 1000) <= (os.cpu_count() or 1)
+    assert jobs(100_000, 1000) <= (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     code, _, err = cli(["analyze", str(trace), "--jobs", "-1", "-q"], capsys)
     assert code == 2 and "--jobs" in err
 

@@ -291,10 +291,28 @@ def test_small_traces_analyse_on_one_thread(load, monkeypatch):
     n = event_rows(trace)
     assert n == sum(len(getattr(trace, t)) for t in ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx"))
     assert 0 < n < SMALL_EVENTS and default_workers(n) == 1
-    assert default_workers(SMALL_EVENTS) == max(1, min(4, os.cpu_count() or 1))
+    assert default_workers(SMALL_EVENTS) == min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     monkeypatch.setenv("NSYSAN_THREADS", "3")
     assert default_workers(n) == 3  # the user's choice wins
     assert jsonout.to_json(analyze(trace)) == jsonout.to_json(analyze(trace, workers=2))
+
+
+def test_threads_follow_the_cpus_this_process_may_use(monkeypatch):
+    """Two cores of a 16-core machine (taskset, a container's or a batch job's cpuset): the analysis,
+    the loader's readers and ``--jobs`` count those 2, not the machine's 16; without an affinity
+    mask (macOS), the machine's count."""
+    from nsysan import _executor
+    from nsysan import cli as cli_mod
+    from nsysan.analysis import SMALL_EVENTS, default_workers
+
+    monkeypatch.delenv("NSYSAN_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert _executor.cpus() == 2
+    assert default_workers(SMALL_EVENTS) == 2
+    assert cli_mod._positive_jobs(0, 100) == 2 and cli_mod._positive_jobs(8, 100) == 2
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert _executor.cpus() == 16 and default_workers(SMALL_EVENTS) == 4
 
 
 def test_the_collector_is_paused_for_the_imports_only(fixture_dir, tmp_path, monkeypatch):

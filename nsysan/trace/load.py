@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import sys
@@ -15,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan import _memory
+from nsysan._executor import cpus
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
@@ -646,7 +646,7 @@ def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -
 def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all_columns: bool,
                 workers: int | None, time_range: tuple[float, float] | None = None) -> Trace:
     """See ``open_trace``."""
-    workers = workers or min(4, os.cpu_count() or 1)
+    workers = workers or min(4, cpus())
     _memory.tune_allocator()
     warnings: list[str] = []
     for side in ("-wal", "-journal"):

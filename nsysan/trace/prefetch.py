@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysan import _memory
+from nsysan._executor import cpus
 from nsysan.trace import budget, direct
 from nsysan.trace import schema as S
 
@@ -120,7 +121,7 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
         return False
     # one core stays with the imports: on 2 cores, 2 decoding threads slowed the pandas import
     # from 0.6 to 0.8 s and the load ended later (3 alternating runs: 1.28-1.45 s vs 1.38-1.59 s)
-    pool = ThreadPoolExecutor(max_workers=workers or max(1, min(4, (os.cpu_count() or 1) - 1)),
+    pool = ThreadPoolExecutor(max_workers=workers or max(1, min(4, cpus() - 1)),
                               thread_name_prefix="nsysan-prefetch")
     jobs = {name: (p, direct.start(file, p, leaves, rows_per_part=direct.ROWS_PER_PART, submit=pool.submit))
             for name, (p, leaves) in plans.items()}
