@@ -30,7 +30,9 @@ def _is_compact(values: np.ndarray) -> bool:
     """Broadcast when the column is big and of one value; never when it holds two (a column taken
     from a broadcast one stays broadcast at any length)."""
     one = len(set(values.tolist())) == 1
-    return (one or not _broadcast(values)) and (_broadcast(values) or not (one and len(values) >= CONSTANT_MIN_ROWS))
+    if _broadcast(values):
+        return one
+    return not (one and len(values) >= CONSTANT_MIN_ROWS)
 
 
 def test_compact_keeps_values_and_shares_nothing_writable():
