@@ -417,9 +417,12 @@ def test_profile_timeout_also_stops_what_left_the_group(env, tmp_path):
 
 
 def test_profile_ctrl_c_stops_nsys_and_exits_130(env, tmp_path):
+    # Ctrl-C as a terminal delivers it: a test run started in the background of a shell without job
+    # control (`pytest &`) ignores SIGINT, and a child inherits that (Python then installs no handler)
     p = subprocess.Popen([sys.executable, "-m", "nsysan", "profile", "-o", "t", "--", "sleep", "60"],
                          env={**env, "FAKE_MODE": "hang"}, cwd=tmp_path, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pids = Path(env["FAKE_PIDS"])
     deadline = time.monotonic() + 30
     while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
