@@ -352,3 +352,11 @@ def check_export(conn: sqlite3.Connection, a: Any, check: Any, why: str) -> None
             pytest.skip(why)
     finally:
         conn.close()
+
+
+def check_public_export(path: Path, check: Any, why: str) -> None:
+    """``check_export`` on a public export, analysed as ``nsysan analyze`` does (without the rules)."""
+    import nsysan
+    from nsysan.analysis import analyze
+
+    check_export(open_export(path), analyze(nsysan.open_trace(path), rules=False), check, why)

@@ -42,19 +42,15 @@ def _check(conn, a) -> int:
     return checked
 
 
-def _check_export(conn, a) -> None:
-    sqltruth.check_export(conn, a, _check, "no explained host gap with one launching call")
+WHY_SKIPPED = "no explained host gap with one launching call"
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_gap_breakdown_equals_sql_on_fixtures(analysis, name):
-    _check_export(sqltruth.open_fixture(name), analysis(name))
+    sqltruth.check_export(sqltruth.open_fixture(name), analysis(name), _check, WHY_SKIPPED)
 
 
 @pytest.mark.skipif(not PUBLIC, reason="public corpus not present (../shared)")
 @pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem[:40])
 def test_gap_breakdown_equals_sql_on_public_exports(path):
-    import nsysan
-    from nsysan.analysis import analyze
-
-    _check_export(sqltruth.open_export(path), analyze(nsysan.open_trace(path), rules=False))
+    sqltruth.check_public_export(path, _check, WHY_SKIPPED)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from nsysan.trace.model import CONSTANT_MIN_ROWS, constant_column, is_constant_column
+from nsysan.trace.model import CONSTANT_MIN_ROWS, constant_column, is_constant_column, take_columns
 
 try:  # pandas' own boxing of a cell as to_dict does it (private: a pandas without it takes the fallback)
     from pandas.core.dtypes.cast import maybe_box_native
@@ -135,12 +136,7 @@ def sort_rows(df: pd.DataFrame, keys: tuple[np.ndarray, ...]) -> pd.DataFrame:
     sort or copy of the rows when they are in that order already (the usual case for traces)."""
     if lexsorted(keys):
         return df.reset_index(drop=True)
-    order = np.lexsort(keys)
-    # a column at a time, a broadcast column (``compact``) staying one (``DataFrame.take`` would
-    # make each a full array)
-    cols = {c: (df[c].array.take(order) if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype)
-                else take(df[c].to_numpy(), order)) for c in df.columns}
-    return pd.DataFrame(cols, copy=False)
+    return take_columns([df], np.lexsort(keys))  # a broadcast column (``compact``) stays one
 
 
 def one_key(*keys: np.ndarray) -> tuple[int, ...] | None:
@@ -200,6 +196,12 @@ def compact(values: np.ndarray) -> np.ndarray:
     if len(values) >= CONSTANT_MIN_ROWS and not is_constant_column(values) and bool((values == values[0]).all()):
         return constant_column(values[0], len(values), values.dtype)
     return values
+
+
+def filled(value: int, n: int, dtype: Any) -> np.ndarray:
+    """``np.full(n, value, dtype)`` as ``compact`` would keep it: broadcast from ``CONSTANT_MIN_ROWS``
+    rows on (a column known to hold one value, without an array made to be compared)."""
+    return constant_column(value, n, dtype) if n >= CONSTANT_MIN_ROWS else np.full(n, value, dtype=dtype)
 
 
 def compact_codes(cat: pd.Categorical) -> pd.Categorical:

@@ -329,9 +329,10 @@ class Reach:
         return lo + int(np.argmax(self.en[lo:lo + REACH_BLOCK] > x))
 
     def search(self, x: np.ndarray, stop: int) -> np.ndarray:
-        """``searchsorted(running maximum of en, x, "right")`` capped at ``stop`` (answers past it
-        come out as ``stop``): the exact running maximum from the first row ending after ``min(x)``
-        up to ``stop``, where every row before that first one ends by each ``x``."""
+        """``searchsorted(running maximum of en, x, "right")``: with ends in order, on the ends
+        themselves; else capped at ``stop`` (answers past it come out as ``stop``), from the exact
+        running maximum between the first row ending after ``min(x)`` and ``stop`` (every row before
+        that first one ends by each ``x``)."""
         if self.blocks is None:
             return iv.search(self.en, x, side="right")
         if len(x) == 0:

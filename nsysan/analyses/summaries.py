@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import compact, compact_codes, sort_rows
+from nsysan.analyses.frames import compact_codes, filled, sort_rows
 from nsysan.trace.columns import unique_strings
 from nsysan.trace.model import Trace, as_column, constant_column, is_constant_column
 
@@ -310,8 +310,8 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     ops_: list[tuple[str, int]] = []
 
     def cat(values: object, n: int) -> pd.Categorical:
-        if isinstance(values, str):  # one name throughout: broadcast codes (``compact``)
-            return pd.Categorical.from_codes(compact(np.zeros(n, dtype=np.int8)), categories=pd.Index([values], dtype=object),
+        if isinstance(values, str):  # one name throughout: broadcast codes (``filled``)
+            return pd.Categorical.from_codes(filled(0, n, np.int8), categories=pd.Index([values], dtype=object),
                                              validate=False)
         uniq, codes = unique_strings(np.asarray(values, dtype=object).reshape(-1))
         return pd.Categorical.from_codes(codes, categories=pd.Index(uniq, dtype=object), validate=False)
@@ -359,10 +359,11 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
                 for c in cols}
         data["bytes"] = np.concatenate([_bytes(p) for p in parts])
     op_names = [o for o, _ in ops_]
-    op_codes = np.concatenate([np.full(n, i, dtype=np.int8) for i, (_, n) in enumerate(ops_)])
+    op_codes = filled(0, ops_[0][1], np.int8) if len(ops_) == 1 else \
+        np.concatenate([np.full(n, i, dtype=np.int8) for i, (_, n) in enumerate(ops_)])
     frame = pd.DataFrame({
         **{c: data[c] for c in cols},
-        "op": pd.Categorical.from_codes(compact(op_codes), categories=pd.Index(op_names, dtype=object), validate=False),
+        "op": pd.Categorical.from_codes(op_codes, categories=pd.Index(op_names, dtype=object), validate=False),
         "name": names[0] if len(names) == 1 else union_categoricals(names), "bytes": data["bytes"],
         "kind": kinds[0] if len(kinds) == 1 else union_categoricals(kinds),
     }, copy=False)

@@ -27,7 +27,7 @@ from nsysan.trace.model import (
     TraceMeta,
     as_column,
     constant_column,
-    is_constant_column,
+    take_columns,
 )
 from nsysan.units import clean_text
 
@@ -375,21 +375,8 @@ def _finish_intervals(name: str, held: list[pd.DataFrame], warnings: list[str]) 
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
         order = np.argsort(st, kind="stable")  # a few late rows (OS runtime): timsort is near linear
         del st
-        return _take_columns([df], order)
+        return take_columns([df], order)
     return df.reset_index(drop=True)
-
-
-def _take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
-    """``df.take(order).reset_index(drop=True)``, a column at a time: each column is let go as its
-    reordered copy is made (``held`` is emptied), so the sort needs one column's room, not the frame's."""
-    df = held.pop()
-    cols = {c: (df[c].array if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype) else df[c].to_numpy())
-            for c in df.columns}
-    del df
-    for c, values in cols.items():
-        cols[c] = constant_column(values[0], len(order), values.dtype) if is_constant_column(values) \
-            else values.take(order)
-    return pd.DataFrame(cols, copy=False)
 
 
 def _finish_cuda_api(api: pd.DataFrame) -> pd.DataFrame:

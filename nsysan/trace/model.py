@@ -88,6 +88,21 @@ def is_constant_column(values: Any) -> bool:
     return isinstance(values, np.ndarray) and values.ndim == 1 and values.strides == (0,) and len(values) > 0
 
 
+def take_columns(held: list[pd.DataFrame], order: np.ndarray) -> pd.DataFrame:
+    """``df.take(order).reset_index(drop=True)``, a column at a time: each column is let go as its
+    reordered copy is made (``held`` is emptied), so the sort needs one column's room, not the
+    frame's; a column of one value (``constant_column``) stays one (``DataFrame.take`` would make it
+    a full array)."""
+    df = held.pop()
+    cols = {c: (df[c].array if isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype) else df[c].to_numpy())
+            for c in df.columns}
+    del df
+    for c, values in cols.items():
+        cols[c] = constant_column(values[0], len(order), values.dtype) if is_constant_column(values) \
+            else values.take(order)
+    return pd.DataFrame(cols, copy=False)
+
+
 @dataclass(frozen=True)
 class TraceMeta:
     path: str
