@@ -44,3 +44,71 @@ def cpus() -> int:
 def threads(n: int, name: str = "nsysan") -> Any:
     """A context-managed executor: ``n`` threads, or ``Inline`` for one."""
     return ThreadPoolExecutor(max_workers=n, thread_name_prefix=name) if n > 1 else Inline()
+
+
+class Growing:
+    """A thread pool whose number of threads can be raised while it works (``grow``): the prefetch
+    decodes on one thread while the main thread imports pandas, and on every CPU once it is done.
+    Tasks run in the order submitted; ``shutdown`` waits for them all, and runs at the interpreter's
+    exit for a pool nobody shut down (its threads are daemons, so an idle one never holds the exit
+    up, but a task still writing into arrays is waited for before they are freed)."""
+
+    def __init__(self, n: int, name: str = "nsysan") -> None:
+        import atexit
+        import queue
+        import threading
+
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] \
+            = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._name = name
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.shutdown)
+        self.grow(n)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            f, fn, args, kwargs = item
+            if not f.set_running_or_notify_cancel():
+                continue
+            try:
+                f.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - re-raised by .result()
+                f.set_exception(e)
+            del f, fn, args, kwargs, item  # a finished task's arguments (decoded columns) are not kept
+
+    def grow(self, n: int) -> None:
+        """At least ``n`` threads from now on (never fewer than there are)."""
+        import threading
+
+        with self._lock:
+            while not self._closed and len(self._threads) < n:
+                t = threading.Thread(target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("submit after shutdown")
+            self._queue.put((f, fn, args, kwargs))
+        return f
+
+    def shutdown(self, wait: bool = True) -> None:
+        import atexit
+
+        atexit.unregister(self.shutdown)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in self._threads:
+                self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()

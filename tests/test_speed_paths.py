@@ -315,6 +315,51 @@ def test_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     assert _executor.cpus() == 16 and default_workers(SMALL_EVENTS) == 4
 
 
+def test_a_growing_pool_runs_every_task_and_takes_more_threads_when_told():
+    """The prefetch's pool: one thread while the imports run, more once they are done (``grow``);
+    every task runs once, in order on one thread, errors reach ``result``, ``shutdown`` waits."""
+    import threading
+
+    from nsysan._executor import Growing
+
+    pool = Growing(1, "t-grow")
+    gate, order = threading.Event(), []
+    first = pool.submit(gate.wait, 10)
+    later = [pool.submit(order.append, i) for i in range(5)]
+    assert not any(f.done() for f in later)  # one thread, held by the first task
+    gate.set()
+    assert first.result(10) is True and [f.result(10) for f in later] == [None] * 5 and order == list(range(5))
+    barrier = threading.Barrier(3, timeout=10)  # three tasks that finish only together: three threads
+    pool.grow(3)
+    pool.grow(2)  # never fewer
+    assert sorted(f.result(10) for f in [pool.submit(barrier.wait) for _ in range(3)]) == [0, 1, 2]
+    assert len({t.name for t in threading.enumerate() if t.name.startswith("t-grow_")}) == 3
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 // 0).result(10)
+    slow = pool.submit(lambda: threading.Event().wait(0.2) or "done")
+    pool.shutdown(wait=True)
+    assert slow.done() and slow.result() == "done"
+    assert not [t for t in threading.enumerate() if t.name.startswith("t-grow_")]
+    with pytest.raises(RuntimeError):
+        pool.submit(print)
+
+
+def test_the_prefetch_decodes_on_every_cpu_once_taken(fixture_dir, tmp_path, monkeypatch):
+    """While the command line imports pandas the prefetch keeps one core free (one thread on 2
+    cores); ``take`` is called after the imports, and what is left to decode gets both."""
+    from nsysan.trace import prefetch
+
+    monkeypatch.setattr(prefetch, "cpus", lambda: 2)
+    path = tmp_path / "g.sqlite"
+    path.write_bytes((fixture_dir / "launch_eager.sqlite").read_bytes())
+    assert prefetch.start(path)
+    with prefetch._lock:
+        assert len(prefetch._started[prefetch._key(path, False)].pool._threads) == 1
+    got = prefetch.take(path, False)
+    assert got is not None and len(got.pool._threads) == 2
+    got.close()
+
+
 def test_the_collector_is_paused_for_the_imports_only(fixture_dir, tmp_path, monkeypatch):
     import gc
 

@@ -15,13 +15,12 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nsysan import _memory
-from nsysan._executor import cpus
+from nsysan._executor import Growing, cpus
 from nsysan.trace import budget, direct
 from nsysan.trace import schema as S
 
@@ -66,7 +65,7 @@ def event_sources(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[S.Table
 @dataclass
 class Prefetched:
     file: direct.File
-    pool: ThreadPoolExecutor
+    pool: Growing
     jobs: dict[str, tuple[direct.Plan, direct.Pending]]
 
     def close(self) -> None:
@@ -120,9 +119,9 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
             file.close()
         return False
     # one core stays with the imports: on 2 cores, 2 decoding threads slowed the pandas import
-    # from 0.6 to 0.8 s and the load ended later (3 alternating runs: 1.28-1.45 s vs 1.38-1.59 s)
-    pool = ThreadPoolExecutor(max_workers=workers or max(1, min(4, cpus() - 1)),
-                              thread_name_prefix="nsysan-prefetch")
+    # from 0.6 to 0.8 s and the load ended later (3 alternating runs: 1.28-1.45 s vs 1.38-1.59 s);
+    # ``take`` adds the other cores once the imports are done
+    pool = Growing(workers or max(1, min(4, cpus() - 1)), "nsysan-prefetch")
     jobs = {name: (p, direct.start(file, p, leaves, rows_per_part=direct.ROWS_PER_PART, submit=pool.submit))
             for name, (p, leaves) in plans.items()}
     with _lock:
@@ -134,10 +133,14 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
 
 
 def take(path: str | os.PathLike[str], all_columns: bool) -> Prefetched | None:
-    """The prefetch started for this very file (same path, size, mtime, inode), handed over once."""
+    """The prefetch started for this very file (same path, size, mtime, inode), handed over once.
+    The caller has done its imports: what is left to decode gets every CPU (at most 4 threads)."""
     try:
         key = _key(path, all_columns)
     except OSError:
         return None
     with _lock:
-        return _started.pop(key, None)
+        got = _started.pop(key, None)
+    if got is not None:
+        got.pool.grow(min(4, cpus()))
+    return got
