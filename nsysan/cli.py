@@ -87,6 +87,8 @@ def _scheduler_address(text: str) -> str:
 
 
 def _progress_factory(quiet: bool) -> Any:
+    """A progress line on a terminal's stderr for one trace, from its load to its last output
+    (``show(description, done, total)``); (None, None) when quiet or not on a terminal."""
     if quiet or not sys.stderr.isatty():
         return None, None
     try:
@@ -96,10 +98,10 @@ def _progress_factory(quiet: bool) -> Any:
     prog = Progress(transient=True)
     task = prog.add_task("loading", total=1)
 
-    def cb(stage: str, i: int, n: int) -> None:
-        prog.update(task, total=n, completed=i, description=f"loading {stage}")
+    def show(description: str, i: int, n: int) -> None:
+        prog.update(task, total=max(n, 1), completed=i, description=description)
 
-    return prog, cb
+    return prog, show
 
 
 def _input(path: str, quiet: bool = False) -> str:
@@ -131,39 +133,47 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     # a .nsys-rep is read from its export (made once into the cache); names stay the user's
     source = opts.get("source") or _input(trace_path, opts["quiet"])
     protect = [tuple(x) for x in opts.get("protect", ())] + [i for i in [_identity(source)] if i is not None]
-    prog, cb = _progress_factory(opts["quiet"]) if opts.get("interactive") else (None, None)
+    # one progress line on a terminal, from the load to the last output (a 2.5 GB trace: 19 s on 2 cores)
+    prog, show = _progress_factory(opts["quiet"]) if opts.get("interactive") else (None, None)
     if prog:
         prog.start()
+    started: list[Any] = []
     try:
-        trace = open_trace(source, progress=cb, max_rows=opts["max_events"], time_range=opts.get("time_range"))
+        trace = open_trace(source, progress=show and (lambda stage, i, n: show(f"loading {stage}", i, n)),
+                           max_rows=opts["max_events"], time_range=opts.get("time_range"))
+        params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
+                        warmup_factor=opts["warmup_factor"])
+
+        def begin(x: Any) -> None:
+            started.append(x)
+            timeline.start(x)
+
+        outputs: list[str] = []
+        # with both outputs, the report's timeline encodes while the rules run and the JSON is written
+        a = analyze(trace, params, rule_config=opts["rule_config"],
+                    on_analyses=begin if opts["html"] and opts["json"] else None,
+                    progress=show and (lambda stage, i, n: show(f"analysing: {stage}", i, n)))
+        return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0, show)
     finally:
         if prog:
             prog.stop()
-    params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
-                    warmup_factor=opts["warmup_factor"])
-    started: list[Any] = []
-
-    def begin(x: Any) -> None:
-        started.append(x)
-        timeline.start(x)
-
-    outputs: list[str] = []
-    try:
-        # with both outputs, the report's timeline encodes while the rules run and the JSON is written
-        a = analyze(trace, params, rule_config=opts["rule_config"],
-                    on_analyses=begin if opts["html"] and opts["json"] else None)
-        return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0)
-    finally:
         for x in started:  # (an output that could not be written, or rules that failed)
             timeline.discard(x)
 
 
 def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[str, Any], protect: list[Any],
-                   outputs: list[str], t0: float) -> dict[str, Any]:
+                   outputs: list[str], t0: float, show: Any = None) -> dict[str, Any]:
     from nsysan.report import html as html_mod
     from nsysan.report import jsonout, view
 
+    kinds = [k for k in ("json", "csv", "html", "perfetto") if opts.get(k)]
+
+    def writing(what: str, kind: str) -> None:
+        if show:
+            show(f"writing {what}", kinds.index(kind), len(kinds))
+
     if opts["json"]:
+        writing("JSON", "json")
         text = jsonout.to_json(a, show_env=opts["show_env"])
         write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["json"])
@@ -173,17 +183,20 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
             results.put(results.key(source, results.options_of(
                 opts["iteration_range"], opts["min_gap_ns"], opts["warmup_factor"], opts["rule_config"])), text)
     if opts["csv"]:
+        writing("CSV tables", "csv")
         d = Path(opts["csv"])
         for name, df in jsonout.csv_tables(a).items():
             write_atomic(d / f"{name}.csv", jsonout.to_csv(df), force=opts["force"], protect=protect)
         outputs.append(str(d) + "/")
     if opts["html"]:
+        writing("HTML report", "html")
         text = html_mod.render(view.build(a, show_env=opts["show_env"], generated_by=f"nsysan {__version__}"))
         write_atomic(Path(opts["html"]), text, force=opts["force"], protect=protect)
         outputs.append(opts["html"])
     if opts.get("perfetto"):
         from nsysan.report.perfetto import write_perfetto
 
+        writing("Perfetto timeline", "perfetto")
         write_perfetto(a, Path(opts["perfetto"]), force=opts["force"], protect=protect)
         outputs.append(opts["perfetto"])
     st = a.iterations.stats

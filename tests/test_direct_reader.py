@@ -403,3 +403,24 @@ def test_event_limit_is_exact(fixture_dir, tmp_path, monkeypatch, reader):
         assert prefetch.start(copy, max_rows=n) is True
         with pytest.raises(ResourceLimitError, match=f"{n:,} events"):
             nsysan.open_trace(copy, max_rows=n - 1)
+
+
+@pytest.mark.parametrize("how", ["plain", "prefetched", "declined"])
+def test_load_progress_counts_every_step_once(fixture_dir, tmp_path, how):
+    """The load's progress (a terminal's progress line) ends at its total and never passes it: for a
+    plain load, one whose tables the prefetch decoded, and one with a table the reader declined and
+    SQLite read again (those steps were missing from the total, so the count ran past it)."""
+    from nsysan.trace import prefetch
+
+    if how == "declined":
+        path = _export(tmp_path / "mixed.sqlite", [_row(i) for i in range(4)] + [_row(4, start=1.5)])
+        assert _direct_tables(path) == {"kernels": "declined"}
+    else:
+        path = tmp_path / "t.sqlite"
+        shutil.copyfile(fixture_dir / "launch_eager.sqlite", path)
+        if how == "prefetched":
+            assert prefetch.start(path)
+    seen: list[tuple[int, int]] = []
+    nsysan.open_trace(path, progress=lambda stage, i, n: seen.append((i, n)))
+    assert seen and all(0 <= i <= n for i, n in seen) and seen[-1][0] == seen[-1][1]
+    assert [i for i, _ in seen[1:]] == list(range(1, len(seen)))

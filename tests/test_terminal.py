@@ -103,3 +103,47 @@ def test_on_a_terminal_lines_fit_the_width_and_severity_is_coloured(fixture_dir,
 ])
 def test_short_kernel_name(name, short):
     assert short_kernel_name(name) == short
+
+
+def test_a_terminal_sees_progress_from_the_load_to_the_last_output(fixture_dir, tmp_path, monkeypatch):
+    """On a terminal one progress line follows the whole job: each table loaded, each analysis step
+    as it is waited for (``done`` counts up to ``analysis.STEPS``), each output written; it stops
+    before the summary is printed, and the JSON is the same as without it."""
+    from nsysan import cli as cli_mod
+    from nsysan.analysis import STEPS
+
+    seen: list[tuple[str, int, int]] = []
+    calls: list[str] = []
+
+    class Prog:
+        def start(self) -> None:
+            calls.append("start")
+
+        def stop(self) -> None:
+            calls.append("stop")
+
+    monkeypatch.setattr(cli_mod, "_progress_factory",
+                        lambda quiet: (Prog(), lambda d, i, n: (seen.append((d, i, n)), calls.append("show"))))
+    trace = str(fixture_dir / "ladder_baseline.sqlite")
+    assert main(["analyze", trace, "--json", str(tmp_path / "p.json"), "--html", str(tmp_path / "p.html")]) == 0
+    assert calls[0] == "start" and calls[-1] == "stop" and calls.count("stop") == 1
+    loading = [s for s in seen if s[0].startswith("loading ")]
+    steps = [s for s in seen if s[0].startswith("analysing: ")]
+    writing = [s for s in seen if s[0].startswith("writing ")]
+    assert seen == loading + steps + writing  # in that order
+    assert loading and all(0 <= i <= n for _, i, n in loading)
+    assert [i for _, i, _ in steps] == list(range(STEPS + 1)) and {n for _, _, n in steps} == {STEPS}
+    assert steps[-1][0] == "analysing: done" and "analysing: rules" in [s[0] for s in steps]
+    assert writing == [("writing JSON", 0, 2), ("writing HTML report", 1, 2)]
+    monkeypatch.setattr(cli_mod, "_progress_factory", lambda quiet: (None, None))
+    assert main(["analyze", trace, "--json", str(tmp_path / "q.json"), "--no-html", "-q"]) == 0
+    assert json.loads((tmp_path / "p.json").read_text()) == json.loads((tmp_path / "q.json").read_text())
+
+
+def test_the_analysis_reports_its_steps_without_the_rules_too(load):
+    from nsysan.analysis import STEPS, analyze
+
+    seen: list[tuple[str, int, int]] = []
+    analyze(load("launch_eager"), rules=False, progress=lambda d, i, n: seen.append((d, i, n)))
+    assert "rules" not in [d for d, _, _ in seen] and seen[-1] == ("done", STEPS, STEPS)
+    assert [i for _, i, _ in seen[:-1]] == list(range(STEPS - 1))

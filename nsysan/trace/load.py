@@ -710,7 +710,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             if progress:
                 progress(name, done, total_steps)
 
-        total_steps = len(queries) + len(direct_plans) + len(specs)
+        # the strings, each table read (decoded by the prefetch or here, or by SQL in slices), each built
+        total_steps = len(queries) + len(prefetched) + len(direct_plans) + len(specs)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
             # the string table (and, for a big one, ADBC's start-up, 45 ms) while the event tables decode
             strings_f = side.submit(lambda sql: Strings(db.table(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
@@ -729,7 +730,9 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         tick("strings")
         for name, t in raw.items():
             if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
-                queries += _sql_queries(db, specs[name], sources[name], all_columns)
+                again = _sql_queries(db, specs[name], sources[name], all_columns)
+                queries += again
+                total_steps += len(again)
                 bulky.add(name)
             tick(f"read {name}")
         # each slice becomes a frame on its worker thread, so its read columns are freed early
