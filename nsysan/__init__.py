@@ -41,8 +41,9 @@ def analyze(trace: Any, params: Any = None, *, max_events: int | None = None, **
     Keywords as ``nsysan analyze`` options, same names and units: ``iteration_range="train_step"``,
     ``min_gap_us=10``, ``warmup_factor=1.5``, ``rule_config={"launch-bound": {"min_kernels": 50}}``,
     ``config="rules.json"``, ``set={"host-bound-gap.min_frac": 0.1}``, ``disable=["sync-api"]``,
-    ``max_events=N`` (a path only: refuse larger traces), ``rules=False`` (analyses only). Invalid values
-    raise ``ValueError`` with the CLI's message. See ``nsysan.analysis.analyze``."""
+    ``max_events=N`` (a path only: refuse larger traces), ``rules=False`` (analyses only),
+    ``progress=f`` (``f(stage, done, total)``: each table loaded from a path, then each analysis step).
+    Invalid values raise ``ValueError`` with the CLI's message. See ``nsysan.analysis.analyze``."""
     from nsysan.analysis import analyze as _analyze
     from nsysan.analysis import options as _options
     from nsysan.trace import Trace, open_trace
@@ -56,8 +57,8 @@ def analyze(trace: Any, params: Any = None, *, max_events: int | None = None, **
             except ValueError as e:
                 raise ValueError(f"max_events: {e}") from None
         # the options are checked before the trace is read, as the CLI checks them
-        _options(**{k: v for k, v in options.items() if k not in ("rules", "workers")})
-        trace = open_trace(trace, max_rows=max_events)
+        _options(**{k: v for k, v in options.items() if k not in ("rules", "workers", "progress", "on_analyses")})
+        trace = open_trace(trace, max_rows=max_events, progress=options.get("progress"))
     elif max_events is not None:
         raise TypeError("max_events applies when loading a trace from a path; this one is already loaded")
     return _analyze(trace, params, **options)

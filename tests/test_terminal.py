@@ -147,3 +147,15 @@ def test_the_analysis_reports_its_steps_without_the_rules_too(load):
     analyze(load("launch_eager"), rules=False, progress=lambda d, i, n: seen.append((d, i, n)))
     assert "rules" not in [d for d, _, _ in seen] and seen[-1] == ("done", STEPS, STEPS)
     assert [i for _, i, _ in seen[:-1]] == list(range(STEPS - 1))
+
+
+def test_the_library_reports_progress_for_a_path_too(fixture_dir):
+    """``nsysan.analyze(path, progress=f)``: the load's steps, then the analysis steps, one function."""
+    import nsysan
+    from nsysan.analysis import STEPS
+
+    seen: list[tuple[str, int, int]] = []
+    nsysan.analyze(fixture_dir / "launch_graph.sqlite", progress=lambda d, i, n: seen.append((d, i, n)))
+    names = [d for d, _, _ in seen]
+    first_step = names.index("GPU operations")
+    assert first_step > 0 and "strings" in names[:first_step] and seen[-1] == ("done", STEPS, STEPS)
