@@ -15,6 +15,8 @@ import factories as F
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from conftest import CORPUS
 
 from nsysan.analyses.iterations import TENSORRT_HOW
@@ -351,3 +353,37 @@ def test_poolformer_cpu_side_layer_table_from_sql():
     assert tr.table_window == "steady state" and int(tr.table["count"].max()) == 187
     sync = {f.rule: f for f in a.findings}["trt-sync-execution"]
     assert sync.impact_ns == 0 and "not recorded" in sync.message
+
+
+_SPECIAL = ["ExecutionContext::execute", "IExecutionContext::enqueueV3", "IExecutionContext::enqueueV2\n",
+            "enqueueV2", "enqueueV3", "executeV2", "executeV2\n", "execute", "enqueueV4", "IExecutionContext::",
+            "ExecutionContext::executeV2x", "Reformatting CopyNode for Input Tensor 0", "{ForeignNode[conv1...fc]}",
+            " {ForeignNode[", "xExecutionContext::execute", "TensorRT:enqueueV3", "myelin:ExecutionContext::execute",
+            "conv1 + relu", "\n", ""]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.sampled_from(_SPECIAL), st.text(max_size=12)),
+                          st.sampled_from([None, "", "TensorRT", " tensorrt ", "myelin", "Myelin-Exec", "NCCL",
+                                           float("nan")])), min_size=1, max_size=30))
+@example([("executeV2\n", None), ("TensorRT:enqueueV3", "TensorRT"), ("{ForeignNode[", "NCCL")])
+def test_range_kinds_equal_the_regular_expressions(rows):
+    """``range_kinds`` decides labels with set lookups and prefixes: the same answers as the regular
+    expressions ``EXEC_TEXT`` (a whole text; ``$`` also before a final newline) and ``TRT_TEXT``,
+    for each label with the domain of its first range (a label is one domain and text)."""
+    from nsysan.analyses import tensorrt as T
+
+    rg = pd.DataFrame({"name": [r[0] for r in rows], "domain": pd.Series([r[1] for r in rows], dtype=object)})
+    trt, ex, my = T.range_kinds(rg)
+    first: dict[str, object] = {}
+    for name, d in rows:
+        first.setdefault(name, d)
+    for i, (name, _) in enumerate(rows):
+        d = first[name]
+        d = "" if d is None or (isinstance(d, float) and np.isnan(d)) else str(d).strip()
+        text = T._text(str(name), d or None)
+        m = d.lower() in T.MYELIN_DOMAINS
+        assert my[i] == m
+        assert trt[i] == (d.lower() in T.TRT_DOMAINS or m or bool(T.TRT_TEXT.search(text))
+                          or bool(T.EXEC_TEXT.match(text)))
+        assert ex[i] == (bool(T.EXEC_TEXT.match(text)) and not m)

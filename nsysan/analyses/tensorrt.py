@@ -57,6 +57,12 @@ MYELIN_DOMAINS = frozenset({"myelin", "myelin-exec"})
 EXEC_TEXT = re.compile(r"^(?:I?ExecutionContext::(?:execute|executeV2|enqueue|enqueueV2|enqueueV3)|"
                        r"enqueueV[23]|executeV2)$")
 TRT_TEXT = re.compile(r"^(?:I?ExecutionContext::|Reformatting CopyNode|\{ForeignNode\[)")
+# the same tests without a regex call per label (``range_kinds`` decides each of 300,000 distinct
+# labels): EXEC_TEXT's whole texts (``$`` also matches before a final newline), TRT_TEXT's prefixes
+EXEC_TEXTS = frozenset(f"{p}ExecutionContext::{m}" for p in ("", "I")
+                       for m in ("execute", "executeV2", "enqueue", "enqueueV2", "enqueueV3")) \
+    | {"enqueueV2", "enqueueV3", "executeV2"}
+TRT_PREFIXES = ("ExecutionContext::", "IExecutionContext::", "Reformatting CopyNode", "{ForeignNode[")
 SYNC_TEXT = re.compile(r"execute(?:V2)?$")
 REFORMAT_NAME = re.compile(r"^Reformatting CopyNode\b")
 OUTSIDE = "(outside layer ranges)"
@@ -146,13 +152,17 @@ def range_kinds(rg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     first[codes[::-1]] = np.arange(n - 1, -1, -1)
     doms = rg["domain"].to_numpy()[first] if "domain" in rg else np.full(len(uniq), None)
     trt, ex, my = (np.zeros(len(uniq), dtype=bool) for _ in range(3))
-    for i, (name, d) in enumerate(zip(uniq, doms)):
-        d = "" if d is None or d is pd.NA or (isinstance(d, float) and np.isnan(d)) else str(d).strip()
-        text = _text(str(name), d or None)
-        dl = d.lower()
-        my[i] = dl in MYELIN_DOMAINS
-        trt[i] = dl in TRT_DOMAINS or my[i] or bool(TRT_TEXT.search(text)) or bool(EXEC_TEXT.match(text))
-        ex[i] = bool(EXEC_TEXT.match(text)) and not my[i]
+    for i, (name, d) in enumerate(zip(uniq.tolist() if hasattr(uniq, "tolist") else uniq, doms.tolist())):
+        if d is None or d is pd.NA or (isinstance(d, float) and np.isnan(d)):
+            text, dl = str(name), ""
+        else:
+            d = str(d).strip()
+            text, dl = _text(str(name), d or None), d.lower()
+        m = dl in MYELIN_DOMAINS
+        e = text in EXEC_TEXTS or (text[-1:] == "\n" and text[:-1] in EXEC_TEXTS)  # EXEC_TEXT.match
+        my[i] = m
+        trt[i] = dl in TRT_DOMAINS or m or text.startswith(TRT_PREFIXES) or e  # TRT_TEXT.search
+        ex[i] = e and not m
     return trt[codes], ex[codes], my[codes]
 
 
