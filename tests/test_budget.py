@@ -36,17 +36,17 @@ def _event_tables(path: Path) -> dict[str, str]:
 
 def _limit_between(path: Path, share: float) -> int:
     """A memory figure between what decoding takes and what the whole analysis takes: ``share`` of
-    the rest fits. Rows from SQL; columns bounded by each table's column count (the decoder reads at
-    most all of them), so the figure is at least what the estimate's decoding part needs."""
-    rows = cols = 0
-    decoded = 0
-    for src in _event_tables(path).values():
-        n = _sql(path, f'SELECT count(*) FROM "{src}"')[0][0]
-        c = len(_sql(path, f'SELECT name FROM pragma_table_info("{src}")'))
-        rows += n
-        cols += c
-        decoded += n * c * budget.DECODED_BYTES
-    return budget.BASE + decoded + int(rows * budget.PER_ROW * share)
+    the rest fits. From the estimate of the tables the loader plans (their rows are SQL's counts:
+    ``test_estimate_counts_the_rows_the_loader_reads``)."""
+    seen: dict[str, tuple[int, int]] = {}
+    real = budget.check
+    budget.check = lambda label, tables, **k: seen.update(tables) or real(label, tables, **k)
+    try:
+        nsysan.open_trace(path)
+    finally:
+        budget.check = real
+    est = budget.estimate(seen)
+    return budget.BASE + est.decoded + est.fixed + int(est.rest * share)
 
 
 def test_refused_up_front_with_a_clear_message(fixture_dir, tmp_path, monkeypatch, capsys):
@@ -72,7 +72,7 @@ def test_the_named_option_lets_the_same_trace_through(fixture_dir, tmp_path, mon
     """With the same limit, the window the hint proposes (at its start) passes, and the analysis holds
     exactly the kernels and CUDA API calls that start inside it (SQL)."""
     path = fixture_dir / f"{TRACE}.sqlite"
-    monkeypatch.setenv("NSYSAN_MEMORY_LIMIT", str(_limit_between(path, 0.3)))
+    monkeypatch.setenv("NSYSAN_MEMORY_LIMIT", str(_limit_between(path, 0.9)))
     monkeypatch.setenv("NSYSAN_NO_CACHE", "1")
     out = tmp_path / "o.json"
     assert main(["analyze", str(path), "--json", str(out), "--no-html", "-q"]) == 13
@@ -164,3 +164,36 @@ def test_time_range_option_is_checked(capsys):
 
 def test_memory_limit_error_is_a_resource_limit():
     assert issubclass(MemoryLimitError, nsysan.errors.ResourceLimitError)
+
+
+def test_nvtx_ranges_count_in_full_whatever_the_range(fixture_dir, tmp_path):
+    """An NVTX range costs ``NVTX_ROW`` bytes in the estimate, whatever share of the events a time
+    range keeps (the NVTX table is read whole, through SQL); other events scale with the share.
+    Rows from SQL: 200,000 ranges added to a fixture raise the estimate by 200,000 x NVTX_ROW."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "nv.sqlite"
+    shutil.copyfile(fixture_dir / "ladder_baseline.sqlite", path)
+    con = sqlite3.connect(path)
+    gt = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()[0]
+    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                    [(11_000_000_000 + 10 * i, 11_000_000_000 + 10 * i + 5, f"r{i}", gt) for i in range(200_000)])
+    con.commit()
+    con.close()
+    seen: list[dict[str, tuple[int, int]]] = []
+    for p in (fixture_dir / "ladder_baseline.sqlite", path):
+        got: dict[str, tuple[int, int]] = {}
+        budget_check = budget.check
+        budget.check = lambda label, tables, **k: got.update(tables) or budget_check(label, tables, **k)
+        try:
+            nsysan.open_trace(p)
+        finally:
+            budget.check = budget_check
+        seen.append(got)
+    before, after = (budget.estimate(t) for t in seen)
+    n = _sql(path, "SELECT count(*) FROM NVTX_EVENTS")[0][0] - _sql(fixture_dir / "ladder_baseline.sqlite",
+                                                                     "SELECT count(*) FROM NVTX_EVENTS")[0][0]
+    assert n == 200_000 and after.fixed - before.fixed == n * budget.NVTX_ROW
+    assert after.peak(0.1) - before.peak(0.1) == after.peak(1.0) - before.peak(1.0) == n * budget.NVTX_ROW
+

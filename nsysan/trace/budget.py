@@ -7,6 +7,7 @@ peak of ``nsysan analyze`` grows linearly with those rows, so it is estimated as
     BASE + rows x columns x 9 bytes (the decoded int64 columns and their NULL masks; an upper
                                      bound since the ids load narrows decode into int32: 5 bytes)
          + rows x PER_ROW x fraction (frames, analyses and the report; measured, with a margin)
+         + NVTX ranges x NVTX_ROW   (read whole through SQL, with a time range too)
 
 With ``--time-range`` each part of a table (400,000 rows) keeps only its rows inside the range as
 it is decoded, so both terms scale with the share of events kept, plus the parts being decoded. The estimate is compared with
@@ -37,6 +38,17 @@ the events): 15.0 GiB peak against 20.3 GiB estimated (1.35x); 64 bytes (14.2 Gi
 analysis thread there. Four threads on the two cores: 33 and 42 bytes on the 245 and 329 MB traces,
 as two. (One thread lowers a whole capture's peak further, 22 bytes on the 2.5 GB replica, but the
 estimate does not count on it.)
+
+Session 16: the peaks had fallen again (speed round 3): beyond its decoded columns a row took 12
+bytes on the 10 GB replica analysed whole (14.3 GiB peak, 115 s; 120 bytes a row estimated 34.1 GiB
+and refused it with 22.9 GiB available) and 29 bytes through the range its refusal proposed (10.5-10.7
+GiB). PER_ROW is now 50: the estimate is 1.5-1.7x the whole-capture peaks (750 MiB for the 245 MB
+replica's 435-453, 5.6 GiB for the 2.5 GB one's 3.5-3.7, 21.7 GiB for the 10 GB one's 14.3, which
+now passes) and 1.26x through that range (13.5 GiB). NVTX ranges were under-counted: ladder_baseline
+with 300,000 added ranges peaked at 556-575 MiB against 292 MiB estimated, with 1.2M at 1,789 MiB
+against 549 (a name of its own per range), 927 MiB with 50 names. At NVTX_ROW bytes a range the
+estimate is 718 MiB and 2.2 GiB there (1.25-2.4x). Longer NVTX texts than those 55 characters cost
+more per range than measured here.
 """
 
 from __future__ import annotations
@@ -49,7 +61,13 @@ from typing import Any
 
 BASE = 200 << 20  # interpreter, imports, the report's fixed parts
 DECODED_BYTES = 9  # per decoded value: int64 + a one-byte NULL mask
-PER_ROW = 120  # bytes per event row beyond its decoded columns (see the module doc)
+PER_ROW = 50  # bytes per event row beyond its decoded columns (see the module doc)
+# an NVTX range costs far more than its decoded columns: it is read through SQL (its text a Python
+# string per row), becomes the ranges' frame and their nesting, and its name reaches the summaries
+# and the gap breakdowns; measured, whole process, 690 bytes per range with 50 names and 1,410 with
+# a name of 55 characters each (300,000 -> 1.2M ranges). It is read whole even with --time-range,
+# so it is counted as a fixed cost, not scaled with the share of events kept
+NVTX_ROW = 1_800
 LIMIT_ENV = "NSYSAN_MEMORY_LIMIT"
 
 
@@ -80,10 +98,15 @@ class Estimate:
 
 
 def estimate(tables: dict[str, tuple[int, int]]) -> Estimate:
-    """``tables``: name -> (rows, decoded columns)."""
+    """``tables``: name -> (rows, decoded columns). The NVTX ranges (``nvtx_raw``) count as events,
+    at ``NVTX_ROW`` bytes each, in the fixed part."""
     events = [r for name, (r, _) in tables.items() if name not in WHOLE_TABLES]
-    return Estimate(sum(events), sum(r * c * DECODED_BYTES for r, c in tables.values()), sum(events) * PER_ROW,
-                    sum(r * WHOLE_TABLES[name] for name, (r, _) in tables.items() if name in WHOLE_TABLES))
+    scaled = [(r, c) for name, (r, c) in tables.items() if name not in WHOLE_TABLES and name != "nvtx_raw"]
+    nvtx = tables.get("nvtx_raw", (0, 0))[0]
+    return Estimate(sum(events), sum(r * c * DECODED_BYTES for r, c in scaled) + sum(
+        r * c * DECODED_BYTES for name, (r, c) in tables.items() if name in WHOLE_TABLES),
+        sum(r for r, _ in scaled) * PER_ROW,
+        sum(r * WHOLE_TABLES[name] for name, (r, _) in tables.items() if name in WHOLE_TABLES) + nvtx * NVTX_ROW)
 
 
 def parse_size(text: str) -> int:
