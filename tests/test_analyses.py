@@ -399,3 +399,27 @@ def test_count_sum_equals_pandas_groupby(rows, categorical, skip):
     # the same order after the sort the callers make
     assert list(got.sort_values("sum", ascending=False).index.astype(str)) == \
         list(want.sort_values("sum", ascending=False).index.astype(str))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=40))
+@example([(5, 0), (5, 10), (5, 3), (8, 0), (15, 5)])
+def test_innermost_time_equals_the_innermost_segments(rows):
+    """``innermost_time`` (one pass with a stack) gives each interval the time ``innermost``'s
+    segments give it, zero-length and tied starts included, and the time of each instant's
+    latest-starting open interval counted one nanosecond at a time."""
+    from nsysan.analyses import intervals as iv
+
+    s = np.array(sorted(r[0] for r in rows), dtype=np.int64)
+    e = s + np.array([r[1] for r in rows], dtype=np.int64)
+    got = iv.innermost_time(s, e)
+    seg_s, seg_e, owner = iv.innermost(s, e)
+    want = np.zeros(len(s), np.int64)
+    np.add.at(want, owner, seg_e - seg_s)
+    assert got.tolist() == want.tolist()
+    per_ns = np.zeros(len(s), np.int64)
+    for t in range(0, 261):
+        open_ = [i for i in range(len(s)) if s[i] <= t < e[i]]
+        if open_:
+            per_ns[max(open_)] += 1
+    assert got.tolist() == per_ns.tolist()

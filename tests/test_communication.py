@@ -7,8 +7,11 @@ from __future__ import annotations
 import sqlite3
 
 import factories as F
+import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import CORPUS
 
 from nsysan.analyses.opclass import collective_of, is_communication
@@ -118,3 +121,24 @@ def test_iteration_breakdown_adds_up_and_splits_compute_comm_idle():
     assert (later["idle_ns"] == 0).all()
     s = breakdown_summary(bd)
     assert s["iterations"] == len(steady)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["NCCL:AllReduce", "ncclAllReduce", "NCCL:", "x NCCL:", "step", None]),
+                          st.sampled_from(["NCCL", "nccl", " NCCL", "NCCL ", "TensorRT", "", None, float("nan")])),
+                min_size=1, max_size=25))
+def test_nccl_ranges_are_the_rows_a_per_row_test_picks(rows):
+    """``nccl_calls`` decides each distinct name and domain once: the same rows as the per-row
+    ``astype(str)`` test (domain ``NCCL`` in any case, or a name starting ``NCCL:``), counted by name."""
+    from nsysan.analyses.comm import nccl_calls
+
+    rg = pd.DataFrame({"name": pd.Series([r[0] for r in rows], dtype=object),
+                       "domain": pd.Series([r[1] for r in rows], dtype=object),
+                       "dur_ns": np.arange(1, len(rows) + 1, dtype=np.int64) * 10,
+                       "start_ns": np.arange(len(rows), dtype=np.int64)})
+    m = (rg["domain"].astype(str).str.upper() == "NCCL").to_numpy() | \
+        rg["name"].astype(str).str.startswith("NCCL:").to_numpy()
+    want = rg.loc[m].groupby("name", sort=True)["dur_ns"].agg(["size", "sum"])
+    got = nccl_calls(rg).set_index("name").sort_index()
+    assert got["count"].tolist() == want["size"].tolist() and got["total_ns"].tolist() == want["sum"].tolist()
+    assert got.index.tolist() == want.index.tolist()

@@ -48,6 +48,38 @@ def total(starts: Array, ends: Array) -> int:
     return int((me - ms).sum())
 
 
+def innermost_time(starts: Array, ends: Array) -> Array:
+    """The time each interval is the innermost one (``innermost``'s segments summed per owner: the
+    latest-starting interval open, ties to the later index), in one pass with a stack. ``starts``
+    must be sorted: an interval pushed later always starts later, so the top of the stack, once the
+    closed ones above it are popped, is the latest-starting open interval. Linear, where
+    ``innermost`` sorts the bounds and keeps a heap (a few times slower in Python)."""
+    st = np.asarray(starts, dtype=np.int64).tolist()
+    en = np.asarray(ends, dtype=np.int64).tolist()
+    owned = [0] * len(st)
+    stack: list[int] = []
+    t = None
+    for i, s in enumerate(st + [None]):  # None: past the last start, drain the stack
+        while stack:
+            top = stack[-1]
+            e = en[top]
+            if e <= t:  # closed (or empty): not the owner
+                stack.pop()
+                continue
+            stop = e if s is None or e < s else s
+            owned[top] += stop - t
+            t = stop
+            if e <= t:
+                stack.pop()
+                continue
+            break
+        if s is None:
+            break
+        t = s
+        stack.append(i)
+    return np.array(owned, dtype=np.int64)
+
+
 def innermost(starts: Array, ends: Array) -> tuple[Array, Array, Array]:
     """Disjoint segments (starts, ends, owner) covering the union of possibly nested intervals, each
     owned by the latest-starting interval open over it (ties: the later index). ``starts`` must be
