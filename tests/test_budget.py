@@ -34,10 +34,8 @@ def _event_tables(path: Path) -> dict[str, str]:
     return out
 
 
-def _limit_between(path: Path, share: float) -> int:
-    """A memory figure between what decoding takes and what the whole analysis takes: ``share`` of
-    the rest fits. From the estimate of the tables the loader plans (their rows are SQL's counts:
-    ``test_estimate_counts_the_rows_the_loader_reads``)."""
+def _planned(path: Path) -> dict[str, tuple[int, int]]:
+    """The tables (rows, decoded columns) the loader gives the estimate for ``path``."""
     seen: dict[str, tuple[int, int]] = {}
     real = budget.check
     budget.check = lambda label, tables, **k: seen.update(tables) or real(label, tables, **k)
@@ -45,7 +43,14 @@ def _limit_between(path: Path, share: float) -> int:
         nsysan.open_trace(path)
     finally:
         budget.check = real
-    est = budget.estimate(seen)
+    return seen
+
+
+def _limit_between(path: Path, share: float) -> int:
+    """A memory figure between what decoding takes and what the whole analysis takes: ``share`` of
+    the rest fits. From the estimate of the tables the loader plans (their rows are SQL's counts:
+    ``test_estimate_counts_the_rows_the_loader_reads``)."""
+    est = budget.estimate(_planned(path))
     return budget.BASE + est.decoded + est.fixed + int(est.rest * share)
 
 
@@ -181,17 +186,7 @@ def test_nvtx_ranges_count_in_full_whatever_the_range(fixture_dir, tmp_path):
                     [(11_000_000_000 + 10 * i, 11_000_000_000 + 10 * i + 5, f"r{i}", gt) for i in range(200_000)])
     con.commit()
     con.close()
-    seen: list[dict[str, tuple[int, int]]] = []
-    for p in (fixture_dir / "ladder_baseline.sqlite", path):
-        got: dict[str, tuple[int, int]] = {}
-        budget_check = budget.check
-        budget.check = lambda label, tables, **k: got.update(tables) or budget_check(label, tables, **k)
-        try:
-            nsysan.open_trace(p)
-        finally:
-            budget.check = budget_check
-        seen.append(got)
-    before, after = (budget.estimate(t) for t in seen)
+    before, after = (budget.estimate(_planned(p)) for p in (fixture_dir / "ladder_baseline.sqlite", path))
     n = _sql(path, "SELECT count(*) FROM NVTX_EVENTS")[0][0] - _sql(fixture_dir / "ladder_baseline.sqlite",
                                                                      "SELECT count(*) FROM NVTX_EVENTS")[0][0]
     assert n == 200_000 and after.fixed - before.fixed == n * budget.NVTX_ROW
