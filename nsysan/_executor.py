@@ -6,7 +6,10 @@ that runs each task as it is submitted: the callers submit and wait the same way
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -54,10 +57,6 @@ class Growing:
     up, but a task still writing into arrays is waited for before they are freed)."""
 
     def __init__(self, n: int, name: str = "nsysan") -> None:
-        import atexit
-        import queue
-        import threading
-
         self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] \
             = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -83,8 +82,6 @@ class Growing:
 
     def grow(self, n: int) -> None:
         """At least ``n`` threads from now on (never fewer than there are)."""
-        import threading
-
         with self._lock:
             while not self._closed and len(self._threads) < n:
                 t = threading.Thread(target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True)
@@ -100,8 +97,6 @@ class Growing:
         return f
 
     def shutdown(self, wait: bool = True) -> None:
-        import atexit
-
         atexit.unregister(self.shutdown)
         with self._lock:
             if self._closed:

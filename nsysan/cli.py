@@ -104,6 +104,11 @@ def _progress_factory(quiet: bool) -> Any:
     return prog, show
 
 
+def _prefixed(show: Any, prefix: str) -> Any:
+    """``show`` for a loader's or analysis' ``progress(stage, done, total)``: the stage after ``prefix``."""
+    return None if show is None else (lambda stage, i, n: show(f"{prefix}{stage}", i, n))
+
+
 def _input(path: str, quiet: bool = False) -> str:
     """The SQLite file to read for a trace argument: a ``.nsys-rep`` is exported with nsys into
     nsysan's cache (see ``nsysan.inputs``); a FIFO, directory or device is refused before any open."""
@@ -139,8 +144,8 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
         prog.start()
     started: list[Any] = []
     try:
-        trace = open_trace(source, progress=show and (lambda stage, i, n: show(f"loading {stage}", i, n)),
-                           max_rows=opts["max_events"], time_range=opts.get("time_range"))
+        trace = open_trace(source, progress=_prefixed(show, "loading "), max_rows=opts["max_events"],
+                           time_range=opts.get("time_range"))
         params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
                         warmup_factor=opts["warmup_factor"])
 
@@ -152,7 +157,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
         # with both outputs, the report's timeline encodes while the rules run and the JSON is written
         a = analyze(trace, params, rule_config=opts["rule_config"],
                     on_analyses=begin if opts["html"] and opts["json"] else None,
-                    progress=show and (lambda stage, i, n: show(f"analysing: {stage}", i, n)))
+                    progress=_prefixed(show, "analysing: "))
         return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0, show)
     finally:
         if prog:

@@ -19,14 +19,11 @@ Tables:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import name_in
+from nsysan.analyses.frames import category_mask, name_in
 from nsysan.analyses.gpu import Busy, Window
 from nsysan.analyses.opclass import collective_of
 
@@ -101,24 +98,15 @@ def comm_per_iteration(comm: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
                          "warmup": table["warmup"].to_numpy()})
 
 
-def _each_distinct(col: pd.Series, test: Callable[[Any], bool]) -> np.ndarray:
-    """``test`` of each row's value as ``astype(str)`` gives it, decided once per distinct value
-    (a missing one: False, as "nan", "None" and "<NA>" pass neither test here)."""
-    codes, uniq = pd.factorize(col)
-    ok = np.array([bool(test(v)) for v in uniq], dtype=bool)
-    return np.append(ok, False)[codes]  # code -1 (missing) -> the appended False
-
-
 def nccl_calls(rg: pd.DataFrame) -> pd.DataFrame:
     """NCCL's NVTX ranges per name: count, total CPU time, first start (communicator set-up shows as
     ``ncclCommInitRank*``)."""
     cols = ["name", "count", "total_ns", "first_start_ns"]
     if len(rg) == 0:
         return pd.DataFrame(columns=cols)
-    # decided once per distinct domain and name (1.2M ranges of 50 names: 1.2 s of string calls per row)
-    m = _each_distinct(rg["name"], lambda v: str(v).startswith("NCCL:"))
+    m = category_mask(rg["name"], lambda s: s.startswith("NCCL:"))
     if "domain" in rg:
-        m |= _each_distinct(rg["domain"], lambda v: str(v).upper() == "NCCL")
+        m |= category_mask(rg["domain"], lambda s: s.upper() == "NCCL")
     r = rg.loc[m]
     if len(r) == 0:
         return pd.DataFrame(columns=cols)

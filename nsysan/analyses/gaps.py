@@ -247,9 +247,9 @@ class ThreadActivity:
             del i0, i1  # a search result per window: not kept while the next layers are summed
         unbatched = [layer for layer in layers if not layer[5]]
         if unbatched:  # one part of every window's entries, in window order (not a part per entry)
-            # each layer's running maximum of ends: a window's ranges are then found by two binary
-            # searches and a test of the rows between, not by comparing every row of the thread
-            unbatched = [(*layer[:5], np.maximum.accumulate(layer[2])) for layer in unbatched]
+            # a window's ranges are found by two binary searches and a test of the rows between,
+            # not by comparing every row of the thread
+            unbatched = [(*layer[:5], Reach(layer[2])) for layer in unbatched]
             ws: list[int] = []
             ss: list[int] = []
             cs: list[int] = []
@@ -333,7 +333,8 @@ class Reach:
     def first_above(self, x: int) -> int:
         """The first row whose end is after ``x`` (where the running maximum first exceeds it), or
         the row count."""
-        assert self.blocks is not None
+        if self.blocks is None:  # ends in order: they are their own running maximum
+            return int(np.searchsorted(self.en, x, side="right"))
         b = int(np.searchsorted(self.blocks, x, side="right"))  # all rows before block b end by x
         if b >= len(self.blocks):
             return int(self.en.size)
@@ -453,19 +454,20 @@ def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(np.arange(len(k)), k), np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
 
 
-def _window_items(layers: list[tuple[Any, ...]], lo: int, hi: int) -> list[tuple[str, int, int]]:
+def _window_items(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]], lo: int,
+                  hi: int) -> list[tuple[str, int, int]]:
     """Time per (source, name code) in [lo, hi) for layers the batched path does not take (more
     nested NVTX ranges than ``INNERMOST_MAX``): the ranges in the window, clipped to it, each for the
     time it is the innermost one (``iv.innermost_time``: its length minus what the later-starting
     ranges cover of it), summed per name in the order the names first start. One linear pass per
     window: subtracting each range's later ones range by range was quadratic (300,000 ranges on one
-    thread: 27 s for 300 windows). ``layers``: (source, starts, ends, name codes, names, the running
-    maximum of the ends), starts sorted."""
+    thread: 27 s for 300 windows). ``layers``: (source, starts, ends, name codes, names, ``Reach`` of
+    the ends), starts sorted."""
     out: list[tuple[str, int, int]] = []
     for source, st, en, codes, cats, reach in layers:
-        # the rows with st < hi and en > lo: before i0 every range ends by lo (``reach``, the
-        # running maximum of ends), from i1 on every range starts at or after hi
-        i0 = int(np.searchsorted(reach, lo, side="right"))
+        # the rows with st < hi and en > lo: before i0 every range ends by lo, from i1 on every
+        # range starts at or after hi
+        i0 = reach.first_above(lo)
         i1 = int(np.searchsorted(st, hi, side="left"))
         sel = i0 + np.flatnonzero(en[i0:i1] > lo) if i1 > i0 else np.empty(0, np.int64)
         if sel.size == 0:

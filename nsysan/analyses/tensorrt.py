@@ -54,11 +54,9 @@ from nsysan.analyses.frames import category_mask, group_rows
 
 TRT_DOMAINS = frozenset({"tensorrt"})
 MYELIN_DOMAINS = frozenset({"myelin", "myelin-exec"})
-EXEC_TEXT = re.compile(r"^(?:I?ExecutionContext::(?:execute|executeV2|enqueue|enqueueV2|enqueueV3)|"
-                       r"enqueueV[23]|executeV2)$")
-TRT_TEXT = re.compile(r"^(?:I?ExecutionContext::|Reformatting CopyNode|\{ForeignNode\[)")
-# the same tests without a regex call per label (``range_kinds`` decides each of 300,000 distinct
-# labels): EXEC_TEXT's whole texts (``$`` also matches before a final newline), TRT_TEXT's prefixes
+# an engine execution's whole text (a final newline allowed), and the prefixes of TensorRT's other
+# texts: set lookups and prefixes, not a regex call per label (``range_kinds`` decides each of 300,000
+# distinct labels)
 EXEC_TEXTS = frozenset(f"{p}ExecutionContext::{m}" for p in ("", "I")
                        for m in ("execute", "executeV2", "enqueue", "enqueueV2", "enqueueV3")) \
     | {"enqueueV2", "enqueueV3", "executeV2"}
@@ -152,16 +150,16 @@ def range_kinds(rg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     first[codes[::-1]] = np.arange(n - 1, -1, -1)
     doms = rg["domain"].to_numpy()[first] if "domain" in rg else np.full(len(uniq), None)
     trt, ex, my = (np.zeros(len(uniq), dtype=bool) for _ in range(3))
-    for i, (name, d) in enumerate(zip(uniq.tolist() if hasattr(uniq, "tolist") else uniq, doms.tolist())):
+    for i, (name, d) in enumerate(zip(uniq.tolist(), doms.tolist())):
         if d is None or d is pd.NA or (isinstance(d, float) and np.isnan(d)):
             text, dl = str(name), ""
         else:
             d = str(d).strip()
             text, dl = _text(str(name), d or None), d.lower()
         m = dl in MYELIN_DOMAINS
-        e = text in EXEC_TEXTS or (text[-1:] == "\n" and text[:-1] in EXEC_TEXTS)  # EXEC_TEXT.match
+        e = text in EXEC_TEXTS or (text[-1:] == "\n" and text[:-1] in EXEC_TEXTS)
         my[i] = m
-        trt[i] = dl in TRT_DOMAINS or m or text.startswith(TRT_PREFIXES) or e  # TRT_TEXT.search
+        trt[i] = dl in TRT_DOMAINS or m or text.startswith(TRT_PREFIXES) or e
         ex[i] = e and not m
     return trt[codes], ex[codes], my[codes]
 

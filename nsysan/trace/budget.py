@@ -100,13 +100,12 @@ class Estimate:
 def estimate(tables: dict[str, tuple[int, int]]) -> Estimate:
     """``tables``: name -> (rows, decoded columns). The NVTX ranges (``nvtx_raw``) count as events,
     at ``NVTX_ROW`` bytes each, in the fixed part."""
-    events = [r for name, (r, _) in tables.items() if name not in WHOLE_TABLES]
-    scaled = [(r, c) for name, (r, c) in tables.items() if name not in WHOLE_TABLES and name != "nvtx_raw"]
+    events = sum(r for name, (r, _) in tables.items() if name not in WHOLE_TABLES)
     nvtx = tables.get("nvtx_raw", (0, 0))[0]
-    return Estimate(sum(events), sum(r * c * DECODED_BYTES for r, c in scaled) + sum(
-        r * c * DECODED_BYTES for name, (r, c) in tables.items() if name in WHOLE_TABLES),
-        sum(r for r, _ in scaled) * PER_ROW,
-        sum(r * WHOLE_TABLES[name] for name, (r, _) in tables.items() if name in WHOLE_TABLES) + nvtx * NVTX_ROW)
+    return Estimate(events, sum(r * c * DECODED_BYTES for name, (r, c) in tables.items() if name != "nvtx_raw"),
+                    (events - nvtx) * PER_ROW,
+                    sum(r * WHOLE_TABLES[name] for name, (r, _) in tables.items() if name in WHOLE_TABLES)
+                    + nvtx * NVTX_ROW)
 
 
 def parse_size(text: str) -> int:
