@@ -79,6 +79,7 @@ class Analysis:
     # the kernel, CUDA API and copy summaries of the steady window ("kernels", "cuda_api", "memcpy")
     steady_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
     tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
+    program: Any = None  # program.Program: training or inference, Python or not, the libraries (rules' advice)
     graph_trace: str = "none"
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -196,7 +197,7 @@ def _nvtx(trace: Trace, ops: pd.DataFrame, p: Params) -> tuple[pd.DataFrame, pd.
     owned = nvtx.owned_ops(trace, ops)
     rg = nvtx.ranges(trace, ops, owned)
     its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor, owned=owned,
-                     gpu_recorded=len(ops) > 0)
+                     gpu_recorded=len(ops) > 0, threads=trace.threads)
     return owned, rg, its, nvtx.range_summary(rg)
 
 
@@ -350,8 +351,8 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
             utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
             owned=owned, gaps=gp, gap_summary=gap_summary, iterations=its, busy_by_process=by_process,
             graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
-            collectives=comm_mod.collectives(comm_ops, steady),
-            comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table),
+            collectives=comm_mod.collectives(comm_ops, steady, busy),
+            comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table, busy),
             nccl_calls=comm_mod.nccl_calls(rg),
             breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
             steady_summaries=window_f.result(),
@@ -362,6 +363,9 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         a.idle_samples = _idle_samples(trace, a)
         a.gpu_metrics = _gpu_metrics(trace, a)
         a.tensorrt = trt_f.result()
+        from nsysan.analyses.program import program
+
+        a.program = program(trace, nvtx_summary, a.tensorrt)
         if on_analyses is not None:
             on_analyses(a)
         # the analyses' temporaries are freed, but the heap keeps their pages (fragmented among the

@@ -208,7 +208,8 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
     return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
-                       "title": f.title, "message": f.message, "suggestion": f.suggestion} for f in a.findings],
+                       "per_iteration_ns": f.per_iteration_ns, "title": f.title, "message": f.message,
+                       "suggestion": f.suggestion} for f in a.findings],
             "breakdown": _breakdown_lines(a),
             "gpu_metrics": _gpu_metrics_lines(a),
             "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
@@ -279,7 +280,7 @@ def _table_console() -> Any:
 
 
 def _print_summary(res: dict[str, Any]) -> None:
-    """The terminal summary: the iteration, where its time goes, the fixes by severity then saving
+    """The terminal summary: the iteration, where its time goes, the fixes by saving (no estimate last)
     (each with its evidence and what to change), the top kernels of the steady state. Lines are
     wrapped to a terminal's width (never between a number and its unit) and not wrapped at all when
     the output is piped; colour only on a terminal (rich honours NO_COLOR)."""
@@ -343,17 +344,23 @@ def _print_summary(res: dict[str, Any]) -> None:
     console.print()
     if fixes:
         total = sum(f["impact_ns"] for f in fixes)
-        say(f"Fixes, by severity then time saved ({fmt_ns(total)} in all, "
+        say(f"Fixes, by time saved, then those without a time estimate ({fmt_ns(total)} in all, "
             f"{fmt_pct(total / res['window_ns']) if res['window_ns'] else '-'} of the window, no time counted twice)",
             "bold")
         for i, f in enumerate(fixes, 1):
             sev = f["severity"]
             saves = (f"saves {fmt_ns(f['impact_ns'])}"
                      + (f" ({fmt_pct(f['impact_ns'] / res['window_ns'])})" if res["window_ns"] else "")
+                     + (f", {fmt_ns(f['per_iteration_ns'])} per iteration" if f.get("per_iteration_ns") else "")
                      if f["impact_ns"] > 0 else "no time estimate")
             head = Text(f"{i:>2}. ")
             head.append(f"{sev.upper():<8}", style=SEVERITY_STYLE.get(sev, ""))
-            head.append(_say(f" {saves}  [{f['rule']}]"))
+            tail = _say(f" {saves}  [{f['rule']}]")
+            if width and len(head.plain) + len(tail) > width > 30:  # wrapped under the message's indent
+                lines = textwrap.wrap(glue(tail), width=width, initial_indent=" " * len(head.plain),
+                                      subsequent_indent=" " * 5, break_on_hyphens=False)
+                tail = "\n".join(lines)[len(head.plain):].replace(nb, " ")
+            head.append(tail)
             console.print(head)
             say(f["title"], "bold", indent=5)
             say(f["message"], indent=5)

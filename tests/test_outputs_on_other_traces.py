@@ -9,8 +9,8 @@ Truth from SQL on each file:
 * the timeline ships every kernel, copy and memset: decoded from the page's payload, their number
   and summed duration per kind equal the SQL tables';
 * the Perfetto export holds one kernel event per kernel row, with the same summed duration;
-And on nsysan's own findings: severity follows the counted saving, fixes are ranked by severity
-then saving, the report's first screen lists them in that order, the terminal prints no raw control
+And on nsysan's own findings: severity follows the counted saving, fixes are ranked by saving
+(those without a time estimate last, by severity), the report's first screen lists them in that order, the terminal prints no raw control
 character.
 """
 
@@ -143,8 +143,9 @@ def test_fixes_are_graded_ranked_and_shown_in_that_order(case, tmp_path, capsys)
     path, a = case
     w = a.steady.dur_ns
     fs = a.findings
-    keys = [(int(f.severity), f.impact_ns) for f in fs]
-    assert keys == sorted(keys, reverse=True)
+    # measured savings first, largest first; then the findings without a time estimate, by severity
+    keys = [(f.impact_ns <= 0, -f.impact_ns, -int(f.severity)) for f in fs]
+    assert keys == sorted(keys)
     for f in fs:
         if f.impact_ns > 0 and w > 0:
             share = f.impact_ns / w
@@ -162,3 +163,133 @@ def test_fixes_are_graded_ranked_and_shown_in_that_order(case, tmp_path, capsys)
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]", out)
     heads = re.findall(r"^\s*\d+\. (CRITICAL|WARNING|INFO)\s", out, re.M)
     assert [h.lower() for h in heads] == [f.severity.name.lower() for f in fs]
+
+
+# ---- issue 38's invariants, on every fixture and public export ------------------------------------
+# Verdicts that add up: the idle time of host and sync gaps credited by overlap (each ns once), per
+# iteration communication over each rank's tiled periods, collectives clipped to the window as busy
+# time is, periods never negative, savings within their window and never counted twice.
+
+COMM_SQL = ("(s.value LIKE 'ncclDevKernel%' OR s.value LIKE 'ncclKernel%' OR s.value LIKE '%oneRankReduce%'"
+            " OR s.value LIKE 'nccl%Kernel%')")
+
+
+def _union_len(s: np.ndarray, e: np.ndarray) -> int:
+    """The length of the union of [s, e) (a plain sweep, written here)."""
+    tot, cur_s, cur_e = 0, None, None
+    for a, b in sorted(zip(s.tolist(), e.tolist())):
+        if cur_e is None or a > cur_e:
+            if cur_e is not None:
+                tot += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    if cur_e is not None:
+        tot += cur_e - cur_s
+    return tot
+
+
+def _comm_kernels(con: sqlite3.Connection) -> list[tuple[int, int, int, int]]:
+    """(start, end, device, pid) of every communication kernel (SQL)."""
+    if not _has(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
+        return []
+    name = "demangledName" if "demangledName" in _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL") else "shortName"
+    return con.execute(f"""SELECT k.start, k.end, k.deviceId, (k.globalPid >> 24) & 16777215
+        FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.{name} WHERE {COMM_SQL}""").fetchall()
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS, indirect=True)
+def test_gap_time_is_credited_by_overlap_and_adds_up(case):
+    """Per host/sync gap, the breakdown's shares add up to at most 100%; over all of them, the
+    activities' time (plus untraced work and the launching calls) equals the gaps' total; and a CUDA
+    API name is never credited more than its calls last in the whole capture (SQL), on one device."""
+    from nsysan.analyses.gaps import activity_time
+
+    path, a = case
+    g = a.gaps
+    if len(g) == 0:
+        return
+    explained = g["cause"].astype(str).isin(["host", "sync"]).to_numpy()
+    for b in g["breakdown"].to_numpy()[explained]:
+        if b:  # shares are rounded to 4 places each
+            assert sum(float(x["share"]) for x in b) <= 1.0 + 1e-4 * len(b)
+    at = activity_time(g)
+    assert int(at["ns"].sum()) == int(g["gap_ns"].to_numpy()[explained].sum())
+    if g["device_id"].nunique() != 1:
+        return
+    con = _sql(path)
+    if not _has(con, "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return
+    total: dict[str, int] = {}
+    for name, ns in con.execute("""SELECT s.value, SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
+            JOIN StringIds AS s ON s.id = r.nameId GROUP BY s.value"""):
+        base = re.sub(r"_v\d+$", "", name)  # cudaMalloc_v3020: the API's name without its version
+        total[base] = total.get(base, 0) + int(ns)
+    for act, ns in zip(at["activity"].tolist(), at["ns"].tolist()):
+        if act.startswith("cuda_api:"):
+            assert ns <= total[act[len("cuda_api:"):]], act
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS, indirect=True)
+def test_per_iteration_communication_adds_up_per_rank(case):
+    """Per rank (process), the per-iteration communication time adds up to the SQL union of its
+    communication kernels per device over its iterations' tiled periods, and no iteration shows more
+    communication per device than its period."""
+    path, a = case
+    cpi = a.comm_per_iteration
+    if len(cpi) == 0:
+        return
+    kern = np.array(_comm_kernels(_sql(path)), dtype=np.int64).reshape(-1, 4)
+    for pid, rows in cpi.groupby("pid"):
+        lo, hi = int(rows["span_start_ns"].min()), int(rows["end_ns"].max())
+        mine = kern[kern[:, 3] == int(pid)]
+        want = 0
+        for dev in np.unique(mine[:, 2]).tolist():
+            k = mine[mine[:, 2] == dev]
+            want += _union_len(np.clip(k[:, 0], lo, hi), np.clip(k[:, 1], lo, hi))
+        assert int(rows["comm_ns"].sum()) == want, pid
+        assert bool((rows["comm_exposed_ns"] <= rows["comm_ns"]).all())
+        ndev = max(1, len(np.unique(mine[:, 2])))
+        assert bool((rows["comm_ns"] <= ndev * (rows["end_ns"] - rows["span_start_ns"])).all())
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS, indirect=True)
+def test_collectives_are_clipped_to_the_window(case):
+    """The collectives table: per device, the SQL time of the communication kernels clipped to the
+    steady window, and the count of those with any part inside it."""
+    path, a = case
+    c = a.collectives
+    kern = np.array(_comm_kernels(_sql(path)), dtype=np.int64).reshape(-1, 4)
+    lo, hi = a.steady.start_ns, a.steady.end_ns
+    inside = kern[(kern[:, 0] < hi) & (kern[:, 1] > lo)] if len(kern) else kern
+    if len(c) == 0:
+        assert len(inside) == 0 or hi <= lo
+        return
+    for dev, rows in c.groupby("device_id"):
+        k = inside[inside[:, 2] == int(dev)]
+        assert int(rows["count"].sum()) == len(k)
+        assert int(rows["total_ns"].sum()) == int((np.minimum(k[:, 1], hi) - np.maximum(k[:, 0], lo)).sum())
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS, indirect=True)
+def test_no_negative_period_and_savings_fit_their_window(case):
+    """No iteration has a negative period or service time; each finding's saving lies within its
+    window, and the savings of findings on one window add up to at most that window times its devices
+    (allocated: no time counted twice); a per-iteration saving is the saving over the steady count."""
+    path, a = case
+    t = a.iterations.table
+    if len(t):
+        for col in ("period_ns", "service_ns"):  # -1: none (a sequence's first iteration has no period)
+            v = t[col].dropna().to_numpy()
+            assert bool(((v >= 0) | (v == -1)).all()), col
+    ndev = max(1, int(a.ops["device_id"].nunique())) if len(a.ops) else 1
+    per_window: dict[tuple[int, int], int] = {}
+    for f in a.findings:
+        lo, hi = int(f.window.get("start_ns", 0)), int(f.window.get("end_ns", 0))
+        assert 0 <= f.impact_ns <= max(0, hi - lo) * ndev, f.rule
+        per_window[(lo, hi)] = per_window.get((lo, hi), 0) + int(f.impact_ns)
+        if f.per_iteration_ns is not None:
+            steady = int((~t["warmup"].astype(bool)).sum()) if len(t) else 0
+            assert steady > 0 and abs(f.per_iteration_ns * steady - f.impact_ns) <= steady, f.rule
+    for (lo, hi), tot in per_window.items():
+        assert tot <= (hi - lo) * ndev

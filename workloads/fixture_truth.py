@@ -31,6 +31,11 @@ ITERATION = {
     **{n: ("train_step", ["load_batch"]) for n in (
         "ddp_overlap", "ddp_serial", "ddp_straggler", "tp", "fsdp", "pipeline", "ddp_overlap_rank0",
         "ddp_overlap_rank1", "ddp_straggler_rank0", "ddp_straggler_rank1")},
+    **{n: ("train_step", ["micro_batch", "optimizer"]) for n in (
+        "grad_accum", "grad_accum_straggler", "grad_accum_straggler15")},
+    "threads_loops": ("worker_step", []),
+    "serve_loop": ("request", ["token", "forward", "prepare", "schedule"]),
+    "nested_steps": ("train_step", []),
 }
 HEADER = "## SQL-derived truth"
 

@@ -7,8 +7,13 @@ and after the last GPU operation of the window is not a gap.
 Cause, from the operation that ends the gap and the CUDA API call that launched it:
 
 * ``host``: the call started after the GPU went idle -- the CPU was late to submit. What the
-  submitting thread did *during that very gap* (clipped to it) is broken down into NVTX ranges
-  (innermost), CUDA API calls and OS runtime calls, with shares; ``activity`` names the largest.
+  submitting thread did *during that very gap* (up to the launching call's start) is broken down
+  by overlap into CUDA API calls, OS runtime calls and NVTX ranges, each nanosecond given to one
+  activity only, the most specific traced one (a CUDA API call, else an OS runtime call, else the
+  innermost NVTX range: an OS call inside a CUDA call, or a call inside a range, counts once), so
+  a gap's shares add up to at most 1 and the rest is untraced. ``activity`` names the activity
+  covering over half of it, else ``UNTRACED`` when untraced time does, else the largest activity;
+  ``activity_time`` sums the time per activity over any set of gaps (``GapActivity``).
 * ``sync``: as ``host``, but the submitting thread spent most of the gap blocked in a CUDA
   synchronization call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize...).
 * ``dependency``: the work was submitted before the gap but waited (an event / stream wait).
@@ -46,8 +51,11 @@ CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
 Layer = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
 SOURCES = ("cuda_api", "osrt", "nvtx")  # what a thread was doing: CUDA API, OS runtime, NVTX (innermost)
-UNTRACED = "mostly untraced CPU work"  # the label when no traced activity covers MIN_LABEL_SHARE of a gap
-MIN_LABEL_SHARE = 0.10
+UNTRACED = "mostly untraced CPU work"  # the label when untraced time covers over half of a gap
+MIN_LABEL_SHARE = 0.10  # ``_window_best_numpy``'s default share (``explain_gaps`` asks for the largest entry)
+UNTRACED_TIME = "untraced CPU work"  # in attributions: the part of the gaps no traced activity covers
+LAUNCH_TIME = "the launching call until the GPU starts"  # in attributions: the gaps' time after the call starts
+ACTIVITY_TIME = "activity_time"  # the ``attrs`` key of ``idle_gaps``' frame holding its ``GapActivity``
 PER_NAME = 2  # a layer's "batched" flag: disjoint within each name, overlapping across names
 INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead
@@ -289,6 +297,117 @@ class ThreadActivity:
         code = code[order]
         return names, win, src, code, ns[order]
 
+    def exclusive_sums(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, detail: np.ndarray | None = None,
+                       nvtx_sweep: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray,
+                                                          np.ndarray]:
+        """``sums`` with every nanosecond of a window given to exactly one activity, the most specific
+        traced thing running then: a CUDA API call (the latest-starting one where calls overlap), else
+        an OS runtime call (the same), else the innermost NVTX range. An OS runtime call inside a CUDA
+        API call, or a call inside an NVTX range, is counted once. The entries of a window add up to
+        at most its span; what is left is untraced. Same arrays as ``sums``.
+
+        The thread's calls that touch a window are flattened into one disjoint, start-sorted layer
+        (CUDA API; OS runtime minus CUDA API; innermost NVTX minus both), labelled by (source, name),
+        and summed per window by the batched clipped-sum path. NVTX ranges that the batched path does
+        not take (``nvtx_swept``: more than ``INNERMOST_MAX`` nested ranges) are swept window by
+        window, for the windows in ``detail`` only (all when None), as in ``sums``."""
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
+        empty = np.empty(0, np.int64)
+        names: dict[str, np.ndarray] = {}
+        if len(lo) == 0:
+            return names, empty, empty, empty, empty
+        wl, wh = iv.merge(lo, hi)
+        flat: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # (source index, starts, ends, codes)
+        above = (empty, empty)  # the union of the layers taken so far (merged)
+        swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        for source, st, en, codes, cats, reach in self._thread(pid, tid):
+            rows = _touching(st, en, reach, wl, wh)
+            if rows is not None:
+                if rows.size == 0:
+                    continue
+                st, en, codes = st[rows], en[rows], codes[rows]
+            names[source] = cats
+            overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
+            if source == "nvtx" and (nvtx_sweep or (overlapping and st.size > INNERMOST_MAX)):
+                swept = (st, en, np.asarray(codes))
+                continue
+            if overlapping:  # nested or overlapping calls/ranges: the latest-starting one owns each moment
+                st, en, owner = iv.innermost(st, en)
+                codes = np.asarray(codes)[owner]
+            st, en, codes = _minus(st, en, np.asarray(codes), *above)
+            if st.size == 0:
+                continue
+            flat.append((SOURCES.index(source), st, en, codes))
+            if source != "nvtx":  # (nothing comes after NVTX: no union of it needed)
+                above = iv.merge(np.concatenate([above[0], st]), np.concatenate([above[1], en]))
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        if flat:
+            # one layer: a combined code per (source, name): base[source] + code + 1 (code -1: no name)
+            base = np.zeros(len(SOURCES) + 1, dtype=np.int64)
+            for si, source in enumerate(SOURCES):
+                base[si + 1] = base[si] + (len(names[source]) + 1 if source in names else 0)
+            st = np.concatenate([f[1] for f in flat])
+            en = np.concatenate([f[2] for f in flat])
+            comb = np.concatenate([f[3].astype(np.int64) + (base[f[0]] + 1) for f in flat])
+            if len(flat) > 1:
+                order = np.argsort(st, kind="stable")
+                st, en, comb = st[order], en[order], comb[order]
+                del order
+            del flat
+            i0 = iv.search(en, lo, side="right")  # disjoint: ends are sorted as the starts are
+            i1 = iv.search(st, hi, side="left")
+            w, _, c, v = _range_sums(SOURCES[0], st, en, comb, np.empty(int(base[-1]), dtype=object),
+                                     lo, hi, i0, i1, None, False)
+            del i0, i1, st, en, comb
+            c = np.asarray(c, dtype=np.int64)
+            si = (np.searchsorted(base, c, side="right") - 1).astype(np.int8)
+            parts.append((np.asarray(w), si, c - base[si] - 1, np.asarray(v, dtype=np.int64)))
+        if swept is not None:
+            # the detail windows one at a time: innermost NVTX segments of the window minus the calls
+            s_all, e_all, c_all = swept
+            reach = Reach(e_all)
+            ws: list[int] = []
+            cs: list[int] = []
+            vs: list[int] = []
+            for w_ in (range(len(lo)) if detail is None else sorted(detail.tolist())):
+                a, b = int(lo[w_]), int(hi[w_])
+                j0 = reach.first_above(a)
+                j1 = int(np.searchsorted(s_all, b, side="left"))
+                sel = j0 + np.flatnonzero(e_all[j0:j1] > a) if j1 > j0 else empty
+                if sel.size == 0:
+                    continue
+                s, e = np.clip(s_all[sel], a, b), np.clip(e_all[sel], a, b)
+                s, e, owner = iv.innermost(s, e)
+                s, e, code = _minus(s, e, c_all[sel][owner], *iv.clip_merged(*above, a, b))
+                if s.size == 0:
+                    continue
+                uc, inv = np.unique(code, return_inverse=True)
+                tot = np.bincount(inv, weights=e - s).astype(np.int64)
+                ws += [w_] * len(uc)
+                cs += uc.tolist()
+                vs += tot.tolist()
+            if ws:
+                parts.append((np.array(ws, np.int64), np.full(len(ws), SOURCES.index("nvtx"), np.int8),
+                              np.array(cs, np.int64), np.array(vs, np.int64)))
+        if not parts:
+            return names, empty, empty, empty, empty
+        narrow = np.int32 if len(lo) < 1 << 31 else np.int64
+        win = np.concatenate([p[0] for p in parts]).astype(narrow, copy=False)
+        src = np.concatenate([p[1] for p in parts]).astype(np.int8, copy=False)
+        code = np.concatenate([p[2] for p in parts]).astype(narrow, copy=False)
+        ns = np.concatenate([p[3] for p in parts]).astype(np.int64, copy=False)
+        del parts
+        keep = ns > 0
+        if bool(keep.all()):
+            if bool((win[1:] >= win[:-1]).all()):
+                return names, win, src, code, ns
+            order = np.argsort(win, kind="stable")
+        else:
+            order = np.flatnonzero(keep)
+            order = order[np.argsort(win[order], kind="stable")]
+        return names, win[order], src[order], code[order], ns[order]
+
     def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
         """``items`` for many windows of one thread (``sums`` as lists of {source, name, ns}, largest
         first)."""
@@ -447,6 +566,27 @@ def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray
     return keys // width, np.full(len(keys), SOURCES.index(source), np.int8), keys % width - 1, tot
 
 
+def _minus(st: np.ndarray, en: np.ndarray, codes: np.ndarray, ms: np.ndarray,
+           me: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint, start-sorted labelled segments [st, en) (``codes``) minus the merged set [ms, me):
+    the pieces left, start-sorted, each with its segment's code; empty pieces dropped. Each
+    segment's pieces are the gaps of the merged set that overlap it (two binary searches), clipped."""
+    if st.size == 0 or ms.size == 0:
+        keep = en > st
+        return (st, en, codes) if bool(keep.all()) else (st[keep], en[keep], codes[keep])
+    big = np.iinfo(np.int64)
+    cs = np.concatenate([np.array([big.min], np.int64), me])  # the set's complement: before, between, after
+    ce = np.concatenate([ms, np.array([big.max], np.int64)])
+    j0 = np.searchsorted(ce, st, side="right")  # first hole ending after the segment starts
+    j1 = np.searchsorted(cs, en, side="left")  # first hole starting at or after it ends
+    seg, j = _spans(j0, j1)
+    del j0, j1
+    s = np.maximum(st[seg], cs[j])
+    e = np.minimum(en[seg], ce[j])
+    keep = e > s
+    return s[keep], e[keep], codes[seg[keep]]
+
+
 def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every index in each range [i0[w], i1[w]) (empty where i1 <= i0), with its range number w."""
     k = np.maximum(i1 - i0, 0)
@@ -481,6 +621,66 @@ def _window_items(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np
     return out
 
 
+class GapActivity:
+    """What the submitting threads did in the host and sync gaps of one ``idle_gaps`` frame, as a
+    sparse table of exclusive time: one entry per (gap, activity) with time, ``rows`` (positions in
+    that frame), ``label`` (ids into ``labels``, "source:name") and ``ns`` (time of that activity in
+    the gap up to the launching call's start, each nanosecond counted once: see ``explain_gaps``).
+    Kept in the frame's ``attrs`` (``ACTIVITY_TIME``): never copied (pandas deep-copies ``attrs``
+    into every frame derived from it), and only taken for the frame it was made for (``n`` rows)."""
+
+    def __init__(self, rows: np.ndarray, label: np.ndarray, ns: np.ndarray, labels: list[str], n: int) -> None:
+        self.rows, self.label, self.ns, self.labels, self.n = rows, label, ns, labels, n
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GapActivity:
+        return self
+
+    def reordered(self, order: np.ndarray) -> GapActivity:
+        """The same table for the frame taken in ``order`` (``frame.take(order)``)."""
+        inv = np.empty(len(order), dtype=np.int64)
+        inv[order] = np.arange(len(order), dtype=np.int64)
+        return GapActivity(inv[self.rows], self.label, self.ns, self.labels, self.n)
+
+
+def activity_time(gaps: pd.DataFrame, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """Where the idle time of host and sync gaps went, by overlap: per activity ("source:name"), the
+    time it ran in those gaps (exclusive: each nanosecond counted once, see ``explain_gaps``) and the
+    gaps it ran in; then ``UNTRACED_TIME`` (the rest of the gaps up to the launching calls' starts) and
+    ``LAUNCH_TIME`` (from the launching calls' starts to the gaps' ends). The times add up to the
+    gaps' total. ``gaps``: the frame ``idle_gaps`` returned; ``rows``: positions in it (all its host
+    and sync gaps when None). Columns: activity, gaps, ns, sorted by ns (descending), then activity."""
+    cols = ["activity", "gaps", "ns"]
+    if not len(gaps):
+        return pd.DataFrame({"activity": pd.Series([], dtype=object), "gaps": np.zeros(0, np.int64),
+                             "ns": np.zeros(0, np.int64)})
+    table = gaps.attrs.get(ACTIVITY_TIME)
+    if not isinstance(table, GapActivity) or table.n != len(gaps):
+        raise ValueError("activity_time: not a frame idle_gaps returned (a selection: pass rows instead)")
+    cause = gaps["cause"].to_numpy(dtype=object)
+    explained = (cause == "host") | (cause == "sync")
+    rows = np.flatnonzero(explained) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+    rows = rows[explained[rows]]  # only host and sync gaps are explained
+    keep = np.zeros(len(gaps), dtype=bool)
+    keep[rows] = True
+    hit = keep[table.rows]
+    lab, ns = table.label[hit], table.ns[hit]
+    per_ns = np.bincount(lab, weights=ns, minlength=len(table.labels)).astype(np.int64)
+    per_n = np.bincount(lab, minlength=len(table.labels))
+    # per gap: the explained window [start, min(call start, end)), its traced and untraced time, the tail
+    start, end = gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows]
+    span = np.maximum(np.minimum(gaps["api_start_ns"].to_numpy()[rows], end) - start, 0).astype(np.int64)
+    traced = np.bincount(np.searchsorted(rows, table.rows[hit]), weights=ns, minlength=len(rows)).astype(np.int64)
+    untraced = span - traced
+    tail = gaps["gap_ns"].to_numpy()[rows].astype(np.int64) - span
+    ids = np.flatnonzero(per_ns > 0)
+    out = pd.DataFrame({
+        "activity": pd.Series([table.labels[i] for i in ids.tolist()] + [UNTRACED_TIME, LAUNCH_TIME], dtype=object),
+        "gaps": np.concatenate([per_n[ids], [int((untraced > 0).sum()), int((tail > 0).sum())]]).astype(np.int64),
+        "ns": np.concatenate([per_ns[ids], [int(untraced.sum()), int(tail.sum())]]).astype(np.int64)})
+    out = out.loc[out["ns"].to_numpy() > 0]
+    return out.sort_values(["ns", "activity"], ascending=[False, True], kind="stable").reset_index(drop=True)[cols]
+
+
 def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: int = 10_000,
               launch_gap_ns: int = 10_000, explain_top: int = 300) -> pd.DataFrame:
     """Columns: device_id, start_ns, end_ns, gap_ns, cause, pid, tid (submitting thread), api_name,
@@ -506,9 +706,12 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     o_start, o_end, o_pid, o_tid = (out[c].to_numpy() for c in ("start_ns", "end_ns", "pid", "tid"))
     host = np.flatnonzero(cause == 0)
     detail = top_rows(out["gap_ns"].to_numpy(), host, explain_top)
+    spent: list[Any] = []
     act_codes, act_cats, breakdown, is_sync = explain_gaps(trace, host, o_start[host],
                                                           np.minimum(api_start[host], o_end[host]),
-                                                          o_pid[host], o_tid[host], detail, len(out))
+                                                          o_pid[host], o_tid[host], detail, len(out), spent)
+    table = GapActivity(*spent, n=len(out))
+    del spent
     cause[host[is_sync]] = 1
     api_name = out["api_name"].array  # categorical already: no round trip through Python strings
     out = out.assign(cause=pd.Categorical.from_codes(cause, categories=pd.Index(causes, dtype=object)),
@@ -517,12 +720,14 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
                      tid=as_column(out, compact(np.where(has_api, o_tid, -1))),
                      api_name=api_name.add_categories([""]).fillna("") if "" not in api_name.categories
                      else api_name.fillna(""))
-    if len(parts) == 1 and bool((o_start[1:] >= o_start[:-1]).all()):  # one device: in order already
-        return out[cols]
-    order = np.lexsort((out["device_id"].to_numpy(), o_start))
-    if bool((order[1:] > order[:-1]).all()):
-        return out[cols]
-    return out[cols].take(order).reset_index(drop=True)
+    if not (len(parts) == 1 and bool((o_start[1:] >= o_start[:-1]).all())):  # one device: in order already
+        order = np.lexsort((out["device_id"].to_numpy(), o_start))
+        if not bool((order[1:] > order[:-1]).all()):
+            out = out.take(order).reset_index(drop=True)
+            table = table.reordered(order)
+    out = out[cols]
+    out.attrs[ACTIVITY_TIME] = table
+    return out
 
 
 def _window_groups(win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -554,7 +759,8 @@ def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = 
 
 
 def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, pid: np.ndarray,
-                 tid: np.ndarray, detail: np.ndarray, n: int) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+                 tid: np.ndarray, detail: np.ndarray, n: int,
+                 spent: list[Any] | None = None) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """What the submitting thread did during each host gap ``rows`` (windows [lo, hi): the gap up to
     the launching call's start), for every gap, vectorised per thread.
 
@@ -562,16 +768,24 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     a list of {source, name, ns, share} for the gaps in ``detail`` and None elsewhere -- and, per
     ``rows`` entry, whether the thread spent over half the gap in a synchronization call).
 
-    The activity label is what covers most of the gap: a CUDA API call, else an OS runtime call,
-    covering over half of it (more specific than the NVTX range around them); else the item of any
-    source covering the largest share, if that share is at least ``MIN_LABEL_SHARE``; else
-    ``UNTRACED``. Non-host gaps get the empty label."""
+    Time is exclusive (``ThreadActivity.exclusive_sums``): each nanosecond of a window goes to one
+    activity, the most specific traced one (CUDA API call > OS runtime call > innermost NVTX range),
+    so a gap's shares add up to at most 1 and the rest is untraced. The activity label is the
+    activity covering over half of the window; else ``UNTRACED`` when untraced time covers over half
+    of it; else (no one thing covers half) the largest traced activity. Non-host gaps get the empty
+    label. ``spent``: when given, receives ``(gap rows, label ids, ns, label table)``: every host
+    gap's exclusive time per activity ("source:name"), the sparse table ``GapActivity`` holds."""
     act = np.zeros(n, dtype=np.int32)
     breakdown = np.empty(n, dtype=object)
     is_sync = np.zeros(len(rows), dtype=bool)
-    if len(rows) == 0:
-        return act, [""], breakdown, is_sync
     labels: dict[str, int] = {"": 0, UNTRACED: 1}
+    sp_rows: list[np.ndarray] = []
+    sp_label: list[np.ndarray] = []
+    sp_ns: list[np.ndarray] = []
+    if len(rows) == 0:
+        if spent is not None:
+            spent.extend([np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int64), list(labels)])
+        return act, [""], breakdown, is_sync
     chosen = np.ones(len(rows), dtype=np.int32)  # label ids: a few thousand at most
     span = np.maximum(hi - lo, 1)
     is_detail = np.zeros(len(rows), dtype=bool)
@@ -592,21 +806,34 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         for a in range(0, len(t_lo), EXPLAIN_CHUNK):
             b = min(a + EXPLAIN_CHUNK, len(t_lo))
             det_c = det_local[np.searchsorted(det_local, a):np.searchsorted(det_local, b)] - a
-            names, win, src, code, ns = index.sums(p, t, t_lo[a:b], t_hi[a:b], det_c, sweep)
+            names, win, src, code, ns = index.exclusive_sums(p, t, t_lo[a:b], t_hi[a:b], det_c, sweep)
             if len(win) == 0:
                 continue
-            # each window's sync flag and best entry (C, else numpy), then labels for the chosen entries
-            args = (win, src, code, ns, np.ascontiguousarray(sp[a:b], dtype=np.int64),
-                    _sync_table(names.get("cuda_api")))
-            best, sync = _window_best(fast(*args, MIN_LABEL_SHARE)) if fast is not None else _window_best_numpy(*args)
+            sp_c = np.ascontiguousarray(sp[a:b], dtype=np.int64)
+            # each window's sync flag and largest entry (C, else numpy); exclusive entries: at most one
+            # covers over half of a window, and it is then the largest
+            args = (win, src, code, ns, sp_c, _sync_table(names.get("cuda_api")))
+            best, sync = _window_best(fast(*args, 0.0)) if fast is not None else _window_best_numpy(*args, 0.0)
             del args
             at = slice(a, b) if one else sel[a:b]  # these windows' positions in ``rows``
             is_sync[at] = sync
+            traced = np.bincount(win, weights=ns, minlength=b - a).astype(np.int64)
             has = np.flatnonzero(best >= 0)
+            top = ns[best[has]]
+            # the largest activity names the window unless it covers at most half of it while
+            # untraced time covers over half
+            has = has[(top * 2 > sp_c[has]) | ((sp_c[has] - traced[has]) * 2 <= sp_c[has])]
+            del top, traced
+            ids = _label_ids(labels, names, src, code, np.arange(len(win)))
             here = np.ones(b - a, dtype=np.int32)
-            here[has] = _label_ids(labels, names, src, code, best[has])
+            here[has] = ids[best[has]]
             chosen[at] = here
             del best, sync, has, here
+            if spent is not None:
+                sp_rows.append(rows[at][win])
+                sp_label.append(ids)
+                sp_ns.append(ns)
+            del ids
             if len(det_c):
                 a_, b_ = np.searchsorted(win, det_c), np.searchsorted(win, det_c, side="right")
                 for wl, i0, i1 in zip(det_c.tolist(), a_.tolist(), b_.tolist()):
@@ -627,7 +854,14 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     for i in used.tolist():
         remap[i] = cats.index(text[i])
     act[rows] = remap[chosen]
+    if spent is not None:
+        spent.extend([_joined(sp_rows, np.int64), _joined(sp_label, np.int32), _joined(sp_ns, np.int64), text])
     return act, cats, breakdown, is_sync
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The arrays ``parts`` end to end, as ``dtype`` (empty when there are none)."""
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
 
 
 def _fast_window_best() -> Any:
@@ -668,9 +902,11 @@ def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.nda
 
 
 def _window_best_numpy(win: np.ndarray, src: np.ndarray, code: np.ndarray, ns: np.ndarray, sp: np.ndarray,
-                       sync_code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                       sync_code: np.ndarray, share: float = MIN_LABEL_SHARE) -> tuple[np.ndarray, np.ndarray]:
     """``_btree.window_best`` with numpy (where the extension is not built): per window, the best
-    entry (-1 none) and whether its synchronization calls cover over half of it."""
+    entry (-1 none) -- a CUDA API, else an OS runtime entry covering over half of it, else the
+    largest entry if it covers at least ``share`` of it -- and whether its synchronization calls
+    cover over half of it."""
     is_cuda = src == 0
     sync_e = np.zeros(len(win), dtype=bool)
     c = code[is_cuda].astype(np.int64)
@@ -686,7 +922,7 @@ def _window_best_numpy(win: np.ndarray, src: np.ndarray, code: np.ndarray, ns: n
         best[w[ok]] = e[ok]
     w, e = _best_per_window(win, ns, groups=wg)
     del wg
-    ok = (ns[e] >= MIN_LABEL_SHARE * sp[w]) & (best[w] < 0)
+    ok = (ns[e] >= share * sp[w]) & (best[w] < 0)
     best[w[ok]] = e[ok]
     return best, sync_ns * 2 > sp
 
@@ -720,13 +956,16 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
 
 
 def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:
-    """Totals by cause, and the activities that cost the most idle time."""
+    """Totals by cause, and where the host and sync gaps' time went (``activity_time``: each
+    activity's overlap with the gaps, each nanosecond once, then the untraced rest and the
+    launching calls' tails; ``count``: the gaps it ran in): the 20 largest, adding up to at most
+    the host and sync gaps' total."""
     if len(gaps) == 0:
         return {"count": 0, "total_ns": 0, "by_cause": {}, "by_activity": []}
     by_cause = {str(k): {"count": int(v["count"]), "total_ns": int(v["sum"])}
                 for k, v in count_sum(gaps["cause"], gaps["gap_ns"]).iterrows()}
-    act = count_sum(gaps["activity"], gaps["gap_ns"], skip="")
-    by_activity = [{"activity": str(k), "count": int(v["count"]), "total_ns": int(v["sum"])}
-                   for k, v in act.sort_values("sum", ascending=False).head(20).iterrows()]
+    act = activity_time(gaps).head(20)
+    by_activity = [{"activity": str(a), "count": int(c), "total_ns": int(v)}
+                   for a, c, v in zip(act["activity"].tolist(), act["gaps"].tolist(), act["ns"].tolist())]
     return {"count": int(len(gaps)), "total_ns": int(gaps["gap_ns"].sum()), "by_cause": by_cause,
             "by_activity": by_activity, "window": window.to_dict()}

@@ -10,6 +10,11 @@ about where time went, never the user's iterations.
 
 ``library_of(name, domain)`` names the library (or returns ``None`` for the user's own range);
 ``library_mask(names, domains)`` is the vectorised form, evaluated once per distinct name.
+
+One kind of library range still tells where an iteration is: XLA's ``XlaModule:#hlo_module=...#``
+range around each execution of a compiled (jitted) module. ``xla_module(name, domain)`` says a range
+is one (never a compile pass, ``XlaCompile``/``XlaPass``/``XlaEmit``..., nor a ``Thunk``); the
+iteration model falls back to it when the program's own ranges are missing (``iterations``).
 """
 
 from __future__ import annotations
@@ -75,6 +80,18 @@ def library_of(name: str, domain: str | None = None) -> str | None:
         if pat.search(text):
             return lib
     return None
+
+
+_XLA_MODULE = re.compile(r"^XlaModule:")
+
+
+def xla_module(name: str, domain: str | None = None) -> bool:
+    """The range is XLA's execution of one compiled module (``XlaModule:#hlo_module=jit_step,...#``,
+    in nsys' ``TSL`` domain or without one), not a compile pass or a thunk."""
+    text = name[len(domain) + 1:] if domain and name.startswith(domain + ":") else name
+    if not domain and text.startswith(("TSL:", "XLA:", "xla:", "jax:")):
+        text = text.split(":", 1)[1]
+    return bool(_XLA_MODULE.match(text)) and library_of(name, domain) == "XLA"
 
 
 def library_mask(names: pd.Series, domains: pd.Series | None = None) -> np.ndarray:

@@ -5,10 +5,12 @@ collectives, with the waiting split from the transfer and the straggler named wi
 of their export's file name (numbers as numbers: ``rank2`` before ``rank10``), then (device, pid). One export holding every rank (``nsys profile`` of ``torchrun``) or one
 export per rank (``cross_rank`` on per-file tables) give the same result.
 
-**Alignment.** Collectives are matched by order: the k-th collective of a type on each rank is the
-same collective (NCCL requires every rank of a communicator to issue them in the same order).
-Single-rank reductions (``Reduce (1 rank)``) have no peers and are left out. Where ranks issued
-different numbers of a collective, that type is not aligned and the table says so.
+**Alignment.** Collectives are matched by order over the whole capture, then clipped to the
+ranks' common steady window (by the time the last rank arrived): the k-th collective of a type on
+each rank is the same collective (NCCL requires every rank of a communicator to issue them in the
+same order), whatever each rank's own steady window holds. Single-rank reductions (``Reduce (1
+rank)``) have no peers and are left out. Where ranks issued different numbers of a type over the
+capture, that type is not aligned, and the table and the verdict say why.
 
 **Waiting vs transfer.** A collective's kernel starts on each rank when that rank arrives and ends
 on all of them about when the data has moved. For the k-th collective: ``last_start`` = the latest
@@ -28,12 +30,17 @@ what its thread was doing).
 
 **Straggler.** Judged on the collectives only (point-to-point Send/Recv waiting is a pipeline's
 dependency, its bubble: measured in the waiting columns, never called a straggler). The rank that
-arrives last most often (in at least half of the aligned collectives of the steady state), when it costs the others: their exposed waiting is at least 5% of an iteration.
-Its cause is found by comparing its own per-iteration numbers with the other ranks' medians: GPU
-idle while its host was late, GPU compute, exposed communication. The **saving** of evening it out
-is, per iteration, the straggler's excess in its cause, at most the others' median waiting (without
-a visible cause: the others' exposed waiting), times its steady iterations. When no rank qualifies
-the ranks are in step and none is named.
+arrives last most often (in at least half of the aligned collectives of the steady state), when it
+costs the others materially: their exposed waiting, less the straggler's own, is at least 5% of an
+iteration (ranks that take turns arriving last wait for each other about equally: that is noise,
+not a straggler). Its cause is found by comparing its own per-iteration numbers with the other
+ranks' medians: GPU idle while its host was late, GPU compute, exposed communication. The
+**saving** of evening it out is, per iteration, the straggler's excess in its cause, at most the
+others' median waiting (without a visible cause: the others' exposed waiting less its own), times
+its iterations in the common window, and never more than the waiting the other ranks show there
+(the median over them of their total waiting in the aligned collectives; without a visible cause,
+of their waiting with the GPU idle). When no rank qualifies the ranks are in step and none is
+named.
 """
 
 from __future__ import annotations
@@ -64,13 +71,16 @@ class RankAnalysis:
     verdict: str = ""
     lanes: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> a timeline lane (see _lanes)
 
-    def waiting(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
+    def waiting(self, pid: int, p2p: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock intervals in which process ``pid`` waited in a collective for the last rank
-        (merged)."""
+        (merged); ``p2p``: True for point-to-point transfers only, False for the collectives only."""
         al = self.aligned
         if len(al) == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        w = al.loc[(al["pid"] == pid) & (al["wait_ns"] > 0)]
+        m = (al["pid"] == pid) & (al["wait_ns"] > 0)
+        if p2p is not None:
+            m &= al["collective"].isin(list(P2P)) == p2p
+        w = al.loc[m]
         s = w["start_ns"].to_numpy(dtype=np.int64)
         return iv.merge(s, s + w["wait_ns"].to_numpy(dtype=np.int64))
 
@@ -81,8 +91,10 @@ class RankAnalysis:
 
 def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] | None = None
           ) -> tuple[pd.DataFrame, list[str]]:
-    """The k-th collective of each type on every rank: start, end, last_start, wait_ns, transfer_ns,
-    and whether this rank arrived last. ``comm`` needs pid, start_ns, end_ns, collective."""
+    """The k-th collective of each type on every rank, over all of ``comm`` (the whole capture):
+    start, end, last_start, wait_ns, transfer_ns, and whether this rank arrived last; then the rows
+    whose last arrival is in ``window``. ``comm`` needs pid, start_ns, end_ns, collective. Returns
+    (aligned, the types not aligned with why)."""
     cols = ["collective", "k", "rank", "pid", "start_ns", "end_ns", "last_start_ns", "wait_ns", "transfer_ns",
             "last", "lead_ns"]
     if len(comm) == 0 or len(rank_of) < 2:
@@ -95,12 +107,14 @@ def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] |
         if len(per) < 2:
             continue
         if len(set(counts.values())) != 1:
-            skipped.append(f"{coll}: ranks issued different numbers ({', '.join(f'rank {rank_of[p]}: {n}' for p, n in sorted(counts.items()))})")
+            skipped.append(f"{coll}: ranks issued different numbers over the capture "
+                           f"({', '.join(f'rank {rank_of[p]}: {k}' for p, k in sorted(counts.items()))}), so the "
+                           "k-th of one rank is not known to be the k-th of another")
             continue
         n = next(iter(counts.values()))
         pids = sorted(per)
-        st = np.stack([per[p]["start_ns"].to_numpy() for p in pids])  # ranks x k
-        en = np.stack([per[p]["end_ns"].to_numpy() for p in pids])
+        st = np.stack([per[p]["start_ns"].to_numpy(dtype=np.int64) for p in pids])  # ranks x k
+        en = np.stack([per[p]["end_ns"].to_numpy(dtype=np.int64) for p in pids])
         last = st.max(axis=0)
         order = np.sort(st, axis=0)
         lead = order[-1] - order[-2]
@@ -117,10 +131,11 @@ def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] |
 
 
 def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str, Any]]:
-    """Per process that ran communication kernels: its per-iteration numbers and its steady-state
-    communication ops (start, end, collective; times + ``offset_ns``, so payloads of several exports
-    share one clock). Small: a few numbers and 3 values per collective, whatever the trace's size:
-    what a cluster worker returns per rank."""
+    """Per process that ran communication kernels: its per-iteration numbers, its steady iterations'
+    completions and its communication ops over the whole capture (start, end, collective; times +
+    ``offset_ns``, so payloads of several exports share one clock): aligned over the capture, then
+    clipped to the common window (``combine``). Small: a few numbers and 3 values per collective,
+    whatever the trace's size: what a cluster worker returns per rank."""
     comm = a.comm
     if len(comm) == 0:
         return []
@@ -140,6 +155,7 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
         compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
         cm = comm.loc[(comm["pid"] == pid) & (comm["start_ns"] >= lo) & (comm["start_ns"] < hi)]
         exp_s, exp_e = _exposed_comm(a, dev, cm)
+        every = comm.loc[comm["pid"] == pid]  # aligned over the whole capture, then clipped
         bd = a.breakdown
         bd = bd.loc[(bd["pid"] == pid) & ~bd["warmup"].to_numpy(dtype=bool)] if len(bd) else bd
         parts = {f"{c}_per_iter_ns": int(round(float(bd[f"{c}_ns"].mean()))) if len(bd) else 0
@@ -158,9 +174,10 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
             "host_idle_activity": top, "window": [lo + offset_ns, hi + offset_ns],
-            "comm": {"start_ns": (cm["start_ns"].to_numpy() + offset_ns).tolist(),
-                     "end_ns": (cm["end_ns"].to_numpy() + offset_ns).tolist(),
-                     "collective": cm["collective"].astype(str).tolist()},
+            "iteration_end_ns": (it["end_ns"].to_numpy(dtype=np.int64) + offset_ns).tolist() if len(it) else [],
+            "comm": {"start_ns": (every["start_ns"].to_numpy() + offset_ns).tolist(),
+                     "end_ns": (every["end_ns"].to_numpy() + offset_ns).tolist(),
+                     "collective": every["collective"].astype(str).tolist()},
             "comm_exposed": {"start_ns": (exp_s + offset_ns).tolist(), "end_ns": (exp_e + offset_ns).tolist()},
             "lanes": _lanes(a, pid, dev, bd, offset_ns)})
     return out
@@ -219,7 +236,10 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
     rows = []
     for i, p in enumerate(ps):
         al = aligned.loc[aligned["rank"] == i] if len(aligned) else aligned
-        n = max(p["iterations"], 1)
+        ends = np.asarray(p.get("iteration_end_ns") or [], dtype=np.int64)
+        # per iteration of the common window (the aligned collectives are clipped to it)
+        n_win = int(((ends > lo) & (ends <= hi)).sum()) if ends.size and hi > lo else int(p["iterations"])
+        n = max(n_win, 1)
         ws = al["start_ns"].to_numpy(dtype=np.int64) if len(al) else np.empty(0, np.int64)
         wait = iv.merge(ws, ws + (al["wait_ns"].to_numpy(dtype=np.int64) if len(al) else ws))
         ex = p.get("comm_exposed") or {"start_ns": [], "end_ns": []}
@@ -240,13 +260,17 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
                      "wait_per_iter_ns": int(al["wait_ns"].sum() / n) if len(al) else 0,
                      "transfer_per_iter_ns": int(al["transfer_ns"].sum() / n) if len(al) else 0,
                      "host_idle_per_iter_ns": p["host_idle_per_iter_ns"], "host_idle_activity": p["host_idle_activity"],
-                     "arrived_last": int(al["last"].sum()) if len(al) else 0, "collectives": int(len(al))})
+                     "arrived_last": int(al["last"].sum()) if len(al) else 0, "collectives": int(len(al)),
+                     "window_iterations": n_win, "wait_ns": int(al["wait_ns"].sum()) if len(al) else 0,
+                     "wait_exposed_ns": int(exp_wait)})
     ranks = pd.DataFrame(rows)
     lanes = {i: p.get("lanes") or {} for i, p in enumerate(ps)}
     if iter_ns is None:
         pers = [p["period_p50_ns"] for p in ps if p["period_p50_ns"]]
         iter_ns = float(np.median(pers)) if pers else None
-    straggler, verdict = _straggler(ranks, aligned, iter_ns)
+    straggler, verdict = _straggler(ranks, aligned, iter_ns, skipped)
+    if skipped and len(aligned):
+        verdict += " (not aligned: " + "; ".join(skipped) + ")"
     return RankAnalysis(ranks, aligned, skipped, straggler, verdict, lanes)
 
 
@@ -261,11 +285,14 @@ def analyze_ranks(a: Any) -> RankAnalysis:
     return combine(rank_payloads(a), a.iterations.stats.get("p50_ns"))
 
 
-def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any) -> tuple[dict[str, Any] | None, str]:
+def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped: list[str] | None = None
+               ) -> tuple[dict[str, Any] | None, str]:
     if len(ranks) < 2:
         return None, "one rank"
     if len(aligned) == 0:
-        return None, "no collective could be aligned across the ranks"
+        why = "; ".join(skipped or []) or ("no collective ran on two ranks or more in their common steady window "
+                                          "(a single-rank reduction has no peers)")
+        return None, f"no collective could be aligned across the ranks: {why}"
     coll = aligned.loc[~aligned["collective"].isin(list(P2P))]
     if len(coll) == 0:
         return None, ("only point-to-point transfers (Send/Recv) between the ranks: their waiting is the pipeline's "
@@ -280,10 +307,14 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any) -> tupl
     margin = int(np.median(lead)) if lead.size else 0
     ref = float(iter_ns or 0) or float(np.median(aligned["end_ns"] - aligned["start_ns"]))
     waited_exposed = int(others["wait_exposed_per_iter_ns"].median())
-    if r["arrived_last"] < LATE_SHARE * n_coll or waited_exposed < MIN_MARGIN_FRAC * ref:
+    own = int(r["wait_exposed_per_iter_ns"])
+    net = waited_exposed - own  # ranks that take turns wait for each other about equally: noise
+    if r["arrived_last"] < LATE_SHARE * n_coll or net < MIN_MARGIN_FRAC * ref:
         return None, (f"ranks in step: no rank arrives last in at least {LATE_SHARE:.0%} of the {n_coll} aligned "
-                      f"collectives while the others wait with their GPU idle for {MIN_MARGIN_FRAC:.0%} of an "
-                      f"iteration (at most {waited_exposed / 1e6:.3f} ms of {ref / 1e6:.3f} ms)")
+                      f"collectives while the others wait with their GPU idle, beyond its own such waiting, for "
+                      f"{MIN_MARGIN_FRAC:.0%} of an iteration (rank {int(r['rank'])} arrives last in "
+                      f"{int(r['arrived_last'])}; the others wait {waited_exposed / 1e6:.3f} ms per iteration with "
+                      f"their GPU idle, it waits {own / 1e6:.3f} ms; iteration {ref / 1e6:.3f} ms)")
     waited = int(aligned.loc[aligned["rank"] != r["rank"], "wait_ns"].sum())
     waited_per_iter = int(others["wait_per_iter_ns"].median())
     causes = []
@@ -291,18 +322,27 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any) -> tupl
                        ("compute_per_iter_ns", "GPU compute"),
                        ("comm_transfer_exposed_per_iter_ns", "exposed communication")):
         mine, theirs = int(r[col]), int(others[col].median())
-        if mine - theirs > 0.5 * waited_exposed:
+        if mine - theirs > 0.5 * net:
             causes.append({"what": label, "column": col, "straggler_ns": mine, "others_median_ns": theirs,
                            "extra_ns": mine - theirs})
     causes.sort(key=lambda c: -c["extra_ns"])
-    per_iter = min(causes[0]["extra_ns"], waited_per_iter) if causes else waited_exposed
+    per_iter = min(causes[0]["extra_ns"], waited_per_iter) if causes else net
+    n_it = int(r["window_iterations"]) if "window_iterations" in r and int(r["window_iterations"]) > 0 \
+        else int(r["iterations"])
+    # never more than the waiting the others show in the window (a per-iteration excess times every
+    # iteration overstates it when they wait in some iterations only: gradient accumulation, or
+    # ranks whose exports chose different iteration units); without a visible cause, their idle waiting
+    col = "wait_ns" if causes else "wait_exposed_ns"
+    measured = int(others[col].median()) if col in others else waited
+    saving = min(int(per_iter) * n_it, measured)
     s = {"rank": int(r["rank"]), "pid": int(r["pid"]), "device_id": int(r["device_id"]),
          "trace": str(r["trace"]), "arrived_last": int(r["arrived_last"]), "collectives": n_coll,
          "median_lead_ns": margin, "others_waited_ns": waited, "others_wait_per_iter_ns": waited_per_iter,
-         "others_wait_exposed_per_iter_ns": waited_exposed, "causes": causes,
-         "saving_per_iter_ns": int(per_iter), "saving_ns": int(per_iter) * int(r["iterations"]),
+         "others_wait_exposed_per_iter_ns": waited_exposed, "own_wait_exposed_per_iter_ns": own,
+         "others_measured_wait_ns": measured, "causes": causes, "iterations": n_it,
+         "saving_per_iter_ns": saving // max(n_it, 1), "saving_ns": saving,
          "host_idle_activity": r["host_idle_activity"] or None}
     cause = causes[0]["what"] if causes else "not visible in this trace"
     return s, (f"rank {int(r['rank'])} arrives last in {int(r['arrived_last'])} of {n_coll} collectives: the others "
                f"wait {waited_per_iter / 1e6:.2f} ms per iteration for it, {waited_exposed / 1e6:.2f} ms of it with "
-               f"their GPU idle; cause: {cause}")
+               f"their GPU idle (it waits {own / 1e6:.2f} ms so); cause: {cause}")

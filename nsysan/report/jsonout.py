@@ -23,6 +23,24 @@ class _Clean(list):  # type: ignore[type-arg]
     """Records already cleaned column by column (``records``): ``_clean`` passes them through."""
 
 
+def _graph_launches(a: Any) -> dict[str, Any]:
+    """The CUDA Graph launches: ``count`` the launch calls that ran on the GPU at either tracing level
+    (``analyses/launch.py``: node-level records of one launch are its nodes, not launches);
+    ``total_ns`` the GPU time of graphs traced whole (their kernels are in no kernel table), 0 at node
+    level (their kernels are in the kernel tables, counted there)."""
+    g = a.trace.graph_launches
+    if len(g):
+        return {"count": int(len(g)), "total_ns": int(g["dur_ns"].sum()), "node_ops": 0,
+                "note": "CUDA Graph launches traced as a whole (--cuda-graph-trace=graph): their "
+                        "kernels are not in the kernel tables"}
+    graphs = a.launch_summary.get("graphs") or {}
+    return {"count": int(graphs.get("count", 0)), "total_ns": 0, "node_ops": int(graphs.get("node_ops", 0)),
+            "note": "CUDA Graph launches traced at node level (--cuda-graph-trace=node): count is the graph "
+                    "launch calls that ran; the GPU operations of their graphs (node_ops) are in the kernel, "
+                    "copy and memset tables, counted there" if graphs.get("count") else
+                    "no CUDA Graph launch in the trace"}
+
+
 def _clean(v: Any, key: str = "") -> Any:
     t = type(v)
     if t is str or t is int or t is _Clean:  # already JSON-ready: most leaves of nested records
@@ -141,10 +159,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "os_runtime": {"by_name": records(a.osrt, limit)},
         "memcpy": {"by_kind": records(a.memcpy), "steady_by_kind": records(ss["memcpy"]) if "memcpy" in ss else []},
         "memset": {"by_kind": records(a.memset)},
-        "graph_launches": {"count": int(len(t.graph_launches)),
-                           "total_ns": int(t.graph_launches["dur_ns"].sum()) if len(t.graph_launches) else 0,
-                           "note": "CUDA Graph launches traced as a whole (--cuda-graph-trace=graph): their "
-                                   "kernels are not in the kernel tables"},
+        "graph_launches": _graph_launches(a),
         "nvtx": {"by_name": records(a.nvtx, limit),
                  "containment": "a GPU op belongs to a range when its launching API call started on the range's "
                                 "thread inside the range"},
@@ -175,13 +190,21 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                                                    c["name"]))[:limit]),
                        "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
                        "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table),
+                       # steps within steps: the other levels (sub-steps inside each iteration, ranges
+                       # enclosing iterations), the sub-steps per iteration, one summary per thread's loop
+                       "levels": _clean(getattr(it, "levels", [])),
+                       "substeps": records(getattr(it, "substeps", pd.DataFrame())),
+                       "sequences": _clean(getattr(it, "sequences", [])),
                        "breakdown": {"steady_mean": _clean(breakdown_summary(a.breakdown)),
                                      "per_iteration": records(a.breakdown),
                                      "note": "each iteration's period (since the previous completion on its "
                                              "thread) split on its process's device into compute, exposed "
                                              "communication, exposed copies and idle; the parts add up to the span"}},
         "tensorrt": _tensorrt(a, limit),
-        "findings": [f.to_dict() for f in a.findings],
+        "program": a.program.to_dict() if getattr(a, "program", None) is not None else None,
+        # in ``rules.ranked`` order; per_iteration_ns: the saving per steady iteration (None for a
+        # whole-capture finding or one without a saving)
+        "findings": [{**f.to_dict(), "per_iteration_ns": getattr(f, "per_iteration_ns", None)} for f in a.findings],
         "nsys_analyze": {"rules": records(a.nsys_rules),
                          "instances": {k: records(v.nlargest(10, "dur_ns")) for k, v in a.nsys_instances.items()},
                          "note": "what nsys analyze (2022.4 rules, 2023+ names) would list on this trace, split into "

@@ -150,6 +150,50 @@ def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, An
     return Table(tid, title, [c[0] for c in cols], rows, keys, note)
 
 
+def _levels_tables(a: Any) -> list[Table]:
+    """Steps within steps, beneath the iterations: the sub-steps of the iteration (ranges of the
+    program's own inside each iteration: how many per iteration, their time per iteration) and the
+    ranges that enclose iterations; then, when several threads each run their own loop, one row per
+    thread. Only when there is something to show (the report's other sections stay as they were)."""
+    it = a.iterations
+    out: list[Table] = []
+    levels = getattr(it, "levels", None) or []
+    if levels:
+        rows = []
+        for lv in levels:
+            if lv["role"] == "sub-step":
+                per = (f"{lv['per_iteration_p50']:g}" + (f" ({lv['per_iteration_min']}-{lv['per_iteration_max']})"
+                                                         if lv["per_iteration_min"] != lv["per_iteration_max"] else ""))
+                rows.append({"name": lv["name"], "role": f"sub-step of each '{it.range_name}'",
+                             "instances": lv["instances"], "per": per,
+                             "cpu": lv["cpu_per_iteration_mean_ns"], "gpu": lv["gpu_per_iteration_mean_ns"],
+                             "share": lv["cpu_share"]})
+            else:
+                per = (f"{lv['iterations_per_instance_p50']:g} iterations"
+                       + (f" ({lv['iterations_per_instance_min']}-{lv['iterations_per_instance_max']})"
+                          if lv["iterations_per_instance_min"] != lv["iterations_per_instance_max"] else ""))
+                rows.append({"name": lv["name"], "role": f"encloses '{it.range_name}' iterations",
+                             "instances": lv["instances"], "per": per, "cpu": None, "gpu": None, "share": None})
+        out.append(_table("iteration_levels", f"Steps within the iteration ('{it.range_name}')", pd.DataFrame(rows), [
+            ("Range", "name", lambda v: str(v)[:140]), ("Level", "role", None),
+            ("Instances", "instances", lambda v: f"{int(v):,}"), ("Per iteration", "per", None),
+            ("CPU per iteration", "cpu", fmt_ns), ("GPU launched per iteration", "gpu", fmt_ns),
+            ("Share of the iteration's CPU time", "share", fmt_pct)],
+            note="Ranges of the program's own inside each iteration (its breakdown: how many per iteration, "
+                 "steady-state means of their CPU time and of the GPU time launched inside them, from their "
+                 "thread or a helper thread of the process such as the autograd thread) and ranges around "
+                 "iterations. Every iteration's counts are in --json (iterations.substeps)."))
+    seqs = getattr(it, "sequences", None) or []
+    if len(seqs) > 1:
+        out.append(_table("iteration_threads", "Loops per thread", pd.DataFrame(seqs), [
+            ("Thread", "thread", lambda v: str(v)[:80]), ("pid", "pid", None), ("tid", "tid", None),
+            ("Iterations", "count", lambda v: f"{int(v):,}"), ("Warm-up", "warmup", lambda v: f"{int(v):,}"),
+            ("Period p50", "period_p50_ns", fmt_ns), ("Latency p50", "latency_p50_ns", fmt_ns)],
+            note="Each thread (or process) that runs the iteration range runs its own loop: one sequence each, "
+                 "with its own period."))
+    return out
+
+
 def _tensorrt_table(a: Any) -> Table:
     """The per-layer table of every engine, with a bar per layer (its share of the execution: GPU
     time when recorded, else host time), in execution order; sortable like the other tables."""
@@ -365,6 +409,10 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                 if a.iterations.range_name else "")),
             ("Iteration range", a.iterations.why or "-"),
             ]
+    if getattr(a, "program", None) is not None:  # what the advice is worded for, and why
+        from nsysan.analyses.program import program_records
+
+        info.extend(program_records(a.program))
     if not len(a.ops):
         info.append(("GPU activity", "not recorded in this trace: record it with nsys profile -t cuda "
                                      "(WSL2 captures have none)"))
@@ -452,6 +500,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "iterations ahead of the GPU it includes the wait in the queue.") if len(it) else
         Table("iterations", "Iterations", [], [], [],
               (a.iterations.why or "No repeated NVTX range found.") + " (choose one with --iteration-range NAME)"),
+        *_levels_tables(a),
         _tensorrt_table(a),
         _table("collectives", "Communication (steady state)", a.collectives, [
             ("Device", "device_id", None), ("Collective", "collective", None),

@@ -13,6 +13,15 @@ the window, and two findings never count the same nanoseconds (host-bound-gap, l
 sync-api and gpu-low-util on the same idle gap; pageable-memcpy, sync-memcpy and
 serial-copy-compute on the same copy). A reduced finding keeps its original estimate in its
 ``window`` (``estimate_ns``, ``overlaps``) and says so in its message.
+
+**Order.** Findings with a counted saving come first, the largest saving first; findings without
+a time estimate (a diagnosis or a caution: timing that misleads, a warm-up note) follow, by
+severity. A finding with no estimate never ranks above one with a measured saving, whatever its
+severity. The terminal, HTML and JSON list findings in this order.
+
+**Per iteration.** A finding on the steady state of an iteration model also gives its saving per
+steady iteration (``Finding.per_iteration_ns``); a whole-capture finding (no iteration model) has
+none, and its message never speaks of a steady state (``_helpers.window_words``).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import numpy as np
 from nsysan._executor import Inline
 from nsysan.analyses import intervals as iv
 from nsysan.rules._base import REGISTRY, Finding, Rule, Severity, rule
+from nsysan.rules._helpers import window_words
 from nsysan.units import fmt_ns
 
 for _m in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
@@ -48,8 +58,9 @@ class RuleContext:
 
 def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
               pool: Any = None) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """Run every rule; returns findings graded (``graded``) and sorted by severity, then counted saving
-    (desc), then rule id, and a log of what ran.
+    """Run every rule; returns findings graded (``graded``), with their saving per iteration
+    (``per_iteration``) and worded for their window (``window_words``), in ``ranked`` order, and a
+    log of what ran.
     Rules only read the analysis, so with an executor (``pool.submit``) they run concurrently; the
     findings and the log do not depend on it."""
     ctx = RuleContext(analysis)
@@ -72,9 +83,34 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         got = job.result()
         findings += got
         log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
-    findings = [graded(f) for f in allocate(findings)]
-    findings.sort(key=lambda f: (-int(f.severity), -f.impact_ns, f.rule))
-    return findings, log
+    steady = analysis.steady
+    whole = getattr(steady, "label", "") != "steady state"  # no iteration model: the window is the capture
+    n_steady = int(analysis.iterations.stats.get("count", 0) or 0) if not whole else 0
+    out = []
+    for f in allocate(findings):
+        f = graded(f)
+        per = per_iteration(f, steady, n_steady)
+        text = window_words(f.message, steady) if whole else f.message
+        out.append(f if per == f.per_iteration_ns and text == f.message
+                   else replace(f, per_iteration_ns=per, message=text))
+    return ranked(out), log
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Findings with a counted saving first, largest first; then those without a time estimate, by
+    severity; ties by rule id. (Severity alone would let an estimate-less warning rank above a
+    finding that saves measured time.)"""
+    return sorted(findings, key=lambda f: (f.impact_ns <= 0, -int(f.impact_ns), -int(f.severity), f.rule))
+
+
+def per_iteration(f: Finding, steady: Any, n_steady: int) -> int | None:
+    """The finding's counted saving divided by the steady iterations of its window, when that window
+    is the steady state of the iteration model (``n_steady`` iterations); else None."""
+    w = f.window
+    if f.impact_ns <= 0 or n_steady <= 0 or w.get("label") != "steady state" \
+            or int(w.get("start_ns", -1)) != steady.start_ns or int(w.get("end_ns", -1)) != steady.end_ns:
+        return None
+    return int(round(f.impact_ns / n_steady))
 
 
 CRITICAL_SHARE = 0.10  # a counted saving of >= 10% of its window is critical
@@ -83,9 +119,9 @@ WARNING_SHARE = 0.01  # >= 1% a warning, less is information
 
 def graded(f: Finding) -> Finding:
     """The severity of a finding with a saving follows its counted saving as a share of its window
-    (critical >= 10%, warning >= 1%, else info), so ranking by severity then saving never puts a
-    critical finding under a warning that saves more; a finding without a saving (a diagnosis or a
-    caution: timing that misleads, a low-utilisation note) keeps its rule's severity, at most warning."""
+    (critical >= 10%, warning >= 1%, else info); a finding without a saving (a diagnosis or a
+    caution: timing that misleads, a low-utilisation note) keeps its rule's severity, at most warning,
+    and ranks after every finding with a saving (``ranked``)."""
     dur = int(f.window.get("end_ns", 0)) - int(f.window.get("start_ns", 0))
     if f.impact_ns <= 0 or dur <= 0:
         sev = min(f.severity, Severity.WARNING)
@@ -164,4 +200,5 @@ def allocate(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-__all__ = ["allocate", "graded", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity", "rule", "run_rules"]
+__all__ = ["allocate", "graded", "per_iteration", "ranked", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity",
+           "rule", "run_rules"]

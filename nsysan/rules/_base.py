@@ -36,6 +36,10 @@ class Finding:
     # A diagnosis that explains other rules' evidence (a straggler rank explains its host gaps and the
     # others' waiting) is allocated before them: higher first. Not serialised.
     precedence: int = field(default=0, compare=False, repr=False)
+    # The saving per iteration: the counted impact over the window divided by the steady iterations
+    # in it, when the window is the steady state of an iteration model (``run_rules`` sets it after
+    # allocating); None for a finding of the whole capture or of another window, or without a saving.
+    per_iteration_ns: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity.name.lower(), "title": self.title,

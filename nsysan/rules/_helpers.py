@@ -107,7 +107,39 @@ def steady_cpu(ctx: Any) -> str:
     st = getattr(s, "steady", None)
     if st is None or not st.attributed:
         return ""
-    return f" Samples on the launching thread over the steady state: {st.top()}."
+    return f" Samples on the launching thread over {window_name(ctx.window)}: {st.top()}."
+
+
+def window_name(w: Any) -> str:
+    """What a finding's message calls its window: "the steady state" with an iteration model, else
+    "the whole capture" ("the span of GPU activity" for an export without capture bounds). A
+    whole-capture finding never says "steady state"."""
+    label = str(getattr(w, "label", "") or "")
+    return "the steady state" if label == "steady state" else "the span of GPU activity" \
+        if label == "gpu activity" else "the whole capture"
+
+
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])'[^']*'(?![A-Za-z0-9])")
+_STEADY_WORDS = re.compile(r"\bthe steady state\b|\bsteady-state ")
+
+
+def window_words(message: str, w: Any) -> str:
+    """``message`` as said of window ``w`` when that is not a steady state: rules write "in the steady
+    state" / "steady-state ..." for ``ctx.window``, which without an iteration model is the whole
+    capture ("in the whole capture"; the adjective is dropped). Quoted names ('...') are left as
+    they are. ``run_rules`` applies it to every finding, so no rule's wording can say otherwise."""
+    if str(getattr(w, "label", "")) == "steady state" or "steady" not in message:
+        return message
+    name = window_name(w)
+
+    def sub(m: re.Match[str]) -> str:
+        return "" if m.group(0).startswith("steady-state") else m.group(0).replace("the steady state", name)
+
+    out, at = [], 0
+    for q in _QUOTED.finditer(message):  # a quoted name ('...', not an apostrophe) kept as it is
+        out += [_STEADY_WORDS.sub(sub, message[at:q.start()]), q.group(0)]
+        at = q.end()
+    return "".join(out) + _STEADY_WORDS.sub(sub, message[at:])
 
 
 def label(activity: str) -> str:

@@ -4,7 +4,9 @@
 cudaFree synchronizes the device; doing them per batch adds their full cost to every iteration.
 
 **Fix**: allocate device and pinned host buffers once before the loop and reuse them (a buffer pool,
-or a framework caching allocator); free them after the loop.
+or a framework caching allocator); free them after the loop. In the program's own terms
+(``analyses/program.py``): PyTorch's caching allocator kept warm (no ``empty_cache()`` in the loop,
+fixed shapes), JAX's preallocation, CuPy's memory pool, OpenACC/OpenMP data regions around the loop.
 
 Only allocations that recur count. With an iteration model: the calls inside steady-state
 iterations, firing when at least half of those iterations allocate and there are at least
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses.frames import name_in
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import call_sites, steady, steady_iterations
 from nsysan.units import fmt_ns
@@ -75,7 +78,7 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
     by = calls.groupby(calls["name"].astype(str))["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     parts = ", ".join(f"{n} x{int(r['count'])} ({fmt_ns(r['sum'])})" for n, r in by.iterrows())
     yield finding(ctx, "alloc-in-loop", severity=Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL,
-                  impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]),
+                  impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]), suggestion=advice(of(ctx.a)),
                   message=f"{len(calls)} allocation/free calls recur in the loop ({per}{fmt_ns(total)} of host time): "
                           f"{parts}." + call_sites(ctx, calls["name"].astype(str).unique()),
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
@@ -93,3 +96,33 @@ def _work_span(ctx: Any) -> tuple[int, int]:
     if len(work) == 0:
         return 0, 0
     return int(work["start_ns"].min()), int(work["end_ns"].max())
+
+
+def advice(p: Program) -> str:
+    """Reuse instead of allocating, in the program's terms."""
+    if p.torch:
+        return ("PyTorch's caching allocator should serve every step from its cache: allocations recur when the cache "
+                "is emptied (``torch.cuda.empty_cache()`` in the loop), when tensor shapes keep changing (pad or "
+                "bucket inputs to a few fixed shapes) or when memory is close to full (``PYTORCH_CUDA_ALLOC_CONF="
+                "expandable_segments:True`` avoids the fragmentation); pinned buffers: allocate once with "
+                "``pin_memory=True`` and reuse them.")
+    if p.jax:
+        return ("Let JAX preallocate its device memory pool (leave ``XLA_PYTHON_CLIENT_PREALLOCATE`` unset, do not set "
+                "``XLA_PYTHON_CLIENT_ALLOCATOR=platform``), and keep shapes fixed so the jitted step is not recompiled "
+                "with new buffers.")
+    if p.cupy:
+        return ("Keep CuPy's memory pools on (``cupy.get_default_memory_pool()``, "
+                "``cupy.get_default_pinned_memory_pool()``) and do not call ``free_all_blocks()`` in the loop; reuse "
+                "arrays with ``out=`` arguments.")
+    d = p.directives
+    if d == "OpenACC":
+        return ("Allocate the device copies once: a ``#pragma acc data create(...)``/``copyin(...)`` region around the "
+                "loop (or ``#pragma acc enter data`` before it, ``exit data`` after), so the data clauses of the "
+                "compute constructs inside find the arrays present instead of allocating and freeing them each time.")
+    if d == "OpenMP offload":
+        return ("Allocate the device copies once: ``#pragma omp target data map(alloc: ...)`` around the loop (or "
+                "``target enter data`` before it, ``exit data`` after), so the ``map`` clauses inside find the arrays "
+                "present instead of allocating and freeing them each time.")
+    return ("Allocate device and pinned host buffers once before the loop and reuse them (a buffer pool, or "
+            "``cudaMallocAsync`` from a memory pool with a release threshold: ``cudaMemPoolAttrReleaseThreshold``); "
+            "free them after the loop.")

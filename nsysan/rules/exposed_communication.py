@@ -14,13 +14,19 @@ backward; use ``no_sync()`` only to skip the all-reduce of gradient-accumulation
 stream (``async_op=True``, wait just before the result is needed) so compute can proceed.
 
 Judged on the steady state per device (one-time collectives of set-up and warm-up are outside it).
-When the export holds several ranks, the time a rank spent in a collective waiting for the last
-rank to arrive is not this rule's: overlap cannot hide it, evening out the ranks can
-(``rank-imbalance``). Fires when a device's exposed communication, less that waiting, is at least
-``min_frac`` of its busy time and ``min_ns`` in total. Impact: that exposed time (what full overlap
-would save at most: hidden communication still takes SMs and memory bandwidth from the compute
-beside it), claimed as those wall-clock intervals so no other rule counts them again. Collective
-types and the iteration breakdown are in the evidence.
+When the export holds several ranks and one is named a straggler, the time the others spent in a
+collective waiting for it to arrive is not this rule's: evening out the ranks saves it
+(``rank-imbalance``); nor is waiting in point-to-point transfers (a pipeline's dependency, its
+bubble). When no straggler is named (ranks in step, taking turns to arrive last), the waiting in
+collectives stays in: it is exposed communication that overlap would hide. Fires when a device's
+exposed communication (less that waiting) is at least ``min_frac`` of its busy time and ``min_ns``
+in total. Impact: that exposed time (what full overlap would save at most: hidden communication
+still takes SMs and memory bandwidth from the compute beside it), wall-clock over the devices and at
+most the most exposed device's (the ranks of a job move together), claimed as those wall-clock
+intervals so no other rule counts them again. The message's per-device totals are those of the
+collectives table (every type listed, the window rule of ``analyses/comm.py``: clipped to the
+steady state), the wall-clock time when kernels ran at once on several streams; per iteration it
+gives each rank's exposed time (its period, ``comm_per_iteration``).
 """
 
 from __future__ import annotations
@@ -44,21 +50,28 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         return
     busy = a.busy_steady
     straggler = a.ranks is not None and a.ranks.straggler is not None
+    per_it = a.comm_per_iteration
+    per_it = per_it.loc[~per_it["warmup"].to_numpy(dtype=bool)] if len(per_it) else per_it
     parts, starts, ends, evidence = [], [], [], []
     worst_exposed = 0
     for _, r in busy.iterrows():
         dev = int(r["device_id"])
-        comm, dev_busy = int(r["comm_ns"]), int(r["busy_ns"])
-        if comm <= 0 or dev not in a.busy.per_dev:
+        wall, dev_busy = int(r["comm_ns"]), int(r["busy_ns"])
+        if wall <= 0 or dev not in a.busy.per_dev:
             continue
         d = a.busy.per_dev[dev]  # merged once by the analysis: clipping keeps them merged
         cl = iv.subtract(iv.clip_merged(*d["comm"], w.start_ns, w.end_ns),
                          iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
         all_exposed = iv.total(*cl)
-        waited = 0
+        waited = waited_p2p = 0
+        pids = np.unique(a.comm.loc[a.comm["device_id"] == dev, "pid"].to_numpy())
         if a.ranks is not None and len(a.ranks.aligned):
-            for pid in np.unique(a.comm.loc[a.comm["device_id"] == dev, "pid"].to_numpy()):
-                cl = iv.subtract(cl, a.ranks.waiting(int(pid)))
+            for pid in pids:  # point-to-point waiting is the pipeline's dependency (its bubble), not overlap's
+                cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=True))
+            waited_p2p = all_exposed - iv.total(*cl)
+            for pid in pids:
+                if straggler and int(pid) != int(a.ranks.straggler["pid"]):  # waiting for it: rank-imbalance's
+                    cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=False))
             waited = all_exposed - iv.total(*cl)
         exposed = all_exposed - waited
         if exposed < min_ns or dev_busy <= 0 or exposed < min_frac * dev_busy:
@@ -67,30 +80,45 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         starts.append(cl[0])
         ends.append(cl[1])
         coll = a.collectives.loc[a.collectives["device_id"] == dev]
+        comm, comm_exp = int(coll["total_ns"].sum()), int(coll["exposed_ns"].sum())  # the table's totals
         kinds = ", ".join(f"{c['collective']} x{int(c['count'])} ({fmt_ns(c['exposed_ns'])} exposed of "
-                          f"{fmt_ns(c['total_ns'])})" for _, c in coll.head(4).iterrows())
-        none_hidden = comm - all_exposed <= 0.01 * comm
+                          f"{fmt_ns(c['total_ns'])})" for _, c in coll.iterrows())
+        none_hidden = comm - comm_exp <= 0.01 * comm
+        concurrent = ""
+        if abs(wall - comm) > 0.01 * max(comm, 1) or abs(all_exposed - comm_exp) > 0.01 * max(comm_exp, 1):
+            concurrent = (f" (kernels ran at once on several streams: {fmt_ns(wall)} of wall-clock time, "
+                          f"{fmt_ns(all_exposed)} of it exposed)")
         wait_note = ""
         if waited:
-            wait_note = (f", {fmt_ns(waited)} of that waiting for another rank to arrive ("
-                         + ("rank-imbalance" if straggler else "see the ranks table") + f"), {fmt_ns(exposed)} moving data")
-        parts.append(f"GPU {dev}: communication kernels ran {fmt_ns(comm)}, {fmt_ns(all_exposed)} of it "
-                     f"({fmt_pct(all_exposed / comm)}) with no compute running on the device"
-                     + (" (none of it overlapped)" if none_hidden else "") + wait_note + f": {kinds}")
+            whom = [f"{fmt_ns(waited - waited_p2p)} for rank {a.ranks.straggler['rank']} to arrive (rank-imbalance)"
+                    if waited > waited_p2p else "",
+                    f"{fmt_ns(waited_p2p)} for the peer of a point-to-point transfer (the pipeline's dependency)"
+                    if waited_p2p else ""]
+            wait_note = ("; of the exposed time, waiting: " + ", ".join(w for w in whom if w)
+                         + f"; {fmt_ns(exposed)} the rest")
+        it_note = ""
+        mine = per_it.loc[np.isin(per_it["pid"].to_numpy(), pids)] if len(per_it) else per_it
+        if len(mine) and a.iterations.range_name:
+            p50s = [fmt_ns(int(np.median(g["comm_exposed_ns"].to_numpy())))
+                    + (f" (pid {int(p)})" if len(pids) > 1 else "") for p, g in mine.groupby("pid", sort=True)]
+            it_note = f"; per '{a.iterations.range_name}' iteration (its period): " + ", ".join(p50s) + " exposed (p50)"
+        parts.append(f"GPU {dev}: communication kernels ran {fmt_ns(comm)}, {fmt_ns(comm_exp)} of it "
+                     f"({fmt_pct(comm_exp / comm if comm else 0)}) with no compute running on the device"
+                     + (" (none of it overlapped)" if none_hidden else "") + concurrent + f": {kinds}"
+                     + wait_note + it_note)
         evidence += [{"device_id": dev, "collective": str(c["collective"]), "count": int(c["count"]),
                       "total_ns": int(c["total_ns"]), "exposed_ns": int(c["exposed_ns"])} for _, c in coll.iterrows()]
     if not parts:
         return
     cl = iv.merge(np.concatenate(starts), np.concatenate(ends))
-    impact = iv.total(*cl)  # wall-clock: devices exposed at the same time save that time once
-    per_it = a.comm_per_iteration
-    per_it = per_it.loc[~per_it["warmup"].to_numpy(dtype=bool)] if len(per_it) else per_it
-    it_note = ""
-    if len(per_it) and a.iterations.range_name:
-        p50 = int(np.median(per_it["comm_exposed_ns"].to_numpy()))
-        it_note = (f" Per '{a.iterations.range_name}' iteration: {fmt_ns(p50)} exposed (p50) of an iteration "
-                   f"time of {fmt_ns(a.iterations.stats.get('p50_ns'))}.")
-    multi = f" On {len(parts)} devices at once, {fmt_ns(impact)} of wall-clock time." if len(parts) > 1 else ""
+    # wall-clock: devices exposed at the same time save that time once; and the ranks move together,
+    # so the job saves at most what the most exposed device would (its skew to the others is not saved)
+    wall = iv.total(*cl)
+    impact = min(wall, worst_exposed)
+    it_note = (f" Iteration time p50: {fmt_ns(a.iterations.stats.get('p50_ns'))}."
+               if len(per_it) and a.iterations.range_name else "")
+    multi = (f" On {len(parts)} devices: {fmt_ns(wall)} of wall-clock time, {fmt_ns(worst_exposed)} on the most "
+             "exposed one (what the job can save: its ranks move together)." if len(parts) > 1 else "")
     if a.ranks is None or len(a.ranks.ranks) < 2:
         multi += (" Only one rank is in this export: part of this may be waiting for other ranks to arrive; "
                   "analyze every rank's export together (nsysan analyze rank*.sqlite --out-dir DIR) to split "

@@ -3,9 +3,12 @@
 **Why it matters**: tensor cores run FP16/BF16 at about twice the TF32 rate (and INT8/FP8 at twice
 that again) on Volta and newer GPUs, and halve the memory traffic of activations.
 
-**Fix**: run inference in reduced precision: TensorRT ``config.set_flag(trt.BuilderFlag.FP16)``
-(or INT8/FP8 with calibration: check accuracy), PyTorch ``model.half()`` /
-``torch.autocast("cuda", dtype=torch.float16)``.
+**Fix**: compute in reduced precision, in the program's own terms (``analyses/program.py``): a
+training loop in mixed precision (PyTorch ``torch.autocast("cuda", dtype=torch.bfloat16)`` and TF32
+matmuls, ``torch.set_float32_matmul_precision("high")``; JAX BF16 compute dtypes,
+``jax.default_matmul_precision``); inference with TensorRT built with ``BuilderFlag.FP16`` (INT8/FP8
+with calibration), in PyTorch ``model.half()``; C/C++ through cuBLAS/cuDNN tensor-op math modes
+and ``__half``/``__nv_bfloat16`` operands. Check accuracy.
 
 Kernels are classified by name (``f32``/``sgemm``/``tf32``/``float`` vs ``f16``/``h884``/
 ``bf16``/``half``/``i8``/``fp8``). Impact: ``assumed_saving_frac`` of the wall-clock time during
@@ -26,6 +29,7 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import category_mask
 from nsysan.analyses.join import pack_keys
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -64,7 +68,54 @@ def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute
     wall = iv.total(*iv.merge(f["start_ns"].to_numpy(), f["end_ns"].to_numpy()))
     yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(wall * assumed_saving_frac),
                   claims=claims_of(f["start_ns"], f["end_ns"]),
+                  suggestion=advice(of(ctx.a)),
                   message=f"FP32/TF32 convolution and GEMM kernels took {fmt_ns(t32)} ({fmt_pct(t32 / total)} of kernel "
-                          f"time in the steady state); reduced-precision ones {fmt_pct(share_reduced)}. "
+                          f"time in the {w.label}); reduced-precision ones {fmt_pct(share_reduced)}. "
                           f"GPU: {', '.join(gpus['name'].astype(str).unique())}.",
                   evidence=top_records(by.assign(name=by["name"].str.slice(0, 160)), "total_ns", 10))
+
+
+def advice(p: Program) -> str:
+    """The fix in the program's terms: training gets mixed precision, inference reduced-precision
+    weights or TensorRT's builder flags, code without a framework cuBLAS/cuDNN math modes."""
+    if p.torch and p.training:
+        return ("Train in mixed precision: wrap the forward pass and the loss in "
+                "``torch.autocast(\"cuda\", dtype=torch.bfloat16)`` (BF16 needs no loss scaling; with FP16 use "
+                "``torch.amp.GradScaler``), keeping the FP32 weights and optimizer state; let the remaining FP32 "
+                "matmuls and convolutions use TF32 (``torch.set_float32_matmul_precision(\"high\")``, "
+                "``torch.backends.cudnn.allow_tf32 = True``). Check convergence against an FP32 run.")
+    if p.jax and p.training:
+        return ("Train in mixed precision: keep FP32 parameters (``param_dtype=jnp.float32``) and compute in BF16 "
+                "(Flax ``dtype=jnp.bfloat16``, or cast params and inputs with ``jnp.bfloat16`` inside the step), and "
+                "let the remaining FP32 matmuls use TF32/BF16 passes: "
+                "``jax.default_matmul_precision(\"tensorfloat32\")`` "
+                "(or the ``jax_default_matmul_precision`` config). Check convergence against an FP32 run.")
+    if p.tensorrt:
+        return ("Run inference in reduced precision: build the TensorRT engine with "
+                "``config.set_flag(trt.BuilderFlag.FP16)`` (``trtexec --fp16``; INT8/FP8 with calibration or a "
+                "quantized model); the FP32 kernels outside the engine: " + (
+                    "``model.half()`` or ``torch.autocast(\"cuda\", dtype=torch.float16)`` under "
+                    "``torch.inference_mode()``." if p.torch else "FP16 operands in cuBLAS/cuDNN calls.")
+                + " Check accuracy.")
+    if p.torch and p.inference:
+        return ("Run inference in reduced precision: ``model.half()`` (or ``model.to(torch.bfloat16)``) with FP16 "
+                "inputs, or ``torch.autocast(\"cuda\", dtype=torch.float16)`` under ``torch.inference_mode()``; at "
+                "least TF32 for what stays FP32 (``torch.set_float32_matmul_precision(\"high\")``). Check accuracy.")
+    if p.torch:
+        return ("Use reduced precision: ``torch.autocast(\"cuda\", dtype=torch.bfloat16)`` around the forward pass "
+                "(training: keep FP32 weights and optimizer state; inference: or ``model.half()``), and TF32 for "
+                "what stays FP32 (``torch.set_float32_matmul_precision(\"high\")``). Check accuracy.")
+    if p.jax:
+        return ("Compute in BF16: ``jnp.bfloat16`` parameters and inputs for inference (FP32 parameters with BF16 "
+                "compute when training), or TF32/BF16 matmul passes with "
+                "``jax.default_matmul_precision(\"tensorfloat32\")``. "
+                "Check accuracy.")
+    if p.cupy:
+        return ("Compute in reduced precision: ``cupy.float16`` arrays for the matmuls (cuBLAS then runs them on the "
+                "tensor cores), or allow TF32 with ``CUPY_TF32=1``. Check accuracy.")
+    return ("Let cuBLAS and cuDNN use the tensor cores: ``cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)`` "
+            "(or ``cublasGemmEx``/``cublasLtMatmul`` with ``CUBLAS_COMPUTE_32F_FAST_TF32``), "
+            "``cudnnSetConvolutionMathType(desc, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)``; better, store the "
+            "operands as ``__half``/``__nv_bfloat16`` and accumulate in FP32 (``cublasGemmEx`` with ``CUDA_R_16BF`` "
+            "inputs, ``CUBLAS_COMPUTE_32F``); hand-written kernels through WMMA/``mma.sync`` or CUTLASS. "
+            "Check accuracy.")

@@ -5,7 +5,8 @@ synchronization. nsys' gpu_time_util reports chunks under 50% but not why, and i
 misses sub-millisecond bubbles that add up to seconds.
 
 **Fix**: follow the causes listed: host-bound gaps (move CPU work off the submitting thread),
-launch-bound loops (CUDA Graphs), serial copies (streams and events).
+launch-bound loops (CUDA Graphs), serial copies (streams and events); the wording follows the
+program (``analyses/program.py``).
 
 Fires when the steady-state busy fraction of a device is under ``max_busy_frac`` (per device).
 Impact: 0 -- this is a summary of causes; the savings are claimed by the rules that name them
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.frames import count_sum
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
@@ -40,7 +42,7 @@ def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
             continue
         rows = np.flatnonzero(inside & (gaps["device_id"].to_numpy() == r["device_id"])) if len(gaps) else inside
         cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in _by_cause(gaps, rows)) or "no gaps above the threshold"
-        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=0,
+        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=0, suggestion=advice(of(ctx.a)),
                       message=f"Device {int(r['device_id'])} was busy {fmt_pct(r['busy_frac'])} of the "
                               f"{fmt_ns(w.dur_ns)} {w.label} ({fmt_ns(r['idle_ns'])} idle). Idle gaps by cause: "
                               f"{cause_text}. A summary: the savings are counted by the rules that name the causes.",
@@ -55,3 +57,29 @@ def _by_cause(gaps: pd.DataFrame, rows: np.ndarray) -> list[tuple[str, int]]:
         return []
     sums = count_sum(gaps["cause"], gaps["gap_ns"], rows=rows)["sum"]
     return [(str(c), int(v)) for c, v in sums.sort_values(ascending=False, kind="stable").items()]
+
+
+def advice(p: Program) -> str:
+    """The usual remedies per cause, in the program's terms."""
+    if p.torch and p.training:
+        return ("Follow the causes listed: host-bound gaps (load and augment data in ``DataLoader`` workers with "
+                "``num_workers`` > 0 and ``pin_memory=True``; no ``.item()``/logging each step), launch-bound steps "
+                "(``torch.compile``, CUDA Graphs), serial copies (``non_blocking=True`` copies on a side stream).")
+    if p.torch:
+        return ("Follow the causes listed: host-bound gaps (pre- and post-processing off the submitting thread, larger "
+                "or merged batches), launch-bound steps (CUDA Graphs: ``torch.compile(mode=\"reduce-overhead\")``), "
+                "serial copies (pinned inputs copied with ``non_blocking=True`` on a side stream).")
+    if p.jax:
+        return ("Follow the causes listed: host-bound gaps (prefetch batches to the device, no host reads of results "
+                "each step), launch-bound steps (jit the whole step, not pieces), serial copies (``jax.device_put`` of "
+                "the next batch ahead of use).")
+    d = p.directives
+    if d == "OpenACC":
+        return ("Follow the causes listed: host-bound gaps (host work between compute constructs; ``async`` queues let "
+                "the host run ahead), serial copies and waits (data regions instead of per-construct copies, "
+                "``async``/``wait``).")
+    if d == "OpenMP offload":
+        return ("Follow the causes listed: host-bound gaps (host work between target regions; ``nowait`` lets the host "
+                "run ahead), serial copies and waits (``target data`` regions instead of per-region maps).")
+    return ("Follow the causes listed: host-bound gaps (move CPU work off the submitting thread), launch-bound loops "
+            "(CUDA Graphs), serial copies (streams and events).")

@@ -8,12 +8,18 @@ nsys' gap rule only looks at gaps over 500 ms; here the threshold is relative to
 handling, printing, I/O), or queue the next batch before doing it; for many small launches, see
 launch-bound.
 
-Evidence names what the submitting thread was doing during each gap, clipped to the gap: what
-covers most of it (a CUDA API or OS runtime call, else the innermost NVTX range), or "mostly
-untraced CPU work"; with Python sampling (``-s process-tree --python-sampling=true``, exported
-``--include-blobs=true``), the Python functions the samples taken in the gaps were running, with
-their share (``analyses/samples.py``), and without it, the flags that would add them. Gaps that happen once rather than per iteration (an activity seen in fewer than
-half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
+What the submitting thread was doing is measured by overlap (``analyses/gaps.py``): each activity
+is credited with the time it ran inside the gaps (up to the launching call's start), each
+nanosecond once, the most specific traced thing first (a CUDA API call, else an OS runtime call,
+else the innermost NVTX range); the rest is untraced CPU work, and the time from the launching
+call's start to the gap's end is listed apart, so the listed times add up to the gaps' total. Each
+gap's class (its ``activity``) is the activity covering over half of it, else "mostly untraced CPU
+work" when untraced time does, else its largest activity; the evidence gives each gap's shares
+(adding up to at most 100%, the rest untraced). With Python sampling (``-s process-tree
+--python-sampling=true``, exported ``--include-blobs=true``), the Python functions the samples
+taken in the gaps were running, with their share (``analyses/samples.py``), and without it, the
+flags that would add them. Gaps that happen once rather than per iteration (an activity seen in
+fewer than half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
 autotune, warm-up, build), or a gap over 20x its activity's median: a JIT compile, reading input,
 building a model) are one-time costs: they are listed apart and not counted. Fires when the
 recurring host-caused idle time of one device exceeds ``min_frac`` of the steady window; every
@@ -28,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.frames import to_records
+from nsysan.analyses.gaps import activity_time
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
 from nsysan.units import fmt_ns
@@ -57,7 +64,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
     rec_rows = rows[~one]
     rec = full if len(rec_rows) == len(full) else full.iloc[rec_rows]
     once = full.iloc[rows[one]]
-    del rows, rec_rows
+    del rows
     dev_max = lambda d: int(d.groupby("device_id")["gap_ns"].sum().max()) if len(d) else 0  # noqa: E731
     once_note = ""
     if len(once):
@@ -67,8 +74,9 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                      + "): a one-time cost, not a per-iteration one.")
     if dev_max(rec) >= min_frac * w.dur_ns and len(rec):
         total = int(rec["gap_ns"].sum())
+        # the gap classes (by label), for the samples per class
         by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-        parts = "; ".join(f"{label(a)}: {int(r['count'])} gaps, {fmt_ns(r['sum'])}" for a, r in by.head(5).iterrows())
+        parts = _doing(activity_time(full, rec_rows), total)
         yield finding(ctx, "host-bound-gap",
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=total, claims=claims_of(rec["start_ns"], rec["end_ns"]),
@@ -82,6 +90,23 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       message=f"The GPU sat idle during one-time CPU work, per device: {by_device(once, w)}. "
                               f"No recurring gap passes the threshold.{once_note}",
                       evidence=_evidence(once))
+
+
+def _doing(spent: Any, total: int, top: int = 5) -> str:
+    """The activities that took the gaps' time, by overlap (``activity_time``): the ``top`` largest
+    traced ones, the other traced ones together, then the untraced rest and the launching calls'
+    tails; the times add up to ``total``."""
+    from nsysan.analyses.gaps import LAUNCH_TIME, UNTRACED_TIME
+    from nsysan.units import fmt_pct
+
+    rest = spent["activity"].isin([UNTRACED_TIME, LAUNCH_TIME]).to_numpy()
+    traced, tail = spent.loc[~rest], spent.loc[rest]
+    item = lambda a, ns, n: f"{a}: {fmt_ns(ns)} ({fmt_pct(ns / total) if total else '0%'}, in {n} gaps)"  # noqa: E731
+    out = [item(label(a), int(v), int(n)) for a, n, v in traced.head(top).itertuples(index=False)]
+    if len(traced) > top:
+        out.append(f"{len(traced) - top} other traced activities: {fmt_ns(int(traced['ns'].iloc[top:].sum()))}")
+    out += [item(str(a), int(v), int(n)) for a, n, v in tail.itertuples(index=False)]
+    return "; ".join(out)
 
 
 def _python_note(ctx: Any, gaps: Any = None, by: Any = None) -> str:
@@ -113,7 +138,13 @@ def _python_note(ctx: Any, gaps: Any = None, by: Any = None) -> str:
 def _evidence(g: Any) -> tuple[dict[str, Any], ...]:
     ev = []
     for r in to_records(g.nlargest(10, "gap_ns")):  # the row's cells as iterrows gives them (mixed: as objects)
+        raw = r["breakdown"]  # (None: a gap outside the longest explained in detail)
+        bd = raw or []
+        # each gap's shares (exclusive) add up to at most 1: the rest of it is untraced
+        untraced = round(max(0.0, 1.0 - sum(float(x["share"]) for x in bd)), 4) if raw is not None else None
         ev.append({"start_ns": int(r["start_ns"]), "gap_ns": int(r["gap_ns"]), "device_id": int(r["device_id"]),
                    "tid": int(r["tid"]), "activity": label(r["activity"]), "next_api": r["api_name"],
-                   "next_op": str(r["next_op"])[:120], "breakdown": [dict(x) for x in (r["breakdown"] or [])[:5]]})
+                   "next_op": str(r["next_op"])[:120],
+                   "untraced_frac": untraced,
+                   "breakdown": [dict(x) for x in bd[:5]]})
     return tuple(ev)

@@ -1,41 +1,66 @@
-"""Many short kernels whose launch costs as much as or more than their execution.
+"""Small kernels launched one by one: the GPU waits for the host to launch them.
 
-**Why it matters**: each launch costs the CPU a few microseconds; when kernels run for less than
-that, the GPU idles between them and the loop runs at the speed of the launching thread.
+**Why it matters**: each launch costs the CPU a few microseconds, and eager frameworks add tens of
+microseconds of Python per operation; when kernels run for less than that, the GPU idles between
+them and the loop runs at the speed of the launching thread, not of the GPU.
 
 **Fix**: capture the repeated sequence once as a CUDA Graph and replay it (cudaStreamBeginCapture /
 cudaGraphInstantiate / cudaGraphLaunch; ``torch.cuda.CUDAGraph``; TensorRT: capture
-``execute_async_v3``), or fuse kernels (torch.compile, TensorRT).
+``execute_async_v3``), or fuse kernels (torch.compile, TensorRT). The suggestion is written in the
+program's terms (``analyses/program.py``): PyTorch, JAX, CuPy, TensorRT, OpenACC/OpenMP or CUDA.
 
-Launch cost is judged robustly: per kernel (launching API and kernel name), the median CPU time
-of its launches in the steady state, with each kernel's first launch in the trace left out (lazy
-module loading, a one-time cost of up to seconds, reported apart in the message). A launch is
-launch-dominated when that median exceeds its GPU time. Impact: per launch-dominated launch, the
-launch cost (its CPU time, capped at its kernel's median) minus its GPU time, summed, bounded by
-the GPU idle time between launches; claimed on those idle gaps' wall-clock time (shared with
-host-bound-gap and sync-api, never counted twice). Graph launches (``cudaGraphLaunch``) are
-recognised and reported apart; they are not counted.
+**Per iteration** (with an iteration model): the kernel launches each steady-state iteration's
+thread makes inside it, in runs broken where the thread changed device or spent more than
+``max_launch_gap_ns``, or ``ONE_TIME_OUTLIER`` (20) x its median, between two launches: that is
+other host work (host-bound-gap's, sync-api's), not launching. In the eager loops recorded here
+(decode, generate, serving) under 3% of the host time between launches is in gaps over 200 us; in
+training loops with other host work between launches (FSDP, pipeline stages, gradient
+accumulation, inline data loading) 55-90% is. The GPU idle time (no op of any process on the
+device) inside the CPU span of each run, its first launch call's start to its last one's end, is
+the GPU waiting for launches, which a graph replay or fused kernels remove: the saving. Impact: the
+sum over the steady iterations, at most their count x the median iteration's (a one-time stall,
+lazy module loading in a first launch, is not a per-iteration cost); with several sequences
+(threads, ranks) running at once, the largest sequence's, not their sum; claimed on those idle
+intervals (shared with host-bound-gap and sync-api, never counted twice). The message names the
+NVTX range the launches happen in (the innermost one holding most of them) and the kernels per
+iteration. Checked against measured fixes: decode_eager -> decode_graph and launch_eager ->
+launch_graph, within 7% and 1% (``benchmarks/calibrate_savings.py``).
+
+**Launch cost** (also the impact without an iteration model): per kernel (launching API and kernel
+name), the median CPU time of its launches in the steady state, with each kernel's first launch in
+the trace left out (lazy module loading, reported apart). A launch is launch-dominated when that
+median exceeds its GPU time; without iterations the impact is, per launch-dominated launch, the
+launch cost (capped at its kernel's median) minus its GPU time, bounded by the GPU idle time
+between launches and claimed on those gaps. Fires when at least ``min_kernels`` launches ran and
+either ``min_dominated_frac`` of them are launch-dominated or the GPU waited for launches at least
+``min_frac`` of the window. Graph launches (``cudaGraphLaunch``) are recognised and reported
+apart; they are not counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import rows_of, top_rows
+from nsysan.analyses.program import Program
+from nsysan.analyses.program import of as program_of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import steady_cpu, window_gap_rows
+from nsysan.rules._helpers import ONE_TIME_OUTLIER, steady_cpu, steady_iterations, window_gap_rows
 from nsysan.units import fmt_ns, fmt_pct
 
 CHUNK = 1 << 18  # launches judged together (the working set's bound)
 
 
 @rule("launch-bound", "Kernel launches cost more than the kernels", min_kernels=100, min_dominated_frac=0.3,
-      max_kernel_ns=50_000)
-def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_ns: int) -> Iterator[Finding]:
+      max_kernel_ns=50_000, min_frac=0.05, max_launch_gap_ns=200_000)
+def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_ns: int,
+          min_frac: float, max_launch_gap_ns: int) -> Iterator[Finding]:
     # masks over the launch frame (a million rows on big traces): only the needed columns are copied
     lau, w = ctx.a.launches, ctx.window
     if len(lau) == 0:
@@ -49,6 +74,7 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     n_graphs = int((inside & is_graph).sum())
     firsts = np.flatnonzero(plain & first)
     rows = np.flatnonzero(plain & ~first)
+    every = np.flatnonzero(plain)  # the per-iteration spans: every launch, first ones included
     del first, inside, plain, is_graph, api_start  # (per-launch temporaries let go as soon as done)
     if len(rows) < min_kernels:
         return
@@ -72,30 +98,199 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     dom = np.concatenate(dom_parts) if dom_parts else np.zeros(0, np.int64)
     del dom_parts, keys, med_of, key
     frac = len(dom) / len(rows)
-    if frac < min_dominated_frac:
-        return
-    g = ctx.a.gaps  # the window's gaps, as positions; their starts and ends (the claims) are views of
-    # the gaps' columns when the positions are one run (one device), else copies
-    gap_rows = window_gap_rows(ctx) if len(g) else np.zeros(0, dtype=np.int64)
-    idle = int(g["gap_ns"].to_numpy()[gap_rows].sum()) if len(gap_rows) else 0
-    impact = min(saving, idle) if idle else saving
-    claims = claims_of(rows_of(g["start_ns"].to_numpy(), gap_rows),
-                       rows_of(g["end_ns"].to_numpy(), gap_rows)) if len(gap_rows) else None
+    per = per_iteration(ctx, lau, every, max_launch_gap_ns)
+    del every
+    if per is not None:  # the GPU's wait for the launches, iteration by iteration
+        impact, claims = per.estimate, per.claims
+        if frac < min_dominated_frac and impact < min_frac * w.dur_ns:
+            return
+    else:
+        if frac < min_dominated_frac:
+            return
+        g = ctx.a.gaps  # the window's gaps, as positions; their starts and ends (the claims) are views of
+        # the gaps' columns when the positions are one run (one device), else copies
+        gap_rows = window_gap_rows(ctx) if len(g) else np.zeros(0, dtype=np.int64)
+        idle = int(g["gap_ns"].to_numpy()[gap_rows].sum()) if len(gap_rows) else 0
+        impact = min(saving, idle) if idle else saving
+        claims = claims_of(rows_of(g["start_ns"].to_numpy(), gap_rows),
+                           rows_of(g["end_ns"].to_numpy(), gap_rows)) if len(gap_rows) else None
     graph_note = f" {n_graphs} CUDA Graph launches are already used for part of the work." if n_graphs else ""
     once = ""
     if len(firsts):
         big = firsts[np.argsort(-api_ns[firsts], kind="stable")[:1]]
-        once = (f" Not counted: the first launch of each kernel ({len(firsts)} in the steady state, "
+        once = (f" Not counted: the first launch of each kernel ({len(firsts)} in the {w.label}, "
                 f"{fmt_ns(int(api_ns[firsts].sum()))}, the longest {fmt_ns(int(api_ns[big[0]]))}: lazy module "
                 f"loading, a one-time cost).")
+    cost = (f"{len(dom)} of {len(rows)} kernel launches in the {w.label} ({fmt_pct(frac)}) took longer "
+            f"to launch (median {fmt_ns(np.median(api_ns[dom], overwrite_input=True)) if len(dom) else '-'}) than to "
+            f"run (median {fmt_ns(np.median(gpu_ns[dom], overwrite_input=True)) if len(dom) else '-'})")
+    if per is not None:
+        message = per.sentence(ctx) + f" {cost}.{graph_note}{once}{steady_cpu(ctx)}"
+    else:
+        message = (f"{cost}; launch cost above run time {fmt_ns(saving)} (each launch capped at its kernel's "
+                   f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
-    top = lau[cols].iloc[top_rows(api_ns, dom, 10)]
-    yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims,
-                  message=f"{len(dom)} of {len(rows)} kernel launches in the steady state ({fmt_pct(frac)}) took longer "
-                          f"to launch (median {fmt_ns(np.median(api_ns[dom], overwrite_input=True))}) than to run "
-                          f"(median {fmt_ns(np.median(gpu_ns[dom], overwrite_input=True))}); launch cost above run time {fmt_ns(saving)} (each "
-                          f"launch capped at its kernel's median).{graph_note}{once}{steady_cpu(ctx)}",
+    top = lau[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
+    yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
+                  suggestion=advice(program_of(ctx.a)),
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
+
+
+@dataclass(frozen=True)
+class PerIteration:
+    """The GPU's wait for the launches of the steady iterations (``per_iteration``)."""
+
+    estimate: int  # ns: the saving of the sequence (thread) that saves most: the sum over its iterations,
+    # at most their count x its median iteration's (sequences run at once: their savings are not added)
+    per_seq: int  # steady iterations with launches of that sequence
+    claims: tuple[np.ndarray, np.ndarray]  # the GPU idle intervals inside the launch spans
+    iterations: int  # steady iterations with launches
+    kernels: float  # median launches per iteration
+    span_ns: int  # median CPU launch span per iteration (first launch call's start to the last one's end)
+    gpu_ns: int  # median GPU time of an iteration's kernels (sum of their durations)
+    idle_ns: int  # median GPU idle time inside an iteration's launch spans
+    total_ns: int  # idle inside the launch spans, all iterations
+    range_name: str  # the iteration range
+    where: str  # the innermost NVTX range holding most of the launches ('' when none)
+    where_share: float  # of the launches
+
+    def sentence(self, ctx: Any) -> str:
+        w = ctx.window
+        at = (f" inside NVTX range '{self.where}' ({fmt_pct(self.where_share)} of them)" if self.where else "")
+        per = self.estimate / max(self.per_seq, 1)
+        return (f"Each '{self.range_name}' iteration launches {self.kernels:g} kernels (median){at}, one by one, over "
+                f"{fmt_ns(self.span_ns)} of CPU time on its thread (first launch to last) for {fmt_ns(self.gpu_ns)} of "
+                f"GPU work: the GPU waited for the launches {fmt_ns(self.idle_ns)} per iteration (median; "
+                f"{fmt_ns(self.total_ns)} over {self.iterations} steady iterations, "
+                f"{fmt_pct(self.total_ns / w.dur_ns)} of the {w.label}). Replayed as a CUDA Graph or fused, the "
+                f"iteration would wait for the GPU instead: about {fmt_ns(int(per))} less per iteration.")
+
+
+def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: int = 200_000) -> PerIteration | None:
+    """Per steady iteration, the GPU idle time inside the CPU spans of its launches (see the module
+    docstring); None without an iteration model or without launches inside its iterations.
+    ``plain``: positions in ``lau`` of the window's kernel launches (no graph launches);
+    ``max_gap_ns``: host time between two launches above which they are not one run."""
+    its = steady_iterations(ctx)
+    busy = ctx.a.busy
+    if len(its) == 0 or len(plain) == 0 or busy is None:
+        return None
+    w = ctx.window
+    pid, tid = lau["pid"].to_numpy()[plain], lau["tid"].to_numpy()[plain]
+    a_all, e_all = lau["api_start_ns"].to_numpy()[plain], lau["api_end_ns"].to_numpy()[plain]
+    g_all, d_all = lau["gpu_ns"].to_numpy()[plain], lau["device_id"].to_numpy()[plain]
+    ipid, itid = its["pid"].to_numpy(), its["tid"].to_numpy()
+    ist, ien = its["start_ns"].to_numpy(), its["end_ns"].to_numpy()
+    per_idle, per_n, per_span, per_gpu = [], [], [], []
+    claim_s: dict[int, list[np.ndarray]] = {}
+    claim_e: dict[int, list[np.ndarray]] = {}
+    name_a: list[np.ndarray] = []  # the counted launches' call starts, per thread (for the range names)
+    threads: list[tuple[int, int]] = []
+    for p_, t_ in sorted(set(zip(ipid.tolist(), itid.tolist()))):
+        mine = np.flatnonzero((pid == p_) & (tid == t_))
+        if len(mine) == 0:
+            continue
+        o = mine[np.argsort(a_all[mine], kind="stable")]
+        a, e, g, d = a_all[o], e_all[o], g_all[o], d_all[o]
+        sel = np.flatnonzero((ipid == p_) & (itid == t_))
+        s_it, e_it = ist[sel], ien[sel]
+        io = np.argsort(s_it, kind="stable")
+        s_it, e_it = s_it[io], e_it[io]
+        k = np.searchsorted(s_it, a, side="right") - 1  # the iteration each launch call starts in
+        ok = (k >= 0) & (a <= e_it[np.clip(k, 0, None)])
+        if not ok.any():
+            continue
+        a, e, g, d, k = a[ok], e[ok], g[ok], d[ok], k[ok]
+        # runs of launches: broken between iterations, at a change of device, and where the thread
+        # spent far longer than usual between two launches (other host work, not launching)
+        host = a[1:] - e[:-1]
+        same = k[1:] == k[:-1]
+        med = float(np.median(host[same])) if same.any() else 0.0
+        long = host > min(ONE_TIME_OUTLIER * max(med, 1000.0), max_gap_ns)
+        brk = np.concatenate([[True], ~same | (d[1:] != d[:-1]) | long])
+        starts = np.flatnonzero(brk)
+        rs = a[starts]
+        re_ = np.maximum.reduceat(e, starts)
+        rd, rk = d[starts], k[starts]
+        rs, re_ = np.maximum(rs, w.start_ns), np.minimum(re_, w.end_ns)
+        keep = re_ > rs
+        rs, re_, rd, rk = rs[keep], re_[keep], rd[keep], rk[keep]
+        idle = np.zeros(len(rs), dtype=np.int64)
+        for dev in np.unique(rd).tolist():
+            ms, me = busy.per_dev.get(dev, {}).get("all", (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            on = np.flatnonzero(rd == dev)
+            idle[on] = (re_[on] - rs[on]) - iv.covered_between(ms, me, rs[on], re_[on])
+            holes = iv.subtract(iv.merge(rs[on], re_[on]), (ms, me))
+            claim_s.setdefault(dev, []).append(holes[0])
+            claim_e.setdefault(dev, []).append(holes[1])
+        n_it = len(s_it)
+        per_idle.append(np.bincount(rk, weights=idle, minlength=n_it))
+        per_n.append(np.bincount(k, minlength=n_it))
+        per_gpu.append(np.bincount(k, weights=g, minlength=n_it))
+        first_a = np.full(n_it, -1, dtype=np.int64)
+        last_e = np.full(n_it, -1, dtype=np.int64)
+        ks = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+        first_a[k[ks]] = a[ks]
+        last_e[k[ks]] = np.maximum.reduceat(e, ks)
+        per_span.append(np.where(first_a >= 0, last_e - first_a, 0))
+        name_a.append(a)
+        threads.append((p_, t_))
+    if not per_n:
+        return None
+    n = np.concatenate(per_n)
+    has = n > 0
+    idle_i = np.concatenate(per_idle)[has]
+    span_i, gpu_i = np.concatenate(per_span)[has], np.concatenate(per_gpu)[has]
+    total = int(idle_i.sum())
+    estimate, per_seq = 0, 0
+    for v, c in zip(per_idle, per_n):
+        v = v[c > 0]
+        e = min(int(v.sum()), int(len(v) * float(np.median(v)))) if len(v) else 0
+        if e > estimate or not per_seq:
+            estimate, per_seq = e, len(v)
+    cs = np.concatenate([np.concatenate(v) for v in claim_s.values()]) if claim_s else np.zeros(0, np.int64)
+    ce = np.concatenate([np.concatenate(v) for v in claim_e.values()]) if claim_e else np.zeros(0, np.int64)
+    where, share = _where(ctx, threads, name_a)
+    return PerIteration(estimate=estimate, per_seq=per_seq, claims=claims_of(cs, ce), iterations=int(has.sum()),
+                        kernels=float(np.median(n[has])), span_ns=int(np.median(span_i)),
+                        gpu_ns=int(np.median(gpu_i)), idle_ns=int(np.median(idle_i)), total_ns=total,
+                        range_name=str(ctx.a.iterations.range_name or "iteration"), where=where, where_share=share)
+
+
+MAX_NAMED_RANGES = 200_000  # NVTX ranges swept to name where the launches happen (more: not named)
+
+
+def _where(ctx: Any, threads: list[tuple[int, int]], starts: list[np.ndarray]) -> tuple[str, float]:
+    """The innermost push/pop NVTX range holding most of these launch calls (on their threads), and
+    its share of them."""
+    rg = ctx.a.nvtx_ranges
+    if len(rg) == 0:
+        return "", 0.0
+    w = ctx.window
+    near = np.flatnonzero((rg["start_ns"].to_numpy() < w.end_ns) & (rg["end_ns"].to_numpy() > w.start_ns))
+    near = near[(rg["style"].iloc[near] == "PushPop").to_numpy(dtype=bool)]
+    rpid, rtid = rg["pid"].to_numpy()[near], rg["tid"].to_numpy()[near]
+    per_name: list[pd.Series] = []
+    total = 0
+    for (p_, t_), a in zip(threads, starts):
+        total += len(a)
+        r = rg.iloc[near[(rpid == p_) & (rtid == t_)]]
+        if len(r) == 0 or len(r) > MAX_NAMED_RANGES:
+            continue
+        o = np.argsort(r["start_ns"].to_numpy(), kind="stable")
+        seg_s, seg_e, owner = iv.innermost(r["start_ns"].to_numpy()[o], r["end_ns"].to_numpy()[o])
+        if len(seg_s) == 0:
+            continue
+        j = np.searchsorted(seg_s, a, side="right") - 1
+        ok = (j >= 0) & (a < seg_e[np.clip(j, 0, None)])
+        counts = np.bincount(owner[j[ok]], minlength=len(r))  # launches per range, then per name
+        per_name.append(pd.Series(counts).groupby(r["name"].astype(str).to_numpy()[o]).sum())
+    if not per_name or total == 0:
+        return "", 0.0
+    got = pd.concat(per_name).groupby(level=0).sum().sort_values(ascending=False, kind="stable")
+    if len(got) == 0 or got.iloc[0] == 0:
+        return "", 0.0
+    return str(got.index[0]), float(got.iloc[0]) / total
 
 
 def first_launches(key: np.ndarray, api_start: np.ndarray, fast: bool = True) -> np.ndarray:
@@ -179,3 +374,29 @@ def _median_per_key(key: np.ndarray, v: np.ndarray, own: bool = False) -> tuple[
     ends = np.concatenate([starts[1:], [len(k)]])
     lo, hi = (starts + ends - 1) // 2, (starts + ends) // 2
     return k[starts], (vs[lo] + vs[hi]) / 2
+
+
+def advice(p: Program) -> str:
+    """Fewer, larger launches, in the program's terms."""
+    if p.tensorrt:
+        return ("Capture the engine's enqueue once as a CUDA Graph and replay it (cudaStreamBeginCapture around "
+                "``context.execute_async_v3``, cudaGraphInstantiate, cudaGraphLaunch each batch).")
+    if p.torch:
+        return ("Capture the repeated step once and replay it: ``torch.compile(model, mode=\"reduce-overhead\")`` "
+                "(CUDA Graphs plus fused kernels), or ``torch.cuda.CUDAGraph`` / ``torch.cuda.graphs.make_graphed_callables`` "
+                "with static input buffers; for token-by-token decoding, a static KV cache makes the step capturable.")
+    if p.jax:
+        return ("Put the whole step under one ``jax.jit`` (fewer, fused kernels per dispatch) instead of calling "
+                "jitted pieces or eager ops from Python in a loop; ``jax.lax.scan``/``fori_loop`` keeps loops on the GPU.")
+    if p.cupy:
+        return ("Capture the repeated sequence on a stream as a CUDA Graph (``stream.begin_capture()`` / "
+                "``end_capture()``, then ``graph.launch()``), or fuse element-wise steps with ``cupy.fuse`` / "
+                "``ElementwiseKernel``.")
+    if p.directives == "OpenACC":
+        return ("Fewer, larger kernels: merge adjacent loops into one ``parallel`` region, ``collapse`` nested loops, "
+                "and add ``async`` so launches queue while the GPU runs.")
+    if p.directives == "OpenMP offload":
+        return ("Fewer, larger kernels: merge adjacent ``target`` regions, ``collapse`` nested loops, and add "
+                "``nowait`` so launches queue while the GPU runs.")
+    return ("Capture the repeated sequence once as a CUDA Graph and replay it (cudaStreamBeginCapture / "
+            "cudaStreamEndCapture / cudaGraphInstantiate / cudaGraphLaunch), or fuse small kernels into larger ones.")

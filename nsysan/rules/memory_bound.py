@@ -5,8 +5,9 @@ computing faster: only moving fewer bytes helps. Elementwise chains that each re
 tensor are the common case.
 
 **Fix**: move fewer bytes: fuse elementwise chains so the data crosses DRAM once (``torch.compile``,
-fused optimizers and activations, custom fused kernels), keep activations in BF16/FP16 instead of
-FP32 (half the bytes), and avoid materialising intermediates.
+fused optimizers and activations, custom fused kernels; in C/C++ or OpenACC, one kernel or loop
+where there were several), keep activations in BF16/FP16 instead of FP32 (half the bytes), and
+avoid materialising intermediates. The wording follows the program (``analyses/program.py``).
 
 Measured: the GPU metric samples taken while each kernel ran in the steady state (samples whose
 period lies inside the kernel's runs) show DRAM read + write at least ``min_dram_pct`` of the peak
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
@@ -61,9 +63,36 @@ def check(ctx: Any, *, min_dram_pct: float, max_tensor_pct: float, min_samples: 
         yield finding(
             ctx, "memory-bound", severity=Severity.WARNING if fp32 else Severity.INFO,
             impact_ns=int(fwall * assumed_saving_frac), claims=claims_of(fs, fe) if fp32 else None,
+            suggestion=advice(of(ctx.a)),
             message=f"GPU {int(dev)}: {len(rows)} kernel(s) ran {fmt_ns(wall)} ({fmt_pct(wall / w.dur_ns)} of the "
                     f"{w.label}) with DRAM read + write at {d:.0f}% of peak bandwidth and the tensor cores idle "
                     f"({int(rows['samples'].sum()):,} GPU-metric samples): memory-bound.{saving}",
             evidence=evidence(rows.sort_values("busy_ns", ascending=False),
                               ("group", "ops", "busy_ns", "samples", "coverage", "dram_read", "dram_write",
                                "sm_active", "tensor_active")))
+
+
+def advice(p: Program) -> str:
+    """Fewer bytes, in the program's terms."""
+    if p.torch:
+        prec = ("train in BF16 (``torch.autocast(\"cuda\", dtype=torch.bfloat16)``) so activations take half the "
+                "bytes, and use fused optimizers (``torch.optim.AdamW(..., fused=True)``)" if p.training else
+                "run in half precision (``model.half()``/``model.to(torch.bfloat16)``) so activations take half the "
+                "bytes" if p.inference else "keep activations in BF16/FP16 (``torch.autocast``): half the bytes")
+        return ("Move fewer bytes: fuse the elementwise chains so the data crosses DRAM once (``torch.compile``, fused "
+                f"activations and norms), {prec}, and avoid materialising intermediates.")
+    if p.jax:
+        return ("Move fewer bytes: keep the work inside one ``jax.jit`` so XLA fuses the elementwise chains, compute "
+                "in BF16 (``jnp.bfloat16`` activations: half the bytes), and avoid materialising intermediates "
+                "between jitted calls.")
+    if p.cupy:
+        return ("Move fewer bytes: fuse elementwise chains with ``@cupy.fuse`` or ``cupy.ElementwiseKernel`` so the "
+                "data crosses DRAM once, and use ``cupy.float16`` arrays where precision allows.")
+    d = p.directives
+    if d:
+        return ("Move fewer bytes: fuse the loops that stream the same arrays into one parallel region (one pass over "
+                "the data instead of several), keep temporaries in registers instead of arrays, and use single "
+                "precision (``float``/``real(4)``) where double is not needed.")
+    return ("Move fewer bytes: fuse elementwise kernels so the data crosses DRAM once, keep temporaries in "
+            "registers or shared memory instead of global arrays, load vectors (``float4``, ``__half2``/"
+            "``__nv_bfloat162``), and store in ``__half``/``__nv_bfloat16`` where precision allows (half the bytes).")

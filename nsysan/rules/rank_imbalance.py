@@ -10,11 +10,16 @@ them off the training thread or spread them), uneven data shards or sequence len
 sampler, pad or bucket by length), a slower GPU or a different clock, or a synchronize on one rank.
 
 Judged on the steady state of ranks in one export (several processes, one per GPU; for one export
-per rank, ``nsysan analyze rank*.sqlite`` names the straggler in its cross-rank summary). Fires when
-one rank arrives last in at least half of the aligned collectives and the others wait for it with
-their GPU idle for at least 5% of an iteration (``analyses/ranks.py``). Impact: per iteration, what
-the straggler spends more than the others on its cause (at most the others' median waiting; without a
-visible cause, the others' idle waiting), times its iterations: the step would shrink by that on
+per rank, ``nsysan analyze rank*.sqlite`` names the straggler in its cross-rank summary), their
+collectives aligned over the whole capture and clipped to the ranks' common window. Fires when one
+rank arrives last in at least half of the aligned collectives and the others wait for it with their
+GPU idle, beyond the straggler's own such waiting, for at least 5% of an iteration: ranks that take
+turns arriving last wait for each other about equally, and that is noise, not a straggler
+(``analyses/ranks.py``). Impact: per iteration, what the straggler spends more than the others on
+its cause (at most the others' median waiting; without a visible cause, the others' idle waiting
+less its own), times its iterations in the common window, and never more than the waiting the
+other ranks show there (a per-iteration excess times every iteration overstates it when the others
+wait in some iterations only, as with gradient accumulation): the step would shrink by that on
 every rank. Claimed on the straggler's own late-host gaps (those of the activity that made it late)
 when that is the cause, else on the others' idle waiting; so ``host-bound-gap`` keeps only the rest
 of those gaps.
@@ -55,7 +60,7 @@ def check(ctx: Any) -> Iterator[Finding]:
         starts, ends = [], []
         for pid in al.loc[al["rank"] != s["rank"], "pid"].unique():
             dev = int(ctx.a.comm.loc[ctx.a.comm["pid"] == pid, "device_id"].mode().iloc[0])
-            ws = ctx.a.ranks.waiting(int(pid))
+            ws = ctx.a.ranks.waiting(int(pid), p2p=False)  # point-to-point waiting is a pipeline's bubble
             comp = ctx.a.busy.per_dev[dev]["compute"] if dev in ctx.a.busy.per_dev else (ws[0][:0], ws[1][:0])
             x = iv.subtract(ws, comp)
             starts.append(x[0])
@@ -72,5 +77,7 @@ def check(ctx: Any) -> Iterator[Finding]:
                            f"{fmt_ns(s['others_wait_per_iter_ns'])} per iteration for it (median), "
                            f"{fmt_ns(s['others_wait_exposed_per_iter_ns'])} of it with their GPU idle. What differs on "
                            f"rank {s['rank']}: {causes}{act}. Evening it out would save about "
-                           f"{fmt_ns(s['saving_per_iter_ns'])} per iteration."),
+                           f"{fmt_ns(s['saving_per_iter_ns'])} per iteration ({fmt_ns(s['saving_ns'])} over "
+                           f"{s.get('iterations', '?')} iterations; the others waited "
+                           f"{fmt_ns(s.get('others_measured_wait_ns', s['others_waited_ns']))} in all)."),
                   evidence=tuple({k: v for k, v in row.items()} for row in r.ranks.to_dict("records")))

@@ -6,12 +6,16 @@ previous batch's compute.
 
 **Fix**: use a copy stream and a compute stream with events (cudaEventRecord on the copy stream,
 cudaStreamWaitEvent on the compute stream), double-buffer the device input, and prefetch batch i+1
-while batch i computes; host memory must be pinned for the copy to be asynchronous.
+while batch i computes; host memory must be pinned for the copy to be asynchronous. In the
+program's own terms (``analyses/program.py``): PyTorch side streams or DataLoader prefetching,
+OpenACC/OpenMP ``async``/``nowait`` queues.
 
 Impact: the HtoD copy time not already overlapped, capped by the compute time it could hide behind,
-claimed on those copies' wall-clock time (shared with pageable-memcpy and sync-memcpy, never
-counted twice). Every percentage is per device; one finding for all devices, whose impact is the
-largest device's (devices copy at the same time: the saving is wall-clock).
+where a pageable copy counts at its time from pinned memory (``_copy_rates``: it cannot overlap
+until pinned, and pinning shortens it: pageable-memcpy's saving), claimed on the head of each copy
+(never counted twice with pageable-memcpy and sync-memcpy). Every percentage is per device; one
+finding for all devices, whose impact is the largest device's (devices copy at the same time: the
+saving is wall-clock).
 Fires when less than ``max_overlap_frac`` of the HtoD copy time overlaps compute.
 """
 
@@ -22,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -30,20 +36,24 @@ from nsysan.units import fmt_ns, fmt_pct
 def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Finding]:
     ov = ctx.a.overlap
     rows = ov.loc[ov["direction"] == "HtoD"] if len(ov) else ov
-    ops, w = ctx.a.ops, ctx.window
+    w = ctx.window
     parts, evidence, starts, ends = [], [], [], []
     estimate = 0
     for _, r in rows.iterrows():
         if r["copy_ns"] < min_copy_ns or r["compute_ns"] == 0 or r["overlap_frac_of_copy"] >= max_overlap_frac:
             continue
-        estimate = max(estimate, int(min(r["copy_ns"] - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"])))
-        cp = ops.loc[(ops["op"] == "memcpy").to_numpy() & (ops["kind"] == "HtoD").to_numpy()
-                     & (ops["device_id"] == r["device_id"]).to_numpy()
-                     & (ops["start_ns"] < w.end_ns).to_numpy() & (ops["end_ns"] > w.start_ns).to_numpy()]
+        m = ctx.trace.memcpy
+        cp = m.loc[(m["kind"] == "HtoD").to_numpy() & (m["device_id"] == r["device_id"]).to_numpy()
+                   & (m["start_ns"] < w.end_ns).to_numpy() & (m["end_ns"] > w.start_ns).to_numpy()]
+        # a pageable copy overlaps nothing until pinned: what can hide behind compute is the pinned
+        # copy's time (_copy_rates), the head of each copy; the rest is pageable-memcpy's saving
+        pin = pinned_durations(ctx, cp, ASSUMED_SPEEDUP)
+        hideable = int(r["copy_ns"]) - int((cp["dur_ns"].to_numpy() - pin).sum())
+        estimate = max(estimate, int(max(0, min(hideable - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"]))))
         starts.append(cp["start_ns"].to_numpy())
-        ends.append(cp["end_ns"].to_numpy())
+        ends.append(cp["start_ns"].to_numpy() + pin)
         parts.append(f"Device {int(r['device_id'])}: {fmt_ns(r['copy_ns'])} of host-to-device copies and "
-                     f"{fmt_ns(r['compute_ns'])} of compute in the steady state, only "
+                     f"{fmt_ns(r['compute_ns'])} of compute in the {w.label}, only "
                      f"{fmt_pct(r['overlap_frac_of_copy'])} of the copy time overlapped compute")
         evidence.append({"device_id": int(r["device_id"]), "copy_ns": int(r["copy_ns"]),
                          "compute_ns": int(r["compute_ns"]), "overlap_ns": int(r["overlap_ns"])})
@@ -51,5 +61,35 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
         return
     # devices copy at once: the saving is the largest device's, claimed on the union of the copies
     yield finding(ctx, "serial-copy-compute", severity=Severity.WARNING, impact_ns=estimate,
+                  suggestion=advice(of(ctx.a)),
                   claims=claims_of(np.concatenate(starts), np.concatenate(ends)),
                   message="; ".join(parts) + ".", evidence=tuple(evidence))
+
+
+def advice(p: Program) -> str:
+    """Copy/compute overlap in the program's terms."""
+    if p.torch:
+        pre = ("Prefetch the next batch while this one computes: ``DataLoader(pin_memory=True, num_workers>0)`` and a "
+               "prefetcher that " if p.training else "Copy the next input while this one computes: ")
+        return (pre + "issues ``x.to(device, non_blocking=True)`` under ``with torch.cuda.stream(copy_stream):`` from "
+                "pinned memory, then ``torch.cuda.current_stream().wait_stream(copy_stream)`` and "
+                "``x.record_stream(torch.cuda.current_stream())`` before use; double-buffer the inputs.")
+    if p.jax:
+        return ("Prefetch the next batch to the device while the step runs: ``jax.device_put`` it before calling the "
+                "jitted step (JAX dispatch is asynchronous), e.g. ``flax.jax_utils.prefetch_to_device(it, 2)``.")
+    if p.cupy:
+        return ("Copy on a second ``cupy.cuda.Stream`` from pinned host arrays (``cupyx.empty_pinned``) while the "
+                "compute stream runs, ordering them with ``cupy.cuda.Event`` (``record`` / ``stream.wait_event``); "
+                "double-buffer the device inputs.")
+    d = p.directives
+    if d == "OpenACC":
+        return ("Overlap the transfers with compute on separate async queues: ``#pragma acc update device(next) "
+                "async(2)`` while ``#pragma acc parallel loop async(1)`` works on the current block, ``#pragma acc "
+                "wait(2) async(1)`` to order them; double-buffer the blocks.")
+    if d == "OpenMP offload":
+        return ("Overlap the transfers with compute: ``#pragma omp target update to(next) nowait depend(out: next)`` "
+                "while a ``target ... nowait depend(in: cur)`` region computes the current block; double-buffer the "
+                "blocks.")
+    return ("Use a copy stream and a compute stream with events (cudaEventRecord on the copy stream, "
+            "cudaStreamWaitEvent on the compute stream), double-buffer the device input, and prefetch batch i+1 while "
+            "batch i computes; the host memory must be pinned (cudaMallocHost) for the copy to be asynchronous.")

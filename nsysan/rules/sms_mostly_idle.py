@@ -7,7 +7,8 @@ compute stands idle. The work itself would take a fraction of that time spread o
 **Fix**: give each kernel more work: batch the small operations (one kernel over a stacked tensor
 instead of one per item, ``torch._foreach_*``, grouped GEMMs), fuse chains of small kernels
 (``torch.compile``, custom kernels), and replay the sequence as a CUDA Graph to remove the launch
-gaps between them; check grid sizes and occupancy in Nsight Compute.
+gaps between them; check grid sizes and occupancy in Nsight Compute. The wording follows the
+program (``analyses/program.py``): grids and CUDA Graphs in C/C++, ``gang``/``collapse`` in OpenACC.
 
 Measured per user NVTX range in the steady state (its instances' GPU spans, clipped to the window),
 or, when no range qualifies, per kernel: GR active (the GPU had work) at least ``min_gr_pct`` and SMs
@@ -28,6 +29,7 @@ import numpy as np
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import range_intervals, user_ranges
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import group_ops, metric_rows
 from nsysan.units import fmt_ns, fmt_pct
@@ -87,6 +89,7 @@ def check(ctx: Any, *, min_gr_pct: float, max_ratio: float, min_samples: int,
                  f"({m['samples']:,} samples)" for name, _, _, m, busy in chosen]
         yield finding(
             ctx, "sms-mostly-idle", severity=Severity.WARNING, impact_ns=est, claims=claims_of(cs, ce),
+            suggestion=advice(of(ctx.a)),
             message=f"GPU {dev}: while the GPU had work the SMs were mostly idle (SMs active under "
                     f"{fmt_pct(max_ratio)} of GR active) in {'; '.join(parts)}: tiny kernels or few blocks.",
             evidence=tuple({"unit": name, "busy_ns": int(busy), "samples": int(m["samples"]),
@@ -99,3 +102,33 @@ def _idle(m: Any, min_gr: float, ratio: float, min_samples: int) -> bool:
     gr, sm = m.get("gr_active"), m.get("sm_active")
     return (m.get("samples") or 0) >= min_samples and gr is not None and sm is not None and gr == gr and sm == sm \
         and gr >= min_gr and sm < ratio * gr
+
+
+def advice(p: Program) -> str:
+    """More work per kernel, in the program's terms."""
+    if p.torch:
+        return ("Give each kernel more work: batch the small operations (one op over a stacked tensor instead of one "
+                "per item, ``torch._foreach_*``" + (", ``fused=True`` optimizers" if p.training else "")
+                + ", larger batches), fuse chains of small kernels (``torch.compile``), and replay the sequence as a "
+                "CUDA Graph (``torch.compile(mode=\"reduce-overhead\")`` or ``torch.cuda.CUDAGraph``).")
+    if p.jax:
+        return ("Give each kernel more work: ``jax.vmap`` over items instead of a Python loop, jit the whole step so "
+                "XLA fuses the small ops, and batch more work per call.")
+    if p.cupy:
+        return ("Give each kernel more work: operate on stacked arrays instead of one call per item, fuse chains with "
+                "``@cupy.fuse``/``ElementwiseKernel``, and capture the sequence in a CUDA Graph "
+                "(``cupy.cuda.Stream.begin_capture``).")
+    d = p.directives
+    if d == "OpenACC":
+        return ("Expose more parallelism per kernel: ``collapse(n)`` on nested loops, ``gang vector`` on the loop "
+                "levels (check ``num_gangs``/``vector_length``: ``-Minfo=accel`` shows what the compiler chose), and "
+                "merge small consecutive loops into one parallel region.")
+    if d == "OpenMP offload":
+        return ("Expose more parallelism per kernel: ``collapse(n)`` on nested loops, "
+                "``teams distribute parallel for`` over the outer loops (check ``num_teams``/``thread_limit``), and "
+                "merge small consecutive target "
+                "regions into one.")
+    return ("Give each kernel more work: launch enough blocks to fill every SM (grid-stride loops, a grid of at least "
+            "a few blocks per SM), batch small operations into one launch, fuse chains of small kernels, and replay "
+            "the sequence as a CUDA Graph (``cudaStreamBeginCapture``/``cudaGraphLaunch``); check occupancy in Nsight "
+            "Compute.")

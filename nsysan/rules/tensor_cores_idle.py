@@ -4,10 +4,11 @@
 BF16/FP16 (FP8 on Hopper) runs on the tensor cores, several times faster (A100/H100: TF32 tensor
 throughput is about 7x plain FP32, BF16 twice TF32).
 
-**Fix**: let the GEMMs use the tensor cores: TF32 for FP32 models
-(``torch.backends.cuda.matmul.allow_tf32 = True`` / ``torch.set_float32_matmul_precision("high")``,
-cuBLAS ``CUBLAS_TF32_TENSOR_OP_MATH``), or mixed precision (``torch.autocast("cuda",
-dtype=torch.bfloat16)``), or FP8 with Transformer Engine on Hopper; check accuracy.
+**Fix**: let the GEMMs use the tensor cores, in the program's own terms (``analyses/program.py``):
+TF32 for FP32 models (``torch.set_float32_matmul_precision("high")``, JAX
+``jax.default_matmul_precision("tensorfloat32")``, cuBLAS ``CUBLAS_TF32_TENSOR_OP_MATH``), or BF16/FP16
+(``torch.autocast("cuda", dtype=torch.bfloat16)`` in training, half-precision weights or TensorRT's
+``BuilderFlag.FP16`` in inference), or FP8 with Transformer Engine on Hopper; check accuracy.
 
 Measured, not guessed from names: the GPU metric samples taken while each GEMM/convolution kernel
 (``analyses/metrics.MATMUL``) ran in the steady state (samples whose period lies inside the kernels)
@@ -31,6 +32,7 @@ import numpy as np
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import MATMUL
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
@@ -60,7 +62,7 @@ def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: in
         mean_sm = float(np.average(rows["sm_active"], weights=rows["samples"]))
         yield finding(
             ctx, "tensor-cores-idle", severity=Severity.WARNING, impact_ns=int(wall * assumed_saving_frac),
-            claims=claims_of(s, e), precedence=1,
+            claims=claims_of(s, e), precedence=1, suggestion=advice(of(ctx.a)),
             message=f"GPU {int(dev)}: {len(rows)} GEMM/convolution kernel(s) ran {fmt_ns(wall)} in the {w.label} "
                     f"({fmt_pct(wall / max(comp_ns, 1))} of its compute time) with the SMs {mean_sm:.0f}% active but the "
                     f"tensor cores {mean_t:.1f}% active ({int(rows['samples'].sum()):,} GPU-metric samples): they run "
@@ -68,3 +70,31 @@ def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: in
             evidence=evidence(rows.sort_values("busy_ns", ascending=False),
                               ("group", "ops", "busy_ns", "samples", "coverage", "sm_active", "tensor_active",
                                "dram_read", "dram_write")))
+
+
+def advice(p: Program) -> str:
+    """TF32 first (no code change beyond a switch), then BF16/FP16, in the program's terms."""
+    if p.torch:
+        then = ("then train in mixed precision: ``torch.autocast(\"cuda\", dtype=torch.bfloat16)`` around the forward "
+                "pass and loss, FP32 weights and optimizer state kept" if p.training else
+                "then run in half precision: ``model.half()``/``model.to(torch.bfloat16)``, or "
+                "``torch.autocast(\"cuda\", dtype=torch.float16)`` under ``torch.inference_mode()``" if p.inference else
+                "then BF16 with ``torch.autocast(\"cuda\", dtype=torch.bfloat16)``")
+        return ("Let the FP32 GEMMs run on the tensor cores in TF32: ``torch.set_float32_matmul_precision(\"high\")`` "
+                f"(``torch.backends.cudnn.allow_tf32 = True`` for convolutions); {then}; FP8 with Transformer "
+                "Engine on Hopper. Check " + ("convergence." if p.training else "accuracy."))
+    if p.jax:
+        return ("Let the FP32 matmuls use the tensor cores: ``jax.default_matmul_precision(\"tensorfloat32\")`` (or "
+                "``\"bfloat16\"``); better, compute in BF16 (Flax ``dtype=jnp.bfloat16``"
+                + (", ``param_dtype=jnp.float32`` for training" if p.training else "") + "). Check accuracy.")
+    if p.tensorrt:
+        return ("Build the TensorRT engine with reduced precision: ``config.set_flag(trt.BuilderFlag.FP16)`` "
+                "(``trtexec --fp16``; TF32 is on unless ``BuilderFlag.TF32`` was cleared). Check accuracy.")
+    if p.cupy:
+        return ("Let cuBLAS use the tensor cores: ``CUPY_TF32=1`` for FP32 matmuls, or ``cupy.float16`` arrays. "
+                "Check accuracy.")
+    return ("Let the GEMMs use the tensor cores: ``cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)`` (or "
+            "``CUBLAS_COMPUTE_32F_FAST_TF32`` in ``cublasGemmEx``/``cublasLtMatmul``), "
+            "``cudnnSetConvolutionMathType(desc, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)``; better, "
+            "``__half``/``__nv_bfloat16`` operands with FP32 accumulation; hand-written GEMMs through WMMA/"
+            "``mma.sync`` or CUTLASS. Check accuracy.")

@@ -5,31 +5,104 @@ not the work: it under-reports by the time the work kept running after the range
 
 **Fix**: time with CUDA events (cudaEventRecord before and after, cudaEventElapsedTime), or
 synchronize (torch.cuda.synchronize / cudaStreamSynchronize) before stopping the timer; warm up first
-and report statistics over many iterations.
+and report statistics over many iterations. The suggestion is written in the program's terms
+(PyTorch, JAX, CuPy, OpenACC, OpenMP offload or CUDA: ``analyses/program.py``).
 
 Judged over the whole capture (timing ranges are often outside the steady state). A range name
 qualifies when its instances' GPU work outlives the range by more than ``min_after_frac`` of the
 range's duration on average, and by at least ``min_after_ns``. Library ranges (NCCL, cuDF,
 PyTorch ops...: ``nsysan.analyses.libranges``) are never judged: they are not the user's timers.
 One finding for the whole pattern, however many range names qualify (nested phase ranges of one
-loop are one pattern); the evidence lists the worst names. A warning only where a CPU timer around
-the range would really mislead: its late instances last at least 100 us on the CPU (a timed region,
-not a launch wrapper) and their GPU work runs on for at least as long again (the timer reports
-under half the real time); otherwise (asynchronous on purpose) informational. Impact: 0 -- this is
-a measurement error, not run time to save; the total under-reported time is in the message.
+loop are one pattern); the evidence lists the worst names.
+
+**A CPU timer only where the trace shows one.** An NVTX range is an annotation: it measures nothing
+by itself, and most ranges (a training ``step``, a ``decode_token``) are not timed. The trace shows a
+CPU timer around a range by (``timer_evidence`` in the evidence): its name, or an enclosing range's,
+reading as a timer (``timer``, ``timing``, ``timed``, ``elapsed``, ``latency``, ``benchmark``/
+``bench``, ``measure``, ``stopwatch``, ``tic``/``toc``, ``timeit``, ``perf_counter``, ``walltime``;
+the bare word ``time`` is not enough: ``time_step`` is a simulation step), or clock calls
+(``clock_gettime``, ``gettimeofday``, ``clock``, ``time``, ``times``, ``ftime``, ``timespec_get``) in
+the OS runtime trace on the range's thread inside its late instances. What it cannot show:
+``time.perf_counter``/``time.time`` are C builtins (no Python frame in samples or backtraces) and
+``clock_gettime`` is a vDSO call the OS runtime trace does not see, so a program timing a plainly
+named range is not recognised; the finding then says only what the trace shows. Only with such
+evidence does the finding say a CPU timer under-reports, and it is a warning where that timer would
+really mislead: the late instances last at least 100 us on the CPU (a timed region, not a launch
+wrapper) and their GPU work runs on for at least as long again (the timer reports under half the
+real time). Otherwise informational: the GPU work outlives the ranges, read their CPU time as
+launch time. Impact: 0 -- this is a measurement error, not run time to save; the time the GPU work
+ran past the ranges is in the message.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses.frames import name_in
 from nsysan.analyses.libranges import library_mask
+from nsysan.analyses.program import Program
+from nsysan.analyses.program import of as program_of
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import call_sites_in, has_gpu_activity
 from nsysan.units import fmt_ns
 
 MIN_TIMER_NS = 100_000  # a late instance shorter than this on the CPU is a launch wrapper, not a timed region
+# words of a range name that say it is timed (``time`` alone is not: ``time_step``, ``time loop``)
+TIMER_WORDS = frozenset({"timer", "timers", "timing", "timings", "timed", "elapsed", "latency", "latencies",
+                         "stopwatch", "benchmark", "benchmarks", "bench", "measure", "measured", "measurement",
+                         "tic", "toc", "timeit", "walltime", "wallclock"})
+TIMER_PHRASES = ("perf_counter", "wall_time", "wall time", "wall-clock", "wall_clock", "time it")
+# clock reads an OS runtime trace may record (glibc; ``clock_gettime`` itself is usually vDSO, unseen)
+TIMER_CALLS = ("clock_gettime", "clock_gettime64", "gettimeofday", "clock", "time", "times", "ftime", "timespec_get")
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+
+
+def timer_named(name: str) -> bool:
+    """Whether a range name reads as a timer: one of ``TIMER_WORDS`` among its words (split at
+    case changes, digits and punctuation: ``TimedForward``, ``bench_step``, ``fwd-latency``), or a
+    ``TIMER_PHRASES`` phrase."""
+    low = name.lower()
+    return any(p in low for p in TIMER_PHRASES) or any(w.lower() in TIMER_WORDS for w in _WORD.findall(name))
+
+
+def clock_calls_inside(osrt: pd.DataFrame, ranges: pd.DataFrame) -> int:
+    """The OS runtime clock reads (``TIMER_CALLS``) made on each range's thread inside it, summed."""
+    if len(osrt) == 0 or len(ranges) == 0:
+        return 0
+    c = osrt.loc[name_in(osrt["name"], TIMER_CALLS)]
+    if len(c) == 0:
+        return 0
+    n = 0
+    for (pid, tid), r in ranges.groupby(["pid", "tid"], sort=False):
+        st = np.sort(c.loc[(c["pid"].to_numpy() == pid) & (c["tid"].to_numpy() == tid), "start_ns"].to_numpy())
+        if len(st):
+            n += int((np.searchsorted(st, r["end_ns"].to_numpy(), side="right")
+                      - np.searchsorted(st, r["start_ns"].to_numpy(), side="left")).sum())
+    return n
+
+
+def timer_evidence(rg: pd.DataFrame, rows: np.ndarray, name: str, osrt: pd.DataFrame) -> str:
+    """What in the trace shows a CPU timer around the ranges at positions ``rows`` of ``rg`` (one
+    name's late instances): "name", "enclosing range 'X'", "N clock calls", or "" (nothing)."""
+    if timer_named(name):
+        return "name"
+    parent, names = rg["parent"].to_numpy(), rg["name"].to_numpy()
+    cur = np.unique(parent[rows])
+    for _ in range(64):  # the enclosing ranges, a level at a time (distinct names judged once each)
+        cur = cur[cur >= 0]
+        if len(cur) == 0:
+            break
+        hit = [n for n in sorted({str(x) for x in names[cur]}) if timer_named(n)]
+        if hit:
+            return f"enclosing range '{hit[0][:80]}'"
+        cur = np.unique(parent[cur])
+    n = clock_calls_inside(osrt, rg.iloc[rows])
+    return f"{n} clock calls" if n else ""
 
 
 @rule("timing-unsynchronized", "CPU timing range closes before its GPU work ends", min_after_frac=0.2,
@@ -53,25 +126,58 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
         late = g.loc[g["gpu_after_end_ns"] > 0]
         worst = late.loc[late["gpu_after_end_ns"].idxmax()]
         late_after, late_dur = float(late["gpu_after_end_ns"].mean()), float(late["dur_ns"].mean())
+        timer = timer_evidence(rg, rg.index.get_indexer(late.index), str(name), ctx.trace.osrt)
         rows.append({"name": str(name)[:160], "instances": int(len(g)), "late": int(len(late)),
                      "after_avg_ns": int(late_after), "range_avg_ns": int(late_dur), "under_report_ns": after,
                      "worst_start_ns": int(worst["start_ns"]), "worst_after_ns": int(worst["gpu_after_end_ns"]),
-                     "misleads": bool(late_dur >= MIN_TIMER_NS and late_after >= late_dur), "key": name})
+                     "timer_evidence": timer,
+                     "misleads": bool(timer and late_dur >= MIN_TIMER_NS and late_after >= late_dur), "key": name})
     if not rows:
         return
     rows.sort(key=lambda x: (-x["under_report_ns"], x["name"]))
     misleading = [x for x in rows if x["misleads"]]
-    top = (misleading or rows)[0]
+    timed = [x for x in rows if x["timer_evidence"]]
+    top = (misleading or timed or rows)[0]
     others = f" and {len(rows) - 1} other range name(s) with the same pattern" if len(rows) > 1 else ""
-    tail = (" A CPU timer around it reports under half the real time." if misleading else
-            " The ranges are short launch wrappers or their work overlaps on purpose: a CPU timer around them "
-            "would mislead only if it were read as the GPU time.")
+    head = (f"NVTX range '{top['name']}'{others}: in {top['late']} of {top['instances']} instances its GPU work kept "
+            f"running after the range closed on the CPU (by {fmt_ns(top['after_avg_ns'])} on average, range "
+            f"{fmt_ns(top['range_avg_ns'])})")
+    ev = top["timer_evidence"]
+    shown = ("its name reads as a timer" if ev == "name" else f"its {ev} reads as a timer"
+             if ev.startswith("enclosing") else f"{ev} inside it")
+    if ev:
+        tail = (f"; a CPU timer around it under-reports by {fmt_ns(top['under_report_ns'])} in total ({shown})."
+                + (" A CPU timer around it reports under half the real time." if top["misleads"] else
+                   " The ranges are short launch wrappers or their work overlaps on purpose: the timer misleads "
+                   "only if read as the GPU time."))
+    else:
+        tail = (f"; {fmt_ns(top['under_report_ns'])} of GPU work in total ran past the ranges. Nothing in the trace "
+                "shows the program timing them with a CPU timer (no timer-like name, no clock calls traced "
+                "inside them): read their CPU time as the time to launch the work, not the work's time.")
     yield finding(ctx, "timing-unsynchronized", severity=Severity.WARNING if misleading else Severity.INFO,
-                  impact_ns=0, window=ctx.a.capture.to_dict(),
-                  message=f"NVTX range '{top['name']}'{others}: in {top['late']} of {top['instances']} instances its "
-                          f"GPU work kept running after the range closed on the CPU (by {fmt_ns(top['after_avg_ns'])} "
-                          f"on average, range {fmt_ns(top['range_avg_ns'])}); a CPU timer around it under-reports by "
-                          f"{fmt_ns(top['under_report_ns'])} in total.{tail}"
+                  impact_ns=0, window=ctx.a.capture.to_dict(), suggestion=advice(program_of(ctx.a)),
+                  **({} if ev else {"title": "NVTX range closes before its GPU work ends"}),
+                  message=head + tail
                           + call_sites_in(ctx, r.loc[(r["name"] == top["key"]).to_numpy()
                                                      & (r["gpu_after_end_ns"].to_numpy() > 0)]),
                   evidence=tuple({k: v for k, v in x.items() if k not in ("misleads", "key")} for x in rows[:10]))
+
+
+def advice(p: Program) -> str:
+    """How to time GPU work, in the program's terms (``analyses/program.py``)."""
+    tail = " Warm up first and report statistics (median, spread) over many iterations."
+    if p.torch:
+        return ("Time GPU work with ``torch.cuda.Event(enable_timing=True)`` (record before and after, "
+                "``end.synchronize()``, ``start.elapsed_time(end)``), or call ``torch.cuda.synchronize()`` before "
+                "stopping a CPU timer." + tail)
+    if p.jax:
+        return "Call ``.block_until_ready()`` on the step's outputs before stopping a CPU timer." + tail
+    if p.cupy:
+        return ("Time GPU work with ``cupy.cuda.Event`` pairs and ``cupy.cuda.get_elapsed_time``, or synchronize "
+                "the stream before stopping a CPU timer." + tail)
+    if p.directives == "OpenACC":
+        return "Put ``#pragma acc wait`` before stopping a CPU timer around asynchronous regions." + tail
+    if p.directives == "OpenMP offload":
+        return "Put ``#pragma omp taskwait`` before stopping a CPU timer around ``nowait`` target regions." + tail
+    return ("Time GPU work with CUDA events (cudaEventRecord before and after, cudaEventSynchronize, "
+            "cudaEventElapsedTime), or cudaStreamSynchronize before stopping a CPU timer." + tail)

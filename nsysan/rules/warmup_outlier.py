@@ -4,11 +4,19 @@
 allocator growth and engine/graph setup. Timing them with the rest inflates the mean and the tail.
 
 **Fix**: run warm-up iterations before timing (and before capturing CUDA Graphs); report the
-steady state separately, with mean, spread and percentiles over many samples.
+steady state separately, with mean, spread and percentiles over many samples. The setup costs
+named follow the program (``analyses/program.py``): JAX's compilation, cuDNN autotuning,
+TensorRT's engine setup, lazy module loading.
 
-Warm-up iterations are those leading iterations slower than ``warmup_factor`` (see
-``--warmup-factor``) x the median of the rest. Impact: 0 -- warm-up costs the measurement, not the steady-state run time; the extra latency over
-the steady-state median is in the message and evidence.
+Warm-up iterations are those leading iterations whose service time (the time each alone held the
+pipeline: completion - max(start, previous completion), see ``iterations``) exceeds ``warmup_factor``
+(see ``--warmup-factor``) x the median of the rest. The message compares the same measure on both
+sides: the warm-up iterations' mean service time against the steady state's median service time,
+and the extra time is the sum of each warm-up iteration's service time over that median. Service
+times never overlap, so a queued warm-up iteration's wait behind an earlier one (its latency) is not
+counted again, and an instance of the range that encloses later ones (an outer 'train_step' around
+the next 14) is no iteration at all (``iterations``): each warm-up GPU nanosecond counts once.
+Impact: 0 -- warm-up costs the measurement, not the steady-state run time.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.units import fmt_ns
 
@@ -26,12 +35,41 @@ def check(ctx: Any) -> Iterator[Finding]:
     if it.warmup == 0 or len(it.table) == 0:
         return
     warm = it.table.loc[it.table["warmup"]]
-    p50 = int(it.stats.get("p50_ns", 0) or 0)
-    extra = int((warm["latency_ns"] - p50).clip(lower=0).sum())
-    ev = tuple({"index": int(r["index"]), "latency_ns": int(r["latency_ns"]), "start_ns": int(r["start_ns"])}
-               for _, r in warm.iterrows())
+    steady = it.table.loc[~it.table["warmup"]]
+    if len(steady) == 0:
+        return
+    base = int(round(float(steady["service_ns"].median())))
+    extra = int((warm["service_ns"] - base).clip(lower=0).sum())
+    ev = tuple({"index": int(r["index"]), "latency_ns": int(r["latency_ns"]), "service_ns": int(r["service_ns"]),
+                "start_ns": int(r["start_ns"])} for _, r in warm.iterrows())
     yield finding(ctx, "warmup-outlier", severity=Severity.INFO, impact_ns=0, window=ctx.a.capture.to_dict(),
-                  message=f"The first {it.warmup} '{it.range_name}' iteration(s) took {fmt_ns(warm['latency_ns'].mean())} "
-                          f"on average vs a steady-state median of {fmt_ns(p50)}; {fmt_ns(extra)} of extra "
-                          f"latency, excluded from steady-state numbers.",
+                  suggestion=advice(of(ctx.a)),
+                  message=f"The first {it.warmup} '{it.range_name}' iteration(s) took "
+                          f"{fmt_ns(warm['service_ns'].mean())} on average vs a steady-state median of {fmt_ns(base)} "
+                          f"(time each iteration alone held the pipeline); {fmt_ns(extra)} of extra time, excluded "
+                          "from steady-state numbers.",
                   evidence=ev)
+
+
+TAIL = " Report the steady state separately, with mean, spread and percentiles over many samples."
+
+
+def advice(p: Program) -> str:
+    """What the first iterations pay for, in the program's terms."""
+    if p.jax:
+        return ("The first call of a jitted function compiles it: call it once (or "
+                "``jax.jit(f).lower(...).compile()``) before timing; slow steps later mean recompiles (new shapes or "
+                "static arguments: "
+                "``jax.config.update(\"jax_log_compiles\", True)`` names them)." + TAIL)
+    if p.tensorrt:
+        return ("The first executions pay for engine deserialisation, execution-context setup and lazy kernel loading: "
+                "run warm-up inferences before timing (``trtexec --warmUp``) and before capturing CUDA Graphs." + TAIL)
+    if p.torch:
+        what = ("optimizer-state allocation, " if p.training else "") + "cuDNN autotuning (``cudnn.benchmark``), " \
+            "the caching allocator's growth, lazy CUDA module loading and ``torch.compile``'s compilation"
+        return (f"The first iterations pay for {what}: run warm-up iterations before timing "
+                + ("(and before capturing CUDA Graphs); " if not p.training else "; ")
+                + "keep input shapes fixed so none of it recurs." + TAIL)
+    return ("The first iterations pay for CUDA context creation, lazy module loading (``CUDA_MODULE_LOADING=EAGER`` "
+            "moves it to start-up), library handle creation (cuBLAS/cuDNN) and first allocations: create them before "
+            "the loop and run warm-up iterations before timing (and before capturing CUDA Graphs)." + TAIL)

@@ -1,0 +1,197 @@
+"""Calibrate the rules' saving models against measured fixes: each fixture pair (before, after) is
+one fix applied to one program, recorded on the same machine.
+
+    python3 benchmarks/calibrate_savings.py [PAIR ...]      # e.g. ladder_reuse:ladder_pinned
+
+For each pair it prints the measured change of the iteration period (median of consecutive
+completions of the NVTX iteration range, per thread, by plain SQL on both exports:
+``tests/sqltruth.py``), every finding nsysan gives on ``before`` with its predicted saving per
+iteration (counted impact / steady iterations of one sequence; the rule's own estimate beside it
+when the allocation reduced it), which of them the fix resolved (the rule no longer fires on
+``after``: "gone"; or its saving per iteration fell below ``SHRUNK`` of what it was: "shrunk"), and the ratio of
+the predicted saving of the resolved findings to the measured one. The measured iteration period
+needs the same iteration unit on both sides: pairs whose iteration runs on a different number of
+threads or a different number of times (multictx: two contexts on two threads, each a batch in two;
+profiles: each context half of every batch) are shown but not judged.
+
+Fixtures come from ``tests/fixtures/traces/<name>/trace.sqlite.xz`` (decompressed once into a
+temporary folder by ``tests/sqltruth.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import sqltruth  # noqa: E402
+
+# (before, after, the NVTX iteration range both are timed by): each a fix of one thing
+PAIRS: list[tuple[str, str, str]] = [
+    ("ladder_baseline", "ladder_reuse", "infer"),
+    ("ladder_reuse", "ladder_pinned", "infer"),
+    ("ladder_pinned", "ladder_fp16", "infer"),
+    ("ladder_fp16", "ladder_overlap", "infer"),
+    ("ladder_overlap", "ladder_worker", "infer"),
+    ("ladder_worker", "ladder_graph", "infer"),
+    ("ladder_graph", "ladder_multictx", "infer"),
+    ("ladder_multictx", "ladder_profiles", "infer"),
+    ("ddp_serial", "ddp_overlap", "train_step"),
+    ("decode_eager", "decode_graph", "decode_token"),
+    ("launch_eager", "launch_graph", "step"),
+]
+# a rule still firing on `after` counts as resolved when its saving per iteration fell below this share of
+# what it was: a rule that keeps a material saving was not fixed by the step (serial-copy-compute after
+# pinning: the copies got shorter, the overlap fix is still to do), and crediting its whole saving to the
+# step would count a prediction the finding never made
+SHRUNK = 0.1
+
+
+@dataclass
+class Side:
+    name: str
+    period_ns: float | None  # median period by SQL
+    threads: int  # iteration sequences (threads) running the range
+    instances: int  # closed instances of the range
+    per_seq: int  # steady iterations of the longest sequence (nsysan's iteration model)
+    findings: list[dict] = field(default_factory=list)  # rule, impact_ns, estimate_ns, per_iter_ns
+
+
+@dataclass
+class Pair:
+    before: Side
+    after: Side
+    range_name: str
+
+    @property
+    def measured_ns(self) -> float | None:
+        b, a = self.before.period_ns, self.after.period_ns
+        return None if b is None or a is None else b - a
+
+    @property
+    def comparable(self) -> bool:
+        b, a = self.before, self.after
+        return b.threads == a.threads and b.instances == a.instances and self.measured_ns is not None
+
+    def resolved(self) -> list[tuple[dict, str]]:
+        """The findings on `before` that the fix resolved, with how: "gone" or "shrunk"."""
+        after = {}
+        for f in self.after.findings:
+            after[f["rule"]] = after.get(f["rule"], 0.0) + f["per_iter_ns"]
+        out = []
+        for f in self.before.findings:
+            if f["per_iter_ns"] <= 0:
+                continue
+            if f["rule"] not in after:
+                out.append((f, "gone"))
+            elif after[f["rule"]] < SHRUNK * f["per_iter_ns"]:
+                out.append((f, "shrunk"))
+        return out
+
+    @property
+    def predicted_ns(self) -> float:
+        return sum(f["per_iter_ns"] for f, _ in self.resolved())
+
+    @property
+    def ratio(self) -> float | None:
+        m = self.measured_ns
+        if m is None or m <= 0:
+            return None
+        return self.predicted_ns / m
+
+
+def fixture(name: str) -> Path:
+    return sqltruth.FIXTURES / name / "trace.sqlite.xz"
+
+
+def measured_period(name: str, range_name: str) -> tuple[float | None, int, int]:
+    """Median period of ``range_name`` by SQL (consecutive completions per thread, pooled), the
+    number of threads that run it and its number of instances."""
+    con = sqltruth.open_fixture(name)
+    try:
+        inst = sqltruth.range_instances(con, range_name)
+        threads = len({(r["pid"], r["tid"]) for r in inst})
+        return sqltruth.iteration_period_p50(con, range_name), threads, len(inst)
+    finally:
+        con.close()
+
+
+def side(name: str, range_name: str) -> Side:
+    import nsysan
+    from nsysan.analysis import analyze
+
+    period, threads, instances = measured_period(name, range_name)
+    con = sqltruth.open_export(fixture(name))  # the decompressed copy's path
+    path = con.execute("PRAGMA database_list").fetchone()[2]
+    con.close()
+    a = analyze(nsysan.open_trace(path), iteration_range=range_name)
+    t = a.iterations.table
+    steady = t.loc[~t["warmup"].to_numpy(dtype=bool)] if len(t) else t
+    per_seq = int(steady.groupby(["pid", "tid"]).size().max()) if len(steady) else 0
+    s = Side(name, period, threads, instances, per_seq)
+    for f in a.findings:
+        est = int(f.window.get("estimate_ns", f.impact_ns))
+        s.findings.append({"rule": f.rule, "impact_ns": int(f.impact_ns), "estimate_ns": est,
+                           "per_iter_ns": f.impact_ns / per_seq if per_seq else 0.0})
+    return s
+
+
+def calibrate(pairs: list[tuple[str, str, str]] | None = None) -> list[Pair]:
+    cache: dict[tuple[str, str], Side] = {}
+    out = []
+    for b, a, rng in pairs or PAIRS:
+        for n in (b, a):
+            if (n, rng) not in cache:
+                cache[(n, rng)] = side(n, rng)
+        out.append(Pair(cache[(b, rng)], cache[(a, rng)], rng))
+    return out
+
+
+def ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def report(pairs: list[Pair]) -> str:
+    lines = []
+    for p in pairs:
+        b, a = p.before, p.after
+        lines.append(f"== {b.name} -> {a.name} ('{p.range_name}', {b.per_seq} steady iterations per sequence)")
+        lines.append(f"   measured period (SQL p50): {ms(b.period_ns)} -> {ms(a.period_ns)} ms: change "
+                     f"{ms(p.measured_ns)} ms per iteration"
+                     + ("" if p.comparable else f"  [not comparable: {b.threads} vs {a.threads} threads, "
+                                                   f"{b.instances} vs {a.instances} instances]"))
+        resolved = {id(f): how for f, how in p.resolved()}
+        after_rules = {f["rule"] for f in a.findings}
+        for f in b.findings:
+            how = resolved.get(id(f), "fires" if f["rule"] in after_rules else "gone, no saving")
+            own = ms(f["estimate_ns"] / max(b.per_seq, 1))
+            est = "" if f["estimate_ns"] == f["impact_ns"] else f" (own estimate {own})"
+            lines.append(f"     {f['rule']:24s} {ms(f['per_iter_ns']):>8s} ms/iter{est:28s} {how}")
+        r = p.ratio
+        lines.append(f"   predicted by the resolved findings: {ms(p.predicted_ns)} ms per iteration; "
+                     f"predicted/measured = {'-' if r is None else f'{r:.2f}'}")
+    lines.append("")
+    lines.append(f"{'pair':40s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}  (ms per iteration)")
+    for p in pairs:
+        r = p.ratio
+        verdict = "not comparable" if not p.comparable else ("within 2x" if r is not None and 0.5 <= r <= 2 else
+                                                             "OFF")
+        lines.append(f"{p.before.name + ' -> ' + p.after.name:40s} {ms(p.measured_ns):>9s} {ms(p.predicted_ns):>9s} "
+                     f"{'-' if r is None else f'{r:.2f}':>6s}  {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    pairs = None
+    if argv:
+        by = {f"{b}:{a}": (b, a, r) for b, a, r in PAIRS}
+        pairs = [by[x] for x in argv]
+    print(report(calibrate(pairs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,243 @@
+"""Issue 38, item 9 (savings match what the fix delivers) and item 11's launch-bound part.
+
+Each pair of fixtures is one program recorded before and after one fix, on the same H200 (the
+ladder: ``workloads/ladder.py``, each step adding one fix; decode and launch loops eager and as
+CUDA Graphs; DDP without and with overlapped gradient all-reduce). The measured gain of the fix is
+the change of the iteration period: the median of consecutive completions of the NVTX iteration
+range per thread, by plain SQL on both exports (``tests/sqltruth.py``; completion = max(CPU end,
+end of the GPU ops launched inside)). The predicted gain is what nsysan's findings on ``before``
+that the fix resolved say per iteration: counted impact / steady iterations of one sequence, summed
+over the rules that no longer fire on ``after`` (or keep less than a tenth of their saving there:
+a rule that keeps a material saving was not what the step fixed). Predicted within 2x of measured,
+both ways. ``benchmarks/calibrate_savings.py`` prints the whole table.
+
+Before this change the pinned step predicted 2.19 ms per iteration (pageable-memcpy at an assumed 2x
+rate, sync-memcpy's share after serial-copy-compute took the copies) for a measured 7.75 ms (pinned
+copies ran 55 GB/s, pageable 9 GB/s), and launch-bound predicted 0.70 ms per decode token (launch
+API time above kernel time) for a measured 4.69 ms (the Python between launches).
+"""
+
+from __future__ import annotations
+
+import bisect
+import sqlite3
+import statistics
+from pathlib import Path
+
+import pytest
+
+import sqltruth
+
+# (before, after, NVTX iteration range)
+PAIRS = [
+    ("ladder_reuse", "ladder_pinned", "infer"),
+    ("ladder_pinned", "ladder_fp16", "infer"),
+    ("ladder_fp16", "ladder_overlap", "infer"),
+    ("ladder_overlap", "ladder_worker", "infer"),
+    ("ladder_worker", "ladder_graph", "infer"),
+    ("decode_eager", "decode_graph", "decode_token"),
+    ("launch_eager", "launch_graph", "step"),
+]
+# measured changes the saving models do not explain (the numbers: benchmarks/calibrate_savings.py)
+NOT_EXPLAINED = [
+    pytest.param("ladder_baseline", "ladder_reuse", "infer", marks=pytest.mark.xfail(strict=True, reason=(
+        "reuse measures -1.82 ms per batch; alloc-in-loop's cudaMalloc/cudaFree calls take 0.44 ms of it. The rest "
+        "is host code outside any CUDA call running slower in baseline (its 'Print Result' range 3.81 vs 3.04 ms "
+        "median, the Python between launches ~0.45 ms longer): nothing in the trace ties that to the allocations"))),
+    pytest.param("ddp_serial", "ddp_overlap", "train_step", marks=pytest.mark.xfail(strict=True, reason=(
+        "overlapping the all-reduce measured -0.03 ms per step for 0.69 ms of exposed communication per step: the "
+        "overlapped NCCL kernels slowed the compute they ran beside (compute per step 6.84 -> 7.25 ms), and "
+        "exposed-communication's model does not count that contention"))),
+]
+SHRUNK = 0.1
+
+_analyses: dict[tuple[str, str], object] = {}
+
+
+@pytest.fixture(scope="module")
+def analysed(load):
+    from nsysan.analysis import analyze
+
+    def _get(name: str, rng: str):
+        if (name, rng) not in _analyses:
+            _analyses[(name, rng)] = analyze(load(name), iteration_range=rng)
+        return _analyses[(name, rng)]
+
+    return _get
+
+
+def _con(fixture_dir: Path, name: str) -> sqlite3.Connection:
+    return sqltruth.open_export(fixture_dir / f"{name}.sqlite")
+
+
+def _period(fixture_dir: Path, name: str, rng: str) -> float:
+    con = _con(fixture_dir, name)
+    try:
+        p = sqltruth.iteration_period_p50(con, rng)
+    finally:
+        con.close()
+    assert p is not None
+    return float(p)
+
+
+def _per_seq(a) -> int:
+    t = a.iterations.table
+    steady = t.loc[~t["warmup"].to_numpy(dtype=bool)]
+    return int(steady.groupby(["pid", "tid"]).size().max())
+
+
+def _per_iteration(a) -> dict[str, float]:
+    n = _per_seq(a)
+    out: dict[str, float] = {}
+    for f in a.findings:
+        out[f.rule] = out.get(f.rule, 0.0) + f.impact_ns / n
+    return out
+
+
+def _predicted(before, after) -> tuple[float, list[str]]:
+    b, a = _per_iteration(before), _per_iteration(after)
+    resolved = [r for r, v in b.items() if v > 0 and a.get(r, 0.0) < SHRUNK * v]
+    return sum(b[r] for r in resolved), sorted(resolved)
+
+
+def _check_pair(fixture_dir, analysed, before: str, after: str, rng: str) -> None:
+    measured = _period(fixture_dir, before, rng) - _period(fixture_dir, after, rng)
+    predicted, rules = _predicted(analysed(before, rng), analysed(after, rng))
+    assert measured > 0
+    assert rules, "no finding on the first trace was resolved by the fix"
+    assert measured / 2 <= predicted <= measured * 2, (
+        f"{before} -> {after}: resolved {rules} predict {predicted / 1e6:.3f} ms per iteration, "
+        f"measured {measured / 1e6:.3f} ms")
+
+
+@pytest.mark.parametrize("before,after,rng", PAIRS + NOT_EXPLAINED)
+def test_predicted_saving_matches_the_measured_fix(fixture_dir, analysed, before, after, rng):
+    """GIVEN a program recorded before and after one fix WHEN nsysan analyses both THEN the findings
+    the fix resolved predicted the measured change of the iteration period (SQL) within 2x."""
+    _check_pair(fixture_dir, analysed, before, after, rng)
+
+
+def _launch_truth(con: sqlite3.Connection, rng: str) -> tuple[int, int, int]:
+    """Per instance of ``rng``: the kernels launched inside it on its thread (KERNEL rows whose
+    launching call, same process and correlation id, started in the range), the CPU span from the
+    first such call's start to the last one's end, and the time inside that span when no GPU op of
+    any process ran on the kernels' device; medians over the instances."""
+    rows = con.execute("""
+        SELECT n.rowid, COUNT(*), MIN(r.start), MAX(r.end), MIN(k.deviceId)
+        FROM NVTX_EVENTS n
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = n.globalTid AND r.start >= n.start AND r.start <= n.end
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+             AND (k.globalPid >> 24) = (r.globalTid >> 24)
+        WHERE n.end IS NOT NULL AND (n.text = :n OR n.textId IN (SELECT id FROM StringIds WHERE value = :n))
+        GROUP BY n.rowid""", {"n": rng}).fetchall()
+    assert rows and len({r[4] for r in rows}) == 1
+    dev = int(rows[0][4])
+    ops = " UNION ALL ".join(f"SELECT start, end FROM {t} WHERE deviceId = {dev}" for t in sqltruth.gpu_tables(con))
+    merged: list[list[int]] = []
+    for s, e in con.execute(f"SELECT start, end FROM ({ops}) ORDER BY start"):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    starts = [m[0] for m in merged]
+    before = [0]  # busy time before each merged interval
+    for s, e in merged:
+        before.append(before[-1] + e - s)
+
+    def busy_until(t: int) -> int:
+        i = bisect.bisect_right(starts, t)
+        return before[i - 1] + min(t, merged[i - 1][1]) - merged[i - 1][0] if i else 0
+
+    idle = [(t1 - t0) - (busy_until(t1) - busy_until(t0)) for _, _, t0, t1, _ in rows]
+    return (int(statistics.median(r[1] for r in rows)), int(statistics.median(r[3] - r[2] for r in rows)),
+            int(statistics.median(idle)))
+
+
+LAUNCH_PAIRS = [("decode_eager", "decode_graph", "decode_token"), ("launch_eager", "launch_graph", "step")]
+
+
+@pytest.mark.parametrize("eager,graph,rng", LAUNCH_PAIRS)
+def test_launch_bound_counts_the_wait_for_launches(fixture_dir, analysed, eager, graph, rng):
+    """GIVEN an eager loop of small kernels launched one by one from Python (the GPU busy ~7% of
+    the time) and the same loop replayed as a CUDA Graph WHEN nsysan analyses the eager one THEN
+    launch-bound is its largest saving, names the range the launches happen in and the kernels per
+    iteration (SQL), counts the GPU's idle time inside the CPU span of the launches (SQL), and that
+    saving per iteration is within 2x of what the graph measured (SQL)."""
+    a = analysed(eager, rng)
+    f = next(f for f in a.findings if f.rule == "launch-bound")
+    assert f.impact_ns == max(x.impact_ns for x in a.findings)
+    con = _con(fixture_dir, eager)
+    try:
+        kernels, span, idle = _launch_truth(con, rng)
+    finally:
+        con.close()
+    assert f"launches {kernels} kernels" in f.message
+    assert f"inside NVTX range '{rng}'" in f.message
+    estimate = f.window.get("estimate_ns", f.impact_ns) / _per_seq(a)
+    assert 0.8 * idle <= estimate <= idle * 1.05 <= span, (estimate, idle, span)
+    measured = _period(fixture_dir, eager, rng) - _period(fixture_dir, graph, rng)
+    per_iteration = f.impact_ns / _per_seq(a)
+    assert measured / 2 <= per_iteration <= measured * 2, (per_iteration, measured)
+
+
+@pytest.mark.parametrize("name,where", [("hf_generate", "request"), ("serve_loop", "forward")])
+def test_launch_bound_in_a_serving_loop(fixture_dir, analysed, name, where):
+    """GIVEN a serving loop per request: transformers' generate (32 tokens, ~220 small kernels a
+    token, a sync a token), or host work (prepare, schedule: ~6 ms) then 4 tokens each holding an
+    eager ``forward`` of 280 kernels (~5 ms of CPU for ~0.65 ms of GPU) and a sync WHEN analysed
+    per request THEN launch-bound is the largest saving, names the range the launches happen in
+    (``forward``, not the request) and the kernels per request (SQL), and counts per request the GPU
+    idle time inside the CPU span of the request's launches (SQL), less the few long host pauses
+    between launches, which are other work (host-bound-gap's)."""
+    a = analysed(name, "request")
+    f = next(f for f in a.findings if f.rule == "launch-bound")
+    assert f.impact_ns == max(x.impact_ns for x in a.findings)
+    con = _con(fixture_dir, name)
+    try:
+        kernels, span, idle = _launch_truth(con, "request")
+    finally:
+        con.close()
+    assert f"launches {kernels} kernels" in f.message
+    assert f"inside NVTX range '{where}'" in f.message
+    estimate = f.window.get("estimate_ns", f.impact_ns) / _per_seq(a)
+    assert 0.8 * idle <= estimate <= idle * 1.05 <= span, (estimate, idle, span)
+
+
+def _eager_loop(steps: int, kernels: int, pause_after: int | None = None, pause_us: int = 3000):
+    """A hand-built eager loop: ``steps`` NVTX ``step`` ranges 1 ms apart, each launching ``kernels``
+    kernels every 30 us (a 5 us launch call, the kernel 8..10 us after the call starts), with an
+    optional pause of ``pause_us`` of other host work after launch ``pause_after``."""
+    import factories as F
+
+    us = 1000
+    k_rows, a_rows, n_rows = [], [], []
+    t = 1_000 * us
+    corr = 1
+    for _ in range(steps):
+        t0 = t
+        for i in range(kernels):
+            a_rows.append((t, t + 5 * us, "cudaLaunchKernel", corr))
+            k_rows.append((t + 8 * us, t + 10 * us, 7))
+            corr += 1
+            t += 30 * us + (pause_us * us if pause_after is not None and i == pause_after else 0)
+        n_rows.append((t0 - 10 * us, t, "step"))
+        t += 1_000 * us
+    return F.make_trace(kernels=F.kernels(k_rows), cuda_api=F.api(a_rows), nvtx=F.nvtx(n_rows))
+
+
+@pytest.mark.parametrize("pause_after", [None, 99])
+def test_launch_bound_counts_idle_inside_launch_runs_only(pause_after):
+    """GIVEN 20 steps of 200 kernels of 2 us launched every 30 us (by construction: a run of
+    launches spans 199 x 30 + 5 us with 199 kernels inside it, the 200th starting after the last
+    call ends: 5975 - 398 = 5577 us idle a step), once with a 3 ms pause of other host work in the
+    middle of each step (two runs of 2975 - 198 = 2777 us idle each: 5554 us; the pause is not
+    launching) WHEN analysed THEN launch-bound counts exactly that idle time per step."""
+    from nsysan.analysis import analyze
+
+    a = analyze(_eager_loop(20, 200, pause_after))
+    f = next(f for f in a.findings if f.rule == "launch-bound")
+    per_step = 5577_000 if pause_after is None else 2 * 2777_000
+    n = _per_seq(a)
+    assert n >= 18
+    assert f.window.get("estimate_ns", f.impact_ns) == per_step * n
+    assert "launches 200 kernels" in f.message and "inside NVTX range 'step'" in f.message
