@@ -311,7 +311,11 @@ def idle_gaps(conn: sqlite3.Connection, min_gap_ns: int = 10_000) -> dict[tuple[
         for i, (_, s, e, corr, gpid) in enumerate(g):
             s, e = int(s), int(e)
             if run_end is not None and s - run_end >= min_gap_ns:
-                enders = [r for r in g[i:] if int(r[1]) == s and int(r[2]) == e]
+                enders, j = [], i  # rows are sorted by (start, end): those starting at s follow row i
+                while j < len(g) and int(g[j][1]) == s:
+                    if int(g[j][2]) == e:
+                        enders.append(g[j])
+                    j += 1
                 launched = {calls.get((int(r[4]) >> 24, int(r[3]) if r[3] is not None else -1)) for r in enders}
                 call = next(iter(launched))
                 out[(dev, run_end, s)] = {"gtid": None if call is None else call[0],
