@@ -333,7 +333,7 @@ class ThreadActivity:
                 swept = (st, en, np.asarray(codes))
                 continue
             if overlapping:  # nested or overlapping calls/ranges: the latest-starting one owns each moment
-                st, en, owner = iv.innermost(st, en)
+                st, en, owner = innermost(st, en)
                 codes = np.asarray(codes)[owner]
             st, en, codes = _minus(st, en, np.asarray(codes), *above)
             if st.size == 0:
@@ -508,6 +508,77 @@ def _touching(st: np.ndarray, en: np.ndarray, reach: Reach, wl: np.ndarray, wh: 
     return np.flatnonzero(hit)
 
 
+INNERMOST_ROUNDS = 64  # ``innermost``'s passes before it hands a deeply nested set to ``iv.innermost``
+
+
+def innermost(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``iv.innermost`` (the same segments, owners and dtypes) with numpy passes instead of a Python
+    loop over the intervals: at every distinct bound b the owner is the latest-starting interval open
+    there, max{i: starts[i] <= b < ends[i]}; runs of one owner are joined. It is found by walking back
+    from the last interval starting by b along ``previous later end`` links (each interval's nearest
+    earlier one ending after it: the intervals skipped all end no later, so none is open at b), all
+    bounds at once, one link a pass: as many passes as the calls nest deep. The links come from the
+    same walk, by pointer jumping. ``starts`` sorted. The 245 MB trace's 1.2M nested OS runtime
+    calls: 0.7 s in the loop. Past ``INNERMOST_ROUNDS`` passes (calls nested that deep) the loop."""
+    st = np.asarray(starts, dtype=np.int64)
+    en = np.asarray(ends, dtype=np.int64)
+    n = st.size
+    if n == 0:
+        return st.copy(), en.copy(), np.empty(0, dtype=np.int64)
+    # up[i]: the nearest i' < i with en[i'] > en[i] (-1: none); none where en[i] is the running maximum
+    up = np.arange(-1, n - 1, dtype=np.int64)
+    act = np.flatnonzero(en[1:] >= en[:-1]) + 1  # the previous interval ends no later: look further back
+    run = np.maximum.accumulate(en)
+    top = en[act] >= run[act - 1]
+    up[act[top]] = -1
+    act = act[~top]
+    del run, top
+    for _ in range(INNERMOST_ROUNDS + 1):
+        if not act.size:
+            break
+        # (every interval between up[i] and i ends no later than i, so jumping over up[up[i]]'s keeps it so)
+        nxt = up[up[act]]
+        up[act] = nxt
+        act = act[nxt >= 0]
+        act = act[en[up[act]] <= en[act]]
+    else:
+        return iv.innermost(st, en)
+    # the distinct bounds (starts, then ends: two sorted runs, or nearly, which a stable sort merges)
+    b = np.sort(np.concatenate([st, en]), kind="stable")
+    if b.size > 1:
+        new = np.empty(b.size, dtype=bool)
+        new[0] = True
+        np.not_equal(b[1:], b[:-1], out=new[1:])
+        b = b[new]
+        del new
+    if b.size < 2:
+        empty = np.empty(0, np.int64)
+        return empty, empty.copy(), empty.copy()
+    own = iv.search(st, b[:-1], side="right")  # the last interval starting by each bound
+    own -= 1
+    q = np.flatnonzero(own >= 0)
+    q = q[en[own[q]] <= b[q]]  # closed by then: walk back
+    for _ in range(INNERMOST_ROUNDS + 1):
+        if not q.size:
+            break
+        nxt = up[own[q]]
+        own[q] = nxt
+        q = q[nxt >= 0]
+        q = q[en[own[q]] <= b[q]]
+    else:
+        return iv.innermost(st, en)
+    # own[k] holds [b[k], b[k + 1]): runs of one owner joined, the unowned dropped
+    first = np.empty(own.size, dtype=bool)
+    first[0] = True
+    np.not_equal(own[1:], own[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    del first
+    stop = b[np.append(at[1:], own.size)]
+    who = own[at]
+    keep = who >= 0
+    return b[at[keep]], stop[keep], who[keep]
+
+
 def _join_column(cols: list[list[np.ndarray]], k: int, dtype: type) -> np.ndarray:
     """Column ``k`` of the parts ``cols`` concatenated (as ``dtype``), each part's piece released."""
     out = np.concatenate([c[k] for c in cols], dtype=dtype, casting="same_kind")
@@ -577,8 +648,8 @@ def _minus(st: np.ndarray, en: np.ndarray, codes: np.ndarray, ms: np.ndarray,
     big = np.iinfo(np.int64)
     cs = np.concatenate([np.array([big.min], np.int64), me])  # the set's complement: before, between, after
     ce = np.concatenate([ms, np.array([big.max], np.int64)])
-    j0 = np.searchsorted(ce, st, side="right")  # first hole ending after the segment starts
-    j1 = np.searchsorted(cs, en, side="left")  # first hole starting at or after it ends
+    j0 = iv.search(ce, st, side="right")  # first hole ending after the segment starts
+    j1 = iv.search(cs, en, side="left")  # first hole starting at or after it ends
     seg, j = _spans(j0, j1)
     del j0, j1
     s = np.maximum(st[seg], cs[j])

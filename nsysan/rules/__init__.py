@@ -85,7 +85,7 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
     steady = analysis.steady
     whole = getattr(steady, "label", "") != "steady state"  # no iteration model: the window is the capture
-    n_steady = int(analysis.iterations.stats.get("count", 0) or 0) if not whole else 0
+    n_steady = 0 if whole else steps_per_sequence(analysis.iterations.table)
     out = []
     for f in allocate(findings):
         f = graded(f)
@@ -103,9 +103,22 @@ def ranked(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.impact_ns <= 0, -int(f.impact_ns), -int(f.severity), f.rule))
 
 
+def steps_per_sequence(table: Any) -> int:
+    """The steady iterations of the longest sequence (thread or rank): the steps a saving over the
+    window is spread over. Sequences (ranks, worker threads) run at once, so a window that holds 30
+    steps of each of two ranks holds 30 steps, not 60."""
+    if table is None or len(table) == 0:
+        return 0
+    t = table.loc[~table["warmup"].to_numpy(dtype=bool)]
+    if len(t) == 0:
+        return 0
+    return int(t.groupby(["pid", "tid"], sort=False).size().max())
+
+
 def per_iteration(f: Finding, steady: Any, n_steady: int) -> int | None:
     """The finding's counted saving divided by the steady iterations of its window, when that window
-    is the steady state of the iteration model (``n_steady`` iterations); else None."""
+    is the steady state of the iteration model (``n_steady`` iterations of one sequence:
+    ``steps_per_sequence``); else None."""
     w = f.window
     if f.impact_ns <= 0 or n_steady <= 0 or w.get("label") != "steady state" \
             or int(w.get("start_ns", -1)) != steady.start_ns or int(w.get("end_ns", -1)) != steady.end_ns:
