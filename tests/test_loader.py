@@ -36,8 +36,10 @@ def test_gpu_fixture_recorded_on_the_h200(name, load):
     trace = load(name)
     assert trace.meta.nsys_version.startswith("2025.3")
     assert len(trace.kernels) + len(trace.graph_launches) > 0
-    # one GPU, or two for the recordings made on nvidia-h200-x2 (workloads/ddp.py, waits.py; not diagnose.py)
-    two = name.startswith(("ddp_", "tp", "fsdp", "pipeline", "waits_python", "waits_phases"))  # nvidia-h200-x2
+    # one GPU, or two for the recordings made on nvidia-h200-x2 (workloads/ddp.py, waits.py, and issue 38's
+    # record_issue38.sh: every one of its fixtures, single-GPU programs included; not diagnose.py)
+    two = name.startswith(("ddp_", "tp", "fsdp", "pipeline", "waits_python", "waits_phases", "grad_accum",
+                           "nested_steps", "serve_loop", "threads_loops"))  # nvidia-h200-x2
     assert len(trace.gpus) == (2 if two else 1) and set(trace.gpus["name"]) == {"NVIDIA H200"}
 
 

@@ -146,9 +146,8 @@ def test_openacc_export_gets_openacc_advice_not_pytorch():
     assert "OpenACC" in p.frameworks and p.python is False and not p.torch
 
 
-# rules owned by other helpers of issue 38 that still word their fixes without the Program
-# (launch-bound names torch.cuda.CUDAGraph / torch.compile on any trace): left out on the traces where they fire
-OTHERS_RULES = {"launch-bound", "timing-unsynchronized"}
+# every rule writes its advice from the Program: none is left out of the checks
+OTHERS_RULES: set[str] = set()
 
 CPP_EXPORTS = ["IkerCanut__fire_spread__report1", "IllusiveAldebaran__nussinov-gpu__report6",
                "purdue-ece60827-sp25__cuda-assignment-1-li3878__profile_report", "wenscarl__cutlass_benchmark__report1",
@@ -173,3 +172,35 @@ def test_native_exports_get_no_pytorch_advice(stem):
     for f in pm:
         assert ("cudaMallocHost" in f.suggestion or "#pragma omp" in f.suggestion), f.suggestion
     assert a.program.python is False and a.program.native
+
+
+def test_one_backward_kernel_in_a_test_run_is_not_a_training_loop():
+    """NVIDIA Fuser's pytest export ran one ``nll_loss_backward`` kernel among a handful (SQL): a test
+    that calls backward once is not a training loop, so no training advice (DataLoader, autocast)."""
+    path = CORPUS / "NVIDIA__Fuser__report1.sqlite"
+    if not path.exists():
+        pytest.skip("public exports absent")
+    conn = open_export(path)
+    n_bwd = _backward_or_optimizer_kernels(conn)
+    assert 0 < n_bwd < 3
+    a = analyze(nsysan.open_trace(path))
+    assert a.program.kind != "training"
+    assert not [r for r, t in _texts(a) if "DataLoader" in t or "GradScaler" in t]
+
+
+@pytest.mark.parametrize("stem", ["cestwc__balinski-and-gomory-cuda__report11", "kmcho2019__Rodinia_3.1_Gaussian__report2",
+                                  "caoye310__Lower-Triangular-Solves__report1"])
+def test_launch_and_timing_advice_of_native_programs_names_no_pytorch(stem):
+    """Native programs where launch-bound, timing-unsynchronized or gpu-low-util fire: their advice is
+    CUDA's (graphs, events), never torch.compile / torch.cuda.CUDAGraph (no PyTorch kernel by SQL,
+    the profiled process is not Python)."""
+    path = CORPUS / f"{stem}.sqlite"
+    if not path.exists():
+        pytest.skip("public export absent")
+    conn = open_export(path)
+    procs = _profiled_process_names(conn)
+    assert procs and not any(PYTHON_NAME.search(p) for p in procs)
+    assert _kernel_count(conn, "%at::native%") == 0
+    a = analyze(nsysan.open_trace(path))
+    texts = _texts(a)
+    assert texts and not [r for r, t in texts if PYTORCH_WORDS.search(t)], texts

@@ -18,7 +18,8 @@ STEP = 10_000_000  # 10 ms
 
 def _rank(pid: int, dev: int, late_ns: int, corr0: int, n: int = 12) -> dict[str, pd.DataFrame]:
     """``n`` 'train_step' ranges of one rank. Each: the host works ``late_ns`` before launching a 4 ms
-    compute kernel, then an all-reduce that ends for every rank 1 ms after the latest rank arrives."""
+    compute kernel, then an all-reduce that ends for every rank 1 ms after the latest rank arrives,
+    and waits for it (a cudaStreamSynchronize: the step reads its loss)."""
     gpid = (1 << 48) | (pid << 24)
     k_rows, names, a_rows, nv = [], [], [], []
     corr = corr0
@@ -36,6 +37,8 @@ def _rank(pid: int, dev: int, late_ns: int, corr0: int, n: int = 12) -> dict[str
         names.append(NCCL)
         a_rows.append((arrive - 30_000, arrive - 20_000, "cudaLaunchKernel", corr))
         corr += 1
+        # the step ends reading its loss (``.item()``): the host waits for the all-reduce to finish
+        a_rows.append((arrive - 10_000, last + 1_000_000 + 5_000, "cudaStreamSynchronize", 900_000 + corr))
     k = F.kernels(k_rows, corr_start=corr0).assign(name=pd.Categorical(names), device_id=dev, pid=pid,
                                                    global_pid=gpid)
     a = F.api(a_rows, tid=pid).assign(pid=pid, global_pid=gpid, global_tid=gpid | pid, tid=pid)
@@ -84,13 +87,36 @@ def test_ranks_in_step_name_no_straggler():
     assert not [x for x in a.findings if x.rule == "rank-imbalance"]
 
 
-def test_collective_counts_that_differ_are_not_aligned():
+def test_collective_counts_that_differ_by_one_are_aligned_on_those_that_run_together():
+    """Issue 38 item 4: one rank's capture holds one collective fewer (its last one dropped): the
+    others' k-th collectives still run at the same time as its k-th, so they are aligned on those
+    and the straggler is still named, never dropped silently."""
     t = _trace([0, 3_000_000])
     k = t.kernels
-    drop = k.index[(k["pid"] == 200) & (k["name"].astype(str) == NCCL)][-1]
+    whole = analyze_ranks(analyze(t))
+    for which in (-1, 0):  # the last one, or the first one
+        drop = k.index[(k["pid"] == 200) & (k["name"].astype(str) == NCCL)][which]
+        from dataclasses import replace
+
+        a = analyze(replace(t, kernels=k.drop(index=drop).reset_index(drop=True)))
+        r = analyze_ranks(a)
+        assert not r.not_aligned and len(r.aligned)
+        assert r.straggler is not None and r.straggler["rank"] == whole.straggler["rank"]
+        assert "different numbers" in r.verdict and "aligned on" in r.verdict
+
+
+def test_collectives_that_never_run_together_are_not_aligned():
+    """Counts that differ and no shift under which the k-th kernels of both ranks overlap in time
+    (here: one rank's collectives all moved far away): not aligned, and the verdict says why."""
+    t = _trace([0, 3_000_000])
+    k = t.kernels
     from dataclasses import replace
 
-    a = analyze(replace(t, kernels=k.drop(index=drop).reset_index(drop=True)))
+    sel = ((k["pid"] == 200) & (k["name"].astype(str) == NCCL)).to_numpy()
+    drop = k.index[sel][-1]
+    moved = k.assign(start_ns=np.where(sel, k["start_ns"] + 10**12, k["start_ns"]),
+                     end_ns=np.where(sel, k["end_ns"] + 10**12, k["end_ns"]))
+    a = analyze(replace(t, kernels=moved.drop(index=drop).sort_values("start_ns", kind="stable").reset_index(drop=True)))
     r = analyze_ranks(a)
     assert r.straggler is None and r.not_aligned and "different numbers" in r.not_aligned[0]
 

@@ -25,7 +25,9 @@ Read once per distinct value, never per row (a 2.4M-row API table has a few doze
   the export lists;
 * **CUDA API names**: OpenACC's runtime (``acc_*``).
 
-``kind``: "training" when any training evidence is present (backward or optimizer work decides:
+``kind``: "training" when training evidence recurs (``MIN_TRAINING_REPEATS`` backward-pass kernels,
+optimizer kernels or training ranges: a test that calls backward once is not a training loop; backward
+or optimizer work decides:
 a training loop may also hold ``eval`` ranges); else "inference" when inference evidence is present,
 or when PyTorch ran at least ``MIN_FORWARD_KERNELS`` kernels with no backward or optimizer kernel
 among them (forward passes only); else "unknown". ``python``: True on Python evidence (a Python
@@ -47,6 +49,7 @@ from nsysan.analyses.libranges import library_of
 
 TRAINING, INFERENCE, UNKNOWN = "training", "inference", "unknown"
 MIN_FORWARD_KERNELS = 100  # PyTorch kernels without a backward one that make a forward-only program
+MIN_TRAINING_REPEATS = 3  # backward kernels, optimizer kernels or training ranges that make a training loop
 MAX_RANGE_NAMES = 5_000  # distinct NVTX range names read (the most frequent), so NVTX-heavy traces stay fast
 
 # framework labels (Program.frameworks)
@@ -283,7 +286,10 @@ def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any 
         pnames = sorted({str(n) for n in pr.loc[pr["pid"].isin(list(pids)).to_numpy(), "name"].dropna().astype(str)})
 
     # kind
-    if n_bwd or n_opt or n_trr or autograd or n_utr:
+    # training repeats: a backward pass or an optimizer step seen a few times (a test run that calls
+    # backward once, NVIDIA Fuser's pytest with one nll_loss_backward kernel, is not a training loop)
+    if n_bwd >= MIN_TRAINING_REPEATS or n_opt >= MIN_TRAINING_REPEATS or n_trr >= MIN_TRAINING_REPEATS \
+            or n_utr >= MIN_TRAINING_REPEATS:
         why = []
         if n_bwd:
             why.append(f"{n_bwd:,} backward-pass kernels such as {ex_bwd}")

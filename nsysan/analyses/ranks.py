@@ -54,6 +54,8 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import name_in
+from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 
 LATE_SHARE = 0.5
 MIN_MARGIN_FRAC = 0.05
@@ -90,29 +92,40 @@ class RankAnalysis:
 
 
 def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] | None = None
-          ) -> tuple[pd.DataFrame, list[str]]:
+          ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The k-th collective of each type on every rank, over all of ``comm`` (the whole capture):
     start, end, last_start, wait_ns, transfer_ns, and whether this rank arrived last; then the rows
-    whose last arrival is in ``window``. ``comm`` needs pid, start_ns, end_ns, collective. Returns
-    (aligned, the types not aligned with why)."""
+    whose last arrival is in ``window``. ``comm`` needs pid, start_ns, end_ns, collective. When the
+    ranks issued different numbers of a type over the capture, they are aligned on those that run at
+    the same time on every rank (``_matching_offsets``), else that type is not aligned. Returns
+    (aligned, the types not aligned with why, the types aligned on part of their sequence with why)."""
     cols = ["collective", "k", "rank", "pid", "start_ns", "end_ns", "last_start_ns", "wait_ns", "transfer_ns",
             "last", "lead_ns"]
     if len(comm) == 0 or len(rank_of) < 2:
-        return pd.DataFrame(columns=cols), []
+        return pd.DataFrame(columns=cols), [], []
     c = comm.loc[(comm["collective"] != "Reduce (1 rank)") & comm["pid"].isin(list(rank_of))]
-    parts, skipped = [], []
+    parts, skipped, trimmed = [], [], []
     for coll, g in c.groupby("collective", sort=True):
         per = {int(p): x.sort_values("start_ns", kind="stable") for p, x in g.groupby("pid", sort=True)}
         counts = {p: len(x) for p, x in per.items()}
         if len(per) < 2:
             continue
-        if len(set(counts.values())) != 1:
-            skipped.append(f"{coll}: ranks issued different numbers over the capture "
-                           f"({', '.join(f'rank {rank_of[p]}: {k}' for p, k in sorted(counts.items()))}), so the "
-                           "k-th of one rank is not known to be the k-th of another")
-            continue
-        n = next(iter(counts.values()))
         pids = sorted(per)
+        if len(set(counts.values())) != 1:
+            offsets = _matching_offsets({p: per[p] for p in pids})
+            if offsets is None:
+                skipped.append(f"{coll}: ranks issued different numbers over the capture "
+                               f"({', '.join(f'rank {rank_of[p]}: {k}' for p, k in sorted(counts.items()))}) and no "
+                               "shift of one sequence against the other makes the k-th of every rank run at the same "
+                               "time, so the k-th of one rank is not known to be the k-th of another")
+                continue
+            n = min(counts.values())
+            trimmed.append(f"{coll}: ranks issued different numbers over the capture "
+                           f"({', '.join(f'rank {rank_of[p]}: {k}' for p, k in sorted(counts.items()))}): aligned on "
+                           f"the {n} that run at the same time on every rank (the rest lie outside another rank's "
+                           "capture)")
+            per = {p: per[p].iloc[offsets[p]:offsets[p] + n] for p in pids}
+        n = min(len(x) for x in per.values())
         st = np.stack([per[p]["start_ns"].to_numpy(dtype=np.int64) for p in pids])  # ranks x k
         en = np.stack([per[p]["end_ns"].to_numpy(dtype=np.int64) for p in pids])
         last = st.max(axis=0)
@@ -127,7 +140,39 @@ def align(comm: pd.DataFrame, rank_of: dict[int, int], window: tuple[int, int] |
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
     if window is not None and len(out):
         out = out.loc[(out["last_start_ns"] >= window[0]) & (out["last_start_ns"] < window[1])]
-    return out[cols].reset_index(drop=True), skipped
+    return out[cols].reset_index(drop=True), skipped, trimmed
+
+
+MAX_SHIFT = 64  # collectives one rank may have beyond another's (a capture that starts or stops between them)
+MIN_MATCHED = 0.99  # share of the k-th collectives that must run at the same time on both ranks
+
+
+def _matching_offsets(per: dict[int, pd.DataFrame]) -> dict[int, int] | None:
+    """For ranks that issued different numbers of one collective over the capture (one rank's capture
+    began or ended between two of them), where each rank's sequence starts so that the k-th of every
+    rank is the same collective: a collective's kernels run at the same time on every rank (each
+    waits for the others), so the k-th kernels of two ranks must overlap in time. The rank with the
+    fewest is the reference; each other rank's shift (at most ``MAX_SHIFT``) is the one under which
+    at least ``MIN_MATCHED`` of the pairs overlap, the best such; None when a rank has none."""
+    ref = min(per, key=lambda p: (len(per[p]), p))
+    n = len(per[ref])
+    if n == 0:
+        return None
+    rs, re_ = per[ref]["start_ns"].to_numpy(dtype=np.int64), per[ref]["end_ns"].to_numpy(dtype=np.int64)
+    out = {ref: 0}
+    for p, x in per.items():
+        if p == ref:
+            continue
+        ps, pe = x["start_ns"].to_numpy(dtype=np.int64), x["end_ns"].to_numpy(dtype=np.int64)
+        best, best_frac = None, 0.0
+        for o in range(min(len(x) - n, MAX_SHIFT) + 1):
+            frac = float(np.mean((ps[o:o + n] <= re_) & (rs <= pe[o:o + n])))
+            if frac > best_frac:
+                best, best_frac = o, frac
+        if best is None or best_frac < MIN_MATCHED or len(x) - n > MAX_SHIFT:
+            return None
+        out[p] = best
+    return out
 
 
 def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str, Any]]:
@@ -173,6 +218,7 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
+            "host_wait_per_iter_ns": max(-1, _host_wait(a, int(pid), lo, hi) // n),
             "host_idle_activity": top, "window": [lo + offset_ns, hi + offset_ns],
             "iteration_end_ns": (it["end_ns"].to_numpy(dtype=np.int64) + offset_ns).tolist() if len(it) else [],
             "comm": {"start_ns": (every["start_ns"].to_numpy() + offset_ns).tolist(),
@@ -181,6 +227,29 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             "comm_exposed": {"start_ns": (exp_s + offset_ns).tolist(), "end_ns": (exp_e + offset_ns).tolist()},
             "lanes": _lanes(a, pid, dev, bd, offset_ns)})
     return out
+
+
+HOST_WAIT_MIN_NS = 100_000  # a CUDA call this long blocks the host (a full launch queue, a wait)
+SYNC_COPIES = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemset", "cuMemcpy", "cuMemcpyDtoH",
+               "cuMemcpyHtoD", "cuMemcpyDtoD")
+
+
+def _host_wait(a: Any, pid: int, lo: int, hi: int) -> int:
+    """The time process ``pid``'s threads spent blocked in CUDA calls in [lo, hi): synchronization
+    calls, synchronous copies and memsets, and any call of at least ``HOST_WAIT_MIN_NS`` (a full
+    launch queue), clipped. What a rank's host waited for its GPU: the most its step can shrink when
+    its GPU stops waiting for a straggler (the rest of its step is its own host work). -1 when none
+    of its CUDA calls is traced in the window (its host is not known: no bound)."""
+    api = a.trace.cuda_api
+    if len(api) == 0:
+        return -1
+    st, en = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
+    rows = np.flatnonzero((api["pid"].to_numpy() == pid) & (st < hi) & (en > lo))
+    if rows.size == 0:  # no CUDA call of this rank traced in the window: its host is not known
+        return -1
+    s, e = np.maximum(st[rows], lo), np.minimum(en[rows], hi)
+    sel = name_in(api["name"].iloc[rows], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) | ((e - s) >= HOST_WAIT_MIN_NS)
+    return int((e[sel] - s[sel]).sum())
 
 
 LANE_ITERATIONS = 2
@@ -230,7 +299,7 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
     comm = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     lo = max(p["window"][0] for p in ps)
     hi = min(p["window"][1] for p in ps)
-    aligned, skipped = align(comm, rank_of, (lo, hi) if hi > lo else None)
+    aligned, skipped, trimmed = align(comm, rank_of, (lo, hi) if hi > lo else None)
     if len(aligned):
         aligned = aligned.assign(pid=[ps[i]["pid"] for i in aligned["pid"].to_numpy()])
     rows = []
@@ -260,6 +329,7 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
                      "wait_per_iter_ns": int(al["wait_ns"].sum() / n) if len(al) else 0,
                      "transfer_per_iter_ns": int(al["transfer_ns"].sum() / n) if len(al) else 0,
                      "host_idle_per_iter_ns": p["host_idle_per_iter_ns"], "host_idle_activity": p["host_idle_activity"],
+                     "host_wait_per_iter_ns": int(p.get("host_wait_per_iter_ns", -1)),
                      "arrived_last": int(al["last"].sum()) if len(al) else 0, "collectives": int(len(al)),
                      "window_iterations": n_win, "wait_ns": int(al["wait_ns"].sum()) if len(al) else 0,
                      "wait_exposed_ns": int(exp_wait)})
@@ -271,6 +341,8 @@ def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis
     straggler, verdict = _straggler(ranks, aligned, iter_ns, skipped)
     if skipped and len(aligned):
         verdict += " (not aligned: " + "; ".join(skipped) + ")"
+    if trimmed and len(aligned):
+        verdict += " (" + "; ".join(trimmed) + ")"
     return RankAnalysis(ranks, aligned, skipped, straggler, verdict, lanes)
 
 
@@ -327,6 +399,13 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped
                            "extra_ns": mine - theirs})
     causes.sort(key=lambda c: -c["extra_ns"])
     per_iter = min(causes[0]["extra_ns"], waited_per_iter) if causes else net
+    # the others' step shrinks only by the time their host waited for their GPU: past that, their own
+    # host work sets their pace (FSDP's ranks both launch-bound: the others' GPU waits 25 ms a step in
+    # the straggler's collectives, their host 4.6 ms of it)
+    hw = others["host_wait_per_iter_ns"].to_numpy() if "host_wait_per_iter_ns" in others else np.zeros(0)
+    host_cap = int(np.median(hw)) if hw.size and bool((hw >= 0).all()) else None
+    if host_cap is not None:
+        per_iter = min(per_iter, host_cap)
     n_it = int(r["window_iterations"]) if "window_iterations" in r and int(r["window_iterations"]) > 0 \
         else int(r["iterations"])
     # never more than the waiting the others show in the window (a per-iteration excess times every
@@ -340,6 +419,7 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped
          "median_lead_ns": margin, "others_waited_ns": waited, "others_wait_per_iter_ns": waited_per_iter,
          "others_wait_exposed_per_iter_ns": waited_exposed, "own_wait_exposed_per_iter_ns": own,
          "others_measured_wait_ns": measured, "causes": causes, "iterations": n_it,
+         "others_host_wait_per_iter_ns": host_cap,
          "saving_per_iter_ns": saving // max(n_it, 1), "saving_ns": saving,
          "host_idle_activity": r["host_idle_activity"] or None}
     cause = causes[0]["what"] if causes else "not visible in this trace"

@@ -15,7 +15,9 @@ last GPU operation (or, without GPU activity tables, the first and last kernel l
 call), leaving out each process's first allocation call (it creates the CUDA context), calls
 before the work starts or after it ends (setup, teardown) and calls whose name occurs fewer than
 ``min_calls`` times (a handful of allocations spread over a run is setup, not a loop).
-Impact: the measured host time of those calls, claimed on their wall-clock time (shared with
+The title says what the calls are: allocated and freed every iteration (churn, with an iteration
+model), allocated and freed repeatedly (without one), or allocated repeatedly with none freed (a pool
+growing or a leak: no free call in the window). Impact: the measured host time of those calls, claimed on their wall-clock time (shared with
 host-bound-gap when the GPU idles during them, never counted twice).
 """
 
@@ -75,11 +77,20 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
             return
         per = "between the first and the last GPU work, "
     total = int(calls["dur_ns"].sum())
+    names = calls["name"].astype(str)
+    freed = bool(names.str.contains("Free", regex=False).any())
+    # what the calls are: churn (allocated and freed) or allocations only (nothing freed in the
+    # window: a pool or cache growing, or a leak), and per iteration only with an iteration model
+    title = ("Memory allocated and freed every iteration" if freed and len(its) else
+             "Memory allocated and freed repeatedly" if freed else "Memory allocated repeatedly, none of it freed")
+    where = "in the loop" if len(its) else "during the GPU work"
     by = calls.groupby(calls["name"].astype(str))["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     parts = ", ".join(f"{n} x{int(r['count'])} ({fmt_ns(r['sum'])})" for n, r in by.iterrows())
     yield finding(ctx, "alloc-in-loop", severity=Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL,
                   impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]), suggestion=advice(of(ctx.a)),
-                  message=f"{len(calls)} allocation/free calls recur in the loop ({per}{fmt_ns(total)} of host time): "
+                  title=title,
+                  message=f"{len(calls)} allocation{'/free' if freed else ''} calls recur {where} ({per}"
+                          f"{fmt_ns(total)} of host time{'' if freed else '; no free call among them'}): "
                           f"{parts}." + call_sites(ctx, calls["name"].astype(str).unique()),
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
                                        ["name", "start_ns", "dur_ns", "tid"]))

@@ -11,7 +11,11 @@ the usual causes.
 buckets during backward (tune ``bucket_cap_mb``; do not all-reduce gradients by hand after
 backward; use ``no_sync()`` only to skip the all-reduce of gradient-accumulation steps); FSDP with
 ``backward_prefetch=BACKWARD_PRE`` and ``forward_prefetch=True``; issue collectives on their own
-stream (``async_op=True``, wait just before the result is needed) so compute can proceed.
+stream (``async_op=True``, wait just before the result is needed) so compute can proceed. The
+suggestion follows the program and its collectives (``analyses/program.py``): DDP buckets for a
+PyTorch training all-reduce, FSDP prefetch for all-gathers and reduce-scatters, micro-batches for a
+pipeline's sends and receives, tensor-parallel overlap for all-reduces inside an inference forward
+pass, NCCL streams and groups for a C/C++ program.
 
 Judged on the steady state per device (one-time collectives of set-up and warm-up are outside it).
 When the export holds several ranks and one is named a straggler, the time the others spent in a
@@ -20,7 +24,9 @@ collective waiting for it to arrive is not this rule's: evening out the ranks sa
 bubble). When no straggler is named (ranks in step, taking turns to arrive last), the waiting in
 collectives stays in: it is exposed communication that overlap would hide. Fires when a device's
 exposed communication (less that waiting) is at least ``min_frac`` of its busy time and ``min_ns``
-in total. Impact: that exposed time (what full overlap would save at most: hidden communication
+in total. Impact: that exposed time, at most the device's compute time in the window (overlap hides
+communication under compute that exists: at best a step takes the longer of the two, so a program of
+collectives alone has nothing to overlap), (what full overlap would save at most: hidden communication
 still takes SMs and memory bandwidth from the compute beside it), wall-clock over the devices and at
 most the most exposed device's (the ranks of a job move together), claimed as those wall-clock
 intervals so no other rule counts them again. The message's per-device totals are those of the
@@ -37,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.program import Program
+from nsysan.analyses.program import of as program_of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
@@ -53,6 +61,7 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
     per_it = a.comm_per_iteration
     per_it = per_it.loc[~per_it["warmup"].to_numpy(dtype=bool)] if len(per_it) else per_it
     parts, starts, ends, evidence = [], [], [], []
+    kinds_seen: set[str] = set()
     worst_exposed = 0
     for _, r in busy.iterrows():
         dev = int(r["device_id"])
@@ -76,7 +85,16 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         exposed = all_exposed - waited
         if exposed < min_ns or dev_busy <= 0 or exposed < min_frac * dev_busy:
             continue
-        worst_exposed = max(worst_exposed, exposed)
+        # overlap hides communication under compute that exists: at best the step takes the longer of
+        # the two, so the saving is at most the device's compute in the window (an NCCL benchmark
+        # with no compute kernel has nothing to overlap with)
+        compute_ns = iv.total(*iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
+        if min(exposed, compute_ns) < min_ns:
+            continue
+        worst_exposed = max(worst_exposed, min(exposed, compute_ns))
+        kinds_seen.update(a.collectives.loc[a.collectives["device_id"] == dev, "collective"].astype(str))
+        cap_note = (f"; only {fmt_ns(compute_ns)} of compute ran on the device to hide it under"
+                    if compute_ns < exposed else "")
         starts.append(cl[0])
         ends.append(cl[1])
         coll = a.collectives.loc[a.collectives["device_id"] == dev]
@@ -105,7 +123,7 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         parts.append(f"GPU {dev}: communication kernels ran {fmt_ns(comm)}, {fmt_ns(comm_exp)} of it "
                      f"({fmt_pct(comm_exp / comm if comm else 0)}) with no compute running on the device"
                      + (" (none of it overlapped)" if none_hidden else "") + concurrent + f": {kinds}"
-                     + wait_note + it_note)
+                     + wait_note + cap_note + it_note)
         evidence += [{"device_id": dev, "collective": str(c["collective"]), "count": int(c["count"]),
                       "total_ns": int(c["total_ns"]), "exposed_ns": int(c["exposed_ns"])} for _, c in coll.iterrows()]
     if not parts:
@@ -126,6 +144,39 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
     yield finding(
         ctx, "exposed-communication",
         severity=Severity.WARNING if worst_exposed >= 0.1 * w.dur_ns else Severity.INFO,
-        impact_ns=impact, claims=claims_of(*cl),
-        message="In the steady state: " + "; ".join(parts) + "." + multi + it_note,
+        impact_ns=impact, claims=claims_of(*cl), suggestion=advice(program_of(a), kinds_seen),
+        message=f"In the {w.label}: " + "; ".join(parts) + "." + multi + it_note,
         evidence=tuple(evidence))
+
+
+def advice(p: Program, kinds: set[str]) -> str:
+    """How to hide these collectives, for this program and these collectives."""
+    p2p = bool(kinds) and kinds <= {"SendRecv", "Send", "Recv"}
+    sharded = bool(kinds & {"AllGather", "ReduceScatter"})
+    if not p.torch and not p.jax:
+        return ("Overlap the collectives with independent compute: enqueue them on their own CUDA stream "
+                "(``ncclAllReduce(..., comm, comm_stream)``, several in one ``ncclGroupStart``/``ncclGroupEnd``), "
+                "make the compute stream wait on a ``cudaEventRecord`` of the communication stream only where the "
+                "result is used, and split the work so the next chunk computes while this one communicates.")
+    if p.jax:
+        return ("Let XLA overlap the collectives: shard with ``jax.jit`` and ``NamedSharding`` so the compiler "
+                "schedules them asynchronously (``--xla_gpu_enable_latency_hiding_scheduler=true`` in ``XLA_FLAGS``), "
+                "and pipeline micro-batches so communication of one overlaps compute of the next.")
+    if p2p:
+        return ("A pipeline's sends and receives are exposed when stages wait for each other: more micro-batches per "
+                "step (the bubble shrinks as (stages-1)/(micro-batches+stages-1)), an interleaved 1F1B schedule, and "
+                "``isend``/``irecv`` issued ahead of the compute that needs them.")
+    if sharded:
+        return ("Prefetch the shards: FSDP with ``backward_prefetch=BackwardPrefetch.BACKWARD_PRE`` and "
+                "``forward_prefetch=True`` (FSDP2: ``reshard_after_forward`` and explicit prefetching), and enough "
+                "compute per unit (wrap larger modules) for an all-gather or reduce-scatter to hide under.")
+    if p.training:
+        return ("Let DDP overlap the gradient all-reduce with the backward pass: buckets all-reduce as their "
+                "gradients are ready (tune ``bucket_cap_mb``; do not all-reduce gradients by hand after "
+                "``loss.backward()``; ``no_sync()`` only for the non-final micro-batches of gradient accumulation); "
+                "for all-reduces in the forward pass (tensor parallelism), overlap them with the next layer's "
+                "compute (async tensor parallelism, sequence parallelism).")
+    return ("All-reduces inside the forward pass (tensor parallelism) sit on the critical path: overlap them with "
+            "independent compute (async tensor parallelism, issuing the collective with ``async_op=True`` and "
+            "waiting just before the result is used), or use fewer, larger collectives (fused all-reduce, fewer "
+            "tensor-parallel ranks for a small model).")

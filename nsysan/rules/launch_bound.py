@@ -153,12 +153,15 @@ class PerIteration:
     range_name: str  # the iteration range
     where: str  # the innermost NVTX range holding most of the launches ('' when none)
     where_share: float  # of the launches
+    sequences: int = 1  # threads or ranks whose iterations launched: the figures are the best one's
 
     def sentence(self, ctx: Any) -> str:
         w = ctx.window
         at = (f" inside NVTX range '{self.where}' ({fmt_pct(self.where_share)} of them)" if self.where else "")
         per = self.estimate / max(self.per_seq, 1)
-        return (f"Each '{self.range_name}' iteration launches {self.kernels:g} kernels (median){at}, one by one, over "
+        seq = (f" (of the {self.sequences} threads or ranks that launch, the one that would save most)"
+               if self.sequences > 1 else "")
+        return (f"Each '{self.range_name}' iteration{seq} launches {self.kernels:g} kernels (median){at}, one by one, over "
                 f"{fmt_ns(self.span_ns)} of CPU time on its thread (first launch to last) for {fmt_ns(self.gpu_ns)} of "
                 f"GPU work: the GPU waited for the launches {fmt_ns(self.idle_ns)} per iteration (median; "
                 f"{fmt_ns(self.total_ns)} over {self.iterations} steady iterations, "
@@ -237,24 +240,27 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
         threads.append((p_, t_))
     if not per_n:
         return None
-    n = np.concatenate(per_n)
-    has = n > 0
-    idle_i = np.concatenate(per_idle)[has]
-    span_i, gpu_i = np.concatenate(per_span)[has], np.concatenate(per_gpu)[has]
-    total = int(idle_i.sum())
-    estimate, per_seq = 0, 0
-    for v, c in zip(per_idle, per_n):
+    estimate, per_seq, best = 0, 0, 0
+    for k, (v, c) in enumerate(zip(per_idle, per_n)):
         v = v[c > 0]
         e = min(int(v.sum()), int(len(v) * float(np.median(v)))) if len(v) else 0
         if e > estimate or not per_seq:
-            estimate, per_seq = e, len(v)
+            estimate, per_seq, best = e, len(v), k
+    # the numbers the message gives are that sequence's (threads or ranks run at once: one sequence's
+    # per-iteration figures and its saving, not a median over all of them beside one rank's saving)
+    n = per_n[best]
+    has = n > 0
+    idle_i = per_idle[best][has]
+    span_i, gpu_i = per_span[best][has], per_gpu[best][has]
+    total = int(idle_i.sum())
     cs = np.concatenate([np.concatenate(v) for v in claim_s.values()]) if claim_s else np.zeros(0, np.int64)
     ce = np.concatenate([np.concatenate(v) for v in claim_e.values()]) if claim_e else np.zeros(0, np.int64)
     where, share = _where(ctx, threads, name_a)
     return PerIteration(estimate=estimate, per_seq=per_seq, claims=claims_of(cs, ce), iterations=int(has.sum()),
                         kernels=float(np.median(n[has])), span_ns=int(np.median(span_i)),
                         gpu_ns=int(np.median(gpu_i)), idle_ns=int(np.median(idle_i)), total_ns=total,
-                        range_name=str(ctx.a.iterations.range_name or "iteration"), where=where, where_share=share)
+                        range_name=str(ctx.a.iterations.range_name or "iteration"), where=where, where_share=share,
+                        sequences=len(per_n))
 
 
 MAX_NAMED_RANGES = 200_000  # NVTX ranges swept to name where the launches happen (more: not named)

@@ -79,5 +79,10 @@ def check(ctx: Any) -> Iterator[Finding]:
                            f"rank {s['rank']}: {causes}{act}. Evening it out would save about "
                            f"{fmt_ns(s['saving_per_iter_ns'])} per iteration ({fmt_ns(s['saving_ns'])} over "
                            f"{s.get('iterations', '?')} iterations; the others waited "
-                           f"{fmt_ns(s.get('others_measured_wait_ns', s['others_waited_ns']))} in all)."),
+                           f"{fmt_ns(s.get('others_measured_wait_ns', s['others_waited_ns']))} in all"
+                           + (f"; at most the {fmt_ns(s['others_host_wait_per_iter_ns'])} per iteration their host "
+                              f"waited for their GPU: past that, their own host work sets their pace"
+                              if s.get("others_host_wait_per_iter_ns") is not None
+                              and s["others_host_wait_per_iter_ns"] <= s["saving_per_iter_ns"] else "")
+                           + ")."),
                   evidence=tuple({k: v for k, v in row.items()} for row in r.ranks.to_dict("records")))

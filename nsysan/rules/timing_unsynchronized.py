@@ -30,8 +30,9 @@ evidence does the finding say a CPU timer under-reports, and it is a warning whe
 really mislead: the late instances last at least 100 us on the CPU (a timed region, not a launch
 wrapper) and their GPU work runs on for at least as long again (the timer reports under half the
 real time). Otherwise informational: the GPU work outlives the ranges, read their CPU time as
-launch time. Impact: 0 -- this is a measurement error, not run time to save; the time the GPU work
-ran past the ranges is in the message.
+launch time. Impact: 0 -- this is a measurement error, not run time to save; the message gives the
+sum over the instances of how long each closed before its GPU work finished (a sum of lags, not an
+amount of GPU work: work queued behind earlier work counts in every range it outlives).
 """
 
 from __future__ import annotations
@@ -151,7 +152,9 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
                    " The ranges are short launch wrappers or their work overlaps on purpose: the timer misleads "
                    "only if read as the GPU time."))
     else:
-        tail = (f"; {fmt_ns(top['under_report_ns'])} of GPU work in total ran past the ranges. Nothing in the trace "
+        tail = (f"; the ranges closed {fmt_ns(top['under_report_ns'])} in total before their GPU work finished (a "
+                "sum of per-instance lags: work queued behind earlier work counts in each range it outlives). "
+                "Nothing in the trace "
                 "shows the program timing them with a CPU timer (no timer-like name, no clock calls traced "
                 "inside them): read their CPU time as the time to launch the work, not the work's time.")
     yield finding(ctx, "timing-unsynchronized", severity=Severity.WARNING if misleading else Severity.INFO,

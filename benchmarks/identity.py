@@ -1,0 +1,90 @@
+"""Outputs of a checkout on every fixture and public export, to show that a restructuring changed
+nothing: JSON, stdout, stderr, the exit code and the HTML of ``nsysan analyze`` per trace.
+
+    python3 benchmarks/identity.py --out /tmp/before            # with this checkout's nsysan
+    PYTHONPATH=/tmp/other python3 benchmarks/identity.py --out /tmp/after   # another checkout's
+    python3 benchmarks/identity.py --compare /tmp/before /tmp/after
+
+Each trace is analysed in a fresh process with ``NSYSAN_NO_CACHE=1``, ``NO_COLOR=1`` and a fixed
+terminal width, its outputs written under ``OUT/<name>/``. Lines that hold the run's own wall time
+(``analysed in 0.26 s``) are normalised. Fixtures are decompressed once into ``OUT/../traces``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
+CORPUS = ROOT.parent / "shared" / "corpus" / "public-exports"
+TIMED = re.compile(rb"analysed in [0-9.]+ (s|ms)")
+
+
+def traces(cache: Path) -> list[tuple[str, Path]]:
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    for d in sorted(FIXTURES.iterdir()):
+        xz = d / "trace.sqlite.xz"
+        if not xz.exists():
+            continue
+        dst = cache / f"{d.name}.sqlite"
+        if not dst.exists():
+            with lzma.open(xz) as f, open(dst.with_suffix(".tmp"), "wb") as g:
+                shutil.copyfileobj(f, g)
+            dst.with_suffix(".tmp").rename(dst)
+        out.append((d.name, dst))
+    out += [(p.stem[:60], p) for p in sorted(CORPUS.glob("*.sqlite"))] if CORPUS.exists() else []
+    return out
+
+
+def run_one(name: str, path: Path, out: Path) -> None:
+    d = out / name
+    d.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, NSYSAN_NO_CACHE="1", NO_COLOR="1", COLUMNS="100")
+    p = subprocess.run([sys.executable, "-m", "nsysan", "analyze", str(path), "--json", str(d / "out.json"),
+                        "--html", str(d / "out.html"), "--force"], capture_output=True, env=env, cwd=d)
+    (d / "stdout").write_bytes(TIMED.sub(b"analysed in T", p.stdout))
+    (d / "stderr").write_bytes(TIMED.sub(b"analysed in T", p.stderr))
+    (d / "rc").write_text(str(p.returncode))
+
+
+def compare(a: Path, b: Path) -> int:
+    bad = 0
+    for d in sorted(p for p in a.iterdir() if p.is_dir()):
+        for f in sorted(d.iterdir()):
+            other = b / d.name / f.name
+            if not other.exists() or other.read_bytes() != f.read_bytes():
+                print(f"differs: {d.name}/{f.name}")
+                bad += 1
+    n = sum(1 for p in a.iterdir() if p.is_dir())
+    print(f"{n} traces, {bad} differing files")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    if not args.out:
+        ap.error("--out or --compare")
+    todo = traces(args.out.parent / "identity-traces")
+    with ThreadPoolExecutor(args.jobs) as ex:
+        list(ex.map(lambda t: run_one(t[0], t[1], args.out), todo))
+    print(f"{len(todo)} traces -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
