@@ -64,6 +64,7 @@ class Analysis:
     stream_pairs: pd.DataFrame
     owned: pd.DataFrame
     gaps: pd.DataFrame
+    gap_activity: gaps_mod.GapActivity  # what the submitting threads did in the host and sync gaps
     gap_summary: dict[str, Any]
     iterations: Iterations
     busy_by_process: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -115,7 +116,7 @@ class Analysis:
     def to_json(self, path: str | os.PathLike[str] | None = None, *, show_env: bool = False,
                 force: bool = False) -> str:
         """The JSON text ``nsysan analyze --json`` writes; also written to ``path`` when given (never over an
-        existing file without ``force``, never over the trace)."""
+        existing file nsysan did not write without ``force``, never over the trace)."""
         from nsysan.report.jsonout import to_json
 
         text = to_json(self, show_env=show_env)
@@ -133,8 +134,9 @@ class Analysis:
         return html.render(view.build(self, show_env=show_env, generated_by=f"nsysan {__version__}"))
 
     def write_html(self, path: str | os.PathLike[str], *, force: bool = False, show_env: bool = False) -> Path:
-        """Write the HTML report to ``path`` atomically. An existing file is replaced only with
-        ``force=True`` (else ``OutputExistsError``); the trace itself never is (``UsageError``)."""
+        """Write the HTML report to ``path`` atomically. An existing file nsysan did not write is
+        replaced only with ``force=True`` (else ``OutputExistsError``); its own earlier outputs are;
+        the trace itself never is (``UsageError``)."""
         from nsysan.outputs import write_atomic
 
         out = Path(path)
@@ -183,9 +185,11 @@ def event_rows(trace: Trace) -> int:
     return sum(len(getattr(trace, name, ())) for name in ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx"))
 
 
-def _gaps(trace: Trace, ops: pd.DataFrame, capture: Window, p: Params) -> tuple[pd.DataFrame, dict[str, Any]]:
-    gp = gaps_mod.idle_gaps(trace, ops, capture, min_gap_ns=p.min_gap_ns, launch_gap_ns=p.launch_gap_ns)
-    return gp, gaps_mod.gap_summary(gp, capture)
+def _gaps(trace: Trace, ops: pd.DataFrame, capture: Window,
+          p: Params) -> tuple[pd.DataFrame, gaps_mod.GapActivity, dict[str, Any]]:
+    gp, act = gaps_mod.idle_gaps_with_activity(trace, ops, capture, min_gap_ns=p.min_gap_ns,
+                                               launch_gap_ns=p.launch_gap_ns)
+    return gp, act, gaps_mod.gap_summary(gp, act, capture)
 
 
 def _launches(trace: Trace, ops: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any], pd.DataFrame]:
@@ -341,7 +345,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
         step("launches")
         lau, launch_summary, per_kernel = launch_f.result()
         step("idle gaps and their causes")
-        gp, gap_summary = gaps_f.result()
+        gp, gap_activity, gap_summary = gaps_f.result()
         step("communication, ranks and samples")
         a = Analysis(
             trace=trace, params=p, capture=capture, steady=steady, ops=ops,
@@ -349,7 +353,8 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
             memset=memset, nvtx_ranges=rg, nvtx=nvtx_summary, launches=lau, launch_summary=launch_summary,
             launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
             utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
-            owned=owned, gaps=gp, gap_summary=gap_summary, iterations=its, busy_by_process=by_process,
+            owned=owned, gaps=gp, gap_activity=gap_activity, gap_summary=gap_summary, iterations=its,
+            busy_by_process=by_process,
             graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
             collectives=comm_mod.collectives(comm_ops, steady, busy),
             comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table, busy),

@@ -108,7 +108,7 @@ def _check_credits(path) -> None:
         assert sum(x["total_ns"] for x in a.gap_summary["by_activity"]) <= _host_sync_total(a)
         from nsysan.analyses.gaps import activity_time
 
-        spent = activity_time(a.gaps)
+        spent = activity_time(a.gaps, a.gap_activity)
         assert int(spent["ns"].sum()) == _host_sync_total(a)
         for act, ns in zip(spent["activity"].tolist(), spent["ns"].tolist()):
             if act.startswith("cuda_api:"):
@@ -162,7 +162,7 @@ def test_attribution_adds_up_on_every_public_export(path):
     a = analyze(nsysan.open_trace(path), rules=False)
     if _host_sync_total(a) == 0:
         pytest.skip("no host-caused gap")
-    spent = activity_time(a.gaps)
+    spent = activity_time(a.gaps, a.gap_activity)
     assert int(spent["ns"].sum()) == _host_sync_total(a)
     assert bool((spent["ns"] > 0).all())
     for act, ns in zip(spent["activity"].tolist(), spent["ns"].tolist()):
@@ -236,7 +236,7 @@ def test_serving_loop_credits_each_range_its_overlap():
     assert "nvtx:prepare" in f[0].message and "nvtx:schedule" in f[0].message
     from nsysan.analyses.gaps import LAUNCH_TIME, UNTRACED_TIME, activity_time
 
-    spent = dict(zip(activity_time(a.gaps)["activity"], activity_time(a.gaps)["ns"]))
+    spent = dict(zip(activity_time(a.gaps, a.gap_activity)["activity"], activity_time(a.gaps, a.gap_activity)["ns"]))
     assert spent["nvtx:prepare"] == prepare and spent["nvtx:schedule"] == schedule
     assert spent.get("nvtx:serve", 0) == serve
     assert spent.get(UNTRACED_TIME, 0) == span_total - prepare - schedule - serve
@@ -275,7 +275,7 @@ def test_os_call_inside_a_cuda_call_is_counted_once():
     assert sum(got.values()) <= span
     from nsysan.analyses.gaps import activity_time
 
-    spent = dict(zip(activity_time(a.gaps)["activity"], activity_time(a.gaps)["ns"]))
+    spent = dict(zip(activity_time(a.gaps, a.gap_activity)["activity"], activity_time(a.gaps, a.gap_activity)["ns"]))
     assert {k: spent.get(k, 0) for k in want} == want
 
 
@@ -331,3 +331,35 @@ def test_exclusive_sums_equal_their_definition(calls, os_calls, ranges, windows)
                 assert sum(got[w].values()) <= n
     finally:
         G.INNERMOST_MAX, G.REACH_MAX_SHARE = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(-3, 40)), max_size=25), st.sampled_from([64, 1, 0]))
+def test_innermost_segments_equal_their_definition(rows, rounds):
+    """``gaps.innermost`` (numpy passes: lone calls apart, "previous later end" links, a walk back
+    from each bound) against its definition one nanosecond at a time: the owner of t is the
+    latest-starting interval open at t (ties to the later row), and a segment is a run of one owner
+    (empty and negative intervals own nothing). Also where the walk hands over to the loop
+    (``INNERMOST_ROUNDS`` 0 and 1)."""
+    import nsysan.analyses.gaps as G
+
+    starts = np.array(sorted(s for s, _ in rows), dtype=np.int64)
+    lens = [d for _, d in rows]
+    ends = starts + np.array(lens, dtype=np.int64)
+    want: list[tuple[int, int, int]] = []
+    for t in range(0, 110):
+        owner = max((i for i in range(len(starts)) if starts[i] <= t < ends[i]), default=None)
+        if owner is None:
+            continue
+        if want and want[-1][2] == owner and want[-1][1] == t:
+            want[-1] = (want[-1][0], t + 1, owner)
+        else:
+            want.append((t, t + 1, owner))
+    saved = G.INNERMOST_ROUNDS
+    try:
+        G.INNERMOST_ROUNDS = rounds
+        s, e, o = G.innermost(starts, ends)
+    finally:
+        G.INNERMOST_ROUNDS = saved
+    assert s.dtype == e.dtype == o.dtype == np.int64
+    assert list(zip(s.tolist(), e.tolist(), o.tolist())) == want

@@ -213,7 +213,7 @@ def test_gap_time_is_credited_by_overlap_and_adds_up(case):
     for b in g["breakdown"].to_numpy()[explained]:
         if b:  # shares are rounded to 4 places each
             assert sum(float(x["share"]) for x in b) <= 1.0 + 1e-4 * len(b)
-    at = activity_time(g)
+    at = activity_time(g, a.gap_activity)
     assert int(at["ns"].sum()) == int(g["gap_ns"].to_numpy()[explained].sum())
     if g["device_id"].nunique() != 1:
         return

@@ -13,7 +13,8 @@ Cause, from the operation that ends the gap and the CUDA API call that launched 
   innermost NVTX range: an OS call inside a CUDA call, or a call inside a range, counts once), so
   a gap's shares add up to at most 1 and the rest is untraced. ``activity`` names the activity
   covering over half of it, else ``UNTRACED`` when untraced time does, else the largest activity;
-  ``activity_time`` sums the time per activity over any set of gaps (``GapActivity``).
+  ``activity_time`` sums the time per activity over any set of gaps (from their ``GapActivity``,
+  the analysis' ``gap_activity``).
 * ``sync``: as ``host``, but the submitting thread spent most of the gap blocked in a CUDA
   synchronization call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize...).
 * ``dependency``: the work was submitted before the gap but waited (an event / stream wait).
@@ -23,6 +24,7 @@ Cause, from the operation that ends the gap and the CUDA API call that launched 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,7 @@ from nsysan.analyses.frames import (
     count_sum,
     distinct,
     group_rows,
+    name_in,
     one_key,
     rows_of,
     take,
@@ -55,7 +58,6 @@ UNTRACED = "mostly untraced CPU work"  # the label when untraced time covers ove
 MIN_LABEL_SHARE = 0.10  # ``_window_best_numpy``'s default share (``explain_gaps`` asks for the largest entry)
 UNTRACED_TIME = "untraced CPU work"  # in attributions: the part of the gaps no traced activity covers
 LAUNCH_TIME = "the launching call until the GPU starts"  # in attributions: the gaps' time after the call starts
-ACTIVITY_TIME = "activity_time"  # the ``attrs`` key of ``idle_gaps``' frame holding its ``GapActivity``
 PER_NAME = 2  # a layer's "batched" flag: disjoint within each name, overlapping across names
 INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead
@@ -318,10 +320,15 @@ class ThreadActivity:
         if len(lo) == 0:
             return names, empty, empty, empty, empty
         wl, wh = iv.merge(lo, hi)
-        flat: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # (source index, starts, ends, codes)
-        above = (empty, empty)  # the union of the layers taken so far (merged)
+        layers = self._thread(pid, tid)
+        # one layer: a combined code per (source, name): base[source] + code + 1 (code -1: no name)
+        base = np.zeros(len(SOURCES) + 1, dtype=np.int64)
+        for si, source in enumerate(SOURCES):
+            base[si + 1] = base[si] + sum(len(cats) + 1 for src, _s, _e, _c, cats, _r in layers if src == source)
+        # the layers taken so far as one: start-sorted disjoint pieces (starts, ends, combined codes)
+        flat = (empty, empty, empty)
         swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        for source, st, en, codes, cats, reach in self._thread(pid, tid):
+        for source, st, en, codes, cats, reach in layers:
             rows = _touching(st, en, reach, wl, wh)
             if rows is not None:
                 if rows.size == 0:
@@ -335,26 +342,15 @@ class ThreadActivity:
             if overlapping:  # nested or overlapping calls/ranges: the latest-starting one owns each moment
                 st, en, owner = innermost(st, en)
                 codes = np.asarray(codes)[owner]
-            st, en, codes = _minus(st, en, np.asarray(codes), *above)
+            # what the layers before leave of it (their pieces: disjoint, so as good as merged here)
+            st, en, codes = _minus(st, en, np.asarray(codes), flat[0], flat[1])
             if st.size == 0:
                 continue
-            flat.append((SOURCES.index(source), st, en, codes))
-            if source != "nvtx":  # (nothing comes after NVTX: no union of it needed)
-                above = iv.merge(np.concatenate([above[0], st]), np.concatenate([above[1], en]))
+            flat = _interleave(flat, (st, en, codes.astype(np.int64) + (base[SOURCES.index(source)] + 1)))
+            del st, en, codes
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        if flat:
-            # one layer: a combined code per (source, name): base[source] + code + 1 (code -1: no name)
-            base = np.zeros(len(SOURCES) + 1, dtype=np.int64)
-            for si, source in enumerate(SOURCES):
-                base[si + 1] = base[si] + (len(names[source]) + 1 if source in names else 0)
-            st = np.concatenate([f[1] for f in flat])
-            en = np.concatenate([f[2] for f in flat])
-            comb = np.concatenate([f[3].astype(np.int64) + (base[f[0]] + 1) for f in flat])
-            if len(flat) > 1:
-                order = np.argsort(st, kind="stable")
-                st, en, comb = st[order], en[order], comb[order]
-                del order
-            del flat
+        if flat[0].size:
+            st, en, comb = flat
             i0 = iv.search(en, lo, side="right")  # disjoint: ends are sorted as the starts are
             i1 = iv.search(st, hi, side="left")
             w, _, c, v = _range_sums(SOURCES[0], st, en, comb, np.empty(int(base[-1]), dtype=object),
@@ -366,6 +362,7 @@ class ThreadActivity:
         if swept is not None:
             # the detail windows one at a time: innermost NVTX segments of the window minus the calls
             s_all, e_all, c_all = swept
+            above = iv.merge(flat[0], flat[1])  # the calls' union
             reach = Reach(e_all)
             ws: list[int] = []
             cs: list[int] = []
@@ -513,15 +510,41 @@ INNERMOST_ROUNDS = 64  # ``innermost``'s passes before it hands a deeply nested 
 
 def innermost(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``iv.innermost`` (the same segments, owners and dtypes) with numpy passes instead of a Python
-    loop over the intervals: at every distinct bound b the owner is the latest-starting interval open
-    there, max{i: starts[i] <= b < ends[i]}; runs of one owner are joined. It is found by walking back
-    from the last interval starting by b along ``previous later end`` links (each interval's nearest
-    earlier one ending after it: the intervals skipped all end no later, so none is open at b), all
-    bounds at once, one link a pass: as many passes as the calls nest deep. The links come from the
-    same walk, by pointer jumping. ``starts`` sorted. The 245 MB trace's 1.2M nested OS runtime
-    calls: 0.7 s in the loop. Past ``INNERMOST_ROUNDS`` passes (calls nested that deep) the loop."""
+    loop over the intervals (the 245 MB trace's 1.2M nested OS runtime calls: 0.7 s in the loop). A
+    call that overlaps no other is its own segment; the others go to ``_innermost_nested``. Past
+    ``INNERMOST_ROUNDS`` passes (calls nested that deep) the loop."""
     st = np.asarray(starts, dtype=np.int64)
     en = np.asarray(ends, dtype=np.int64)
+    n = st.size
+    if n < 2:
+        return _innermost_nested(st, en)
+    # alone: no earlier call still open at its start, and none starting before it ends
+    run = np.maximum.accumulate(en)
+    alone = np.empty(n, dtype=bool)
+    alone[0] = True
+    np.greater_equal(st[1:], run[:-1], out=alone[1:])
+    del run
+    alone[:-1] &= alone[1:]
+    if int(np.count_nonzero(alone)) * 4 < n:
+        return _innermost_nested(st, en)
+    nested = np.flatnonzero(~alone)
+    alone &= en > st
+    one = np.flatnonzero(alone)
+    del alone
+    ns_, ne_, no_ = _innermost_nested(st[nested], en[nested])
+    no_ = nested[no_]
+    del nested
+    # the two sets of segments never overlap: one start-sorted list by where each lone call falls
+    return _interleave((ns_, ne_, no_), (st[one], en[one], one))
+
+
+def _innermost_nested(st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``innermost`` of int64 ``st`` (sorted) and ``en``, for calls that nest or overlap: at every
+    distinct bound b the owner is the latest-starting interval open there, max{i: st[i] <= b < en[i]};
+    runs of one owner are joined. It is found by walking back from the last interval starting by b
+    along "previous later end" links (each interval's nearest earlier one ending after it: the
+    intervals skipped all end no later, so none is open at b), all bounds at once, one link a pass:
+    as many passes as the calls nest deep. The links come from the same walk, by pointer jumping."""
     n = st.size
     if n == 0:
         return st.copy(), en.copy(), np.empty(0, dtype=np.int64)
@@ -658,6 +681,29 @@ def _minus(st: np.ndarray, en: np.ndarray, codes: np.ndarray, ms: np.ndarray,
     return s[keep], e[keep], codes[seg[keep]]
 
 
+def _interleave(a: tuple[np.ndarray, np.ndarray, np.ndarray],
+                b: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two start-sorted sets of disjoint, non-empty pieces (starts, ends, codes), disjoint from each
+    other, as one start-sorted set: each piece of ``b`` goes where its start falls among ``a``'s (one
+    search, no sort)."""
+    if a[0].size == 0:
+        return b
+    at = iv.search(a[0], b[0], side="left")
+    at += np.arange(b[0].size, dtype=np.int64)
+    total = a[0].size + b[0].size
+    rest = np.ones(total, dtype=bool)
+    rest[at] = False
+    rest_at = np.flatnonzero(rest)
+    del rest
+    out = []
+    for x, y in zip(a, b):
+        col = np.empty(total, dtype=np.int64)
+        col[rest_at] = x
+        col[at] = y
+        out.append(col)
+    return out[0], out[1], out[2]
+
+
 def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every index in each range [i0[w], i1[w]) (empty where i1 <= i0), with its range number w."""
     k = np.maximum(i1 - i0, 0)
@@ -692,55 +738,65 @@ def _window_items(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np
     return out
 
 
+@dataclass(frozen=True)
 class GapActivity:
-    """What the submitting threads did in the host and sync gaps of one ``idle_gaps`` frame, as a
-    sparse table of exclusive time: one entry per (gap, activity) with time, ``rows`` (positions in
-    that frame), ``label`` (ids into ``labels``, "source:name") and ``ns`` (time of that activity in
-    the gap up to the launching call's start, each nanosecond counted once: see ``explain_gaps``).
-    Kept in the frame's ``attrs`` (``ACTIVITY_TIME``): never copied (pandas deep-copies ``attrs``
-    into every frame derived from it), and only taken for the frame it was made for (``n`` rows)."""
+    """What the submitting threads did in the host and sync gaps of one ``idle_gaps`` frame (the
+    analysis' ``gap_activity``, beside its ``gaps``), as a sparse table of exclusive time: one entry
+    per (gap, activity) with time. ``rows``: the gap's position in that frame; ``label``: ids into
+    ``labels`` ("source:name"); ``ns``: the time of that activity in the gap up to the launching
+    call's start, each nanosecond counted once (see ``explain_gaps``); ``n``: the rows of the frame
+    it was made for (``activity_time`` takes it for that frame only)."""
 
-    def __init__(self, rows: np.ndarray, label: np.ndarray, ns: np.ndarray, labels: list[str], n: int) -> None:
-        self.rows, self.label, self.ns, self.labels, self.n = rows, label, ns, labels, n
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> GapActivity:
-        return self
+    rows: np.ndarray
+    label: np.ndarray
+    ns: np.ndarray
+    labels: list[str]
+    n: int
 
     def reordered(self, order: np.ndarray) -> GapActivity:
         """The same table for the frame taken in ``order`` (``frame.take(order)``)."""
         inv = np.empty(len(order), dtype=np.int64)
         inv[order] = np.arange(len(order), dtype=np.int64)
-        return GapActivity(inv[self.rows], self.label, self.ns, self.labels, self.n)
+        return GapActivity(inv[self.rows].astype(self.rows.dtype), self.label, self.ns, self.labels, self.n)
 
 
-def activity_time(gaps: pd.DataFrame, rows: np.ndarray | None = None) -> pd.DataFrame:
+def activity_time(gaps: pd.DataFrame, table: GapActivity, rows: np.ndarray | None = None) -> pd.DataFrame:
     """Where the idle time of host and sync gaps went, by overlap: per activity ("source:name"), the
     time it ran in those gaps (exclusive: each nanosecond counted once, see ``explain_gaps``) and the
     gaps it ran in; then ``UNTRACED_TIME`` (the rest of the gaps up to the launching calls' starts) and
     ``LAUNCH_TIME`` (from the launching calls' starts to the gaps' ends). The times add up to the
-    gaps' total. ``gaps``: the frame ``idle_gaps`` returned; ``rows``: positions in it (all its host
-    and sync gaps when None). Columns: activity, gaps, ns, sorted by ns (descending), then activity."""
+    gaps' total. ``gaps`` and ``table``: the frame and the ``GapActivity`` ``idle_gaps_with_activity``
+    returned (an analysis' ``gaps`` and ``gap_activity``); ``rows``: positions in the frame (all its
+    host and sync gaps when None). Columns: activity, gaps, ns, sorted by ns (descending), then
+    activity."""
     cols = ["activity", "gaps", "ns"]
+    if not isinstance(table, GapActivity) or table.n != len(gaps):
+        raise ValueError("activity_time: not the GapActivity of this frame (a selection: pass rows instead)")
     if not len(gaps):
         return pd.DataFrame({"activity": pd.Series([], dtype=object), "gaps": np.zeros(0, np.int64),
                              "ns": np.zeros(0, np.int64)})
-    table = gaps.attrs.get(ACTIVITY_TIME)
-    if not isinstance(table, GapActivity) or table.n != len(gaps):
-        raise ValueError("activity_time: not a frame idle_gaps returned (a selection: pass rows instead)")
-    cause = gaps["cause"].to_numpy(dtype=object)
-    explained = (cause == "host") | (cause == "sync")
-    rows = np.flatnonzero(explained) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
-    rows = rows[explained[rows]]  # only host and sync gaps are explained
+    explained = name_in(gaps["cause"], ("host", "sync"))
+    if rows is None:
+        rows = np.flatnonzero(explained)
+    else:
+        rows = np.asarray(rows, dtype=np.int64)
+        if not (rows.size < 2 or bool((rows[1:] > rows[:-1]).all())):  # (positions in order as a rule)
+            rows = np.unique(rows)
+        rows = rows[explained[rows]]  # only host and sync gaps are explained
     keep = np.zeros(len(gaps), dtype=bool)
     keep[rows] = True
     hit = keep[table.rows]
-    lab, ns = table.label[hit], table.ns[hit]
+    if bool(hit.all()):  # every gap's entries (all host and sync gaps): no copies
+        at, lab, ns = table.rows, table.label, table.ns
+    else:
+        at, lab, ns = table.rows[hit], table.label[hit], table.ns[hit]
+    del keep, hit
     per_ns = np.bincount(lab, weights=ns, minlength=len(table.labels)).astype(np.int64)
     per_n = np.bincount(lab, minlength=len(table.labels))
     # per gap: the explained window [start, min(call start, end)), its traced and untraced time, the tail
     start, end = gaps["start_ns"].to_numpy()[rows], gaps["end_ns"].to_numpy()[rows]
     span = np.maximum(np.minimum(gaps["api_start_ns"].to_numpy()[rows], end) - start, 0).astype(np.int64)
-    traced = np.bincount(np.searchsorted(rows, table.rows[hit]), weights=ns, minlength=len(rows)).astype(np.int64)
+    traced = np.bincount(at, weights=ns, minlength=len(gaps))[rows].astype(np.int64)
     untraced = span - traced
     tail = gaps["gap_ns"].to_numpy()[rows].astype(np.int64) - span
     ids = np.flatnonzero(per_ns > 0)
@@ -754,11 +810,22 @@ def activity_time(gaps: pd.DataFrame, rows: np.ndarray | None = None) -> pd.Data
 
 def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: int = 10_000,
               launch_gap_ns: int = 10_000, explain_top: int = 300) -> pd.DataFrame:
-    """Columns: device_id, start_ns, end_ns, gap_ns, cause, pid, tid (submitting thread), api_name,
-    api_start_ns, next_op, activity (what the submitting thread was doing during the gap, by
-    coverage: see ``explain_gaps``; every host and sync gap has one, others ""), breakdown (list of
-    {source, name, ns, share} for the ``explain_top`` longest host gaps, None elsewhere), sorted by
-    start. Causes and activities cover every gap: the per-gap work is vectorised per thread."""
+    """The frame of ``idle_gaps_with_activity`` (its ``GapActivity`` let go)."""
+    return idle_gaps_with_activity(trace, ops, window, min_gap_ns=min_gap_ns, launch_gap_ns=launch_gap_ns,
+                                   explain_top=explain_top)[0]
+
+
+def idle_gaps_with_activity(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: int = 10_000,
+                            launch_gap_ns: int = 10_000,
+                            explain_top: int = 300) -> tuple[pd.DataFrame, GapActivity]:
+    """The gaps, and what their submitting threads did in them (``GapActivity``: every host and
+    sync gap's exclusive time per activity, found in the same pass as each gap's ``activity``; what
+    ``activity_time`` sums). The frame's columns: device_id, start_ns, end_ns, gap_ns, cause, pid,
+    tid (submitting thread), api_name, api_start_ns, next_op, activity (what the submitting thread
+    was doing during the gap, by coverage: see ``explain_gaps``; every host and sync gap has one,
+    others ""), breakdown (list of {source, name, ns, share} for the ``explain_top`` longest host
+    gaps, None elsewhere), sorted by start. Causes and activities cover every gap: the per-gap work
+    is vectorised per thread."""
     ops = with_launch_calls(trace, ops)
     dev_all = ops["device_id"].to_numpy()
     parts = [p for p in (_device_gaps(ops, dev_all == dev, int(dev), window, min_gap_ns) for dev in distinct(dev_all))
@@ -766,7 +833,8 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
     cols = ["device_id", "start_ns", "end_ns", "gap_ns", "cause", "pid", "tid", "api_name", "api_start_ns",
             "next_op", "activity", "breakdown"]
     if not parts or sum(len(p) for p in parts) == 0:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=cols), GapActivity(np.empty(0, np.int64), np.empty(0, np.int32),
+                                                       np.empty(0, np.int64), [], 0)
     out = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
     api_start = out["api_start_ns"].to_numpy()
     has_api = api_start >= 0
@@ -796,9 +864,7 @@ def idle_gaps(trace: Trace, ops: pd.DataFrame, window: Window, *, min_gap_ns: in
         if not bool((order[1:] > order[:-1]).all()):
             out = out.take(order).reset_index(drop=True)
             table = table.reordered(order)
-    out = out[cols]
-    out.attrs[ACTIVITY_TIME] = table
-    return out
+    return out[cols], table
 
 
 def _window_groups(win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -853,9 +919,14 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     sp_rows: list[np.ndarray] = []
     sp_label: list[np.ndarray] = []
     sp_ns: list[np.ndarray] = []
+    # the table's columns as narrow as they can be, each chunk's part narrowed as it comes (its
+    # entries number a few per gap: 1.6M on the 245 MB trace's 751k gaps): gap rows below 2^31,
+    # and an entry's time, at most its window's span, in int32 when every span is below 2^31
+    row_t = np.int32 if n < 1 << 31 else np.int64
+    ns_t = np.int32 if len(rows) == 0 or int(np.max(hi - lo)) < 1 << 31 else np.int64
     if len(rows) == 0:
         if spent is not None:
-            spent.extend([np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int64), list(labels)])
+            spent.extend([np.empty(0, row_t), np.empty(0, np.int32), np.empty(0, ns_t), list(labels)])
         return act, [""], breakdown, is_sync
     chosen = np.ones(len(rows), dtype=np.int32)  # label ids: a few thousand at most
     span = np.maximum(hi - lo, 1)
@@ -895,15 +966,15 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
             # untraced time covers over half
             has = has[(top * 2 > sp_c[has]) | ((sp_c[has] - traced[has]) * 2 <= sp_c[has])]
             del top, traced
-            ids = _label_ids(labels, names, src, code, np.arange(len(win)))
+            ids = _label_ids(labels, names, src, code)
             here = np.ones(b - a, dtype=np.int32)
             here[has] = ids[best[has]]
             chosen[at] = here
             del best, sync, has, here
             if spent is not None:
-                sp_rows.append(rows[at][win])
+                sp_rows.append(rows[at][win].astype(row_t, copy=False))
                 sp_label.append(ids)
-                sp_ns.append(ns)
+                sp_ns.append(ns.astype(ns_t, copy=False))
             del ids
             if len(det_c):
                 a_, b_ = np.searchsorted(win, det_c), np.searchsorted(win, det_c, side="right")
@@ -926,7 +997,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         remap[i] = cats.index(text[i])
     act[rows] = remap[chosen]
     if spent is not None:
-        spent.extend([_joined(sp_rows, np.int64), _joined(sp_label, np.int32), _joined(sp_ns, np.int64), text])
+        spent.extend([_joined(sp_rows, row_t), _joined(sp_label, np.int32), _joined(sp_ns, ns_t), text])
     return act, cats, breakdown, is_sync
 
 
@@ -954,22 +1025,23 @@ def _window_best(result: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(result[0], dtype=np.int64), np.frombuffer(result[1], dtype=np.uint8).astype(bool)
 
 
-def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.ndarray, code: np.ndarray,
-               entries: np.ndarray) -> np.ndarray:
-    """The label id ("source:name", numbered in ``labels`` as first met) of each entry in ``entries``."""
-    out = np.zeros(len(entries), dtype=np.int32)
-    e_src, e_code = src[entries], code[entries].astype(np.int64)
+def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.ndarray,
+               code: np.ndarray) -> np.ndarray:
+    """The label id ("source:name", numbered in ``labels`` as first met: by source, then name code)
+    of each entry (source index ``src``, name ``code``): one table of every (source, code) met, looked
+    up once per entry."""
+    off = np.zeros(len(SOURCES) + 1, dtype=np.int64)  # code -1 (no name) is each source's first slot
     for si, source in enumerate(SOURCES):
-        m = e_src == si
-        if source not in names or not m.any():
-            continue
-        cats = names[source]
-        c = e_code[m]
-        ids = np.zeros(len(cats) + 1, dtype=np.int64)  # code -1 (no name) is the last slot
-        for k in (np.flatnonzero(np.bincount(c + 1, minlength=len(cats) + 1)) - 1).tolist():
-            ids[k] = labels.setdefault(f"{source}:{cats[k] if k >= 0 else ''}", len(labels))
-        out[m] = ids[c]
-    return out
+        off[si + 1] = off[si] + (len(names[source]) + 1 if source in names else 0)
+    comb = off[src]
+    comb += code
+    comb += 1
+    lut = np.zeros(int(off[-1]), dtype=np.int32)
+    for u in np.flatnonzero(np.bincount(comb, minlength=int(off[-1]))).tolist():
+        si = int(np.searchsorted(off, u, side="right")) - 1
+        source, k = SOURCES[si], u - int(off[si]) - 1
+        lut[u] = labels.setdefault(f"{source}:{names[source][k] if k >= 0 else ''}", len(labels))
+    return lut[comb]
 
 
 def _window_best_numpy(win: np.ndarray, src: np.ndarray, code: np.ndarray, ns: np.ndarray, sp: np.ndarray,
@@ -1026,7 +1098,7 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
         "next_op": ops["name"].array.take(nxt, allow_fill=False)}, copy=False)
 
 
-def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:
+def gap_summary(gaps: pd.DataFrame, activity: GapActivity, window: Window) -> dict[str, object]:
     """Totals by cause, and where the host and sync gaps' time went (``activity_time``: each
     activity's overlap with the gaps, each nanosecond once, then the untraced rest and the
     launching calls' tails; ``count``: the gaps it ran in): the 20 largest, adding up to at most
@@ -1035,7 +1107,7 @@ def gap_summary(gaps: pd.DataFrame, window: Window) -> dict[str, object]:
         return {"count": 0, "total_ns": 0, "by_cause": {}, "by_activity": []}
     by_cause = {str(k): {"count": int(v["count"]), "total_ns": int(v["sum"])}
                 for k, v in count_sum(gaps["cause"], gaps["gap_ns"]).iterrows()}
-    act = activity_time(gaps).head(20)
+    act = activity_time(gaps, activity).head(20)
     by_activity = [{"activity": str(a), "count": int(c), "total_ns": int(v)}
                    for a, c, v in zip(act["activity"].tolist(), act["gaps"].tolist(), act["ns"].tolist())]
     return {"count": int(len(gaps)), "total_ns": int(gaps["gap_ns"].sum()), "by_cause": by_cause,

@@ -76,7 +76,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
         total = int(rec["gap_ns"].sum())
         # the gap classes (by label), for the samples per class
         by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-        parts = _doing(activity_time(full, rec_rows), total)
+        parts = _doing(activity_time(full, ctx.a.gap_activity, rec_rows), total)
         yield finding(ctx, "host-bound-gap",
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=total, claims=claims_of(rec["start_ns"], rec["end_ns"]),
