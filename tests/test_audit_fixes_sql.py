@@ -61,3 +61,24 @@ def test_timing_message_never_calls_a_sum_of_lags_gpu_work(name, fixture_dir):
     assert "of GPU work in total ran past" not in f.message
     assert "sum of per-instance lags" in f.message or "under-reports" in f.message
     assert total_kernels > 0
+
+
+@pytest.mark.parametrize("where", ["fixture:ladder_baseline", "export:SamuelAmsih__CUDA__report14"])
+def test_host_bound_saving_stops_at_the_launching_calls(where, fixture_dir):
+    """host-bound-gap's saving is the gaps up to their launching calls' starts, never the calls' own
+    latency after that (SamuelAmsih: cudaMemcpyAsync calls whose copies start milliseconds after the
+    call, 5.2 s of its 24.7 s of host gaps). Truth: SQL gaps (``sqltruth.idle_gaps``) in the window,
+    each from its start to its launching call's start."""
+    from sqltruth import idle_gaps
+
+    kind, name = where.split(":")
+    if kind == "fixture":
+        path, conn = fixture_dir / f"{name}.sqlite", open_fixture(name)
+    else:
+        path, conn = _export(name)
+    a = analyze(nsysan.open_trace(path))
+    f = next(f for f in a.findings if f.rule == "host-bound-gap")
+    lo, hi = a.steady.start_ns, a.steady.end_ns
+    bound = sum(min(g["api_start"], e) - s for (_, s, e), g in idle_gaps(conn).items()
+                if g["api_start"] is not None and g["api_start"] > s and s >= lo and e <= hi)
+    assert int(f.window.get("estimate_ns", f.impact_ns)) <= bound
