@@ -472,7 +472,9 @@ def test_readme_documents_every_exit_code():
     from nsysan.errors import EXIT_CODES
 
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Exit codes"):text.index("### Untrusted traces")]
+    start = text.index("## Exit codes")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
     for name, code in EXIT_CODES.items():
         assert f" {code} " in section.replace(";", " ").replace("\n", " "), (name, code)
 
