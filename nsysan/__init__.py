@@ -43,7 +43,11 @@ def analyze(trace: Any, params: Any = None, *, max_events: int | None = None, **
     ``config="rules.json"``, ``set={"host-bound-gap.min_frac": 0.1}``, ``disable=["sync-api"]``,
     ``max_events=N`` (a path only: refuse larger traces), ``rules=False`` (analyses only),
     ``progress=f`` (``f(stage, done, total)``: each table loaded from a path, then each analysis step).
-    Invalid values raise ``ValueError`` with the CLI's message. See ``nsysan.analysis.analyze``."""
+    Invalid values, values of the wrong kind and unknown options raise ``ValueError`` with the CLI's
+    message (``nsysan.options.OptionError``, also a ``TypeError``). See ``nsysan.analysis.analyze``."""
+    from nsysan.options import check_api_options
+
+    check_api_options(options)  # before anything is imported or read
     from nsysan.analysis import analyze as _analyze
     from nsysan.analysis import options as _options
     from nsysan.trace import Trace, open_trace

@@ -30,7 +30,7 @@ rules, where the peak is made (``release(before_peak=True)``). Measured in
 alternating runs with the same settings made by environment variables (medians of 4; 2 on the
 2.5 GB one): 245 MB replica 2.01 -> 1.79 s, peak 852 -> 817 MiB; real 329 MB launch loop 2.96 ->
 2.48 s, 1,236 -> 1,230 MiB; 2.5 GB replica 25.0 -> 16.8 s, 6.7 -> 7.1 GB (there the host's first-touch
-cost varies run to run: README, Performance, session 11). A library user's process (``open_trace`` in a notebook) is not
+cost varies run to run: docs/performance.md). A library user's process (``open_trace`` in a notebook) is not
 nsysan's to hold memory in: there the allocator keeps its defaults apart from the arena cap and
 threshold above, and ``release`` trims.
 """

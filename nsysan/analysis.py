@@ -1,7 +1,7 @@
 """Run every analysis on a trace once and collect the results (frames and small dicts).
 
 ``analyze(trace)`` is the Python entry point; ``Analysis.to_dict()`` is the JSON shape documented
-in the README (schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole session;
+in docs/json.md (schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole session;
 ``steady`` is the steady state of the iteration range when one is found, else the capture.
 """
 

@@ -36,6 +36,7 @@ from nsysan.options import load_config as _load_config
 from nsysan.options import parse_set as _parse_set
 from nsysan.outputs import read_small_file, write_atomic  # noqa: F401 - compare.py imports read_small_file from here
 from nsysan.outputs import identity as _identity
+from nsysan.outputs import own_output
 
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 
@@ -412,8 +413,8 @@ def _same_place(a: str, b: str) -> bool:
 def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, force: bool) -> list[tuple[int, int]]:
     """Before any work: no output is an input (same file by device and inode, so also through a
     symbolic or hard link), no two outputs are one file, every output folder can be one, and an
-    existing output needs ``force``. ``outputs``: (option, path). Returns the inputs' identities, which
-    ``write_atomic`` checks again at the moment of writing."""
+    existing output nsysan did not write needs ``force``. ``outputs``: (option, path). Returns the
+    inputs' identities, which ``write_atomic`` checks again at the moment of writing."""
     protect = [i for i in (_identity(t) for t in inputs) if i is not None]
     seen: dict[str, str] = {}
     for option, out in outputs:
@@ -435,8 +436,9 @@ def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, 
                 break
         if ident is not None and Path(out).is_dir():
             raise UsageError(f"{option} {shown}: is a directory")
-        if ident is not None and not force:
-            raise OutputExistsError(f"{shown}: exists", hint="pass --force to overwrite it")
+        if ident is not None and not force and not own_output(out):  # nsysan's own outputs are replaced
+            raise OutputExistsError(f"{shown}: exists, and nsysan did not write it",
+                                    hint="pass --force to overwrite it")
     return protect
 
 
@@ -1027,7 +1029,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json, the cross-rank page summary.html and ranks.csv")
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
                    "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "
-                   "see README, Iterations)")
+                   "see docs/iterations.md)")
     a.add_argument("--min-gap-us", type=_opt_number("--min-gap-us"), default=10.0, help="smallest GPU idle gap reported (default 10 us)")
     a.add_argument("--warmup-factor", type=_opt_number("--warmup-factor", strict=True), default=1.5, help="leading iterations slower than this x the "
                    "median are warm-up (default 1.5)")
@@ -1058,7 +1060,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--trace", default="cuda,nvtx,osrt", help="nsys -t value (default cuda,nvtx,osrt)")
     pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
     pr.add_argument("--diagnose", action="store_true", help="also record CPU samples, CUDA backtraces, Python "
-                    "samples and backtraces (Python programs) and GPU metrics, and export with blobs (see README)")
+                    "samples and backtraces (Python programs) and GPU metrics, and export with blobs (see docs/inputs.md)")
     pr.add_argument("--python-sampling", choices=["auto", "on", "off"], default="auto",
                     help="with --diagnose: Python sampling and backtraces (default auto: when COMMAND is Python)")
     pr.add_argument("--gpu-metrics-devices", default="all", metavar="all|none|N[,N]",

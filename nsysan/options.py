@@ -43,6 +43,57 @@ def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, inte
     return v
 
 
+# the keywords of ``nsysan.analyze`` (besides ``max_events``), as ``nsysan.analysis.analyze`` takes them
+API_OPTIONS = ("iteration_range", "min_gap_us", "warmup_factor", "rule_config", "config", "set", "disable",
+               "rules", "workers", "progress", "on_analyses")
+
+
+class OptionError(ValueError, TypeError):
+    """An invalid option of the Python API: an unknown keyword, or a value of the wrong kind. A
+    ``ValueError``, as the README says; also a ``TypeError``, which Python raises for an unknown
+    keyword, so code catching either sees it."""
+
+
+def check_api_options(options: dict[str, Any]) -> None:
+    """The keywords of ``nsysan.analyze``: known names, and values of the right kind (numbers, rule
+    ids and thresholds are checked further by ``nsysan.analysis.options``, with the CLI's words);
+    ``OptionError`` otherwise. An iterator given as ``set`` or ``disable`` is replaced by its list."""
+    unknown = [str(k) for k in options if k not in API_OPTIONS]
+    if unknown:
+        raise OptionError(f"unknown option(s) {_say(', '.join(map(repr, unknown)))[:200]}; the options are: "
+                          f"{', '.join(API_OPTIONS)}, max_events")
+
+    def bad(name: str, what: str) -> OptionError:
+        return OptionError(f"{name}: {_say(repr(options[name]))[:60]}: expected {what}")
+
+    def given(name: str) -> bool:
+        return options.get(name) is not None
+
+    if "rules" in options and not isinstance(options["rules"], bool):
+        raise bad("rules", "True or False")
+    if given("workers"):
+        try:
+            check_number(options["workers"], integer=True)
+        except ValueError:
+            raise bad("workers", "an integer >= 0 (0: the default)") from None
+    for name in ("progress", "on_analyses"):
+        if given(name) and not callable(options[name]):
+            raise bad(name, "a function")
+    if given("config") and not isinstance(options["config"], str) and not hasattr(options["config"], "__fspath__"):
+        raise bad("config", "the path of a JSON file")
+    if given("rule_config") and not isinstance(options["rule_config"], Mapping):
+        raise bad("rule_config", "{rule: {threshold: value}}")
+    for name, what in (("set", '{"rule.threshold": value} or ["rule.threshold=value", ...]'), ("disable", "rule ids")):
+        v = options.get(name)
+        if v is None or isinstance(v, str) or (name == "set" and isinstance(v, Mapping)):
+            continue
+        if isinstance(v, (bytes, Mapping)) or not isinstance(v, Iterable):
+            raise bad(name, what)
+        options[name] = v = list(v)  # a generator is read once, here
+        if not all(isinstance(x, str) for x in v):
+            raise bad(name, what)
+
+
 def check_threshold(rid: str, name: str, value: Any, default: Any) -> Any:
     """A threshold value of the default's kind (an integer where the default is one, else a number),
     finite and >= 0; a usage error that names it otherwise."""
@@ -93,6 +144,12 @@ def rules_config(rules: Any, source: str) -> dict[str, dict[str, Any]]:
     if not isinstance(rules, Mapping):
         raise UsageError(f"{source} \"rules\" is not an object; {CONFIG_SHAPE}")
     items = []
+    if rules:
+        from nsysan.rules import REGISTRY
+
+        unknown = [str(r) for r in rules if r not in REGISTRY]
+        if unknown:  # also one with no thresholds, which parse_set would not see
+            raise UsageError(f"{source} unknown rule(s) {_say(', '.join(unknown))} (see `nsysan rules`)")
     for rid, th in rules.items():
         if not isinstance(th, Mapping):
             raise UsageError(f"{source} rules.{_say(rid)} is not an object of thresholds; {CONFIG_SHAPE}")

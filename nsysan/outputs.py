@@ -1,11 +1,15 @@
 """Writing outputs safely, for the CLI and the Python API alike: atomic (a temp file in the same
-folder, then a rename), never over an existing file without ``force``, never over an input (compared
-by device and inode, so also through a link), and side files (configs, saved analyses) read with a
-size limit. Errors are ``NsysanError``s whose messages name the file."""
+folder, then a rename), never over an existing file without ``force`` unless it is an output nsysan
+wrote itself (``own_output``: a regular file carrying nsysan's marker, so running the same command
+twice works), never over an input (compared by device and inode, so also through a link), and side
+files (configs, saved analyses) read with a size limit. Errors are ``NsysanError``s whose messages
+name the file."""
 
 from __future__ import annotations
 
+import mmap
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -35,6 +39,59 @@ def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
+# the markers of nsysan's own outputs, each where no text from a trace can forge it: the HTML head's
+# generator line (before the title); a JSON document's top-level "schema" key at a line start (strings
+# hold no raw newline, and nested keys of an indented document are indented further); a Perfetto
+# timeline's closing line, after the last event line
+HTML_MARK = b'<meta name="generator" content="nsysan">'
+_HTML_HEAD = re.compile(rb'\A\s*<!DOCTYPE html>\s*<html lang="en">\s*<head>\s*<meta charset="utf-8">\s*'
+                        + re.escape(HTML_MARK))
+_JSON_SCHEMA = re.compile(rb'\n ?"schema": "nsysan\.[a-z]+/[0-9]+",?\n')
+_PERFETTO_HEAD = b'{"traceEvents":[\n'
+_PERFETTO_TAIL = b'\n],"displayTimeUnit":"ns","otherData":{"generator":"nsysan '
+# a CSV table carries no marker (a comment line would break its readers): one is nsysan's when its
+# header is the header nsysan writes for it (before the analysis, when that is not known yet: a header
+# of snake_case column names, as nsysan writes), or when it is the one empty line of an empty table
+_CSV_HEADER = re.compile(rb"[a-z_][a-z0-9_]*(,[a-z_][a-z0-9_]*)+\n")
+
+
+def own_output(path: str | os.PathLike[str], csv_header: bytes | None = None) -> bool:
+    """Whether ``path`` is an output nsysan wrote itself, which a new run may replace without
+    ``force``: a regular file (not a link, not a device or FIFO) whose content carries nsysan's marker
+    (an HTML report, an analysis/diff/summary JSON, a Perfetto timeline), or a ``.csv`` table whose
+    header is ``csv_header`` (the header about to be written; when None, a header nsysan could have
+    written). Anything else is False."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a link, FIFO or device is not even opened
+            return False
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return False  # missing, unreadable, or a symbolic link (O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return False
+        head = os.pread(fd, 4096, 0)
+        if str(path).endswith(".csv"):
+            if head == b"\n" and st.st_size == 1:
+                return True
+            line = head[:head.find(b"\n") + 1] if b"\n" in head else b""
+            return line == csv_header if csv_header is not None else _CSV_HEADER.fullmatch(line) is not None
+        if _HTML_HEAD.match(head):
+            return True
+        if head.startswith(_PERFETTO_HEAD) or head.startswith(b"{\n"):
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as m:
+                if head.startswith(_PERFETTO_HEAD):
+                    return m.rfind(_PERFETTO_TAIL) > 0 and m[-2:] == b"}\n"
+                return m[-3:] == b"\n}\n" and _JSON_SCHEMA.search(m) is not None  # type: ignore[call-overload]
+        return False
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
+
+
 def _why(e: OSError) -> str:
     import errno
 
@@ -46,10 +103,13 @@ def _why(e: OSError) -> str:
 
 
 @contextmanager
-def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] = ()) -> Iterator[IO[bytes]]:
+def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] = (),
+                csv_header: bytes | None = None) -> Iterator[IO[bytes]]:
     """A binary file to write ``path``'s new content into, streamed: it replaces ``path`` only when the
     ``with`` block ends without an error (fsync'ed first); on any error the temp file is removed and an
-    existing ``path`` stays as it was. ``protect``: (device, inode) of the inputs, which an output never
+    existing ``path`` stays as it was. An existing ``path`` needs ``force`` unless nsysan wrote it
+    (``own_output``; ``csv_header``: the header line of the CSV table about to be written).
+    ``protect``: (device, inode) of the inputs, which an output never
     replaces, whatever ``force`` says."""
     path = Path(path)
     shown = _say(path)
@@ -60,8 +120,8 @@ def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] =
         exists = path.exists() or path.is_symlink()
     except OSError:
         exists = False
-    if exists and not force:
-        raise OutputExistsError(f"{shown}: exists", hint="pass --force to overwrite it")
+    if exists and not force and not own_output(path, csv_header):
+        raise OutputExistsError(f"{shown}: exists, and nsysan did not write it", hint="pass --force to overwrite it")
     if path.is_dir():
         raise OutputError(f"{shown}: is a directory")
     tmp: str | None = None
@@ -94,7 +154,8 @@ def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[
     file stays intact when the write fails (no space, quota). ``protect``: (device, inode) of the
     inputs, which an output never replaces, whatever ``--force`` says (also through a link)."""
     data = text.encode("utf-8", "backslashreplace")  # lone surrogates (undecodable file names) as \udcxx
-    with atomic_file(Path(path), force=force, protect=protect) as f:
+    header = data[:data.find(b"\n") + 1] if str(path).endswith(".csv") else None
+    with atomic_file(Path(path), force=force, protect=protect, csv_header=header) as f:
         f.write(data)
 
 

@@ -35,7 +35,7 @@ GPU_METRICS_FREQUENCY = 10_000  # Hz: nsys' default, stated so that the command 
 # syncs, copies, allocations: the calls whose call sites the findings name. Not launches: nsys 2025.3 takes a
 # backtrace of every traced call, and on a launch-bound loop (H200, 200 launches a step) backtraces of all calls
 # took the step from 3.70 ms (plain tracing) to 4.92 ms, inflating the launch costs nsysan measures; sync,memory
-# took 3.67 ms (README, "Recording for a diagnosis").
+# took 3.67 ms (docs/inputs.md, "Recording for a diagnosis").
 CUDA_BACKTRACE = "sync,memory"
 
 

@@ -206,7 +206,11 @@ def test_to_json_writes_the_cli_json(trace_path, tmp_path):
     out = tmp_path / "api.json"
     text = a.to_json(out)
     assert out.read_text() == cli.read_text() == text
+    a.to_json(out)  # its own earlier output is replaced
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}\n")
     with pytest.raises(OutputExistsError):
-        a.to_json(out)
+        a.to_json(mine)
+    assert mine.read_text() == "{}\n"
     with pytest.raises(UsageError):
         a.to_json(trace_path, force=True)

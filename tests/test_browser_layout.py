@@ -2,7 +2,7 @@
 screen shows, steady-state tables, folded long tables, plots, dark mode, print and a phone's width.
 
 Skipped when Chromium or Playwright is missing, except in CI (NSYSAN_REQUIRE_BROWSER=1), where a
-missing browser fails. Screenshots go to ``$NSYSAN_SCREENSHOTS`` when set (README, Tests).
+missing browser fails. Screenshots go to ``$NSYSAN_SCREENSHOTS`` when set (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
@@ -67,6 +67,16 @@ def test_first_screen_shows_the_time_breakdown_and_the_top_fixes(browser, report
     ctx.close()
 
 
+def _full_name(td) -> str:
+    """A name cell's whole text: a long name is shortened in the cell, whole in its title (on hover)."""
+    cut = td.locator("span.cut")
+    if cut.count():
+        title = cut.get_attribute("title")
+        assert td.inner_text().rstrip("…") and title.startswith(td.inner_text().rstrip("…"))
+        return title
+    return td.inner_text()
+
+
 def test_tables_default_to_the_steady_state_and_fold(browser, report, fixture_dir, tmp_path):
     a, path = report
     ctx, page, errors = _page(browser, path, 1440)
@@ -83,13 +93,13 @@ def test_tables_default_to_the_steady_state_and_fold(browser, report, fixture_di
     con.close()
     assert top != cap_top  # this fixture's warm-up changes the answer
     table = page.locator("#t-kernels")
-    assert table.locator("tbody tr").first.locator("td").first.inner_text() == top
+    assert _full_name(table.locator("tbody tr").first.locator("td").first) == top
     assert "steady state" in page.locator("#sec-kernels h2").inner_text()
     # the whole capture's table is one click away
     alt = page.locator("#sec-kernels details.alt")
     assert not alt.locator("#t-kernels-capture").is_visible()
     alt.locator("summary").click()
-    assert alt.locator("#t-kernels-capture tbody tr").first.locator("td").first.inner_text() == cap_top
+    assert _full_name(alt.locator("#t-kernels-capture tbody tr").first.locator("td").first) == cap_top
     # long tables show 15 rows and unfold
     rows = table.locator("tbody tr")
     assert rows.count() == n_names > 15
@@ -176,4 +186,31 @@ def test_print_shows_every_row_and_column(browser, report, tmp_path):
     assert pdf.stat().st_size > 10_000
     if os.environ.get("NSYSAN_SCREENSHOTS"):
         page.screenshot(path=str(shots_dir(tmp_path) / "print.png"), full_page=False)
+    ctx.close()
+
+
+@pytest.mark.parametrize("name", ["ddp_straggler", "fsdp"])
+def test_phone_width_holds_on_a_multi_rank_report(browser, analysis, fixture_dir, tmp_path, name):
+    """The ranks panel's table (13 columns) scrolls inside its own box: it made a 390 px page 755 px wide."""
+    con = sqlite3.connect(f"file:{fixture_dir / f'{name}.sqlite'}?mode=ro", uri=True)
+    ranks = con.execute("""SELECT COUNT(DISTINCT k.globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%'""").fetchone()[0]
+    con.close()
+    assert ranks > 1  # processes with communication kernels: the report has a ranks panel
+    path = tmp_path / f"{name}.html"
+    path.write_text(html.render(view.build(analysis(name))), encoding="utf-8")
+    ctx, page, errors = _page(browser, path, 390, 844)
+    rows = page.locator("#ranks-panel table tbody tr")
+    assert rows.count() == ranks
+    page.locator("#ranks-panel").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots_dir(tmp_path) / f"ranks-390-{name}.png"))
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # was 816 (ddp_straggler), 809 (fsdp)
+    outside = page.evaluate("""() => [...document.querySelectorAll('body *')].filter(e => {
+        const r = e.getBoundingClientRect();
+        return r.width > 0 && r.right > 391 && !e.closest('.scroll, nav, #tl-wrap'); })
+        .map(e => e.tagName + '.' + e.className)""")
+    assert outside == []
+    assert page.evaluate("(() => { const s = document.querySelector('#ranks-panel table').parentElement; "
+                         "return s.classList.contains('scroll') && s.scrollWidth > s.clientWidth; })()")
+    assert errors == []
     ctx.close()

@@ -98,7 +98,7 @@ def test_nvtx_gpu_projection_matches_nvtx_gpu_proj_sum(name, load):
     trace = load(name)
     ops = summaries.gpu_ops(trace)
     # nsys 2025.3.1 leaves CUDA Graph launches traced in graph mode (GRAPH_TRACE rows) out of the
-    # projection; nsysan counts them (README: "Where nsysan differs"). Compare like with like.
+    # projection; nsysan counts them (docs/how-it-works.md: "Where nsysan differs"). Compare like with like.
     rg = nvtx_mod.ranges(trace, ops.loc[ops["op"] != "graph"])
     ours = nvtx_mod.range_summary(rg).set_index("name")
     for rng, row in theirs.iterrows():

@@ -215,8 +215,12 @@ def test_api_write_perfetto_protects_the_trace(traces, tmp_path):
     a = nsysan.analyze(traces["launch_graph"])
     out = tmp_path / "t.json"
     assert a.write_perfetto(out) == out
+    a.write_perfetto(out)  # its own earlier timeline is replaced
+    mine = tmp_path / "mine.json"
+    mine.write_text("keep")
     with pytest.raises(OutputExistsError):
-        a.write_perfetto(out)
+        a.write_perfetto(mine)
+    assert mine.read_text() == "keep"
     with pytest.raises(UsageError):
         a.write_perfetto(traces["launch_graph"], force=True)
 

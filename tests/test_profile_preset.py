@@ -2,7 +2,7 @@
 CUDA backtraces, Python sampling and backtraces for Python programs, GPU metrics), and its second
 step, ``nsys export --type sqlite --include-blobs=true`` into NAME.sqlite (``nsys profile --export
 sqlite`` would leave the Python frames out). nsys runs as the fake of test_inputs_profile (it logs its
-argv); the real preset ran once on an H200 (README, "Recording for a diagnosis")."""
+argv); the real preset ran once on an H200 (docs/inputs.md, "Recording for a diagnosis")."""
 
 from __future__ import annotations
 

@@ -67,9 +67,11 @@ def test_cli_writes_outputs_atomically_and_refuses_overwrite(fixture_dir, tmp_pa
     out = tmp_path / "r.json"
     assert main(["analyze", trace, "--json", str(out), "--csv", str(tmp_path / "csv"), "-q"]) == 0
     assert out.exists() and (tmp_path / "r.html").exists() and (tmp_path / "csv" / "kernels.csv").exists()
-    before = out.read_bytes()
-    assert main(["analyze", trace, "--json", str(out), "-q"]) == 8
-    assert "--force" in capsys.readouterr().err and out.read_bytes() == before
+    assert main(["analyze", trace, "--json", str(out), "-q"]) == 0  # nsysan's own outputs are replaced
+    mine = tmp_path / "mine.json"  # a file nsysan did not write needs --force
+    mine.write_text("{}\n")
+    assert main(["analyze", trace, "--json", str(mine), "--no-html", "-q"]) == 8
+    assert "--force" in capsys.readouterr().err and mine.read_text() == "{}\n"
     assert main(["analyze", trace, "--json", str(out), "-q", "--force", "--set", "launch-bound.min_kernels=100000"]) == 0
     assert "launch-bound" not in {f["rule"] for f in json.loads(out.read_text())["findings"]}
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The overhead of `nsysan profile --diagnose` (README, "Recording for a diagnosis"), on a GPU machine with
+# The overhead of `nsysan profile --diagnose` (docs/inputs.md, "Recording for a diagnosis"), on a GPU machine with
 # nsys on PATH, from the repository root (nsysan importable: installed, or PYTHONPATH=$PWD):
 #
 #   OUT=/some/dir bash workloads/profile_overhead.sh [ROUNDS]

@@ -6,6 +6,7 @@ in HTML, and ``tojson`` escapes ``<``, ``>`` and ``&`` in embedded JSON.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,10 @@ class Bar:
     frac: float  # 0..1 of the largest
 
 
+# the loader's warning that long names or NVTX texts were shortened (nsysan/trace/load.py)
+_SHORTENED = re.compile(r"[0-9]+ name\(s\) or NVTX text\(s\) longer than [0-9,]+ characters were shortened")
+
+
 @dataclass
 class Report:
     title: str
@@ -70,6 +75,8 @@ class Report:
     timeline: dict[str, Any]
     rules_log: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
+    # warnings that change no number (long names shortened): at the end of the report, off the first screen
+    late_warnings: list[str] = field(default_factory=list)
     capture: list[tuple[str, str]] = field(default_factory=list)
     # where one iteration's time goes: (label, [(part, width %, css class, text)]) per row
     breakdown: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
@@ -543,13 +550,18 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     rv = _ranks_view(a)
     if rv:  # the ranks panel shows this table (with its bars and lanes): not twice
         tables = [tb for tb in tables if tb.id != "ranks"]
+    # a section with no rows is left out (no TensorRT, no communication, one rank...); the iterations'
+    # stays: its note says why none was found and how to choose one
+    tables = [tb for tb in tables if tb.rows or (tb.alt is not None and tb.alt.rows) or tb.id == "iterations"]
     rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
     capture = [(k, v) for k, v in m.capture] if show_env else []
     return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=headline, info=info,
                   findings=findings, tables=tables, kernel_bars=kernel_bars,
                   breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                   overlap_bars=ovb,
-                  timeline=build_timeline(a), rules_log=rules_log, warnings=list(m.warnings), capture=capture,
+                  timeline=build_timeline(a), rules_log=rules_log,
+                  warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
+                  late_warnings=[w for w in m.warnings if _SHORTENED.match(w)], capture=capture,
                   ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
                   samples_view=samples_view(a), gpu_metrics=metrics_view.view(a))
 

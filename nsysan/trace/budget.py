@@ -18,7 +18,7 @@ limit (v2 ``memory.max`` - ``memory.current`` up the hierarchy, or v1's), or ``N
 by the kernel half-way through.
 
 PER_ROW was measured on replicated traces of 245 MB and 2.5 GB and on real exports of 170-329 MB
-(README, Performance): the largest per-row figure seen was 292 bytes (the real 329 MB launch loop,
+(docs/performance.md): the largest per-row figure seen was 292 bytes (the real 329 MB launch loop,
 before speed round 3; 193 bytes after it), rounded up. With the narrow columns (schema.NARROW) and
 the lower load peak, (peak - BASE - decoded) / rows measured: 178 bytes median, 244 at the highest
 of 5 runs on the real 329 MB trace, 124 on the 245 MB and 106-111 on the 2.5 GB replicated ones;

@@ -816,9 +816,13 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         nv = frames["nvtx"]["text"].fillna("")
         cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
     if len(cut) or len(cut_nvtx):
-        first = (cut or [str(cut_nvtx.iloc[0])])[0]
+        # the example is never an environment block (StringIds holds the profiled process's
+        # environment, NUL-separated NAME=VALUE: it may hold secrets, shown only with --show-env)
+        env = re.compile(r"[A-Za-z_][A-Za-z0-9_%]*=")
+        first = next((v for v in (*cut, *cut_nvtx.head(20).astype(str)) if "\x00" not in v and not env.match(v)), None)
+        eg = f" (e.g. {first[:60]!r}...)" if first is not None else ""
         warnings.append(f"{len(cut) + len(cut_nvtx)} name(s) or NVTX text(s) longer than {MAX_STRING:,} characters "
-                        f"were shortened to their first {MAX_STRING:,} (e.g. {first[:60]!r}...); numbers are "
+                        f"were shortened to their first {MAX_STRING:,}{eg}; numbers are "
                         "unaffected unless two names differ only after that point")
     gm = frames["gpu_memory_usage"]
     frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
