@@ -364,3 +364,20 @@ def check_public_export(path: Path, check: Any, why: str) -> None:
     from nsysan.analysis import analyze
 
     check_export(open_export(path), analyze(nsysan.open_trace(path), rules=False), check, why)
+
+
+def only_pid(src: Any, dst: Any, pid: int, vacuum: bool = False) -> None:
+    """A copy of export ``src`` at ``dst`` with one process's events only (one export per rank, on
+    the same clock): its kernels, copies, memsets, CUDA API calls, NVTX ranges and OS runtime calls."""
+    shutil.copyfile(src, dst)
+    con = sqlite3.connect(dst)
+    names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    for t, col in (("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+                   ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+                   ("NVTX_EVENTS", "globalTid"), ("OSRT_API", "globalTid")):
+        if t in names:
+            con.execute(f'DELETE FROM "{t}" WHERE (({col} >> 24) & 16777215) != ?', (pid,))
+    con.commit()
+    if vacuum:
+        con.execute("VACUUM")
+    con.close()

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import FIXTURE_NAMES
-from sqltruth import range_instances
+from sqltruth import only_pid, range_instances
 
 from nsysan.analysis import analyze
 from nsysan.units import fmt_ns
@@ -299,17 +299,8 @@ def test_ranks_taking_turns_are_in_step():
 
 
 def _only_pid(src, dst, pid: int) -> None:
-    """A copy of an export with one process's events only (one export per rank, on the same clock)."""
-    shutil.copyfile(src, dst)
-    con = sqlite3.connect(dst)
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    for t, col in (("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
-                   ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
-                   ("NVTX_EVENTS", "globalTid"), ("OSRT_API", "globalTid")):
-        if t in tables:
-            con.execute(f'DELETE FROM "{t}" WHERE (({col} >> 24) & 16777215) != ?', (pid,))
-    con.commit()
-    con.close()
+    """A copy of an export with one process's events only (``sqltruth.only_pid``)."""
+    only_pid(src, dst, pid)
 
 
 def test_saving_bounded_when_the_ranks_count_iterations_differently(fixture_dir, tmp_path):

@@ -153,20 +153,9 @@ def test_one_export_per_rank_gives_the_same_ranks():
 
 def _split_by_pid(src, dst, keep_pid: int) -> None:
     """A copy of an export with only one process's events (one export per rank)."""
-    import shutil
-    import sqlite3
+    from sqltruth import only_pid
 
-    shutil.copyfile(src, dst)
-    con = sqlite3.connect(dst)
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    for t, col in (("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
-                   ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
-                   ("NVTX_EVENTS", "globalTid"), ("OSRT_API", "globalTid")):
-        if t in tables:
-            con.execute(f'DELETE FROM "{t}" WHERE (({col} >> 24) & 16777215) != ?', (keep_pid,))
-    con.commit()
-    con.execute("VACUUM")
-    con.close()
+    only_pid(src, dst, keep_pid, vacuum=True)
 
 
 def test_cross_trace_summary_of_one_export_per_process(fixture_dir, tmp_path, capsys):
