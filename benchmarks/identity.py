@@ -6,8 +6,10 @@ nothing: JSON, stdout, stderr, the exit code and the HTML of ``nsysan analyze`` 
     python3 benchmarks/identity.py --compare /tmp/before /tmp/after
 
 Each trace is analysed in a fresh process with ``NSYSAN_NO_CACHE=1``, ``NO_COLOR=1`` and a fixed
-terminal width, its outputs written under ``OUT/<name>/``. Lines that hold the run's own wall time
-(``analysed in 0.26 s``) are normalised. Fixtures are decompressed once into ``OUT/../traces``.
+terminal width, its outputs written under ``OUT/<name>/``. What differs between two runs by
+construction is normalised in every file: the run's own wall time (``analysed in 0.26 s``), the
+output folder (``OUT``) and the traces' folder (``TRACES``). Fixtures are decompressed once into
+``OUT/../identity-traces``.
 """
 
 from __future__ import annotations
@@ -51,9 +53,20 @@ def run_one(name: str, path: Path, out: Path) -> None:
     env = dict(os.environ, NSYSAN_NO_CACHE="1", NO_COLOR="1", COLUMNS="100")
     p = subprocess.run([sys.executable, "-m", "nsysan", "analyze", str(path), "--json", str(d / "out.json"),
                         "--html", str(d / "out.html"), "--force"], capture_output=True, env=env, cwd=d)
-    (d / "stdout").write_bytes(TIMED.sub(b"analysed in T", p.stdout))
-    (d / "stderr").write_bytes(TIMED.sub(b"analysed in T", p.stderr))
+    # where this run put its traces and outputs is not part of what is compared
+    places = [(str(out.resolve()).encode(), b"OUT"), (str(path.parent.resolve()).encode(), b"TRACES")]
+
+    def norm(b: bytes) -> bytes:
+        for old, new in places:
+            b = b.replace(old, new)
+        return TIMED.sub(b"analysed in T", b)
+
+    (d / "stdout").write_bytes(norm(p.stdout))
+    (d / "stderr").write_bytes(norm(p.stderr))
     (d / "rc").write_text(str(p.returncode))
+    for f in ("out.json", "out.html"):
+        if (d / f).exists():
+            (d / f).write_bytes(norm((d / f).read_bytes()))
 
 
 def compare(a: Path, b: Path) -> int:

@@ -21,7 +21,7 @@ from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
-from nsysan.analyses.gpu import Window
+from nsysan.analyses.gpu import Window, in_window  # noqa: F401  (in_window: its former home, kept importable)
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.analyses.tensorrt import analyze_tensorrt
 from nsysan.trace.model import Trace
@@ -448,6 +448,3 @@ def _gpu_metrics(trace: Trace, a: Analysis) -> Any:
     return analyze_metrics(getattr(trace, "gpu_metrics", None), a.nvtx_ranges, a.steady, a.iterations.table, a.ops)
 
 
-def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:
-    """Rows overlapping the window."""
-    return df.loc[(df[start] < w.end_ns) & (df[end] > w.start_ns)]

@@ -288,7 +288,7 @@ def run_group(cmd: Sequence[str], *, timeout: float | None = None, say: Callable
 # -- the export cache -------------------------------------------------------------------------
 
 def cache_root() -> Path:
-    from nsysan.outputs import user_cache
+    from nsysan._cache import user_cache
 
     return user_cache("exports")
 

@@ -17,18 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from nsysan._cache import user_cache  # noqa: F401  (its former home, kept importable)
 from nsysan.errors import OutputError, OutputExistsError, TraceNotFoundError, TraceUnreadableError, UsageError
 from nsysan.units import clean_text as _say
 
 MAX_SIDE_FILE = 64 << 20  # a config or saved analysis larger than this is not one
 
-
-
-def user_cache(kind: str) -> Path:
-    """nsysan's folder ``kind`` in the user's cache: ``$XDG_CACHE_HOME/nsysan/KIND``, else
-    ``~/.cache/nsysan/KIND`` (bundled examples, .nsys-rep exports, analyses); not created here."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nsysan" / kind
 
 def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """(device, inode) of an existing file, following links; None when there is none."""

@@ -41,7 +41,7 @@ def enabled() -> bool:
 def root() -> Path:
     if os.environ.get("NSYSAN_CACHE_DIR"):
         return Path(os.environ["NSYSAN_CACHE_DIR"])
-    from nsysan.outputs import user_cache
+    from nsysan._cache import user_cache
 
     return user_cache("results")
 

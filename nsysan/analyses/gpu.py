@@ -248,3 +248,8 @@ def stream_pair_overlap(ops: pd.DataFrame, window: Window, *, top: int = 20, bus
     out = pd.DataFrame(rows, columns=["device_id", "pid_a", "stream_a", "pid_b", "stream_b", "overlap_ns"])
     return out.sort_values(["overlap_ns", "device_id", "stream_a", "stream_b"], ascending=[False, True, True, True],
                            kind="stable").head(top).reset_index(drop=True)
+
+
+def in_window(df: pd.DataFrame, w: Window, start: str = "start_ns", end: str = "end_ns") -> pd.DataFrame:
+    """Rows overlapping the window."""
+    return df.loc[(df[start] < w.end_ns) & (df[end] > w.start_ns)]

@@ -19,7 +19,7 @@ def names() -> list[str]:
 
 
 def _cache_dir() -> Path:
-    from nsysan.outputs import user_cache
+    from nsysan._cache import user_cache
 
     d = user_cache("examples")
     try:

@@ -110,7 +110,7 @@ class TemplateCache(jinja2.BytecodeCache):
 
 
 def template_cache() -> TemplateCache | None:
-    from nsysan.outputs import user_cache
+    from nsysan._cache import user_cache
 
     try:
         return TemplateCache(user_cache("templates"))

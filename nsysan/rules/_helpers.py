@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.libranges import library_of
-from nsysan.analysis import in_window
+from nsysan.analyses.gpu import in_window
 
 ONE_TIME_OUTLIER = 20.0  # a gap this many times its group's median is a one-time cost, not a loop's
 # activities that are setup by their nature (JIT compiles, module loads, initialisation, autotuning)
