@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from nsysan._version import __version__
 
 from typing import Any
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from nsysan._executor import cpus, threads
+from nsysan._executor import SMALL_EVENTS, default_workers, event_rows, threads  # noqa: F401  (SMALL_EVENTS: its former home)
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
@@ -128,7 +128,7 @@ class Analysis:
 
     def to_html(self, *, show_env: bool = False) -> str:
         """The self-contained HTML report, as ``nsysan analyze --html`` writes it."""
-        from nsysan import __version__
+        from nsysan._version import __version__
         from nsysan.report import html, view
 
         return html.render(view.build(self, show_env=show_env, generated_by=f"nsysan {__version__}"))
@@ -160,29 +160,6 @@ def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
     if len(ops):
         return Window(int(ops["start_ns"].min()), int(ops["end_ns"].max()), "gpu activity")
     return Window(0, 0, "empty")
-
-
-# Below this many event rows the analyses run on one thread: their work is then pandas' per-call
-# overhead, which holds the GIL, and a second thread only adds switching (ladder_baseline, 36k rows,
-# on 2 cores: analyses 0.10 s on one thread, 0.12-0.14 s on two; the whole command 20 ms slower).
-SMALL_EVENTS = 250_000
-
-
-def default_workers(events: int | None = None) -> int:
-    """Analysis threads: ``NSYSAN_THREADS`` if set, else 1 for a trace of fewer than ``SMALL_EVENTS``
-    event rows (``events``), else the CPUs this process may run on (``_executor.cpus``: its affinity
-    mask), at most 4."""
-    env = os.environ.get("NSYSAN_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    if events is not None and events < SMALL_EVENTS:
-        return 1
-    return min(4, cpus())
-
-
-def event_rows(trace: Trace) -> int:
-    """The trace's event rows (kernels, copies, memsets, CUDA and OS runtime calls, NVTX)."""
-    return sum(len(getattr(trace, name, ())) for name in ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx"))
 
 
 def _gaps(trace: Trace, ops: pd.DataFrame, capture: Window,

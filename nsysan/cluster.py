@@ -22,7 +22,7 @@ from nsysan.errors import NsysanError, UsageError
 
 def _task(trace: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Runs on a worker."""
-    from nsysan.cli import analyze_one
+    from nsysan.pipeline import analyze_one
 
     try:
         return {"ok": analyze_one(trace, opts)}

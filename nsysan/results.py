@@ -50,7 +50,7 @@ def code_stamp() -> str:
     """nsysan's version and the size and time of each of its modules (computed once a process)."""
     global _CODE_STAMP
     if _CODE_STAMP is None:
-        from nsysan import __version__
+        from nsysan._version import __version__
 
         h = hashlib.sha256(__version__.encode())
         pkg = Path(__file__).resolve().parent
@@ -101,7 +101,7 @@ def get(k: str | None) -> dict[str, Any] | None:
         return None
     if not isinstance(d, dict) or d.get("schema") != "nsysan.analysis/2":
         return None
-    from nsysan.compare import validate_saved
+    from nsysan.saved import validate_saved
 
     if validate_saved(d):
         return None

@@ -109,7 +109,7 @@ def test_a_terminal_sees_progress_from_the_load_to_the_last_output(fixture_dir, 
     """On a terminal one progress line follows the whole job: each table loaded, each analysis step
     as it is waited for (``done`` counts up to ``analysis.STEPS``), each output written; it stops
     before the summary is printed, and the JSON is the same as without it."""
-    from nsysan import cli as cli_mod
+    from nsysan import pipeline as pipeline_mod
     from nsysan.analysis import STEPS
 
     seen: list[tuple[str, int, int]] = []
@@ -122,7 +122,7 @@ def test_a_terminal_sees_progress_from_the_load_to_the_last_output(fixture_dir, 
         def stop(self) -> None:
             calls.append("stop")
 
-    monkeypatch.setattr(cli_mod, "_progress_factory",
+    monkeypatch.setattr(pipeline_mod, "_progress_factory",
                         lambda quiet: (Prog(), lambda d, i, n: (seen.append((d, i, n)), calls.append("show"))))
     trace = str(fixture_dir / "ladder_baseline.sqlite")
     assert main(["analyze", trace, "--json", str(tmp_path / "p.json"), "--html", str(tmp_path / "p.html")]) == 0
@@ -135,7 +135,7 @@ def test_a_terminal_sees_progress_from_the_load_to_the_last_output(fixture_dir, 
     assert [i for _, i, _ in steps] == list(range(STEPS + 1)) and {n for _, _, n in steps} == {STEPS}
     assert steps[-1][0] == "analysing: done" and "analysing: rules" in [s[0] for s in steps]
     assert writing == [("writing JSON", 0, 2), ("writing HTML report", 1, 2)]
-    monkeypatch.setattr(cli_mod, "_progress_factory", lambda quiet: (None, None))
+    monkeypatch.setattr(pipeline_mod, "_progress_factory", lambda quiet: (None, None))
     assert main(["analyze", trace, "--json", str(tmp_path / "q.json"), "--no-html", "-q"]) == 0
     assert json.loads((tmp_path / "p.json").read_text()) == json.loads((tmp_path / "q.json").read_text())
 

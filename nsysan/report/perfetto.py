@@ -433,7 +433,7 @@ def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
                                                    *a.gaps["device_id"].astype("int64").tolist())}) \
         if _metric_sources(a) else {}
     w.flush()
-    from nsysan import __version__
+    from nsysan._version import __version__
 
     other = {"generator": f"nsysan {__version__}", "trace": Path(a.trace.meta.path).name if a.trace.meta.path else "",
              "t0_ns": t0, "time_unit": "ts and dur in microseconds from t0_ns", "capped": False,

@@ -377,10 +377,10 @@ def start(a: Any) -> None:
     release the GIL), so the rules run and the JSON is written meanwhile (the command line calls it
     from ``analyze(on_analyses=...)``, before the rules); ``build_timeline(a)`` then takes the result,
     or ``discard(a)`` forgets it (an output that could not be written). Not for a small trace (fewer
-    than ``analysis.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its lanes when asked."""
+    than ``_executor.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its lanes when asked."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from nsysan.analysis import SMALL_EVENTS, event_rows
+    from nsysan._executor import SMALL_EVENTS, event_rows
 
     if event_rows(a.trace) < SMALL_EVENTS:  # a small trace's lanes are mostly Python: no gain, only switching
         return
@@ -511,7 +511,7 @@ def _build_timeline(a: Any) -> dict[str, Any]:
                 (rows, len(api), lambda nm=nm: (api["start_ns"].to_numpy(), api["end_ns"].to_numpy(), nm(every=True), API)))
     # the lanes encode independently: numpy's sorts and deflate release the GIL, so they share the cores
     from nsysan._executor import threads as thread_pool
-    from nsysan.analysis import default_workers, event_rows
+    from nsysan._executor import default_workers, event_rows
 
     with thread_pool(min(default_workers(event_rows(a.trace)), max(len(jobs), 1)), "nsysan-timeline") as pool:
         futures = [pool.submit(lane, *job) for job in jobs]
