@@ -4,6 +4,7 @@ nothing: JSON, stdout, stderr, the exit code and the HTML of ``nsysan analyze`` 
     python3 benchmarks/identity.py --out /tmp/before            # with this checkout's nsysan
     PYTHONPATH=/tmp/other python3 benchmarks/identity.py --out /tmp/after   # another checkout's
     python3 benchmarks/identity.py --compare /tmp/before /tmp/after
+    python3 benchmarks/identity.py --out /tmp/some --only 'ladder|ddp'    # a subset, by name
 
 Each trace is analysed in a fresh process with ``NSYSAN_NO_CACHE=1``, ``NO_COLOR=1`` and a fixed
 terminal width, its outputs written under ``OUT/<name>/``. What differs between two runs by
@@ -87,12 +88,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--compare", nargs=2, type=Path)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", metavar="REGEX", help="only the traces whose name matches (re.search)")
     args = ap.parse_args()
     if args.compare:
         return compare(*args.compare)
     if not args.out:
         ap.error("--out or --compare")
     todo = traces(args.out.parent / "identity-traces")
+    if args.only:
+        todo = [t for t in todo if re.search(args.only, t[0])]
     with ThreadPoolExecutor(args.jobs) as ex:
         list(ex.map(lambda t: run_one(t[0], t[1], args.out), todo))
     print(f"{len(todo)} traces -> {args.out}")

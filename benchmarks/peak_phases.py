@@ -112,7 +112,7 @@ def main() -> int:
 
     if "--library" not in sys.argv[2:]:  # the allocator and imports as the `nsysan` command sets them
         _memory.own_process()
-        from nsysan._imports import pandas_without_arrow
+        from nsysan._startup import pandas_without_arrow
 
         s.enter("import")
         pandas_without_arrow()

@@ -5,6 +5,7 @@
     result = nsysan.analyze(trace, min_gap_us=10)    # analyses + ranked findings (the CLI's options)
     result.findings[0].message, result.to_dict()     # JSON-ready dict (schema nsysan.analysis/2)
     result.write_html("report.html")                 # the CLI's report (also to_json, write_perfetto)
+    nsysan.api.write_html(result, "report.html")     # the same, as a function of the result
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from nsysan._version import __version__
 
 from typing import Any
+
+from nsysan import api  # the outputs of an analysis (registered for ``Analysis``'s methods); imports no renderer yet
 
 
 _LAZY = ("Trace", "TraceMeta", "open_trace")
@@ -68,4 +71,4 @@ def analyze(trace: Any, params: Any = None, *, max_events: int | None = None, **
     return _analyze(trace, params, **options)
 
 
-__all__ = ["Trace", "TraceMeta", "__version__", "analyze", "open_trace"]
+__all__ = ["Trace", "TraceMeta", "__version__", "analyze", "api", "open_trace"]

@@ -10,19 +10,24 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from nsysan import _memory
 from nsysan._executor import SMALL_EVENTS, default_workers, event_rows, threads  # noqa: F401  (SMALL_EVENTS: its former home)
+from nsysan._registry import output
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses.gpu import Window, in_window  # noqa: F401  (in_window: its former home, kept importable)
 from nsysan.analyses.iterations import Iterations, iterations
+from nsysan.analyses.program import program
+from nsysan.analyses.ranks import analyze_ranks
 from nsysan.analyses.tensorrt import analyze_tensorrt
 from nsysan.trace.model import Trace
 
@@ -38,8 +43,12 @@ class Params:
     warmup_factor: float = 1.5
 
 
-@dataclass
+@dataclass(frozen=True)
 class Analysis:
+    """Every analysis of one trace, built once by ``analyze`` and frozen (its frames are shared, not
+    copied: read them, do not change them). Rendering and writing are ``nsysan.api``'s functions,
+    also reachable as the methods below."""
+
     trace: Trace
     params: Params
     capture: Window
@@ -87,70 +96,40 @@ class Analysis:
     findings: list[Any] = field(default_factory=list)
     rule_log: list[dict[str, Any]] = field(default_factory=list)
 
+    # -- conveniences for the Python API and notebooks: the functions of ``nsysan.api`` (registered in
+    # ``nsysan._registry`` when the package is imported; the analysis imports no renderer)
+
     def to_dict(self, *, show_env: bool = False) -> dict[str, Any]:
-        """The JSON-ready dict (schema ``nsysan.analysis/2``), as ``nsysan analyze --json`` writes it."""
-        from nsysan.report.jsonout import analysis_to_dict
-
-        return analysis_to_dict(self, show_env=show_env)
-
-    # -- conveniences for the Python API and notebooks -------------------------------------------------
+        """``nsysan.api.to_dict(self)``: the JSON-ready dict (schema ``nsysan.analysis/2``)."""
+        return output("to_dict")(self, show_env=show_env)
 
     def __repr__(self) -> str:
-        """A few lines: the trace, the iterations, the window, GPU busy, the findings and the top one."""
-        from nsysan.report.notebook import text_summary
-
-        return text_summary(self)
+        """``nsysan.api.summary_text(self)``: the trace, the iterations, the window, GPU busy, the findings."""
+        return output("summary_text")(self)
 
     def _repr_html_(self) -> str:
-        """A compact, self-contained HTML fragment for notebooks (no scripts; trace text escaped)."""
-        from nsysan.report.notebook import html_summary
-
-        return html_summary(self)
-
-    def _inputs(self) -> list[tuple[int, int]]:
-        from nsysan.outputs import identity
-
-        ident = identity(self.trace.meta.path) if self.trace.meta.path else None
-        return [ident] if ident is not None else []
+        """``nsysan.api.summary_html(self)``: a compact, self-contained HTML fragment for notebooks."""
+        return output("summary_html")(self)
 
     def to_json(self, path: str | os.PathLike[str] | None = None, *, show_env: bool = False,
                 force: bool = False) -> str:
-        """The JSON text ``nsysan analyze --json`` writes; also written to ``path`` when given (never over an
-        existing file nsysan did not write without ``force``, never over the trace)."""
-        from nsysan.report.jsonout import to_json
-
-        text = to_json(self, show_env=show_env)
-        if path is not None:
-            from nsysan.outputs import write_atomic
-
-            write_atomic(Path(path), text, force=force, protect=self._inputs())
-        return text
+        """``nsysan.api.to_json(self, ...)``: the JSON text ``nsysan analyze --json`` writes; also written
+        to ``path`` when given (never over a file nsysan did not write without ``force``, nor the trace)."""
+        return output("to_json")(self, path, show_env=show_env, force=force)
 
     def to_html(self, *, show_env: bool = False) -> str:
-        """The self-contained HTML report, as ``nsysan analyze --html`` writes it."""
-        from nsysan._version import __version__
-        from nsysan.report import html, view
-
-        return html.render(view.build(self, show_env=show_env, generated_by=f"nsysan {__version__}"))
+        """``nsysan.api.to_html(self)``: the self-contained HTML report of ``nsysan analyze --html``."""
+        return output("to_html")(self, show_env=show_env)
 
     def write_html(self, path: str | os.PathLike[str], *, force: bool = False, show_env: bool = False) -> Path:
-        """Write the HTML report to ``path`` atomically. An existing file nsysan did not write is
-        replaced only with ``force=True`` (else ``OutputExistsError``); its own earlier outputs are;
-        the trace itself never is (``UsageError``)."""
-        from nsysan.outputs import write_atomic
-
-        out = Path(path)
-        write_atomic(out, self.to_html(show_env=show_env), force=force, protect=self._inputs())
-        return out
+        """``nsysan.api.write_html(self, path)``: the HTML report written atomically (same overwrite
+        rules as ``to_json``; ``OutputExistsError`` without ``force``, ``UsageError`` over the trace)."""
+        return output("write_html")(self, path, force=force, show_env=show_env)
 
     def write_perfetto(self, path: str | os.PathLike[str], *, force: bool = False) -> Path:
-        """Write the timeline as Chrome trace-event JSON (Perfetto UI, chrome://tracing), as
-        ``nsysan analyze --perfetto`` does; same overwrite rules as ``write_html``."""
-        from nsysan.report.perfetto import write_perfetto
-
-        out = Path(path)
-        write_perfetto(self, out, force=force, protect=self._inputs())
-        return out
+        """``nsysan.api.write_perfetto(self, path)``: the timeline as Chrome trace-event JSON (Perfetto UI),
+        as ``nsysan analyze --perfetto`` writes it; same overwrite rules as ``write_html``."""
+        return output("write_perfetto")(self, path, force=force)
 
 
 def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
@@ -276,96 +255,114 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
     2 cores the analyses take about half the time. The result does not depend on ``workers``.
 
     ``on_analyses(a)``, when given, is called once every analysis is in ``a`` and before the rules run
-    (``a.findings`` still empty): the command line starts the report's timeline encoding there, so it
-    overlaps the rules and the JSON. It must not change ``a``.
+    (``a.findings`` still empty; the same object is returned, with the rules' findings): the command
+    line starts the report's timeline encoding there, so it overlaps the rules and the JSON. It must
+    not change ``a`` (frozen: it cannot reassign a field).
 
     ``progress(stage, done, total)``, when given, is called from this thread as the analyses finish
     (``done`` of ``total`` steps; the command line shows it on a terminal): on the 2-core machine a
     2.5 GB trace's analyses and rules took 21.5 of its 35 s, its load 8.3 (a test suite running beside it)."""
-    if params is not None and not isinstance(params, Params):
-        raise TypeError(f"params: expected nsysan.analysis.Params, got {type(params).__name__}; or pass the "
-                        "options as keywords (iteration_range=..., min_gap_us=..., warmup_factor=...)")
-    if params is not None and (iteration_range, min_gap_us, warmup_factor) != (None, None, None):
-        raise TypeError("pass params= or iteration_range/min_gap_us/warmup_factor, not both")
-    p, rule_config = options(iteration_range=iteration_range, min_gap_us=min_gap_us, warmup_factor=warmup_factor,
-                             rule_config=rule_config, config=config, set=set, disable=disable)
-    p = params or p
-    n = workers or default_workers(event_rows(trace))
+    p, rule_config = _checked_options(params, iteration_range=iteration_range, min_gap_us=min_gap_us,
+                                      warmup_factor=warmup_factor, rule_config=rule_config, config=config,
+                                      set=set, disable=disable)
     step = _Steps(progress, STEPS)
-    with threads(n, "nsysan-analyze") as pool:
-        # the summaries need no GPU-op table: they run while this thread builds it
-        sums_f = pool.submit(_summaries, trace)
-        config_f = pool.submit(summaries.kernel_config_summary, trace)
-        step("GPU operations")
-        ops = summaries.gpu_ops(trace)
-        capture = _capture_window(trace, ops)
-        step("NVTX ranges and iterations")
-        # longest first, so the threads finish together; the NVTX ranges early, as the steady-state
-        # window (their iterations) and the busy intervals start the steady-state analyses
-        gaps_f = pool.submit(_gaps, trace, ops, capture, p)
-        nvtx_f = pool.submit(_nvtx, trace, ops, p)
-        busy_f = pool.submit(_busy, ops, capture, p)
-        launch_f = pool.submit(_launches, trace, ops)
-        nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
-        owned, rg, its, nvtx_summary = nvtx_f.result()
-        step("GPU busy time")
-        steady = its.steady if its.steady is not None else capture
-        trt_f = pool.submit(analyze_tensorrt, trace, ops, rg, steady)
-        busy, busy_capture, utilization, concurrency = busy_f.result()
-        step("steady state")
-        busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
-        comm_ops = comm_mod.comm_ops(ops, busy)
-        step("summaries")
-        kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
-        window_f = pool.submit(summaries.window_summaries, trace, steady.start_ns, steady.end_ns,
-                               {"kernels": kernels, "cuda_api": cuda_api, "memcpy": memcpy})
-        step("launches")
-        lau, launch_summary, per_kernel = launch_f.result()
-        step("idle gaps and their causes")
-        gp, gap_activity, gap_summary = gaps_f.result()
-        step("communication, ranks and samples")
-        a = Analysis(
-            trace=trace, params=p, capture=capture, steady=steady, ops=ops,
-            kernels=kernels, kernel_configs=config_f.result(), cuda_api=cuda_api, osrt=osrt, memcpy=memcpy,
-            memset=memset, nvtx_ranges=rg, nvtx=nvtx_summary, launches=lau, launch_summary=launch_summary,
-            launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
-            utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
-            owned=owned, gaps=gp, gap_activity=gap_activity, gap_summary=gap_summary, iterations=its,
-            busy_by_process=by_process,
-            graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
-            collectives=comm_mod.collectives(comm_ops, steady, busy),
-            comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table, busy),
-            nccl_calls=comm_mod.nccl_calls(rg),
-            breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
-            steady_summaries=window_f.result(),
-        )
-        from nsysan.analyses.ranks import analyze_ranks
-
-        a.ranks = analyze_ranks(a)
-        a.idle_samples = _idle_samples(trace, a)
-        a.gpu_metrics = _gpu_metrics(trace, a)
-        a.tensorrt = trt_f.result()
-        from nsysan.analyses.program import program
-
-        a.program = program(trace, nvtx_summary, a.tensorrt)
+    with threads(workers or default_workers(event_rows(trace)), "nsysan-analyze") as pool:
+        a, nsys_f = _analyses(trace, p, pool, step)
         if on_analyses is not None:
             on_analyses(a)
         # the analyses' temporaries are freed, but the heap keeps their pages (fragmented among the
         # results): hand them back before the rules, so their temporaries do not stack on top
-        from nsysan import _memory
-
         _memory.release(before_peak=True)
+        findings: list[Any] = []
+        rule_log: list[dict[str, Any]] = []
         if rules:
             from nsysan.rules import run_rules
 
             step("rules")
-            a.findings, a.rule_log = run_rules(a, rule_config or {}, pool=pool)
+            findings, rule_log = run_rules(a, rule_config or {}, pool=pool)
         step("nsys's own rules")
-        a.nsys_instances = nsys_f.result()
-    a.nsys_rules = nsys_rules.cross_check(a.nsys_instances, steady, {f.rule for f in a.findings})
+        instances = nsys_f.result()
+    # the last fields, into the object ``on_analyses`` was given (the command line's timeline keys on
+    # it): the only assignments to the frozen result, before anyone but ``analyze`` holds it
+    _fill(a, findings=findings, rule_log=rule_log, nsys_instances=instances,
+          nsys_rules=nsys_rules.cross_check(instances, a.steady, {f.rule for f in findings}))
     step.done()
     _memory.release()  # and the rules' pages, before the report's temporaries
     return a
+
+
+def _fill(a: Analysis, **fields: Any) -> None:
+    """Set fields of the frozen ``a`` while ``analyze`` finishes it (``dataclasses.replace`` would
+    make another object than the one ``on_analyses`` saw)."""
+    for name, value in fields.items():
+        object.__setattr__(a, name, value)
+
+
+def _checked_options(params: Params | None, **given: Any) -> tuple[Params, dict[str, dict[str, Any]]]:
+    """``analyze``'s options checked (``options``): ``Params`` (``params`` when given) and the rules' config."""
+    if params is not None and not isinstance(params, Params):
+        raise TypeError(f"params: expected nsysan.analysis.Params, got {type(params).__name__}; or pass the "
+                        "options as keywords (iteration_range=..., min_gap_us=..., warmup_factor=...)")
+    if params is not None and (given["iteration_range"], given["min_gap_us"],
+                               given["warmup_factor"]) != (None, None, None):
+        raise TypeError("pass params= or iteration_range/min_gap_us/warmup_factor, not both")
+    p, rule_config = options(**given)
+    return params or p, rule_config
+
+
+def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[Analysis, Future[Any]]:
+    """Every analysis of ``analyze`` (findings still empty) on ``pool``, and nsys's own rules' instances
+    still running there."""
+    # the summaries need no GPU-op table: they run while this thread builds it
+    sums_f = pool.submit(_summaries, trace)
+    config_f = pool.submit(summaries.kernel_config_summary, trace)
+    step("GPU operations")
+    ops = summaries.gpu_ops(trace)
+    capture = _capture_window(trace, ops)
+    step("NVTX ranges and iterations")
+    # longest first, so the threads finish together; the NVTX ranges early, as the steady-state
+    # window (their iterations) and the busy intervals start the steady-state analyses
+    gaps_f = pool.submit(_gaps, trace, ops, capture, p)
+    nvtx_f = pool.submit(_nvtx, trace, ops, p)
+    busy_f = pool.submit(_busy, ops, capture, p)
+    launch_f = pool.submit(_launches, trace, ops)
+    nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
+    owned, rg, its, nvtx_summary = nvtx_f.result()
+    step("GPU busy time")
+    steady = its.steady if its.steady is not None else capture
+    trt_f = pool.submit(analyze_tensorrt, trace, ops, rg, steady)
+    busy, busy_capture, utilization, concurrency = busy_f.result()
+    step("steady state")
+    busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
+    comm_ops = comm_mod.comm_ops(ops, busy)
+    step("summaries")
+    kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
+    window_f = pool.submit(summaries.window_summaries, trace, steady.start_ns, steady.end_ns,
+                           {"kernels": kernels, "cuda_api": cuda_api, "memcpy": memcpy})
+    step("launches")
+    lau, launch_summary, per_kernel = launch_f.result()
+    step("idle gaps and their causes")
+    gp, gap_activity, gap_summary = gaps_f.result()
+    step("communication, ranks and samples")
+    a = Analysis(
+        trace=trace, params=p, capture=capture, steady=steady, ops=ops,
+        kernels=kernels, kernel_configs=config_f.result(), cuda_api=cuda_api, osrt=osrt, memcpy=memcpy,
+        memset=memset, nvtx_ranges=rg, nvtx=nvtx_summary, launches=lau, launch_summary=launch_summary,
+        launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
+        utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
+        owned=owned, gaps=gp, gap_activity=gap_activity, gap_summary=gap_summary, iterations=its,
+        busy_by_process=by_process,
+        graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
+        collectives=comm_mod.collectives(comm_ops, steady, busy),
+        comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table, busy),
+        nccl_calls=comm_mod.nccl_calls(rg),
+        breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
+        steady_summaries=window_f.result(),
+    )
+    # the analyses that read the others
+    a = replace(a, ranks=analyze_ranks(a), idle_samples=_idle_samples(trace, a), gpu_metrics=_gpu_metrics(trace, a),
+                tensorrt=trt_f.result())
+    return replace(a, program=program(trace, nvtx_summary, a.tensorrt)), nsys_f
 
 
 STEPS = 10  # the calls of ``_Steps`` in ``analyze``, the rules' included

@@ -71,3 +71,13 @@ def run(address: str, jobs: list[tuple[str, dict[str, Any]]], *, timeout_s: floa
     results = [r["ok"] for r in got if r and "ok" in r]
     errors = [r for r in got if r and "error" in r]
     return results, errors
+
+
+def run_many(address: str, jobs: list[tuple[str, dict[str, Any]]], *, timeout_s: float,
+             on_error: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
+    """``pipeline.run_many`` on the cluster at ``address``: the summaries, each failure to ``on_error``
+    (in the traces' order), and their number."""
+    results, errors = run(address, jobs, timeout_s=timeout_s)
+    for e in errors:
+        on_error(e["error"])
+    return results, len(errors)

@@ -1,4 +1,4 @@
-"""The nsysan error hierarchy. Library code raises these; only ``cli.py`` prints and exits."""
+"""The nsysan error hierarchy. Library code raises these; only the command line (``nsysan.cli``) prints and exits."""
 
 from __future__ import annotations
 

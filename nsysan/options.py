@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,111 @@ def disabled_rules(names: Iterable[str], option: str = "--disable") -> dict[str,
     if unknown:
         raise UsageError(f"{option}: unknown rule(s) {_say(', '.join(unknown))}")
     return {r: True for r in names}
+
+
+def command_rule_config(config: Path | None, set_items: Sequence[str] | None,
+                        disable: Sequence[str] | None) -> dict[str, Any]:
+    """The rule configuration of ``--config``, then ``--set`` over it, then ``--disable``."""
+    rule_config: dict[str, Any] = load_config(config)
+    for rid, th in parse_set(set_items or []).items():
+        rule_config.setdefault(rid, {}).update(th)
+    if disable:
+        rule_config["_disabled"] = disabled_rules(disable)
+    return rule_config
+
+
+# -- the command line's option values (argparse ``type=``: a bad value is its usage error) ---------
+
+def _type_error(message: str) -> Exception:
+    import argparse
+
+    return argparse.ArgumentTypeError(message)
+
+
+def opt_number(option: str, **kw: Any) -> Any:
+    """An argparse ``type`` for ``option``: ``check_number(text, **kw)``."""
+    def parse(text: str) -> Any:
+        try:
+            return check_number(text, **kw)
+        except ValueError as e:
+            raise _type_error(str(e)) from None
+
+    parse.__name__ = option  # argparse names the option in its message
+    return parse
+
+
+def time_range(text: str) -> tuple[float, float]:
+    """``START:END`` in seconds from the capture's start, 0 <= START < END."""
+    start, sep, end = text.partition(":")
+    try:
+        a, b = check_number(start), check_number(end)
+    except ValueError:
+        a = b = -1.0
+    if not sep or not 0 <= a < b:
+        raise _type_error(f"{_say(text)!r}: expected START:END in seconds from the capture's start, "
+                          "0 <= START < END (e.g. 10:12.5)")
+    return (float(a), float(b))
+
+
+_SCHEDULER = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?[A-Za-z0-9_.\-\[\]:%]+(?::\d{1,5})?/?$")
+
+
+def scheduler_address(text: str) -> str:
+    """A Dask scheduler address (``tcp://head:8786`` or ``host:port``)."""
+    if not _SCHEDULER.match(text) or text.startswith((":", "/")) or "://" not in text and ":" not in text:
+        raise _type_error(f"{_say(text)!r}: expected a Dask scheduler address such as "
+                          "tcp://head:8786 (or host:port)")
+    return text
+
+
+def positive_jobs(jobs: int, n: int) -> int:
+    """Workers: min(--jobs or the cores, traces, cores)."""
+    from nsysan._executor import cpus
+
+    cores = cpus()
+    return max(1, min(jobs or cores, n, cores))
+
+
+class LazyChoices(Sequence[str]):
+    """An option's choices, from ``load()`` when argparse first uses them (to check a value, or to
+    print help: diff's and compare's metric names come from ``nsysan.compare``, which imports numpy,
+    10 ms before ``analyze`` could start reading the trace). ``add_argument`` also formats them once,
+    only to check that it can: until ``ready`` is set (once the parser is built) they read as empty."""
+
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:
+        self.load = load
+        self.ready = False
+
+    def _items(self) -> list[str]:
+        return list(self.load()) if self.ready else []
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._items()[i]
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __contains__(self, x: object) -> bool:
+        return x in self._items()
+
+
+def check_analyze_outputs(*, many: bool, out_dir: str | None, json_path: str | None, html: str | None, csv: str | None,
+                          perfetto: str | None) -> None:
+    """``analyze``'s outputs combined as they can be: ``--out-dir`` alone for several traces, one
+    ``--perfetto`` for one trace, ``--out-dir`` a directory."""
+    import os
+
+    if out_dir and (json_path or html or csv):
+        raise UsageError("--out-dir writes <trace>.json and <trace>.html per trace; it cannot be combined with "
+                         "--json, --html or --csv")
+    if many and (json_path or html or csv):
+        raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
+                         "--json/--html/--csv")
+    if perfetto and (many or out_dir):
+        raise UsageError("--perfetto writes the timeline of one trace; it cannot be combined with several traces "
+                         "or --out-dir")
+    if out_dir and (os.path.exists(out_dir) or os.path.islink(out_dir)) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out-dir {_say(out_dir)}: exists and is not a directory")

@@ -11,12 +11,12 @@ import mmap
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from nsysan._atomic import replacing
 from nsysan._cache import user_cache  # noqa: F401  (its former home, kept importable)
 from nsysan.errors import OutputError, OutputExistsError, TraceNotFoundError, TraceUnreadableError, UsageError
 from nsysan.units import clean_text as _say
@@ -118,29 +118,13 @@ def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] =
         raise OutputExistsError(f"{shown}: exists, and nsysan did not write it", hint="pass --force to overwrite it")
     if path.is_dir():
         raise OutputError(f"{shown}: is a directory")
-    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # a short temp name: the output's own name may already be near NAME_MAX
-        fd, tmp = tempfile.mkstemp(prefix=".nsysan-", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
+        with replacing(path, durable=True) as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())  # on disk before it replaces the old file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
     except OSError as e:
         old = " (the existing file is unchanged)" if exists else ""
         raise OutputError(f"{shown}: cannot write: {_why(e)}{old}") from e
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[int, int]] = ()) -> None:

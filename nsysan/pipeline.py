@@ -1,18 +1,30 @@
 """Analyse one trace and write its outputs: what ``nsysan analyze`` does per trace, whether the command
 line runs it, a local process pool or a Dask worker (``cluster.py``). The command line parses and
-prints; this module loads, analyses and writes, and returns a small summary of plain values (what a
-worker sends back). It imports nothing of the command line, so the cluster runner does not either."""
+prints; this module plans and checks the outputs before any work (``plan_analyze``,
+``check_outputs``), loads, analyses and writes (``analyze_one``: a small summary of plain values, what
+a worker sends back), runs many in local processes (``run_many``, ``write_cross``), and runs ``diff`` and ``compare``
+(``diff``, ``ladder``). It imports nothing of the command line, so the cluster runner does not either."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from nsysan._version import __version__
+from nsysan.errors import NsysanError, OutputExistsError, UsageError
 from nsysan.outputs import identity as _identity
-from nsysan.outputs import write_atomic
+from nsysan.outputs import own_output, write_atomic
+from nsysan.units import clean_text as _say
+
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+CSV_NAMES = ("kernels", "kernel_configs", "cuda_api", "os_runtime", "memcpy", "memset", "nvtx", "launches",
+             "overlap", "gpu_busy", "gaps", "iterations", "iteration_breakdown", "collectives", "ranks",
+             "nsys_analyze", "findings")
 
 
 def _progress_factory(quiet: bool) -> Any:
@@ -40,18 +52,242 @@ def _prefixed(show: Any, prefix: str) -> Any:
 
 def resolve_input(path: str, quiet: bool = False) -> str:
     """The SQLite file to read for a trace argument: a ``.nsys-rep`` is exported with nsys into
-    nsysan's cache (see ``nsysan.inputs``); a FIFO, directory or device is refused before any open."""
-    from nsysan import inputs
+    nsysan's cache (see ``nsysan.record.export``); a FIFO, directory or device is refused before any open."""
+    from nsysan.record.export import resolve, stderr_line
 
-    return inputs.resolve(path, say=None if quiet else inputs._stderr)
+    return resolve(path, say=None if quiet else stderr_line)
 
+
+# -- before any work: the outputs planned and checked --------------------------------------------
+
+def fit_name(name: str, suffix: str) -> str:
+    """``name + suffix``, the name shortened to fit one path component (NAME_MAX bytes)."""
+    budget = NAME_MAX - len(suffix.encode())
+    raw = os.fsencode(name)
+    if len(raw) <= budget:
+        return name + suffix
+    import hashlib  # a stable tag: two long names that share their first 240 bytes stay apart
+
+    tag = hashlib.sha256(raw).hexdigest()[:8]
+    return os.fsdecode(raw[:budget - 9]) + "-" + tag + suffix
+
+
+def _default_html(trace: str, json_path: str | None) -> str:
+    if json_path:
+        return str(Path(json_path).with_suffix(".html"))
+    return fit_name(Path(trace).stem, ".nsysan.html")
+
+
+def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, force: bool) -> list[tuple[int, int]]:
+    """Before any work: no output is an input (same file by device and inode, so also through a
+    symbolic or hard link), no two outputs are one file, every output folder can be one, and an
+    existing output nsysan did not write needs ``force``. ``outputs``: (option, path). Returns the
+    inputs' identities, which ``write_atomic`` checks again at the moment of writing."""
+    protect = [i for i in (_identity(t) for t in inputs) if i is not None]
+    seen: dict[str, str] = {}
+    for option, out in outputs:
+        shown = _say(out)
+        ident = _identity(out)
+        if ident is not None and ident in protect:
+            raise UsageError(f"{option} {shown}: is the input trace; refusing to write a report over it",
+                             hint="choose another output name")
+        key = os.path.normcase(os.path.realpath(out))
+        if key in seen:
+            raise UsageError(f"{option} {shown}: the same file as {seen[key]}; each output needs its own path")
+        seen[key] = f"{option} {shown}"
+        if len(os.fsencode(Path(out).name)) > NAME_MAX:
+            raise UsageError(f"{option} {shown[:80]}...: file name longer than {NAME_MAX} bytes")
+        for parent in [Path(out).parent, *Path(out).parent.parents]:
+            if parent.exists() or parent.is_symlink():
+                if not parent.is_dir():
+                    raise UsageError(f"{option} {shown}: {_say(parent)} is not a directory")
+                break
+        if ident is not None and Path(out).is_dir():
+            raise UsageError(f"{option} {shown}: is a directory")
+        if ident is not None and not force and not own_output(out):  # nsysan's own outputs are replaced
+            raise OutputExistsError(f"{shown}: exists, and nsysan did not write it",
+                                    hint="pass --force to overwrite it")
+    return protect
+
+
+def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out_dir: str | None, json_path: str | None,
+                 html: str | None, no_html: bool, csv: str | None, perfetto: str | None, force: bool
+                 ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, int]]]:
+    """Each trace's options (``base`` and its outputs), every output checked (``check_outputs``)
+    before any trace is opened: nothing is analysed for an output that cannot be written, and no
+    output can be written over an input. Returns the jobs and the inputs' identities."""
+    jobs = []
+    planned: list[tuple[str, str]] = []
+    stems: dict[str, str] = {}
+    for t in traces:
+        o = dict(base)
+        if many or out_dir:
+            d = Path(out_dir or ".")
+            stem = Path(t).stem
+            if stem in stems:
+                raise UsageError(f"{_say(stems[stem])} and {_say(t)} have the same name {_say(stem)!r}: their "
+                                 "outputs in --out-dir would overwrite each other", hint="rename or link one of them")
+            stems[stem] = t
+            o.update(json=str(d / fit_name(stem, ".json")),
+                     html=None if no_html else str(d / fit_name(stem, ".html")), csv=None)
+        else:
+            o.update(json=json_path, csv=csv, perfetto=perfetto,
+                     html=None if no_html else (html or _default_html(t, json_path)))
+        planned += [(opt, o[key]) for opt, key in (("--json", "json"), ("--html", "html"), ("--perfetto", "perfetto"))
+                    if o.get(key)]
+        if o["csv"]:
+            planned += [("--csv", str(Path(o["csv"]) / f"{n}.csv")) for n in CSV_NAMES]
+        jobs.append((t, o))
+    if out_dir:
+        planned.append(("--out-dir", str(Path(out_dir) / "summary.json")))
+        if not no_html:
+            planned.append(("--out-dir", str(Path(out_dir) / "summary.html")))
+        planned.append(("--out-dir", str(Path(out_dir) / "ranks.csv")))
+    protect = check_outputs(traces, planned, force=force)
+    for _, o in jobs:
+        o["protect"] = protect
+    return jobs, protect
+
+
+def analyze_single(trace: str, opts: dict[str, Any], *, quiet: bool, max_events: int,
+                   time_range: Any) -> dict[str, Any]:
+    """One trace in this process: the big tables decode on background threads (C, no GIL) while
+    pandas is being imported."""
+    from nsysan.trace import prefetch
+
+    opts["source"] = resolve_input(trace, quiet)
+    if not time_range:  # the prefetch decodes whole tables; a range is kept while decoding
+        prefetch.start(opts["source"], max_rows=max_events)
+    return analyze_one(trace, opts)
+
+
+# -- several traces --------------------------------------------------------------------------------
+
+def run_many(jobs: list[tuple[str, dict[str, Any]]], *, jobs_n: int,
+             on_error: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
+    """Several traces in local processes (``cluster.run_many``: on a Dask cluster); each failure goes
+    to ``on_error`` as it comes. Returns the summaries and the number of failures."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from nsysan import _startup
+    from nsysan.options import positive_jobs
+
+    results, failed = [], 0
+    workers = positive_jobs(jobs_n, len(jobs))
+    threads = _startup.pool_threads(workers)  # each process analyses on its share of the cores
+    with ProcessPoolExecutor(max_workers=workers, initializer=_startup.set_threads, initargs=(threads,)) as pool:
+        futs = [(t, pool.submit(analyze_one, t, o)) for t, o in jobs]
+        for t, f in futs:
+            try:
+                results.append(f.result())
+            except NsysanError as e:
+                failed += 1
+                on_error(str(e))
+            except Exception as e:  # noqa: BLE001 - one trace's failure (a crashed worker) is reported, not raised
+                failed += 1
+                on_error(f"{t}: internal error ({type(e).__name__}: {e})")
+    return results, failed
+
+
+def write_cross(cs: dict[str, Any], out_dir: str, *, html: bool, force: bool, protect: list[Any],
+                wrote: Callable[[Path], None]) -> None:
+    """The cross-trace summary's outputs in ``out_dir``: summary.json, summary.html, ranks.csv."""
+    summary = Path(out_dir) / "summary.json"
+    write_atomic(summary, json.dumps(cs, indent=1, default=str) + "\n", force=force, protect=protect)
+    wrote(summary)
+    if html:
+        from nsysan.report.cross import render_cross_html
+
+        page = summary.with_name("summary.html")
+        write_atomic(page, render_cross_html(cs), force=force, protect=protect)
+        wrote(page)
+    if cs.get("ranks", {}).get("ranks"):
+        import pandas as pd
+
+        from nsysan.report.jsonout import to_csv
+
+        table = summary.with_name("ranks.csv")
+        write_atomic(table, to_csv(pd.DataFrame(cs["ranks"]["ranks"])), force=force, protect=protect)
+        wrote(table)
+
+
+# -- diff and compare --------------------------------------------------------------------------------
+
+def labels(paths: Sequence[str]) -> list[str]:
+    """Row names for traces or saved analyses: their file names without the extension."""
+    return [Path(p).name.removesuffix(".json").removesuffix(".sqlite").removesuffix(".nsys-rep") for p in paths]
+
+
+def diff(base_path: str, new_path: str, *, metric: str, fail_on_regression: str | None, iteration_range: str | None,
+         json_path: str | None, html: str | None, force: bool, quiet: bool) -> Any:
+    """``nsysan diff``: both sides loaded, compared, gated (``fail_on_regression``) and written."""
+    from nsysan import compare
+    from nsysan.report.terminal import compare_html
+
+    threshold = compare.parse_threshold(fail_on_regression) if fail_on_regression is not None else None
+    if threshold is not None:
+        compare.gate_rule(metric, threshold)  # a wrong --metric fails before the traces are read
+    protect = check_outputs([base_path, new_path], [(o, v) for o, v in (("--json", json_path), ("--html", html)) if v],
+                            force=force)
+    base = compare.load(resolve_input(base_path, quiet), iteration_range=iteration_range)
+    new = compare.load(resolve_input(new_path, quiet), iteration_range=iteration_range)
+    lb, ln = labels([base_path, new_path])
+    if lb == ln:
+        lb, ln = "base", "new"
+    d = compare.diff(base, new, base_label=lb, new_label=ln)
+    if threshold is not None:
+        d.gate = compare.gate(d, metric, threshold)
+        note = compare.threshold_note(fail_on_regression)
+        if note:
+            d.gate["note"] = note
+    if json_path:
+        write_atomic(Path(json_path), compare.dumps(d.to_dict()), force=force, protect=protect)
+    if html:
+        write_atomic(Path(html), compare_html(title=f"nsysan diff: {lb} vs {ln}", diff=d, ladder=None),
+                     force=force, protect=protect)
+    return d
+
+
+def ladder(traces: Sequence[str], names: str | None, *, metric: str | None, iteration_range: str | None,
+           jobs_n: int, json_path: str | None, html: str | None, force: bool, quiet: bool) -> dict[str, Any]:
+    """``nsysan compare``: every trace loaded (in parallel), one table, written. ``names``: the rows'
+    comma-separated names (default: the file names)."""
+    from nsysan import compare
+    from nsysan.options import positive_jobs
+    from nsysan.report.terminal import compare_html
+
+    rows = names.split(",") if names else labels(traces)
+    if len(rows) != len(traces):
+        raise UsageError(f"--labels has {len(rows)} names for {len(traces)} traces")
+    if len(traces) < 2:
+        raise UsageError("compare needs at least two traces (or nsysan JSON files)")
+    protect = check_outputs(traces, [(o, v) for o, v in (("--json", json_path), ("--html", html)) if v], force=force)
+    sources = [resolve_input(t, quiet) for t in traces]
+    workers = positive_jobs(jobs_n, len(sources))
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            dicts = list(pool.map(compare.load, sources, [iteration_range] * len(sources)))
+    else:
+        dicts = [compare.load(t, iteration_range=iteration_range) for t in sources]
+    lad = compare.ladder(list(zip(rows, dicts)), metric)
+    if json_path:
+        write_atomic(Path(json_path), compare.dumps(lad), force=force, protect=protect)
+    if html:
+        vmax = max([r["value"] for r in lad["rows"] if r["value"]] or [1])
+        write_atomic(Path(html), compare_html(title="nsysan compare", diff=None, ladder=lad, ladder_max=vmax),
+                     force=force, protect=protect)
+    return lad
+
+
+# -- one trace ------------------------------------------------------------------------------------------
 
 def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
-    from nsysan import _gc
-    from nsysan._imports import pandas_without_arrow
+    from nsysan import _startup
 
-    pandas_without_arrow()  # before anything imports pandas (after the prefetch started)
+    _startup.pandas_without_arrow()  # before anything imports pandas (after the prefetch started)
     from nsysan.analysis import Params, analyze
     from nsysan.report import timeline
     from nsysan.trace import open_trace
@@ -61,7 +297,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
     if not opts["quiet"]:  # and the terminal's
         import rich.console
         import rich.text  # noqa: F401
-    _gc.resume()
+    _startup.resume_collector()
 
     t0 = time.perf_counter()
     # a .nsys-rep is read from its export (made once into the cache); names stay the user's

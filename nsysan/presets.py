@@ -74,7 +74,7 @@ def profile_command(nsys: str, out: str, command: Sequence[str], *, trace: str =
 
 def export_command(nsys: str, report: str, sqlite: str, export_flags: Sequence[str]) -> list[str]:
     """``nsys export`` of the preset's report into ``sqlite``; ``export_flags`` is
-    ``["--include-blobs=true"]`` where this nsys has it (see ``inputs._export_flags``)."""
+    ``["--include-blobs=true"]`` where this nsys has it (see ``record.nsys.export_flags``)."""
     return [nsys, "export", "--type", "sqlite", *export_flags, "--force-overwrite", "true", "--output", sqlite, report]
 
 
@@ -82,12 +82,13 @@ def export_report(nsys: str, report: str, sqlite: str, *, timeout: float | None,
     """Run :func:`export_command` (in its own process group, stopped on ``timeout`` as the recording
     is) and return nsys' exit status; ``say`` tells what it runs, and when this nsys cannot keep the
     Python frames."""
-    from nsysan import inputs
+    from nsysan.record.nsys import export_flags
+    from nsysan.record.process import run_group
     from nsysan.units import clean_text
 
-    flags = inputs._export_flags(nsys)
+    flags = export_flags(nsys)
     if not flags:
         say("nsysan: this nsys has no `nsys export --include-blobs`: Python frames will be missing")
     cmd = export_command(nsys, report, sqlite, flags)
     say("running: " + clean_text(" ".join(cmd)))
-    return inputs.run_group(cmd, timeout=timeout, say=say)
+    return run_group(cmd, timeout=timeout, say=say)

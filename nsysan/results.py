@@ -25,9 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from nsysan._atomic import replacing
 
 STAMP_BYTES = 64 << 10
 DEFAULT_MAX_MB = 512
@@ -120,17 +121,8 @@ def put(k: str | None, text: str) -> None:
     d = root()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, d / f"{k}.json")
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with replacing(d / f"{k}.json", prefix=".tmp-", suffix=".json", shared=False) as f:
+            f.write(text.encode("utf-8"))
     except (OSError, UnicodeError):  # a file name that is not UTF-8 in the text: not cached
         return
     trim(d)

@@ -1,4 +1,4 @@
-"""The loader's columns without pyarrow (``trace/columns.py``, ``_imports.py``).
+"""The loader's columns without pyarrow (``trace/columns.py``, ``_startup.py``).
 
 Truth: pyarrow itself. A column read from sqlite3's Python values must have the type
 ``pyarrow.array`` infers from the same values (it typed them before), the same values and the same

@@ -20,9 +20,9 @@ import pytest
 from factories import apply_sql
 
 import nsysan
-from nsysan import cli as cli_mod
 from nsysan.analysis import analyze
 from nsysan.cli import main
+from nsysan.options import positive_jobs
 from nsysan.trace.columns import from_rows
 from nsysan.trace.load import CUT_MARK, Strings
 
@@ -172,7 +172,7 @@ def test_huge_string_id_in_a_real_trace_costs_no_memory(trace):
 
 
 def test_jobs_are_validated_and_capped(capsys, trace):
-    jobs = cli_mod._positive_jobs
+    jobs = positive_jobs
     assert jobs(100_000, 2) <= 2 and jobs(0, 1) == 1
     assert jobs(100_000, 1000) <= (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     code, _, err = cli(["analyze", str(trace), "--jobs", "-1", "-q"], capsys)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import factories as F
-from nsysan import inputs
+from nsysan.record import export
 from nsysan.analysis import Params, analyze
 from nsysan.report import html, view
 from nsysan.units import clean_text
@@ -112,7 +112,7 @@ def test_export_cache_fits_a_long_report_name_inside_the_cache(tmp_path, monkeyp
         p.write_bytes(b"NVIDIA Tegra Profiler Report 1.\n")
         st = os.stat(p)
         # WHEN its export's place is chosen
-        out = inputs.export_path(p, st)
+        out = export.export_path(p, st)
         # THEN it lies in its own folder directly under the cache, with a name a file system accepts
         assert out.parent.parent == exports and out.suffix == ".sqlite"
         assert len(os.fsencode(out.name)) <= 255 and "/" not in out.name and out.name not in (".", "..")

@@ -445,7 +445,7 @@ def test_profile_ctrl_c_stops_nsys_and_exits_130(env, tmp_path):
 def test_nsys_agents_are_found_by_their_session_name(args):
     """nsys' agent daemonizes (own session, parent init): it is found by the session name that ends
     with the nsys pid, as nsys 2025.3 and 2022.4 write it; another run's agent is not."""
-    from nsysan.inputs import _agents, _table
+    from nsysan.record.process import _agents, _table
 
     root = os.getpid()
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "--start-agent",
@@ -462,7 +462,7 @@ def test_nsys_agents_are_found_by_their_session_name(args):
 
 def test_stop_group_escalates_to_sigkill(tmp_path):
     """A group that ignores SIGINT and SIGTERM is killed; the signals sent are the ones needed."""
-    from nsysan.inputs import group_alive, stop_group
+    from nsysan.record.process import group_alive, stop_group
 
     script = textwrap.dedent("""
         import signal, subprocess, sys, time

@@ -39,7 +39,9 @@ def test_gpu_fixture_recorded_on_the_h200(name, load):
     # one GPU, or two for the recordings made on nvidia-h200-x2 (workloads/ddp.py, waits.py, and issue 38's
     # record_issue38.sh: every one of its fixtures, single-GPU programs included; not diagnose.py)
     two = name.startswith(("ddp_", "tp", "fsdp", "pipeline", "waits_python", "waits_phases", "grad_accum",
-                           "nested_steps", "serve_loop", "threads_loops"))  # nvidia-h200-x2
+                           "nested_steps", "serve_loop", "threads_loops",  # nvidia-h200-x2
+                           # issue 41's record_issue41.sh: every one on nvidia-h200-x2, single-GPU programs included
+                           "mem_", "um_", "blocked_input", "busy_input", "slow_iters", "pipe_", "two_gpu_"))
     assert len(trace.gpus) == (2 if two else 1) and set(trace.gpus["name"]) == {"NVIDIA H200"}
 
 

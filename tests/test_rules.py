@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nsysan.cli import rules_markdown
+from nsysan.report.terminal import rules_markdown
 from nsysan.rules import REGISTRY
 
 # step -> rules that must fire (the problem the NEXT step fixes, and others planted there)

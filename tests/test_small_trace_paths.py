@@ -137,9 +137,9 @@ def test_duration_stats_rows_in_sort_values_order(load, name):
 
 
 def _stream_role_by_group_by(role, kind, dur, comm_names):
-    """``timeline.stream_role`` as it was written: the GPU time per (role, kind) from a pandas group-by
-    (the definition), labelled by ``timeline.role_label``."""
-    from nsysan.report.timeline import role_label
+    """``streams.stream_role`` as it was written: the GPU time per (role, kind) from a pandas group-by
+    (the definition), labelled by ``streams.role_label``."""
+    from nsysan.analyses.streams import role_label
 
     per = pd.Series(np.asarray(dur, dtype=np.int64)).groupby(
         [np.asarray(role.array), np.asarray(kind.array)], sort=True, observed=True).sum()
@@ -150,7 +150,7 @@ def _stream_role_by_group_by(role, kind, dur, comm_names):
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_stream_role_equals_the_group_by(analysis, name):
-    from nsysan.report.timeline import stream_role
+    from nsysan.analyses.streams import stream_role
 
     ops = analysis(name).ops
     if len(ops) == 0:

@@ -205,7 +205,7 @@ def test_numpy_imported_without_blas_threads_and_nothing_passed_on():
     import subprocess
     import sys
 
-    code = ("import os\nfrom nsysan.cli import _import_numpy_without_blas_threads as f\nf()\n"
+    code = ("import os\nfrom nsysan._startup import numpy_without_blas_threads as f\nf()\n"
             "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
@@ -222,7 +222,9 @@ def test_the_c_extension_was_built_where_a_compiler_exists():
 
     if not (shutil.which("cc") or shutil.which("gcc")) or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
         pytest.skip("no C compiler or Python headers: nsysan reads through SQLite")
-    from nsysan.trace import _btree  # noqa: F401 - ImportError here means the C source did not compile
+    from nsysan import _native
+
+    assert _native.loaded() is not None, "the C source did not compile"
 
 
 # --- speed round 3, small traces: one analysis thread, copy byte sums without a group-by ----------
@@ -302,15 +304,15 @@ def test_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     the loader's readers and ``--jobs`` count those 2, not the machine's 16; without an affinity
     mask (macOS), the machine's count."""
     from nsysan import _executor
-    from nsysan import cli as cli_mod
     from nsysan.analysis import SMALL_EVENTS, default_workers
+    from nsysan.options import positive_jobs
 
     monkeypatch.delenv("NSYSAN_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert _executor.cpus() == 2
     assert default_workers(SMALL_EVENTS) == 2
-    assert cli_mod._positive_jobs(0, 100) == 2 and cli_mod._positive_jobs(8, 100) == 2
+    assert positive_jobs(0, 100) == 2 and positive_jobs(8, 100) == 2
     monkeypatch.delattr(os, "sched_getaffinity")
     assert _executor.cpus() == 16 and default_workers(SMALL_EVENTS) == 4
 
@@ -363,18 +365,18 @@ def test_the_prefetch_decodes_on_every_cpu_once_taken(fixture_dir, tmp_path, mon
 def test_the_collector_is_paused_for_the_imports_only(fixture_dir, tmp_path, monkeypatch):
     import gc
 
-    from nsysan import _gc, cli
+    from nsysan import _startup, cli
 
     monkeypatch.setenv("NSYSAN_NO_CACHE", "1")
     seen = []
-    real = _gc.resume
+    real = _startup.resume_collector
 
     def resume():
         seen.append(gc.isenabled())
         real()
         seen.append(gc.isenabled())
 
-    monkeypatch.setattr(_gc, "resume", resume)
+    monkeypatch.setattr(_startup, "resume_collector", resume)
     assert gc.isenabled()
     code = cli.main(["analyze", str(fixture_dir / "ladder_baseline.sqlite"), "--json", str(tmp_path / "a.json"),
                      "--html", str(tmp_path / "a.html"), "-q"])
@@ -596,11 +598,12 @@ def test_kernel_only_ops_move_no_bytes_without_a_column_of_zeros(load):
 @needs_c
 @pytest.mark.parametrize("code_type", [np.int8, np.int16, np.int32, np.int64])
 def test_c_clipped_sums_equal_numpy(code_type, monkeypatch):
-    """``gaps._range_sums`` through the C pass (name codes in their own width, windows and codes back
+    """``range_sums`` through the C pass (name codes in their own width, windows and codes back
     as int32) equals the numpy path, with and without row positions and the end filter."""
     import types
 
-    from nsysan.analyses import gaps as G
+    from nsysan import _native
+    from nsysan._native.windows import range_sums
 
     rng = np.random.default_rng(5)
     for k in range(60):
@@ -617,10 +620,10 @@ def test_c_clipped_sums_equal_numpy(code_type, monkeypatch):
         i0 = np.searchsorted(np.maximum.accumulate(base_e) if len(base_e) else base_e, lo, side="right")
         i1 = np.searchsorted(base_s, hi, side="left")
         filt = bool(k % 3 == 0)
-        fast = G._range_sums("cuda_api", st_, en, codes, cats, lo, hi, i0, i1, rows, filt)
+        fast = range_sums(0, st_, en, codes, len(cats), lo, hi, i0, i1, rows, filt)
         with monkeypatch.context() as mp:
-            mp.setattr(direct, "_btree", types.SimpleNamespace())
-            slow = G._range_sums("cuda_api", st_, en, codes, cats, lo, hi, i0, i1, rows, filt)
+            mp.setattr(_native, "_btree", types.SimpleNamespace())
+            slow = range_sums(0, st_, en, codes, len(cats), lo, hi, i0, i1, rows, filt)
         assert fast[0].dtype == np.int32 and fast[2].dtype == np.int32
         for x, y in zip(fast, slow):
             assert x.tolist() == y.tolist()
@@ -723,6 +726,7 @@ def test_a_stale_build_of_the_extension_is_not_used(monkeypatch):
     run, with the same results."""
     import types
 
+    from nsysan import _native
     from nsysan.analyses import intervals as iv
 
     if direct._btree is not None:
@@ -730,7 +734,7 @@ def test_a_stale_build_of_the_extension_is_not_used(monkeypatch):
     stale = types.SimpleNamespace(**{k: getattr(direct._btree, k) for k in dir(direct._btree) if not k.startswith("_")}) \
         if direct._btree is not None else types.SimpleNamespace()
     stale.VERSION = direct.VERSION - 1
-    monkeypatch.setattr(direct, "_btree", stale)
+    monkeypatch.setattr(_native, "_btree", stale)
     assert direct.c_pass("lane") is None and direct.c_pass("clipped_sums") is None and not direct.available()
     hay = np.arange(0, 50_000, 3, dtype=np.int64)
     nee = np.arange(0, 50_000, 7, dtype=np.int64)
@@ -829,7 +833,7 @@ def test_launch_bound_in_chunks_equals_all_at_once(load, name, monkeypatch):
 def test_median_per_key_equals_pandas(pairs):
     """Each key's median of its values (one per key) equals pandas' group-by median, and the
     per-element medians are it looked up."""
-    from nsysan.rules.launch_bound import _median_by, _median_per_key
+    from nsysan.rules.launch_bound import _median_per_key
 
     key = np.array([k for k, _ in pairs], dtype=np.int32)
     v = np.array([x for _, x in pairs], dtype=np.int64)
@@ -837,7 +841,7 @@ def test_median_per_key_equals_pandas(pairs):
     want = pd.Series(v).groupby(key).median()
     assert keys.tolist() == want.index.tolist()
     assert med.tolist() == want.tolist()
-    assert _median_by(key, v).tolist() == want.loc[key].tolist()
+    assert med[np.searchsorted(keys, key)].tolist() == want.loc[key].tolist()
     mine = v.copy()  # the caller's own temporary, overwritten: the same medians
     k2, m2 = _median_per_key(key, mine, own=True)
     assert k2.tolist() == keys.tolist() and m2.tolist() == med.tolist()

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from nsysan.cli import main, short_kernel_name
+from nsysan.cli import main
+from nsysan.report.terminal import short_kernel_name
 from nsysan.units import fmt_ns
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

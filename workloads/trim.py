@@ -25,6 +25,10 @@ from pathlib import Path
 
 # Tables with no bearing on nsysan's analyses (call stacks, profiler bookkeeping, embedded files).
 DROP = ("OSRT_CALLCHAINS", "SAMPLING_CALLCHAINS", "ANALYSIS_FILE", "DIAGNOSTIC_EVENT")
+# Tables the analyses of memory, unified memory and thread scheduling read: never dropped.
+KEEP = ("SCHED_EVENTS", "COMPOSITE_EVENTS", "CUDA_GPU_MEMORY_USAGE_EVENTS", "CUDA_UM_GPU_PAGE_FAULT_EVENTS",
+        "CUDA_UM_CPU_PAGE_FAULT_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY", "OSRT_API")
+assert not set(DROP) & set(KEEP)
 # Log lines that are the workloads' own timings (copied into the fixture README).
 RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]", "[waits]", "[diagnose]")
 

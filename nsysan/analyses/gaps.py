@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan._native import c_pass
+from nsysan._native.windows import range_sums, spans, window_best, window_best_numpy
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import (
     compact,
@@ -52,13 +54,10 @@ BLOCKING_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEve
                       "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
 CAUSES = ("host", "sync", "dependency", "launch", "other")
 SYNC_APIS = (*BLOCKING_SYNC_APIS, "cudaStreamWaitEvent", "cudaStreamQuery", "cudaEventQuery")
-Layer = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
 SOURCES = ("cuda_api", "osrt", "nvtx")  # what a thread was doing: CUDA API, OS runtime, NVTX (innermost)
 UNTRACED = "mostly untraced CPU work"  # the label when untraced time covers over half of a gap
-MIN_LABEL_SHARE = 0.10  # ``_window_best_numpy``'s default share (``explain_gaps`` asks for the largest entry)
 UNTRACED_TIME = "untraced CPU work"  # in attributions: the part of the gaps no traced activity covers
 LAUNCH_TIME = "the launching call until the GPU starts"  # in attributions: the gaps' time after the call starts
-PER_NAME = 2  # a layer's "batched" flag: disjoint within each name, overlapping across names
 INNERMOST_MAX = 200_000  # NVTX ranges of one thread turned into innermost segments (a Python sweep)
 REACH_MAX_SHARE = 0.25  # above this share of a thread's calls as candidates, every call is tested instead
 FEW_THREADS = 8  # threads found by a comparison each before a source's rows are sorted by thread
@@ -140,66 +139,9 @@ class ThreadActivity:
         """Drop the rows kept for thread (pid, tid) (a caller done with that thread)."""
         self._rows.pop((pid, tid), None)
 
-    def _layers(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, nvtx_sweep: bool = False) -> list[Layer]:
-        """The thread's calls that overlap any of the windows [lo, hi), as layers: (source, starts,
-        ends, name codes, code -> name table, batched). A batched layer is disjoint and holds all the
-        (relevant) calls of its names, so a name's time in a window is a plain clipped sum. Calls
-        touching no window cannot change any window's numbers, so they are left out first.
-        ``nvtx_sweep``: the NVTX layer is swept window by window whatever it holds (``nvtx_swept``
-        found that for all of the thread's windows, of which these are a part)."""
-        wl, wh = iv.merge(lo, hi)
-        layers: list[Layer] = []
-        for source, st, en, codes, cats, reach in self._thread(pid, tid):
-            rows = _touching(st, en, reach, wl, wh)
-            if rows is None:  # every call, and they never overlap
-                layers.append((source, st, en, codes, cats, True))
-                continue
-            if rows.size == 0:
-                continue
-            st, en, codes = st[rows], en[rows], codes[rows]
-            # (start-sorted calls never overlap iff each starts at or after the previous one's end)
-            overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
-            if source == "nvtx" and nvtx_sweep:
-                layers.append((source, st, en, codes, cats, False))
-            elif not overlapping:
-                layers.append((source, st, en, codes, cats, True))
-            elif source == "nvtx" and st.size <= INNERMOST_MAX:
-                # nested ranges as the disjoint segments of their innermost range: the batched path
-                # then gives the same per-name totals as the per-window sweep
-                st, en, owner = iv.innermost(st, en)
-                layers.append((source, st, en, codes[owner], cats, True))
-            elif source != "nvtx":
-                # calls that overlap (nested OS runtime calls): time per name is the union of that
-                # name's calls, so each name's calls are merged (disjoint within the name); the
-                # names' merged calls then form one start-sorted layer that may overlap across names
-                # (a stable sort by name keeps each name's calls in start order: no sort per name)
-                order = np.argsort(codes, kind="stable")
-                cuts = np.flatnonzero(np.diff(codes[order])) + 1
-                ms_l, me_l, mc_l = [], [], []
-                for part in np.split(order, cuts):
-                    ms, me = iv.merge(st[part], en[part])
-                    ms_l.append(ms)
-                    me_l.append(me)
-                    mc_l.append(np.full(len(ms), codes[part[0]], dtype=codes.dtype))  # the codes' width
-                del order, cuts, part
-                # joined, then start-sorted a column at a time, each list and unsorted column let go
-                # as soon as it is used (the 245 MB trace's 1.2M nested OS runtime calls: 103 -> 79 MiB)
-                ms = np.concatenate(ms_l)
-                del ms_l
-                o = np.argsort(ms, kind="stable")
-                ms = ms[o]
-                me = np.concatenate(me_l)[o]
-                del me_l
-                mc = np.concatenate(mc_l)[o]
-                del mc_l, o
-                layers.append((source, ms, me, mc, cats, PER_NAME))
-            else:
-                layers.append((source, st, en, codes, cats, False))
-        return layers
-
     def nvtx_swept(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray) -> bool:
-        """Whether ``_layers`` over all the windows [lo, hi) of thread (pid, tid) sweeps its NVTX
-        layer window by window (more than ``INNERMOST_MAX`` nested ranges touch them): the same
+        """Whether ``exclusive_sums`` over all the windows [lo, hi) of thread (pid, tid) sweeps its
+        NVTX layer window by window (more than ``INNERMOST_MAX`` nested ranges touch them): the same
         decision must then hold for every part of those windows summed on its own."""
         for source, st, en, _codes, _cats, reach in self._thread(pid, tid):
             if source != "nvtx" or st.size <= INNERMOST_MAX:
@@ -211,219 +153,148 @@ class ThreadActivity:
             return bool(s.size > 1 and not bool((s[1:] >= e[:-1]).all()))
         return False
 
-    def sums(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray,
-             detail: np.ndarray | None = None, nvtx_sweep: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """What thread (pid, tid) did in each window [lo[w], hi[w]): time per (window, source, name),
-        clipped to the window, as flat arrays. Returns (names: source -> code -> name table, win,
-        source index into ``SOURCES``, name code, ns), one entry per (window, source, name) with
-        ns > 0, ordered by window. Batched layers (calls that never overlap, each name's merged calls,
-        innermost NVTX segments) are done for all windows at once: the calls in each window are one
-        binary search away (starts and ends are both sorted), clipped, and summed per (window, name)
-        with one ``bincount``. Layers the batched path does not take (more nested NVTX ranges than
-        ``INNERMOST_MAX``) are swept window by window, for the windows in ``detail`` only (row
-        numbers; all when None). ``nvtx_sweep``: see ``_layers``."""
-        lo = np.asarray(lo, dtype=np.int64)
-        hi = np.asarray(hi, dtype=np.int64)
-        names: dict[str, np.ndarray] = {}
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        empty = np.empty(0, np.int64)
-        if len(lo) == 0:
-            return names, empty, empty, empty, empty
-        layers = self._layers(pid, tid, lo, hi, nvtx_sweep)
-        for source, st, en, codes, cats, batched in layers:
-            names[source] = cats
-            if not batched:
-                continue
-            if batched == PER_NAME:
-                # ends are not sorted: candidates from the running maximum of ends, then the exact
-                # test; per name when one long call would make the candidates too many
-                reach = np.maximum.accumulate(en)
-                i0 = iv.search(reach, lo, side="right")
-                i1 = iv.search(st, hi, side="left")
-                if int(np.maximum(i1 - i0, 0).sum()) <= 4 * (len(st) + len(lo)):
-                    parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, True))
-                    del i0, i1, reach
-                    continue
-                del i0, i1, reach
-                for c in np.unique(codes).tolist():
-                    rows = np.flatnonzero(codes == c)
-                    s_, e_ = st[rows], en[rows]
-                    parts.append(_range_sums(source, st, en, codes, cats, lo, hi, iv.search(e_, lo, side="right"),
-                                             iv.search(s_, hi, side="left"), rows, False))
-                continue
-            i0 = iv.search(en, lo, side="right")  # first call ending after the window opens
-            i1 = iv.search(st, hi, side="left")  # first call starting at or after it closes
-            parts.append(_range_sums(source, st, en, codes, cats, lo, hi, i0, i1, None, False))
-            del i0, i1  # a search result per window: not kept while the next layers are summed
-        unbatched = [layer for layer in layers if not layer[5]]
-        if unbatched:  # one part of every window's entries, in window order (not a part per entry)
-            # a window's ranges are found by two binary searches and a test of the rows between,
-            # not by comparing every row of the thread
-            unbatched = [(*layer[:5], Reach(layer[2])) for layer in unbatched]
-            ws: list[int] = []
-            ss: list[int] = []
-            cs: list[int] = []
-            vs: list[int] = []
-            for w in (range(len(lo)) if detail is None else sorted(detail.tolist())):
-                for src, code, v in _window_items(unbatched, int(lo[w]), int(hi[w])):
-                    ws.append(w)
-                    ss.append(SOURCES.index(src))
-                    cs.append(code)
-                    vs.append(v)
-            if ws:
-                parts.append((np.array(ws, np.int64), np.array(ss, np.int8), np.array(cs, np.int64), np.array(vs, np.int64)))
-        if not parts:
-            return names, empty, empty, empty, empty
-        # one column at a time, each part's piece dropped once joined (the parts and their join are
-        # never all alive: millions of entries on a launch loop's gaps); the source index is int8
-        cols = [list(p) for p in parts]
-        del parts
-        # window numbers and name codes as int32 (windows and names number far below 2^31)
-        narrow = np.int32 if len(lo) < 1 << 31 else np.int64
-        win, src, code, ns = (_join_column(cols, k, (narrow, np.int8, narrow, np.int64)[k]) for k in range(4))
-        # one entry per (window, source, name) (a name lives in one layer of its source), grouped
-        # by window: a stable sort keeps each part's (window, name) order within a window
-        keep = ns > 0
-        if len(cols) == 1 and bool(keep.all()):
-            return names, win, src, code, ns
-        if bool(keep.all()):  # (the usual case: no array of every entry's position first)
-            del keep
-            order = np.argsort(win, kind="stable")
-        else:
-            order = np.flatnonzero(keep)
-            del keep
-            if len(cols) > 1:
-                order = order[np.argsort(win[order], kind="stable")]
-        win = win[order]
-        src = src[order]
-        code = code[order]
-        return names, win, src, code, ns[order]
-
     def exclusive_sums(self, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, detail: np.ndarray | None = None,
                        nvtx_sweep: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray,
                                                           np.ndarray]:
-        """``sums`` with every nanosecond of a window given to exactly one activity, the most specific
-        traced thing running then: a CUDA API call (the latest-starting one where calls overlap), else
-        an OS runtime call (the same), else the innermost NVTX range. An OS runtime call inside a CUDA
-        API call, or a call inside an NVTX range, is counted once. The entries of a window add up to
-        at most its span; what is left is untraced. Same arrays as ``sums``.
+        """What thread (pid, tid) did in each window [lo[w], hi[w]), every nanosecond of a window given
+        to exactly one activity, the most specific traced thing running then: a CUDA API call (the
+        latest-starting one where calls overlap), else an OS runtime call (the same), else the
+        innermost NVTX range. An OS runtime call inside a CUDA API call, or a call inside an NVTX
+        range, is counted once. The entries of a window add up to at most its span; what is left is untraced. Returns (names: source -> code -> name table, win,
+        source index into ``SOURCES``, name code, ns), one entry per (window, source, name) with
+        ns > 0, ordered by window.
 
         The thread's calls that touch a window are flattened into one disjoint, start-sorted layer
         (CUDA API; OS runtime minus CUDA API; innermost NVTX minus both), labelled by (source, name),
         and summed per window by the batched clipped-sum path. NVTX ranges that the batched path does
         not take (``nvtx_swept``: more than ``INNERMOST_MAX`` nested ranges) are swept window by
-        window, for the windows in ``detail`` only (all when None), as in ``sums``."""
+        window, for the windows in ``detail`` only (row numbers; all when None)."""
         lo = np.asarray(lo, dtype=np.int64)
         hi = np.asarray(hi, dtype=np.int64)
         empty = np.empty(0, np.int64)
         names: dict[str, np.ndarray] = {}
         if len(lo) == 0:
             return names, empty, empty, empty, empty
-        wl, wh = iv.merge(lo, hi)
         layers = self._thread(pid, tid)
         # one layer: a combined code per (source, name): base[source] + code + 1 (code -1: no name)
         base = np.zeros(len(SOURCES) + 1, dtype=np.int64)
         for si, source in enumerate(SOURCES):
             base[si + 1] = base[si] + sum(len(cats) + 1 for src, _s, _e, _c, cats, _r in layers if src == source)
-        # the layers taken so far as one: start-sorted disjoint pieces (starts, ends, combined codes)
-        flat = (empty, empty, empty)
-        swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        for source, st, en, codes, cats, reach in layers:
-            rows = _touching(st, en, reach, wl, wh)
-            if rows is not None:
-                if rows.size == 0:
-                    continue
-                st, en, codes = st[rows], en[rows], codes[rows]
-            names[source] = cats
-            overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
-            if source == "nvtx" and (nvtx_sweep or (overlapping and st.size > INNERMOST_MAX)):
-                swept = (st, en, np.asarray(codes))
-                continue
-            if overlapping:  # nested or overlapping calls/ranges: the latest-starting one owns each moment
-                st, en, owner = innermost(st, en)
-                codes = np.asarray(codes)[owner]
-            # what the layers before leave of it (their pieces: disjoint, so as good as merged here)
-            st, en, codes = _minus(st, en, np.asarray(codes), flat[0], flat[1])
-            if st.size == 0:
-                continue
-            flat = _interleave(flat, (st, en, codes.astype(np.int64) + (base[SOURCES.index(source)] + 1)))
-            del st, en, codes
+        flat, swept = _flatten(layers, lo, hi, base, names, nvtx_sweep)
+        del layers
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         if flat[0].size:
-            st, en, comb = flat
-            i0 = iv.search(en, lo, side="right")  # disjoint: ends are sorted as the starts are
-            i1 = iv.search(st, hi, side="left")
-            w, _, c, v = _range_sums(SOURCES[0], st, en, comb, np.empty(int(base[-1]), dtype=object),
-                                     lo, hi, i0, i1, None, False)
-            del i0, i1, st, en, comb
-            c = np.asarray(c, dtype=np.int64)
-            si = (np.searchsorted(base, c, side="right") - 1).astype(np.int8)
-            parts.append((np.asarray(w), si, c - base[si] - 1, np.asarray(v, dtype=np.int64)))
+            parts.append(_flat_sums(flat, lo, hi, base))
         if swept is not None:
-            # the detail windows one at a time: innermost NVTX segments of the window minus the calls
-            s_all, e_all, c_all = swept
-            above = iv.merge(flat[0], flat[1])  # the calls' union
-            reach = Reach(e_all)
-            ws: list[int] = []
-            cs: list[int] = []
-            vs: list[int] = []
-            for w_ in (range(len(lo)) if detail is None else sorted(detail.tolist())):
-                a, b = int(lo[w_]), int(hi[w_])
-                j0 = reach.first_above(a)
-                j1 = int(np.searchsorted(s_all, b, side="left"))
-                sel = j0 + np.flatnonzero(e_all[j0:j1] > a) if j1 > j0 else empty
-                if sel.size == 0:
-                    continue
-                s, e = np.clip(s_all[sel], a, b), np.clip(e_all[sel], a, b)
-                s, e, owner = iv.innermost(s, e)
-                s, e, code = _minus(s, e, c_all[sel][owner], *iv.clip_merged(*above, a, b))
-                if s.size == 0:
-                    continue
-                uc, inv = np.unique(code, return_inverse=True)
-                tot = np.bincount(inv, weights=e - s).astype(np.int64)
-                ws += [w_] * len(uc)
-                cs += uc.tolist()
-                vs += tot.tolist()
-            if ws:
-                parts.append((np.array(ws, np.int64), np.full(len(ws), SOURCES.index("nvtx"), np.int8),
-                              np.array(cs, np.int64), np.array(vs, np.int64)))
+            part = _swept_sums(swept, flat, lo, hi, detail)
+            if part is not None:
+                parts.append(part)
         if not parts:
             return names, empty, empty, empty, empty
-        narrow = np.int32 if len(lo) < 1 << 31 else np.int64
-        win = np.concatenate([p[0] for p in parts]).astype(narrow, copy=False)
-        src = np.concatenate([p[1] for p in parts]).astype(np.int8, copy=False)
-        code = np.concatenate([p[2] for p in parts]).astype(narrow, copy=False)
-        ns = np.concatenate([p[3] for p in parts]).astype(np.int64, copy=False)
-        del parts
-        keep = ns > 0
-        if bool(keep.all()):
-            if bool((win[1:] >= win[:-1]).all()):
-                return names, win, src, code, ns
-            order = np.argsort(win, kind="stable")
-        else:
-            order = np.flatnonzero(keep)
-            order = order[np.argsort(win[order], kind="stable")]
-        return names, win[order], src[order], code[order], ns[order]
+        return (names, *_entries_by_window(parts, len(lo)))
 
-    def items_many(self, pid: int, tid: int, windows: list[tuple[int, int]]) -> list[list[dict[str, object]]]:
-        """``items`` for many windows of one thread (``sums`` as lists of {source, name, ns}, largest
-        first)."""
-        if not windows:
-            return []
-        lo = np.array([w[0] for w in windows], dtype=np.int64)
-        hi = np.array([w[1] for w in windows], dtype=np.int64)
-        names, win, src, code, ns = self.sums(pid, tid, lo, hi)
-        out: list[list[dict[str, object]]] = [[] for _ in windows]
-        for w, s, c, v in zip(win.tolist(), src.tolist(), code.tolist(), ns.tolist()):
-            source = SOURCES[s]
-            out[w].append({"source": source, "name": str(names[source][c]) if c >= 0 else "", "ns": int(v)})
-        return [sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))  # type: ignore[call-overload]
-                for items in out]
 
-    def items(self, pid: int, tid: int, lo: int, hi: int) -> list[dict[str, object]]:
-        """What thread (pid, tid) did in [lo, hi): time per (source, name), clipped to the window.
-        NVTX time goes to the innermost range (the latest-starting range open at each moment)."""
-        return self.items_many(pid, tid, [(lo, hi)])[0]
+def _flatten(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]], lo: np.ndarray,
+             hi: np.ndarray, base: np.ndarray, names: dict[str, np.ndarray], nvtx_sweep: bool,
+             ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """``exclusive_sums``' one layer: the thread's calls that touch a window [lo, hi), each source
+    minus the sources before it, as start-sorted disjoint pieces (starts, ends, combined codes); and
+    the NVTX ranges left to the per-window sweep (starts, ends, codes), or None. Fills ``names``."""
+    empty = np.empty(0, np.int64)
+    wl, wh = iv.merge(lo, hi)
+    # the layers taken so far as one: start-sorted disjoint pieces (starts, ends, combined codes)
+    flat = (empty, empty, empty)
+    swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    for source, st, en, codes, cats, reach in layers:
+        rows = _touching(st, en, reach, wl, wh)
+        if rows is not None:
+            if rows.size == 0:
+                continue
+            st, en, codes = st[rows], en[rows], codes[rows]
+        names[source] = cats
+        overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
+        if source == "nvtx" and (nvtx_sweep or (overlapping and st.size > INNERMOST_MAX)):
+            swept = (st, en, np.asarray(codes))
+            continue
+        if overlapping:  # nested or overlapping calls/ranges: the latest-starting one owns each moment
+            st, en, owner = innermost(st, en)
+            codes = np.asarray(codes)[owner]
+        # what the layers before leave of it (their pieces: disjoint, so as good as merged here)
+        st, en, codes = _minus(st, en, np.asarray(codes), flat[0], flat[1])
+        if st.size == 0:
+            continue
+        flat = _interleave(flat, (st, en, codes.astype(np.int64) + (base[SOURCES.index(source)] + 1)))
+        del st, en, codes
+    return flat, swept
+
+
+def _flat_sums(flat: tuple[np.ndarray, np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray,
+               base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The flattened layer's time per (window, source, name): (window, source index, code, ns)."""
+    st, en, comb = flat
+    i0 = iv.search(en, lo, side="right")  # disjoint: ends are sorted as the starts are
+    i1 = iv.search(st, hi, side="left")
+    w, _, c, v = range_sums(0, st, en, comb, int(base[-1]), lo, hi, i0, i1, None, False)
+    del i0, i1, st, en, comb
+    c = np.asarray(c, dtype=np.int64)
+    si = (np.searchsorted(base, c, side="right") - 1).astype(np.int8)
+    return np.asarray(w), si, c - base[si] - 1, np.asarray(v, dtype=np.int64)
+
+
+def _swept_sums(swept: tuple[np.ndarray, np.ndarray, np.ndarray], flat: tuple[np.ndarray, np.ndarray, np.ndarray],
+                lo: np.ndarray, hi: np.ndarray,
+                detail: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The swept NVTX ranges' time per (window, name), the ``detail`` windows one at a time (all when
+    None): innermost NVTX segments of the window minus the calls (``flat``); None when there is none."""
+    empty = np.empty(0, np.int64)
+    s_all, e_all, c_all = swept
+    above = iv.merge(flat[0], flat[1])  # the calls' union
+    reach = Reach(e_all)
+    ws: list[int] = []
+    cs: list[int] = []
+    vs: list[int] = []
+    for w_ in (range(len(lo)) if detail is None else sorted(detail.tolist())):
+        a, b = int(lo[w_]), int(hi[w_])
+        j0 = reach.first_above(a)
+        j1 = int(np.searchsorted(s_all, b, side="left"))
+        sel = j0 + np.flatnonzero(e_all[j0:j1] > a) if j1 > j0 else empty
+        if sel.size == 0:
+            continue
+        s, e = np.clip(s_all[sel], a, b), np.clip(e_all[sel], a, b)
+        s, e, owner = iv.innermost(s, e)
+        s, e, code = _minus(s, e, c_all[sel][owner], *iv.clip_merged(*above, a, b))
+        if s.size == 0:
+            continue
+        uc, inv = np.unique(code, return_inverse=True)
+        tot = np.bincount(inv, weights=e - s).astype(np.int64)
+        ws += [w_] * len(uc)
+        cs += uc.tolist()
+        vs += tot.tolist()
+    if not ws:
+        return None
+    return (np.array(ws, np.int64), np.full(len(ws), SOURCES.index("nvtx"), np.int8),
+            np.array(cs, np.int64), np.array(vs, np.int64))
+
+
+def _entries_by_window(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                       n_windows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The parts' entries joined, those with time kept, grouped by window (stable): (win, source
+    index, code, ns); windows and codes as int32 where they fit."""
+    narrow = np.int32 if n_windows < 1 << 31 else np.int64
+    win = np.concatenate([p[0] for p in parts]).astype(narrow, copy=False)
+    src = np.concatenate([p[1] for p in parts]).astype(np.int8, copy=False)
+    code = np.concatenate([p[2] for p in parts]).astype(narrow, copy=False)
+    ns = np.concatenate([p[3] for p in parts]).astype(np.int64, copy=False)
+    del parts[:]
+    keep = ns > 0
+    if bool(keep.all()):
+        if bool((win[1:] >= win[:-1]).all()):
+            return win, src, code, ns
+        order = np.argsort(win, kind="stable")
+    else:
+        order = np.flatnonzero(keep)
+        order = order[np.argsort(win[order], kind="stable")]
+    return win[order], src[order], code[order], ns[order]
 
 
 REACH_BLOCK = 4096  # rows per block of Reach's prefix maxima
@@ -490,7 +361,7 @@ def _touching(st: np.ndarray, en: np.ndarray, reach: Reach, wl: np.ndarray, wh: 
     if n == 0:
         return np.empty(0, np.int64)
     if n <= len(st) * REACH_MAX_SHARE:
-        win, rows = _spans(i0, i1)
+        win, rows = spans(i0, i1)
         del i0, i1
         hit = np.zeros(len(st), dtype=bool)  # distinct rows in order, without a sort
         hit[rows[en[rows] > wl[win]]] = True
@@ -556,15 +427,8 @@ def _innermost_nested(st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.nd
     up[act[top]] = -1
     act = act[~top]
     del run, top
-    for _ in range(INNERMOST_ROUNDS + 1):
-        if not act.size:
-            break
-        # (every interval between up[i] and i ends no later than i, so jumping over up[up[i]]'s keeps it so)
-        nxt = up[up[act]]
-        up[act] = nxt
-        act = act[nxt >= 0]
-        act = act[en[up[act]] <= en[act]]
-    else:
+    # (every interval between up[i] and i ends no later than i, so jumping over up[up[i]]'s keeps it so)
+    if not _walk_back(up, act, up, en, en):
         return iv.innermost(st, en)
     # the distinct bounds (starts, then ends: two sorted runs, or nearly, which a stable sort merges)
     b = np.sort(np.concatenate([st, en]), kind="stable")
@@ -581,14 +445,7 @@ def _innermost_nested(st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.nd
     own -= 1
     q = np.flatnonzero(own >= 0)
     q = q[en[own[q]] <= b[q]]  # closed by then: walk back
-    for _ in range(INNERMOST_ROUNDS + 1):
-        if not q.size:
-            break
-        nxt = up[own[q]]
-        own[q] = nxt
-        q = q[nxt >= 0]
-        q = q[en[own[q]] <= b[q]]
-    else:
+    if not _walk_back(own, q, up, en, b):
         return iv.innermost(st, en)
     # own[k] holds [b[k], b[k + 1]): runs of one owner joined, the unowned dropped
     first = np.empty(own.size, dtype=bool)
@@ -602,62 +459,18 @@ def _innermost_nested(st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.nd
     return b[at[keep]], stop[keep], who[keep]
 
 
-def _join_column(cols: list[list[np.ndarray]], k: int, dtype: type) -> np.ndarray:
-    """Column ``k`` of the parts ``cols`` concatenated (as ``dtype``), each part's piece released."""
-    out = np.concatenate([c[k] for c in cols], dtype=dtype, casting="same_kind")
-    for c in cols:
-        c[k] = None  # type: ignore[call-overload]
-    return out
-
-
-def _range_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
-                hi: np.ndarray, i0: np.ndarray, i1: np.ndarray, rows: np.ndarray | None,
-                ending_after_lo: bool) -> tuple[np.ndarray, ...]:
-    """``_clipped_sums`` of the calls in each window's range [i0[w], i1[w]) (positions into ``rows``
-    when given, else calls), with ``ending_after_lo`` only the calls ending after the window opens.
-    In one C pass when the extension has it (``_btree.clipped_sums``: no array of one entry per
-    (window, call) pair), else with numpy; the same arrays."""
-    from nsysan.trace import direct
-
-    fast = direct.c_pass("clipped_sums")
-    if fast is None:
-        win, idx = _spans(i0, i1)
-        if rows is not None:
-            idx = rows[idx]
-        if ending_after_lo:
-            hit = en[idx] > lo[win]
-            win, idx = win[hit], idx[hit]
-        return _clipped_sums(source, st, en, codes, cats, lo, hi, win, idx)
-
-    def i64(x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(x, dtype=np.int64)
-
-    # the name codes in their own width (a categorical's int8/int16: no int64 copy of every call's);
-    # windows and codes come back as int32
-    w, c, v = (np.frombuffer(b, dtype=t) for b, t in zip(fast(
-        i64(st), i64(en), direct.int_buffer(codes), i64(lo), i64(hi), i64(i0), i64(i1), None if rows is None else i64(rows),
-        ending_after_lo), (np.int32, np.int32, np.int64)))
-    return w, np.full(len(w), SOURCES.index(source), np.int8), c, v
-
-
-def _clipped_sums(source: str, st: np.ndarray, en: np.ndarray, codes: np.ndarray, cats: np.ndarray, lo: np.ndarray,
-                  hi: np.ndarray, win: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Clipped time of calls ``idx`` in windows ``win``, summed per (window, name): (window,
-    source index, name code, ns), ordered by window then code."""
-    if idx.size == 0:
-        e = np.empty(0, np.int64)
-        return e, e, e, e
-    dur = np.minimum(en[idx], hi[win]) - np.maximum(st[idx], lo[win])
-    width = len(cats) + 1
-    key = win * width + (codes[idx].astype(np.int64) + 1)
-    # windows come in order, so the keys nearly are: a stable sort of them is almost free, where
-    # np.unique's sort is not (0.5 s on 3M keys)
-    order = np.argsort(key, kind="stable")
-    sk = key[order]
-    first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
-    keys = sk[first]
-    tot = np.add.reduceat(dur[order], first).astype(np.int64)
-    return keys // width, np.full(len(keys), SOURCES.index(source), np.int8), keys % width - 1, tot
+def _walk_back(ptr: np.ndarray, idx: np.ndarray, step: np.ndarray, en: np.ndarray, bound: np.ndarray) -> bool:
+    """``_innermost_nested``'s walk, in place: while the interval ``ptr[i]`` (i in ``idx``) ends by
+    ``bound[i]``, move it one link back (``ptr[i] = step[ptr[i]]``; -1: none), all of ``idx`` a pass.
+    False when that takes more than ``INNERMOST_ROUNDS`` passes (calls nested that deep)."""
+    for _ in range(INNERMOST_ROUNDS + 1):
+        if not idx.size:
+            return True
+        nxt = step[ptr[idx]]
+        ptr[idx] = nxt
+        idx = idx[nxt >= 0]
+        idx = idx[en[ptr[idx]] <= bound[idx]]
+    return False
 
 
 def _minus(st: np.ndarray, en: np.ndarray, codes: np.ndarray, ms: np.ndarray,
@@ -673,7 +486,7 @@ def _minus(st: np.ndarray, en: np.ndarray, codes: np.ndarray, ms: np.ndarray,
     ce = np.concatenate([ms, np.array([big.max], np.int64)])
     j0 = iv.search(ce, st, side="right")  # first hole ending after the segment starts
     j1 = iv.search(cs, en, side="left")  # first hole starting at or after it ends
-    seg, j = _spans(j0, j1)
+    seg, j = spans(j0, j1)
     del j0, j1
     s = np.maximum(st[seg], cs[j])
     e = np.minimum(en[seg], ce[j])
@@ -702,40 +515,6 @@ def _interleave(a: tuple[np.ndarray, np.ndarray, np.ndarray],
         col[at] = y
         out.append(col)
     return out[0], out[1], out[2]
-
-
-def _spans(i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every index in each range [i0[w], i1[w]) (empty where i1 <= i0), with its range number w."""
-    k = np.maximum(i1 - i0, 0)
-    n = int(k.sum())
-    return np.repeat(np.arange(len(k)), k), np.repeat(i0 - (np.cumsum(k) - k), k) + np.arange(n)
-
-
-def _window_items(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]], lo: int,
-                  hi: int) -> list[tuple[str, int, int]]:
-    """Time per (source, name code) in [lo, hi) for layers the batched path does not take (more
-    nested NVTX ranges than ``INNERMOST_MAX``): the ranges in the window, clipped to it, each for the
-    time it is the innermost one (``iv.innermost_time``: its length minus what the later-starting
-    ranges cover of it), summed per name in the order the names first start. One linear pass per
-    window: subtracting each range's later ones range by range was quadratic (300,000 ranges on one
-    thread: 27 s for 300 windows). ``layers``: (source, starts, ends, name codes, names, ``Reach`` of
-    the ends), starts sorted."""
-    out: list[tuple[str, int, int]] = []
-    for source, st, en, codes, cats, reach in layers:
-        # the rows with st < hi and en > lo: before i0 every range ends by lo, from i1 on every
-        # range starts at or after hi
-        i0 = reach.first_above(lo)
-        i1 = int(np.searchsorted(st, hi, side="left"))
-        sel = i0 + np.flatnonzero(en[i0:i1] > lo) if i1 > i0 else np.empty(0, np.int64)
-        if sel.size == 0:
-            continue
-        s, e = np.clip(st[sel], lo, hi), np.clip(en[sel], lo, hi)
-        owned = iv.innermost_time(s, e)
-        acc: dict[int, int] = {}
-        for c, v in zip(codes[sel].tolist(), owned.tolist()):
-            acc[c] = acc.get(c, 0) + v
-        out += [(source, k, int(v)) for k, v in acc.items() if v > 0]
-    return out
 
 
 @dataclass(frozen=True)
@@ -867,34 +646,6 @@ def idle_gaps_with_activity(trace: Trace, ops: pd.DataFrame, window: Window, *, 
     return out[cols], table
 
 
-def _window_groups(win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For ``win`` grouped (ascending): each group's first entry, and each entry's group number."""
-    change = np.empty(len(win), dtype=bool)
-    change[:1] = False
-    np.not_equal(win[1:], win[:-1], out=change[1:])
-    gid = np.cumsum(change, dtype=np.int32 if len(win) < 1 << 31 else np.int64)
-    change[:1] = True
-    return np.flatnonzero(change), gid
-
-
-def _best_per_window(win: np.ndarray, ns: np.ndarray, mask: np.ndarray | None = None,
-                     groups: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per window (``win`` grouped, ascending), the entry with the most ns among the entries in
-    ``mask`` (ties: the first entry): (windows, entry indices). Linear: one reduceat per group.
-    ``groups``: ``_window_groups(win)``, when the caller has it already."""
-    if len(win) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    v = ns if mask is None else np.where(mask, ns, -1)
-    first, gid = groups if groups is not None else _window_groups(win)
-    mx = np.maximum.reduceat(v, first)
-    hit = np.flatnonzero((v == mx[gid]) & (v >= 0))
-    if hit.size == 0:
-        return hit, hit
-    g = gid[hit]
-    one = np.concatenate([[True], g[1:] != g[:-1]])
-    return win[hit[one]], hit[one]
-
-
 def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, pid: np.ndarray,
                  tid: np.ndarray, detail: np.ndarray, n: int,
                  spent: list[Any] | None = None) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
@@ -952,20 +703,10 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
             if len(win) == 0:
                 continue
             sp_c = np.ascontiguousarray(sp[a:b], dtype=np.int64)
-            # each window's sync flag and largest entry (C, else numpy); exclusive entries: at most one
-            # covers over half of a window, and it is then the largest
-            args = (win, src, code, ns, sp_c, _sync_table(names.get("cuda_api")))
-            best, sync = _window_best(fast(*args, 0.0)) if fast is not None else _window_best_numpy(*args, 0.0)
-            del args
+            best, sync = _best_and_sync(fast, names, win, src, code, ns, sp_c)
             at = slice(a, b) if one else sel[a:b]  # these windows' positions in ``rows``
             is_sync[at] = sync
-            traced = np.bincount(win, weights=ns, minlength=b - a).astype(np.int64)
-            has = np.flatnonzero(best >= 0)
-            top = ns[best[has]]
-            # the largest activity names the window unless it covers at most half of it while
-            # untraced time covers over half
-            has = has[(top * 2 > sp_c[has]) | ((sp_c[has] - traced[has]) * 2 <= sp_c[has])]
-            del top, traced
+            has = _named_windows(best, win, ns, sp_c)
             ids = _label_ids(labels, names, src, code)
             here = np.ones(b - a, dtype=np.int32)
             here[has] = ids[best[has]]
@@ -977,28 +718,57 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 sp_ns.append(ns.astype(ns_t, copy=False))
             del ids
             if len(det_c):
-                a_, b_ = np.searchsorted(win, det_c), np.searchsorted(win, det_c, side="right")
-                for wl, i0, i1 in zip(det_c.tolist(), a_.tolist(), b_.tolist()):
-                    items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "",
-                              "ns": int(v_), "share": round(int(v_) / int(sp[a + wl]), 4)}
-                             for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
-                    breakdown[rows[a + wl if one else sel[a + wl]]] = sorted(
-                        items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
+                _fill_breakdowns(breakdown, rows[at], det_c, names, win, src, code, ns, sp_c)
             del names, win, src, code, ns
         index.forget(p, t)  # each thread comes once: its copied rows would only pile up
     for r in detail.tolist():  # explained gaps with nothing traced on their thread
         if breakdown[r] is None:
             breakdown[r] = []
-    used = np.unique(np.concatenate([[0], chosen]))
     text = sorted(labels, key=labels.__getitem__)
-    cats = sorted(text[i] for i in used.tolist())
-    remap = np.zeros(len(labels), dtype=np.int32)
-    for i in used.tolist():
-        remap[i] = cats.index(text[i])
-    act[rows] = remap[chosen]
+    act[rows], cats = _label_codes(text, chosen)
     if spent is not None:
         spent.extend([_joined(sp_rows, row_t), _joined(sp_label, np.int32), _joined(sp_ns, ns_t), text])
     return act, cats, breakdown, is_sync
+
+
+def _best_and_sync(fast: Any, names: dict[str, np.ndarray], win: np.ndarray, src: np.ndarray, code: np.ndarray,
+                   ns: np.ndarray, sp_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each window's largest entry (-1 none) and sync flag, by the C pass ``fast`` (else numpy);
+    exclusive entries: at most one covers over half of a window, and it is then the largest."""
+    args = (win, src, code, ns, sp_c, _sync_table(names.get("cuda_api")))
+    return window_best(fast(*args, 0.0)) if fast is not None else window_best_numpy(*args, 0.0)
+
+
+def _named_windows(best: np.ndarray, win: np.ndarray, ns: np.ndarray, sp_c: np.ndarray) -> np.ndarray:
+    """The windows (positions) that their largest activity names: all that have one, unless it covers
+    at most half of the window while untraced time covers over half."""
+    traced = np.bincount(win, weights=ns, minlength=len(sp_c)).astype(np.int64)
+    has = np.flatnonzero(best >= 0)
+    top = ns[best[has]]
+    return has[(top * 2 > sp_c[has]) | ((sp_c[has] - traced[has]) * 2 <= sp_c[has])]
+
+
+def _fill_breakdowns(breakdown: np.ndarray, gap_rows: np.ndarray, det_c: np.ndarray, names: dict[str, np.ndarray],
+                     win: np.ndarray, src: np.ndarray, code: np.ndarray, ns: np.ndarray, sp_c: np.ndarray) -> None:
+    """The breakdown of each detail window ``det_c`` (positions in this chunk, whose gaps are
+    ``gap_rows``): a list of {source, name, ns, share}, largest first."""
+    a_, b_ = np.searchsorted(win, det_c), np.searchsorted(win, det_c, side="right")
+    for wl, i0, i1 in zip(det_c.tolist(), a_.tolist(), b_.tolist()):
+        items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "",
+                  "ns": int(v_), "share": round(int(v_) / int(sp_c[wl]), 4)}
+                 for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
+        breakdown[gap_rows[wl]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))
+
+
+def _label_codes(text: list[str], chosen: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The label ids ``chosen`` (into ``text``) as codes into the sorted labels used (the empty
+    label always among them), and those labels."""
+    used = np.unique(np.concatenate([[0], chosen]))
+    cats = sorted(text[i] for i in used.tolist())
+    remap = np.zeros(len(text), dtype=np.int32)
+    for i in used.tolist():
+        remap[i] = cats.index(text[i])
+    return remap[chosen], cats
 
 
 def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
@@ -1008,9 +778,7 @@ def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
 
 def _fast_window_best() -> Any:
     """``_btree.window_best`` when the extension has it, else None (the numpy path)."""
-    from nsysan.trace import direct
-
-    return direct.c_pass("window_best")
+    return c_pass("window_best")
 
 
 def _sync_table(cats: np.ndarray | None) -> np.ndarray:
@@ -1018,11 +786,6 @@ def _sync_table(cats: np.ndarray | None) -> np.ndarray:
     if cats is None:
         return np.zeros(1, dtype=bool)
     return np.array([str(c).startswith(SYNC_APIS) for c in cats.tolist()] + [False], dtype=bool)
-
-
-def _window_best(result: tuple[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """``_btree.window_best``'s bytes as arrays: best entry per window (-1 none), sync flag."""
-    return np.frombuffer(result[0], dtype=np.int64), np.frombuffer(result[1], dtype=np.uint8).astype(bool)
 
 
 def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.ndarray,
@@ -1042,32 +805,6 @@ def _label_ids(labels: dict[str, int], names: dict[str, np.ndarray], src: np.nda
         source, k = SOURCES[si], u - int(off[si]) - 1
         lut[u] = labels.setdefault(f"{source}:{names[source][k] if k >= 0 else ''}", len(labels))
     return lut[comb]
-
-
-def _window_best_numpy(win: np.ndarray, src: np.ndarray, code: np.ndarray, ns: np.ndarray, sp: np.ndarray,
-                       sync_code: np.ndarray, share: float = MIN_LABEL_SHARE) -> tuple[np.ndarray, np.ndarray]:
-    """``_btree.window_best`` with numpy (where the extension is not built): per window, the best
-    entry (-1 none) -- a CUDA API, else an OS runtime entry covering over half of it, else the
-    largest entry if it covers at least ``share`` of it -- and whether its synchronization calls
-    cover over half of it."""
-    is_cuda = src == 0
-    sync_e = np.zeros(len(win), dtype=bool)
-    c = code[is_cuda].astype(np.int64)
-    sync_e[is_cuda] = sync_code[np.where(c >= 0, c, len(sync_code) - 1)]
-    # the synchronization calls' time per window (adding the other entries' zeros changes no sum)
-    sync_ns = np.bincount(win[sync_e], weights=ns[sync_e], minlength=len(sp))
-    del sync_e
-    best = np.full(len(sp), -1, dtype=np.int64)
-    wg = _window_groups(win)
-    for si in (0, 1):  # a CUDA API or OS runtime call covering over half the gap
-        w, e = _best_per_window(win, ns, src == si, wg)
-        ok = (ns[e] * 2 > sp[w]) & (best[w] < 0)
-        best[w[ok]] = e[ok]
-    w, e = _best_per_window(win, ns, groups=wg)
-    del wg
-    ok = (ns[e] >= share * sp[w]) & (best[w] < 0)
-    best[w[ok]] = e[ok]
-    return best, sync_ns * 2 > sp
 
 
 def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Window,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nsysan._native.search import search  # noqa: F401 - lives with its C pass; read here as iv.search
+
 Array = np.ndarray
 
 
@@ -141,18 +143,6 @@ def intersect(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Ar
     return _intersect_pairs(a_s, a_e, b_s, b_e) if a_s.size >= b_s.size else _intersect_pairs(b_s, b_e, a_s, a_e)
 
 
-def _intersect_sweep(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
-    """``intersect`` by a sweep over every boundary point (the definition ``_intersect_pairs`` is
-    tested against)."""
-    keys = sweep_keys([a, b])
-    on = _depth(keys)[:-1] == 2
-    keys >>= 1  # the points themselves
-    seg_start = keys[:-1][on]
-    seg_end = keys[1:][on]
-    keep = seg_end > seg_start
-    return seg_start[keep], seg_end[keep]
-
-
 def _intersect_pairs(a_s: Array, a_e: Array, b_s: Array, b_e: Array) -> tuple[Array, Array]:
     """Intersection of merged sets a and b (b the smaller): for each interval of b, the intervals of
     a that overlap it, found by two binary searches (a's starts and ends are both sorted), and the
@@ -208,12 +198,6 @@ def sweep_keys(sets: list[tuple[Array, Array]]) -> Array:
         at += 2 * len(s)
     keys.sort(kind="stable")
     return keys
-
-
-def subtract_total(a: tuple[Array, Array], b: tuple[Array, Array]) -> int:
-    """Length of merged set ``a`` not covered by merged set ``b``."""
-    inter = intersect(a, b)
-    return int((a[1] - a[0]).sum() - (inter[1] - inter[0]).sum())
 
 
 def gaps(ms: Array, me: Array) -> tuple[Array, Array]:
@@ -350,23 +334,3 @@ class RangeMinMax:
             out_min[one] = np.minimum.reduceat(self.lo_v[idx], offsets)
             out_max[one] = np.maximum.reduceat(self.hi_v[idx], offsets)
         return out_min, out_max
-
-
-SEARCH_MIN = 4096  # needles below this: numpy's binary search (the C call's fixed cost is not worth it)
-
-
-def search(a: Array, v: Array, side: str = "left") -> Array:
-    """``np.searchsorted(a, v, side)`` for an ascending ``a``, the same int64 positions. With many
-    int64 needles, one C pass (``_btree.search_sorted``) that starts each search from the previous
-    answer and gallops: needles in (near) order, as gap and window bounds are, are found reading
-    ``a`` forwards instead of by a full binary search each (0.1 s of the 245 MB trace's gap
-    explanation went to numpy's). Any order of ``v`` gives the exact answer."""
-    from nsysan.trace import direct
-
-    fast = direct.c_pass("search_sorted")
-    if (fast is None or not isinstance(a, np.ndarray) or not isinstance(v, np.ndarray) or v.ndim != 1
-            or a.ndim != 1 or a.dtype != np.int64 or v.dtype != np.int64 or len(v) < SEARCH_MIN):
-        return np.searchsorted(a, v, side=side)  # type: ignore[call-overload]
-    out = np.empty(len(v), dtype=np.int64)
-    fast(np.ascontiguousarray(a), np.ascontiguousarray(v), side == "right", out)
-    return out

@@ -692,10 +692,24 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
     warm = int(table["warmup"].sum())
     steady = table.loc[~table["warmup"]]
     win = Window(int(steady["start_ns"].min()), int(steady["end_ns"].max()), "steady state") if len(steady) else None
+    stats = _iteration_stats(table, steady, len(parts), enclosing, warm)
+    why = _why_chosen(chosen, how, cands, len(table), gpu_recorded)
+    if enclosing:
+        why += (f"; {enclosing} instance(s) of it enclosing later ones of the same name on their thread are "
+                "regions around iterations, not iterations: the innermost instances are")
+    substeps, levels = _levels(table, rg, chosen, facts)
+    return Iterations(chosen, how, table, warm, win, stats, regions, cands, why, substeps, levels,
+                      _sequences(table, threads))
+
+
+def _iteration_stats(table: pd.DataFrame, steady: pd.DataFrame, sequences: int, enclosing: int,
+                     warm: int) -> dict[str, Any]:
+    """The iteration model's statistics: count, period, latency, the headline figure, throughput,
+    queue depth, warm-up."""
     lat = steady["latency_ns"].to_numpy()
     per = steady["period_ns"].to_numpy()
     per = per[per >= 0]
-    stats: dict[str, Any] = {"count": int(len(steady)), "sequences": int(len(parts))}
+    stats: dict[str, Any] = {"count": int(len(steady)), "sequences": int(sequences)}
     if enclosing:
         stats["enclosing_instances"] = enclosing
     stats.update(_stats(per, "period_"))
@@ -715,14 +729,19 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
         wt = table.loc[table["warmup"]]
         stats["warmup_mean_ns"] = int(round(float(wt["latency_ns"].mean())))
         stats["warmup_service_ns"] = int(wt["service_ns"].sum())
+    return stats
+
+
+def _why_chosen(chosen: str, how: str, cands: list[dict[str, Any]], n: int, gpu_recorded: bool) -> str:
+    """Why ``chosen`` is the iteration (``how`` it was picked; ``n``: its instances)."""
     if how == "option":
         why = f"'{chosen}', as asked (--iteration-range)"
     elif how == XLA_HOW:
         c = next(c for c in cands if c["name"] == chosen)
-        why = (f"'{chosen}': each execution of this jitted XLA module is one iteration ({len(table)} executions, "
+        why = (f"'{chosen}': each execution of this jitted XLA module is one iteration ({n} executions, "
                f"{c['gpu_coverage']:.0%} of the GPU time), as no NVTX range of the program's own qualified")
     elif how == TENSORRT_HOW:
-        why = (f"'{chosen}': each TensorRT engine execution is one iteration ({len(table)} executions), as no "
+        why = (f"'{chosen}': each TensorRT engine execution is one iteration ({n} executions), as no "
                f"NVTX range of the program's own qualified")
     else:
         c = next(c for c in cands if c["name"] == chosen)
@@ -734,12 +753,7 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
             why = (f"'{chosen}': the unit the loop repeats, with the same number of "
                    + ", ".join(f"'{x}'" for x in subs) + " inside each (its sub-steps, a finer breakdown, not the "
                    f"iteration), launching {c['gpu_coverage']:.0%} of the GPU time")
-    if enclosing:
-        why += (f"; {enclosing} instance(s) of it enclosing later ones of the same name on their thread are "
-                "regions around iterations, not iterations: the innermost instances are")
-    substeps, levels = _levels(table, rg, chosen, facts)
-    return Iterations(chosen, how, table, warm, win, stats, regions, cands, why, substeps, levels,
-                      _sequences(table, threads))
+    return why
 
 
 def _thread_names(threads: pd.DataFrame | None) -> dict[tuple[int, int], str]:

@@ -198,7 +198,3 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
         "name": pd.Categorical.from_codes(uniq % max(len(kn.categories), 1), dtype=kn.dtype),
         "count": counts.astype(np.int64), "api_med_ns": medians("api_ns"), "queue_med_ns": medians("queue_ns"),
         "gpu_med_ns": medians("gpu_ns"), "launch_dominated_frac": frac})
-
-
-def median_int(values: pd.Series) -> int:
-    return int(round(float(np.median(values)))) if len(values) else 0

@@ -208,26 +208,57 @@ def _profiled_pids(trace: Any) -> set[int]:
 def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any = None) -> Program:
     """The ``Program`` of a trace (see the module docstring). ``nvtx_summary``: ``nvtx.range_summary``
     (one row per range name, with ``count``); ``tensorrt``: ``tensorrt.analyze_tensorrt``'s result."""
-    fw: dict[str, str] = {}
+    fw: dict[str, str] = {}  # framework -> why (the first evidence found)
     ev: dict[str, str] = {}
-
-    def add(name: str, why: str) -> None:
-        fw.setdefault(name, why)
-
+    hits: dict[str, tuple[int, str]] = {}  # kind evidence: (count, an example)
     # kernels
     knames, kcounts = _distinct(trace.kernels["name"]) if len(trace.kernels) else ([], np.zeros(0, np.int64))
+    _kernel_frameworks(knames, kcounts, fw)
+    for key, pat in (("bwd", BACKWARD), ("opt", OPTIMIZER), ("inf", INFERENCE_KERNELS)):
+        hits[key] = _matching(knames, kcounts, pat)
+    # NVTX: range names (library ranges name their library) and domains
+    py_domain = _nvtx_frameworks(trace, nvtx_summary, fw, hits)
+    # TensorRT engine executions
+    if tensorrt is not None and getattr(tensorrt, "found", False):
+        ex = getattr(tensorrt, "executions", None)
+        fw.setdefault(TENSORRT, f"{len(ex) if ex is not None else 0:,} TensorRT engine executions")
+    # CUDA API: OpenACC's runtime
+    anames, acounts = _distinct(trace.cuda_api["name"]) if len(trace.cuda_api) else ([], np.zeros(0, np.int64))
+    n_acc, ex_acc = _matching(anames, acounts, OPENACC_API)
+    if n_acc:
+        fw.setdefault(OPENACC, f"{n_acc:,} OpenACC runtime calls such as {ex_acc}")
+    # threads and processes (the profiled ones)
+    tnames, pnames = _thread_and_process_names(trace)
+    autograd = sorted(n for n in tnames if AUTOGRAD_THREAD.search(n))
+    if autograd:
+        fw.setdefault(PYTORCH, f"PyTorch autograd thread '{autograd[0]}'")
+    xla_threads = sorted(n for n in tnames if XLA_THREADS.search(n))
+    if xla_threads:
+        fw.setdefault(XLA, f"XLA thread '{_short(xla_threads[0], 40)}'")
+    kind, ev["kind"] = _kind(hits, fw, autograd, knames, kcounts)
+    python, ev["python"] = _python(pnames, tnames, py_domain, fw)
+    if PYTORCH in fw:
+        fw.pop("pyprof", None)
+    for name, why in fw.items():
+        ev[f"framework:{name}"] = why
+    return Program(kind=kind, python=python, frameworks=frozenset(fw), evidence=ev)
+
+
+def _kernel_frameworks(knames: list[str], kcounts: np.ndarray, fw: dict[str, str]) -> None:
+    """The libraries and programming models the kernel names show, into ``fw``."""
     for lib, pat in _KERNEL_LIBS:
         n, ex = _matching(knames, kcounts, pat)
         if n:
-            add(lib, f"{n:,} kernels such as {ex}")
+            fw.setdefault(lib, f"{n:,} kernels such as {ex}")
     if OPENMP in fw and OPENACC in fw and not any(re.search(r"^\w+_\d+_gpu$", k) and "__pgi_uacc_" not in k
                                                   for k in knames):
         fw.pop(OPENACC)  # NVHPC's runtime fill kernels (__pgi_uacc_cuda_fill) serve OpenMP offload too
-    n_bwd, ex_bwd = _matching(knames, kcounts, BACKWARD)
-    n_opt, ex_opt = _matching(knames, kcounts, OPTIMIZER)
-    n_inf, ex_inf = _matching(knames, kcounts, INFERENCE_KERNELS)
 
-    # NVTX: range names (library ranges name their library) and domains
+
+def _nvtx_frameworks(trace: Any, nvtx_summary: pd.DataFrame | None, fw: dict[str, str],
+                     hits: dict[str, tuple[int, str]]) -> str | None:
+    """The libraries NVTX range names and domains show, into ``fw``; the training and inference
+    ranges into ``hits``. Returns the first Python NVTX domain, or None."""
     rnames: list[str] = []
     rcounts = np.zeros(0, np.int64)
     if nvtx_summary is not None and len(nvtx_summary) and {"name", "count"} <= set(nvtx_summary.columns):
@@ -242,50 +273,42 @@ def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any 
             user_idx.append(i)
             continue
         lab = {"XLA": XLA, "pyprof": PYTORCH}.get(lib, lib)
-        add(lab, f"NVTX ranges such as '{_short(nm)}'")
+        fw.setdefault(lab, f"NVTX ranges such as '{_short(nm)}'")
         if lib == "pyprof":
-            add("pyprof", f"NVTX ranges such as '{_short(nm)}'")
+            fw.setdefault("pyprof", f"NVTX ranges such as '{_short(nm)}'")
     domains, _ = _distinct(trace.nvtx["domain"].dropna()) if len(trace.nvtx) and "domain" in trace.nvtx else ([], None)
     py_domain = next((d for d in domains if PYTHON_DOMAINS.search(d)), None)
     for d in domains:
         lib = library_of(f"{d}:", d)
         if lib:
-            add({"XLA": XLA}.get(lib, lib), f"NVTX domain '{_short(d)}'")
-    n_trr, ex_trr = _matching(rnames, rcounts, TRAINING_RANGES)
+            fw.setdefault({"XLA": XLA}.get(lib, lib), f"NVTX domain '{_short(d)}'")
+    hits["trr"] = _matching(rnames, rcounts, TRAINING_RANGES)
     unames, ucounts = [rnames[i] for i in user_idx], rcounts[user_idx] if len(rcounts) else rcounts
-    n_utr, ex_utr = _matching(unames, ucounts, USER_TRAINING)
-    n_uin, ex_uin = _matching(unames, ucounts, USER_INFERENCE)
+    hits["utr"] = _matching(unames, ucounts, USER_TRAINING)
+    hits["uin"] = _matching(unames, ucounts, USER_INFERENCE)
+    return py_domain
 
-    # TensorRT engine executions
-    if tensorrt is not None and getattr(tensorrt, "found", False):
-        ex = getattr(tensorrt, "executions", None)
-        add(TENSORRT, f"{len(ex) if ex is not None else 0:,} TensorRT engine executions")
 
-    # CUDA API: OpenACC's runtime
-    anames, acounts = _distinct(trace.cuda_api["name"]) if len(trace.cuda_api) else ([], np.zeros(0, np.int64))
-    n_acc, ex_acc = _matching(anames, acounts, OPENACC_API)
-    if n_acc:
-        add(OPENACC, f"{n_acc:,} OpenACC runtime calls such as {ex_acc}")
-
-    # threads and processes (the profiled ones)
+def _thread_and_process_names(trace: Any) -> tuple[set[str], list[str]]:
+    """The names of the profiled processes' threads, and of those processes (sorted)."""
     pids = _profiled_pids(trace)
-    tnames = {}
+    tnames = set()
     th = trace.threads
     if len(th):
         sel = th.loc[th["pid"].isin(list(pids)).to_numpy()] if pids else th
         tnames = {str(n) for n in sel["name"].dropna().astype(str).unique()}
-    autograd = sorted(n for n in tnames if AUTOGRAD_THREAD.search(n))
-    if autograd:
-        add(PYTORCH, f"PyTorch autograd thread '{autograd[0]}'")
-    xla_threads = sorted(n for n in tnames if XLA_THREADS.search(n))
-    if xla_threads:
-        add(XLA, f"XLA thread '{_short(xla_threads[0], 40)}'")
     pr = trace.processes
     pnames: list[str] = []
     if len(pr) and pids:
         pnames = sorted({str(n) for n in pr.loc[pr["pid"].isin(list(pids)).to_numpy(), "name"].dropna().astype(str)})
+    return tnames, pnames
 
-    # kind
+
+def _kind(hits: dict[str, tuple[int, str]], fw: dict[str, str], autograd: list[str], knames: list[str],
+          kcounts: np.ndarray) -> tuple[str, str]:
+    """Training, inference or unknown, and why."""
+    (n_bwd, ex_bwd), (n_opt, ex_opt), (n_inf, ex_inf) = hits["bwd"], hits["opt"], hits["inf"]
+    (n_trr, ex_trr), (n_utr, ex_utr), (n_uin, ex_uin) = hits["trr"], hits["utr"], hits["uin"]
     # training repeats: a backward pass or an optimizer step seen a few times (a test run that calls
     # backward once, NVIDIA Fuser's pytest with one nll_loss_backward kernel, is not a training loop)
     if n_bwd >= MIN_TRAINING_REPEATS or n_opt >= MIN_TRAINING_REPEATS or n_trr >= MIN_TRAINING_REPEATS \
@@ -301,8 +324,8 @@ def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any 
             why.append(f"autograd engine thread '{autograd[0]}'")
         if n_utr:
             why.append(f"{n_utr:,} NVTX ranges '{ex_utr}'")
-        kind, ev["kind"] = TRAINING, "; ".join(why)
-    elif TENSORRT in fw or n_inf or n_uin:
+        return TRAINING, "; ".join(why)
+    if TENSORRT in fw or n_inf or n_uin:
         why = []
         if TENSORRT in fw:
             why.append(f"TensorRT (an inference runtime): {fw[TENSORRT]}")
@@ -310,40 +333,33 @@ def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any 
             why.append(f"{n_inf:,} inference-mode kernels such as {ex_inf}")
         if n_uin:
             why.append(f"{n_uin:,} NVTX ranges '{ex_uin}'")
-        kind, ev["kind"] = INFERENCE, "; ".join(why) + "; no backward-pass or optimizer kernels"
-    else:
-        n_torch, _ = _matching(knames, kcounts, _KERNEL_LIBS[0][1])
-        if n_torch >= MIN_FORWARD_KERNELS:
-            kind, ev["kind"] = INFERENCE, (f"{n_torch:,} PyTorch kernels and no backward-pass or optimizer kernel "
-                                           "among them (forward passes only)")
-        else:
-            kind, ev["kind"] = UNKNOWN, "no backward-pass, optimizer or inference evidence in the kernels and ranges"
+        return INFERENCE, "; ".join(why) + "; no backward-pass or optimizer kernels"
+    n_torch, _ = _matching(knames, kcounts, _KERNEL_LIBS[0][1])
+    if n_torch >= MIN_FORWARD_KERNELS:
+        return INFERENCE, (f"{n_torch:,} PyTorch kernels and no backward-pass or optimizer kernel "
+                           "among them (forward passes only)")
+    return UNKNOWN, "no backward-pass, optimizer or inference evidence in the kernels and ranges"
 
-    # python
+
+def _python(pnames: list[str], tnames: set[str], py_domain: str | None, fw: dict[str, str]) -> tuple[bool | None, str]:
+    """Whether the program is Python (None: unknown), and why."""
     py_proc = [p for p in pnames if PYTHON_PROCESS.search(p.strip())]
     py_thr = sorted(n for n in tnames if PYTHON_THREADS.search(n))
     py_fw = sorted(set(fw) & PYTHON_FRAMEWORKS)
-    python: bool | None
     if py_proc:
-        python, ev["python"] = True, f"profiled process '{_short(py_proc[0], 60)}'"
-    elif py_domain:
-        python, ev["python"] = True, f"NVTX domain '{py_domain}'"
-    elif py_fw:
-        python, ev["python"] = True, f"{py_fw[0]} (a Python library): {fw[py_fw[0]]}"
-    elif py_thr:
-        python, ev["python"] = True, f"thread '{py_thr[0]}'"
-    elif pnames:
-        python, ev["python"] = False, "profiled processes " + ", ".join(f"'{_short(p, 40)}'" for p in pnames[:3])
-    elif set(fw) & (DIRECTIVES | {JULIA}):
+        return True, f"profiled process '{_short(py_proc[0], 60)}'"
+    if py_domain:
+        return True, f"NVTX domain '{py_domain}'"
+    if py_fw:
+        return True, f"{py_fw[0]} (a Python library): {fw[py_fw[0]]}"
+    if py_thr:
+        return True, f"thread '{py_thr[0]}'"
+    if pnames:
+        return False, "profiled processes " + ", ".join(f"'{_short(p, 40)}'" for p in pnames[:3])
+    if set(fw) & (DIRECTIVES | {JULIA}):
         lib = sorted(set(fw) & (DIRECTIVES | {JULIA}))[0]
-        python, ev["python"] = False, f"{lib} program: {fw[lib]}"
-    else:
-        python, ev["python"] = None, "no process names or Python evidence in the trace"
-    if PYTORCH in fw:
-        fw.pop("pyprof", None)
-    for name, why in fw.items():
-        ev[f"framework:{name}"] = why
-    return Program(kind=kind, python=python, frameworks=frozenset(fw), evidence=ev)
+        return False, f"{lib} program: {fw[lib]}"
+    return None, "no process names or Python evidence in the trace"
 
 
 def program_records(p: Program) -> Iterable[tuple[str, str]]:

@@ -46,6 +46,7 @@ named.
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -426,3 +427,23 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped
     return s, (f"rank {int(r['rank'])} arrives last in {int(r['arrived_last'])} of {n_coll} collectives: the others "
                f"wait {waited_per_iter / 1e6:.2f} ms per iteration for it, {waited_exposed / 1e6:.2f} ms of it with "
                f"their GPU idle (it waits {own / 1e6:.2f} ms so); cause: {cause}")
+
+
+SLOWER = 1.2  # without communication across the traces: a p50 above this many times the median is slower
+
+
+def cross_stragglers(results: list[dict[str, Any]]) -> tuple[float | None, RankAnalysis | None, list[bool]]:
+    """The straggler rule across several analysed exports (``--out-dir``'s summary): the median of
+    their iteration time p50s, the ranks aligned on their collectives (``combine``; None unless the
+    rank payloads come from two traces or more) and, per result, whether it is the straggler: the
+    trace of the rank the others wait for when the ranks are aligned, else a trace whose p50 exceeds
+    ``SLOWER`` x the median. ``results``: per trace its ``p50_ns`` and ``rank_payloads``."""
+    p50s = [r["p50_ns"] for r in results if r.get("p50_ns")]
+    med = statistics.median(p50s) if p50s else None
+    payloads = [p for r in results for p in (r.get("rank_payloads") or [])]
+    ranks = combine(payloads) if len({p["trace"] for p in payloads}) >= 2 else None
+    if ranks is None:
+        return med, None, [bool(med and r.get("p50_ns") and r["p50_ns"] > SLOWER * med) for r in results]
+    late = {ranks.straggler["rank"]} if ranks.straggler else set()
+    late_traces = {str(ranks.ranks.loc[ranks.ranks["rank"] == k, "trace"].iloc[0]) for k in late} if late else set()
+    return med, ranks, [str(r["trace"]) in late_traces for r in results]

@@ -246,16 +246,7 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
     n_ex = len(exec_pos)
     exec_of_row = np.full(len(rg), -1, dtype=np.int64)
     exec_of_row[exec_pos] = np.arange(n_ex)
-    parent = rg["parent"].to_numpy()
-    style_pp = (rg["style"] == "PushPop").to_numpy()
-    is_layer = (parent >= 0) & style_pp & ~ex_mask
-    is_layer &= exec_of_row[np.maximum(parent, 0)] >= 0
-    layer_pos = np.flatnonzero(is_layer)
-    l_exec = exec_of_row[parent[layer_pos]]
-    l_start = rg["start_ns"].to_numpy()[layer_pos]
-    lorder = np.lexsort((l_start, l_exec))
-    layer_pos, l_exec, l_start = layer_pos[lorder], l_exec[lorder], l_start[lorder]
-    l_end = rg["end_ns"].to_numpy()[layer_pos]
+    layer_pos, l_exec, l_start, l_end = _layer_rows(rg, ex_mask, exec_of_row)
     n_ly = len(layer_pos)
     l_text = _texts(rg, layer_pos)
     first_of_exec = np.searchsorted(l_exec, np.arange(n_ex), side="left")
@@ -271,76 +262,15 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
     e_start = rg["start_ns"].to_numpy()[exec_pos]
     e_end = rg["end_ns"].to_numpy()[exec_pos]
     e_pid, e_tid = rg["pid"].to_numpy()[exec_pos], rg["tid"].to_numpy()[exec_pos]
-    op_exec_parts, op_layer_parts, op_rows_parts = [], [], []
     if gpu_recorded:
-        found = ops["api_start_ns"].to_numpy() >= 0
-        o_pid, o_tid = ops["pid"].to_numpy(), ops["tid"].to_numpy()
-        o_api = ops["api_start_ns"].to_numpy()
-        threads = {k: rows for k, rows in group_rows(e_pid, e_tid)}
-        l_pid, l_tid = e_pid[l_exec], e_tid[l_exec]
-        lthreads = {k: rows for k, rows in group_rows(l_pid, l_tid)} if n_ly else {}
-        for key, orows in group_rows(o_pid, o_tid):
-            erows = threads.get(key)
-            if erows is None:
-                continue
-            orows = orows[found[orows]]
-            api = o_api[orows]
-            ei = _locate(e_start[erows], e_end[erows], api)
-            keep = ei >= 0
-            if not keep.any():
-                continue
-            orows, api, ei = orows[keep], api[keep], erows[ei[keep]]
-            li = np.full(len(orows), -1, dtype=np.int64)
-            lrows = lthreads.get(key)
-            if lrows is not None:
-                # layers of one thread: sorted by (exec, start), which is start order on a thread
-                s_order = np.argsort(l_start[lrows], kind="stable")
-                lrows = lrows[s_order]
-                j = _locate(l_start[lrows], l_end[lrows], api)
-                li = np.where(j >= 0, lrows[np.maximum(j, 0)], -1)
-                li = np.where((li >= 0) & (l_exec[np.maximum(li, 0)] == ei), li, -1)
-            op_exec_parts.append(ei)
-            op_layer_parts.append(li)
-            op_rows_parts.append(orows)
-    if op_rows_parts:
-        orows = np.concatenate(op_rows_parts)
-        o_exec = np.concatenate(op_exec_parts)
-        o_layer = np.concatenate(op_layer_parts)
+        orows, o_exec, o_layer = _ops_in_executions(ops, e_pid, e_tid, e_start, e_end, l_exec, l_start, l_end)
     else:
         orows = o_exec = o_layer = np.zeros(0, dtype=np.int64)
     sel = ops.iloc[orows] if len(orows) else ops.iloc[0:0]
-    dur = sel["dur_ns"].to_numpy().astype(np.int64) if len(sel) else np.zeros(0, dtype=np.int64)
-    prec, refk, heavy = _classes(sel["name"]) if len(sel) else (np.zeros(0, np.int8), np.zeros(0, bool),
-                                                                  np.zeros(0, bool))
-    is_kernel = (sel["op"].astype(str).to_numpy() == "kernel") if len(sel) else np.zeros(0, bool)
-    refk = refk & is_kernel
-    heavy = heavy & is_kernel
-
-    def per(idx: np.ndarray, n: int, w: np.ndarray | None = None) -> np.ndarray:
-        m = idx >= 0
-        if not m.any():
-            return np.zeros(n, dtype=np.int64)
-        return np.bincount(idx[m], weights=None if w is None else w[m].astype(np.float64),
-                           minlength=n).round().astype(np.int64)
-
-    e_gpu = per(o_exec, n_ex, dur)
-    e_ops = per(o_exec, n_ex)
-    e_dev = np.full(n_ex, -1, dtype=np.int64)
-    e_stream = np.full(n_ex, -1, dtype=np.int64)
-    e_ps = np.full(n_ex, -1, dtype=np.int64)
-    e_pe = np.full(n_ex, -1, dtype=np.int64)
-    if len(sel):
-        api = sel["api_start_ns"].to_numpy()
-        o = np.lexsort((api, o_exec))
-        first = o[np.r_[True, o_exec[o][1:] != o_exec[o][:-1]]]
-        e_dev[o_exec[first]] = sel["device_id"].to_numpy()[first]
-        e_stream[o_exec[first]] = sel["stream_id"].to_numpy()[first]
-        mn = np.full(n_ex, np.iinfo(np.int64).max, dtype=np.int64)
-        mx = np.full(n_ex, -1, dtype=np.int64)
-        np.minimum.at(mn, o_exec, sel["start_ns"].to_numpy())
-        np.maximum.at(mx, o_exec, sel["end_ns"].to_numpy())
-        has = e_ops > 0
-        e_ps[has], e_pe[has] = mn[has], mx[has]
+    dur, prec, refk, heavy = _op_classes(sel)
+    e_gpu = _per(o_exec, n_ex, dur)
+    e_ops = _per(o_exec, n_ex)
+    e_dev, e_stream, e_ps, e_pe = _first_ops(sel, o_exec, n_ex, e_ops)
 
     blocked, captured = _host_side(trace, e_pid, e_tid, e_start, e_end)
     texts = _texts(rg, exec_pos)
@@ -367,34 +297,11 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
     cols: dict[str, Any] = {
         "exec_id": l_exec_t, "engine": engine[l_exec] if n_ly else np.zeros(0, np.int64), "pos": pos.astype(np.int64),
         "layer": l_text, "start_ns": l_start, "end_ns": l_end, "cpu_ns": l_end - l_start,
-        "gpu_ops": per(o_layer, n_ly), "gpu_ns": per(o_layer, n_ly, dur),
-        "reformat_gpu_ns": per(o_layer, n_ly, dur * refk)}
-    for c, p in enumerate(PRECISIONS[1:], start=1):
-        cols[f"{p}_ns"] = per(o_layer, n_ly, dur * (prec == c))
-    cols["heavy_fp32_ns"] = per(o_layer, n_ly, dur * (heavy & ((prec == 4) | (prec == 5))))
-    cols["reformat_kernel_ops"] = per(o_layer, n_ly, refk.astype(np.int64))
+        **_layer_gpu_columns(o_layer, n_ly, dur, prec, refk, heavy)}
     layers = pd.DataFrame(cols)
-    op_frame = pd.DataFrame({
-        "exec_id": o_exec_t, "layer_row": o_layer, "pid": sel["pid"].to_numpy() if len(sel) else o_exec,
-        "correlation_id": sel["correlation_id"].to_numpy() if len(sel) else o_exec,
-        "start_ns": sel["start_ns"].to_numpy() if len(sel) else o_exec,
-        "end_ns": sel["end_ns"].to_numpy() if len(sel) else o_exec, "dur_ns": dur,
-        "api_start_ns": sel["api_start_ns"].to_numpy() if len(sel) else o_exec,
-        "device_id": sel["device_id"].to_numpy() if len(sel) else o_exec,
-        "kernel": sel["name"].astype(str).to_numpy() if len(sel) else np.zeros(0, dtype=object),
-        "precision": np.asarray(PRECISIONS, dtype=object)[prec] if len(sel) else np.zeros(0, dtype=object),
-        "reformat": refk, "heavy": heavy})
-    notes = []
+    op_frame = _op_frame(sel, o_exec_t, o_layer, dur, prec, refk, heavy)
     replays = _graph_replays(ops, executions)
-    if not gpu_recorded:
-        notes.append("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): the "
-                     "layer table shows TensorRT's CPU-side time per layer only; record with nsys -t cuda,nvtx")
-    if (n_layers == 0).all():
-        notes.append("the executions hold no layer ranges: build the engine with profiling verbosity "
-                     "kLAYER_NAMES_ONLY or kDETAILED (trtexec --profilingVerbosity=detailed) to get them")
-    if executions["captured"].any():
-        notes.append("executions captured into a CUDA Graph run no GPU work when traced; their replays "
-                     "(cudaGraphLaunch) carry no TensorRT ranges: per-layer GPU time is not available for them")
+    notes = _notes(gpu_recorded, n_layers, executions)
     use = executions["steady"].to_numpy()
     window_label = getattr(window, "label", "capture") if window is not None else "capture"
     if not use.any():
@@ -404,6 +311,145 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
                         op_frame, gpu_recorded=gpu_recorded)
     return TensorRT(executions, layers, op_frame, engine_table(executions, layers, replays), table, gpu_recorded,
                     window_label, notes)
+
+
+def _layer_rows(rg: pd.DataFrame, ex_mask: np.ndarray,
+                exec_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The layer ranges (push/pop ranges whose parent is an execution): their rows in ``rg``,
+    execution, start and end, ordered by (execution, start)."""
+    parent = rg["parent"].to_numpy()
+    style_pp = (rg["style"] == "PushPop").to_numpy()
+    is_layer = (parent >= 0) & style_pp & ~ex_mask
+    is_layer &= exec_of_row[np.maximum(parent, 0)] >= 0
+    layer_pos = np.flatnonzero(is_layer)
+    l_exec = exec_of_row[parent[layer_pos]]
+    l_start = rg["start_ns"].to_numpy()[layer_pos]
+    lorder = np.lexsort((l_start, l_exec))
+    layer_pos, l_exec, l_start = layer_pos[lorder], l_exec[lorder], l_start[lorder]
+    return layer_pos, l_exec, l_start, rg["end_ns"].to_numpy()[layer_pos]
+
+
+def _ops_in_executions(ops: pd.DataFrame, e_pid: np.ndarray, e_tid: np.ndarray, e_start: np.ndarray,
+                       e_end: np.ndarray, l_exec: np.ndarray, l_start: np.ndarray,
+                       l_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU ops launched inside executions (and layers), per thread: (op rows, execution, layer or -1)."""
+    op_exec_parts, op_layer_parts, op_rows_parts = [], [], []
+    found = ops["api_start_ns"].to_numpy() >= 0
+    o_pid, o_tid = ops["pid"].to_numpy(), ops["tid"].to_numpy()
+    o_api = ops["api_start_ns"].to_numpy()
+    threads = {k: rows for k, rows in group_rows(e_pid, e_tid)}
+    l_pid, l_tid = e_pid[l_exec], e_tid[l_exec]
+    lthreads = {k: rows for k, rows in group_rows(l_pid, l_tid)} if len(l_exec) else {}
+    for key, orows in group_rows(o_pid, o_tid):
+        erows = threads.get(key)
+        if erows is None:
+            continue
+        orows = orows[found[orows]]
+        api = o_api[orows]
+        ei = _locate(e_start[erows], e_end[erows], api)
+        keep = ei >= 0
+        if not keep.any():
+            continue
+        orows, api, ei = orows[keep], api[keep], erows[ei[keep]]
+        li = np.full(len(orows), -1, dtype=np.int64)
+        lrows = lthreads.get(key)
+        if lrows is not None:
+            # layers of one thread: sorted by (exec, start), which is start order on a thread
+            s_order = np.argsort(l_start[lrows], kind="stable")
+            lrows = lrows[s_order]
+            j = _locate(l_start[lrows], l_end[lrows], api)
+            li = np.where(j >= 0, lrows[np.maximum(j, 0)], -1)
+            li = np.where((li >= 0) & (l_exec[np.maximum(li, 0)] == ei), li, -1)
+        op_exec_parts.append(ei)
+        op_layer_parts.append(li)
+        op_rows_parts.append(orows)
+    if not op_rows_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    return np.concatenate(op_rows_parts), np.concatenate(op_exec_parts), np.concatenate(op_layer_parts)
+
+
+def _op_classes(sel: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per op of ``sel``: duration, precision class, whether a reformat kernel, whether a heavy kernel."""
+    dur = sel["dur_ns"].to_numpy().astype(np.int64) if len(sel) else np.zeros(0, dtype=np.int64)
+    prec, refk, heavy = _classes(sel["name"]) if len(sel) else (np.zeros(0, np.int8), np.zeros(0, bool),
+                                                                  np.zeros(0, bool))
+    is_kernel = (sel["op"].astype(str).to_numpy() == "kernel") if len(sel) else np.zeros(0, bool)
+    return dur, prec, refk & is_kernel, heavy & is_kernel
+
+
+def _per(idx: np.ndarray, n: int, w: np.ndarray | None = None) -> np.ndarray:
+    """Per slot 0..n-1: the count (or the sum of ``w``) of the entries ``idx`` (-1: none) naming it."""
+    m = idx >= 0
+    if not m.any():
+        return np.zeros(n, dtype=np.int64)
+    return np.bincount(idx[m], weights=None if w is None else w[m].astype(np.float64),
+                       minlength=n).round().astype(np.int64)
+
+
+def _first_ops(sel: pd.DataFrame, o_exec: np.ndarray, n_ex: int,
+               e_ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per execution: the device and stream of its first launched op, and its ops' extent on the GPU
+    (start, end; -1 without ops)."""
+    e_dev = np.full(n_ex, -1, dtype=np.int64)
+    e_stream = np.full(n_ex, -1, dtype=np.int64)
+    e_ps = np.full(n_ex, -1, dtype=np.int64)
+    e_pe = np.full(n_ex, -1, dtype=np.int64)
+    if len(sel):
+        api = sel["api_start_ns"].to_numpy()
+        o = np.lexsort((api, o_exec))
+        first = o[np.r_[True, o_exec[o][1:] != o_exec[o][:-1]]]
+        e_dev[o_exec[first]] = sel["device_id"].to_numpy()[first]
+        e_stream[o_exec[first]] = sel["stream_id"].to_numpy()[first]
+        mn = np.full(n_ex, np.iinfo(np.int64).max, dtype=np.int64)
+        mx = np.full(n_ex, -1, dtype=np.int64)
+        np.minimum.at(mn, o_exec, sel["start_ns"].to_numpy())
+        np.maximum.at(mx, o_exec, sel["end_ns"].to_numpy())
+        has = e_ops > 0
+        e_ps[has], e_pe[has] = mn[has], mx[has]
+    return e_dev, e_stream, e_ps, e_pe
+
+
+def _layer_gpu_columns(o_layer: np.ndarray, n_ly: int, dur: np.ndarray, prec: np.ndarray, refk: np.ndarray,
+                       heavy: np.ndarray) -> dict[str, np.ndarray]:
+    """The layer table's GPU columns: ops, time, reformat time, time per precision, heavy FP32 time."""
+    cols = {"gpu_ops": _per(o_layer, n_ly), "gpu_ns": _per(o_layer, n_ly, dur),
+            "reformat_gpu_ns": _per(o_layer, n_ly, dur * refk)}
+    for c, p in enumerate(PRECISIONS[1:], start=1):
+        cols[f"{p}_ns"] = _per(o_layer, n_ly, dur * (prec == c))
+    cols["heavy_fp32_ns"] = _per(o_layer, n_ly, dur * (heavy & ((prec == 4) | (prec == 5))))
+    cols["reformat_kernel_ops"] = _per(o_layer, n_ly, refk.astype(np.int64))
+    return cols
+
+
+def _op_frame(sel: pd.DataFrame, o_exec_t: np.ndarray, o_layer: np.ndarray, dur: np.ndarray, prec: np.ndarray,
+              refk: np.ndarray, heavy: np.ndarray) -> pd.DataFrame:
+    """The ops launched inside executions, one row each."""
+    return pd.DataFrame({
+        "exec_id": o_exec_t, "layer_row": o_layer, "pid": sel["pid"].to_numpy() if len(sel) else o_exec_t,
+        "correlation_id": sel["correlation_id"].to_numpy() if len(sel) else o_exec_t,
+        "start_ns": sel["start_ns"].to_numpy() if len(sel) else o_exec_t,
+        "end_ns": sel["end_ns"].to_numpy() if len(sel) else o_exec_t, "dur_ns": dur,
+        "api_start_ns": sel["api_start_ns"].to_numpy() if len(sel) else o_exec_t,
+        "device_id": sel["device_id"].to_numpy() if len(sel) else o_exec_t,
+        "kernel": sel["name"].astype(str).to_numpy() if len(sel) else np.zeros(0, dtype=object),
+        "precision": np.asarray(PRECISIONS, dtype=object)[prec] if len(sel) else np.zeros(0, dtype=object),
+        "reformat": refk, "heavy": heavy})
+
+
+def _notes(gpu_recorded: bool, n_layers: np.ndarray, executions: pd.DataFrame) -> list[str]:
+    """What the TensorRT view cannot show in this trace, and why."""
+    notes = []
+    if not gpu_recorded:
+        notes.append("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): the "
+                     "layer table shows TensorRT's CPU-side time per layer only; record with nsys -t cuda,nvtx")
+    if (n_layers == 0).all():
+        notes.append("the executions hold no layer ranges: build the engine with profiling verbosity "
+                     "kLAYER_NAMES_ONLY or kDETAILED (trtexec --profilingVerbosity=detailed) to get them")
+    if executions["captured"].any():
+        notes.append("executions captured into a CUDA Graph run no GPU work when traced; their replays "
+                     "(cudaGraphLaunch) carry no TensorRT ranges: per-layer GPU time is not available for them")
+    return notes
 
 
 def _engines(l_exec: np.ndarray, l_text: np.ndarray, pos: np.ndarray, n_layers: np.ndarray,

@@ -5,10 +5,10 @@ folder on first use, so the packaged file itself is never opened for writing."""
 from __future__ import annotations
 
 import lzma
-import os
 import tempfile
 from pathlib import Path
 
+from nsysan._atomic import replacing
 from nsysan.errors import TraceNotFoundError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -37,9 +37,8 @@ def example_path(name: str = "ladder_baseline") -> Path:
         raise TraceNotFoundError(f"no bundled example {name!r}; available: {', '.join(names())}")
     dst = _cache_dir() / f"{name}.sqlite"
     if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
-        tmp = dst.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(lzma.decompress(src.read_bytes()))
-        os.replace(tmp, dst)
+        with replacing(dst, prefix=f".{name}-", suffix=".tmp") as f:
+            f.write(lzma.decompress(src.read_bytes()))
     return dst
 
 

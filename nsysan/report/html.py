@@ -48,7 +48,14 @@ class TemplateCache(jinja2.BytecodeCache):
     tag and the environment's options (what the generated code depends on); the file starts with
     those and the hash of the template's source, and is used only when they all match. Written under
     a temporary name and renamed (a reader sees a whole file or none); an unreadable, damaged or
-    unwritable cache is ignored (the template is then compiled, as without a cache)."""
+    unwritable cache is ignored (the template is then compiled, as without a cache).
+
+    Not ``jinja2.FileSystemBytecodeCache`` (3.1), which keeps neither guarantee: its key is the
+    template's name and path only (not Jinja's version, nor the environment's options: with 3.1.6 an
+    autoescaping environment sharing its directory with one that does not escape ran the other's
+    code and rendered ``<b>`` unescaped), it does not create its directory, and a
+    missing or unwritable directory, or a damaged file (its ``pickle.load`` of the checksum), raises
+    out of ``get_template``: the report would fail instead of being compiled."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -6,21 +6,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from nsysan.analyses.breakdown import breakdown_summary
-from nsysan.analyses.frames import column_arrays, distinct
+from nsysan.analyses.frames import distinct
+from nsysan.report import metrics_view
+from nsysan.report.records import clean as _clean
+from nsysan.report.records import records
 
 SCHEMA = "nsysan.analysis/2"
-
-
-class _Clean(list):  # type: ignore[type-arg]
-    """Records already cleaned column by column (``records``): ``_clean`` passes them through."""
 
 
 def _graph_launches(a: Any) -> dict[str, Any]:
@@ -41,56 +38,6 @@ def _graph_launches(a: Any) -> dict[str, Any]:
                     "no CUDA Graph launch in the trace"}
 
 
-def _clean(v: Any, key: str = "") -> Any:
-    t = type(v)
-    if t is str or t is int or t is _Clean:  # already JSON-ready: most leaves of nested records
-        return v
-    if t is float and not (key.endswith("_ns") or key in ("bytes", "total_bytes")):
-        return round(v, 6) if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {str(k): _clean(x, str(k)) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x, key) for x in v]
-    if v is None or v is pd.NA:
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.bool_, bool)):
-        return bool(v)
-    if isinstance(v, (np.floating, float)):
-        f = float(v)
-        if math.isnan(f) or math.isinf(f):
-            return None
-        if key.endswith("_ns") or key in ("bytes", "total_bytes"):
-            return int(round(f))
-        return round(f, 6)
-    if isinstance(v, np.ndarray):
-        return [_clean(x, key) for x in v.tolist()]
-    return v
-
-
-def _column(key: str, a: Any) -> list[Any]:
-    """One column (``column_arrays``) as JSON-ready Python values, exactly as ``_clean`` turns each cell
-    (numpy ints and bools to Python, NaN to None, floats rounded), but without a type check per cell."""
-    dt = a.dtype
-    if isinstance(a, np.ndarray) and dt.kind in "iub":
-        return a.tolist()
-    if isinstance(a, np.ndarray) and dt.kind == "f":
-        as_int = key.endswith("_ns") or key in ("bytes", "total_bytes")
-        return [None if math.isnan(f) or math.isinf(f) else (int(round(f)) if as_int else round(f, 6))
-                for f in a.tolist()]
-    return [_clean(v, key) for v in a.tolist()]
-
-
-def records(df: pd.DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts (cleaned column by column: a 5,000-iteration table is 60,000 cells)."""
-    if df is None or len(df) == 0:
-        return []
-    keys = [str(c) for c in df.columns]
-    cols = [_column(k, a) for k, a in zip(keys, column_arrays(df, limit))]
-    return _Clean(dict(zip(keys, row)) for row in zip(*cols))
-
-
 def ranks_to_dict(r: Any) -> dict[str, Any]:
     """``analyses.ranks.RankAnalysis`` as JSON: the per-rank table, the straggler and the verdict."""
     return {"ranks": records(r.ranks), "not_aligned": list(r.not_aligned), "straggler": _clean(r.straggler),
@@ -100,9 +47,7 @@ def ranks_to_dict(r: Any) -> dict[str, Any]:
 
 def metrics_dict(gm: Any) -> dict[str, Any]:
     """GPU metrics (``analyses/metrics.py``) as JSON (``report/metrics_view.py``)."""
-    from nsysan.report.metrics_view import to_dict
-
-    return to_dict(gm)
+    return metrics_view.to_dict(gm)
 
 
 def _samples_dict(s: Any) -> dict[str, Any]:
@@ -130,7 +75,8 @@ def _samples_dict(s: Any) -> dict[str, Any]:
             "call_sites": records(getattr(s, "sites", None), 50)}
 
 
-def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
+def _trace_dict(a: Any, show_env: bool) -> dict[str, Any]:
+    """The ``trace`` block: the export, its GPUs and processes, the capture and the loader's warnings."""
     t = a.trace
     m = t.meta
     gpus = records(t.gpus[["device_id", "name", "sm_count", "total_memory_bytes", "compute_major", "compute_minor"]])
@@ -146,11 +92,15 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
     }
     if show_env:
         trace["capture"] = [{"name": k, "value": v} for k, v in m.capture]
-    it = a.iterations
+    return trace
+
+
+def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dict[str, Any]:
+    """The ``nsysan.analysis/2`` document (docs/json.md) of an analysis, JSON-ready."""
     ss = a.steady_summaries
     out = {
         "schema": SCHEMA,
-        "trace": trace,
+        "trace": _trace_dict(a, show_env),
         "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
         "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit),
                     "steady_by_name": records(ss["kernels"], limit) if "kernels" in ss else []},
@@ -184,22 +134,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
-        "iterations": {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
-                       "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
-                                                   ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
-                                                   c["name"]))[:limit]),
-                       "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
-                       "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table),
-                       # steps within steps: the other levels (sub-steps inside each iteration, ranges
-                       # enclosing iterations), the sub-steps per iteration, one summary per thread's loop
-                       "levels": _clean(getattr(it, "levels", [])),
-                       "substeps": records(getattr(it, "substeps", pd.DataFrame())),
-                       "sequences": _clean(getattr(it, "sequences", [])),
-                       "breakdown": {"steady_mean": _clean(breakdown_summary(a.breakdown)),
-                                     "per_iteration": records(a.breakdown),
-                                     "note": "each iteration's period (since the previous completion on its "
-                                             "thread) split on its process's device into compute, exposed "
-                                             "communication, exposed copies and idle; the parts add up to the span"}},
+        "iterations": _iterations_dict(a, limit),
         "tensorrt": _tensorrt(a, limit),
         "program": a.program.to_dict() if getattr(a, "program", None) is not None else None,
         # in ``rules.ranked`` order; per_iteration_ns: the saving per steady iteration (None for a
@@ -213,6 +148,28 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "rules": _clean(a.rule_log),
     }
     return _clean(out)
+
+
+def _iterations_dict(a: Any, limit: int) -> dict[str, Any]:
+    """The ``iterations`` block: the range chosen and why, the candidates, the steady window, the
+    statistics, each iteration, the levels of steps and the breakdown of an iteration's time."""
+    it = a.iterations
+    return {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
+            "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
+                                        ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
+                                        c["name"]))[:limit]),
+            "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
+            "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table),
+            # steps within steps: the other levels (sub-steps inside each iteration, ranges
+            # enclosing iterations), the sub-steps per iteration, one summary per thread's loop
+            "levels": _clean(getattr(it, "levels", [])),
+            "substeps": records(getattr(it, "substeps", pd.DataFrame())),
+            "sequences": _clean(getattr(it, "sequences", [])),
+            "breakdown": {"steady_mean": _clean(breakdown_summary(a.breakdown)),
+                          "per_iteration": records(a.breakdown),
+                          "note": "each iteration's period (since the previous completion on its "
+                                  "thread) split on its process's device into compute, exposed "
+                                  "communication, exposed copies and idle; the parts add up to the span"}}
 
 
 def _tensorrt(a: Any, limit: int) -> dict[str, Any]:

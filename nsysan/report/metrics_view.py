@@ -17,8 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.report import deflate
 from nsysan.analyses.metrics import MIN_SAMPLES, SHOWN
+from nsysan.report import deflate
+from nsysan.report.encoding import varint
+from nsysan.report.records import records
+from nsysan.report.tables import table
 from nsysan.units import fmt_ns
 
 MAX_LANE_SAMPLES = 400_000
@@ -30,18 +33,12 @@ NOTE = ("means of GPU metric samples (% of peak) per device: by_range inside eac
         "duration; verdict from tensor, DRAM, PCIe, GR and SM activity")
 
 
-def _records(df: pd.DataFrame | None) -> list[dict[str, Any]]:
-    from nsysan.report.jsonout import records
-
-    return records(df)
-
-
 def to_dict(gm: Any) -> dict[str, Any]:
     """The JSON ``gpu_metrics`` block; a trace without GPU metrics keeps the block it always had."""
     if gm is None:
         return {"by_range": [], "note": NO_METRICS}
-    return {"devices": _records(gm.devices), "by_range": _records(gm.by_range),
-            "by_iteration": _records(gm.by_iteration), "by_kernel": _records(gm.by_kernel),
+    return {"devices": records(gm.devices), "by_range": records(gm.by_range),
+            "by_iteration": records(gm.by_iteration), "by_kernel": records(gm.by_kernel),
             "note": NOTE + (f"; {gm.note}" if gm.note else "")}
 
 
@@ -70,8 +67,6 @@ def _present(df: pd.DataFrame) -> list[tuple[str, str, Any]]:
 def view(a: Any) -> dict[str, Any] | None:
     """The report's metrics section: per device, a line on the source and the tables (by range, by
     kernel group, by iteration); None without GPU metrics (the report says so in one line)."""
-    from nsysan.report.view import _table
-
     gm = getattr(a, "gpu_metrics", None)
     if gm is None:
         return None
@@ -87,12 +82,12 @@ def view(a: Any) -> dict[str, Any] | None:
         it = gm.by_iteration.loc[gm.by_iteration["source"] == src]
         tables = []
         cols = _present(rg)
-        tables.append(_table(f"gpu-metrics-{src}-ranges", f"{d['device']}: by NVTX range", rg,
+        tables.append(table(f"gpu-metrics-{src}-ranges", f"{d['device']}: by NVTX range", rg,
                              [("Range", "range", lambda v: str(v)[:100]), ("Instances", "instances", None), *cols,
                               ("Verdict", "verdict", None)],
                              note="Each range's instances span their GPU work (first to last GPU op they launched)."))
         if len(kg):
-            tables.append(_table(f"gpu-metrics-{src}-kernels", f"{d['device']}: by kernel group ({a.steady.label})", kg,
+            tables.append(table(f"gpu-metrics-{src}-kernels", f"{d['device']}: by kernel group ({a.steady.label})", kg,
                                  [("Group", "group", lambda v: str(v)[:100]), ("Kind", "kind", None),
                                   ("Ops", "ops", lambda v: f"{int(v):,}"), ("Busy", "busy_ns", fmt_ns),
                                   ("Measured", "measured_ns", fmt_ns), *_present(kg),
@@ -101,7 +96,7 @@ def view(a: Any) -> dict[str, Any] | None:
                                       "the busy time in runs long enough to hold a sample; ops shorter than the "
                                       "sampling period alone are not measured, and the rules do not judge them."))
         if len(it):
-            t = _table(f"gpu-metrics-{src}-iterations", f"{d['device']}: by iteration", it,
+            t = table(f"gpu-metrics-{src}-iterations", f"{d['device']}: by iteration", it,
                        [("Iteration", "iteration", None), ("Start", "start_ns", lambda v: fmt_ns(v - t0)),
                         ("Duration", "end_ns", None), ("Warm-up", "warmup", lambda v: "yes" if v else ""),
                         *_present(it)])
@@ -153,8 +148,6 @@ def _bytes(v: np.ndarray) -> bytes:
 
 def lanes(a: Any, t0: int) -> list[dict[str, Any]]:
     """The metric lanes of the timeline (module docstring); [] without GPU metrics."""
-    from nsysan.report.timeline import varint
-
     gm = getattr(a, "gpu_metrics", None)
     if gm is None:
         return []

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nsysan.report.html import environment
+from nsysan.report.tables import breakdown_rows
 from nsysan.units import clean_text, fmt_ns, fmt_pct
 
 MAX_NAME = 80  # characters of a trace-provided name in the text summary
@@ -72,8 +74,6 @@ class NotebookView:
 
 def notebook_view(a: Any) -> NotebookView:
     """The fragment's content, computed (strings raw: the template escapes them)."""
-    from nsysan.report.view import _breakdown_rows
-
     m = a.trace.meta
     st = a.iterations.stats
     head: list[tuple[str, str]] = []
@@ -92,12 +92,10 @@ def notebook_view(a: Any) -> NotebookView:
     findings = [{"rule": f.rule, "severity": f.severity.name.lower(), "saves": fmt_ns(f.impact_ns),
                  "title": f.title, "message": f.message, "fix": f.suggestion} for f in a.findings[:TOP_FINDINGS]]
     return NotebookView(title=Path(m.path).name if m.path else "trace", nsys=m.nsys_version or "unknown",
-                        headline=head, breakdown=_breakdown_rows(a), findings=findings,
+                        headline=head, breakdown=breakdown_rows(a), findings=findings,
                         more_findings=max(0, len(a.findings) - TOP_FINDINGS))
 
 
 def html_summary(a: Any) -> str:
     """``analysis._repr_html_()``: a self-contained fragment (inline styles, no scripts)."""
-    from nsysan.report.html import environment
-
     return environment().get_template("notebook.html.j2").render(v=notebook_view(a))

@@ -20,35 +20,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan._executor import SMALL_EVENTS, default_workers, event_rows
+from nsysan._executor import threads as thread_pool
 from nsysan.analyses.frames import distinct, group_rows
-from nsysan.report import deflate
+from nsysan.analyses.streams import role_label, stream_role  # noqa: F401  (role_label: its former home)
+from nsysan.report import deflate, metrics_view
+from nsysan.report.encoding import varint
 
 MAX_NAME = 300  # characters of an op name shipped (C++ kernel names run to thousands)
 ITERATIONS_SHOWN = 3  # the timeline opens on this many steady iterations
 
 # kind codes: the colour of an op in timeline.js (KIND_NAMES there, same order)
 KERNEL, COPY_H2D, MEMSET, GRAPH, COPY_D2H, GAP, NVTX, API, COMM, COPY_OTHER = range(10)
-
-
-_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)  # 1 more byte from each
-
-
-def varint(values: np.ndarray) -> bytes:
-    """Unsigned LEB128 of each value (7 bits a byte, low first, high bit = more follows)."""
-    v = np.asarray(values, dtype=np.int64)
-    if len(v) and int(v.min()) < 0:
-        raise ValueError("varint: negative value")
-    if len(v) == 0 or int(v.max()) < 0x80:  # one byte each (kinds, depths, most name ids)
-        return v.astype(np.uint8).tobytes()
-    v = v.astype(np.uint64)
-    nb = np.searchsorted(_VARINT_LIMITS, v, side="right").astype(np.int64) + 1
-    off = np.cumsum(nb) - nb
-    out = np.zeros(int(nb.sum()), dtype=np.uint8)
-    for k in range(int(nb.max()) if len(v) else 0):
-        m = nb > k
-        b = ((v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        out[off[m] + k] = b | np.where(nb[m] > k + 1, 0x80, 0).astype(np.uint8)
-    return out.tobytes()
 
 
 def encode_ops(start: np.ndarray, end: np.ndarray, name: np.ndarray, kind: np.ndarray,
@@ -285,63 +268,6 @@ def _gap_key(gaps: pd.DataFrame, rows: np.ndarray | slice) -> np.ndarray:
     return _gap_keys(gaps, rows)[0]
 
 
-def stream_role(role: pd.Series, kind: pd.Series, dur: np.ndarray, comm_names: list[str],
-                rows: np.ndarray | slice = ALL) -> str:
-    """What a stream mostly does, by GPU time: ``compute``, ``NCCL`` (or ``communication`` for other
-    libraries' collectives), ``copies H2D`` / ``D2H`` / ``D2D`` ..., ``memsets``. ``role`` and ``kind``
-    are the ops' ``role`` and (memcpy) ``kind`` columns, ``dur`` their durations, ``comm_names`` the
-    stream's communication kernels' names; ``rows``: the stream's ops among them (positions,
-    ascending), all by default."""
-    # GPU time per (role, kind) present, rows with a missing key left out (as a group-by drops them),
-    # on codes (a categorical's own: no text per op); the label does not depend on the codes' order.
-    # A stream's ops are a mask over the columns and each (role, kind) sum a masked sum: no copy of
-    # the stream's durations or a key per op (a stream of a million kernels: 47 -> 3 MiB)
-    r_codes, r_vals = _factor(role)
-    k_codes, k_vals = _factor(kind)
-    d = np.asarray(dur, dtype=np.int64)
-    ok = r_codes >= 0
-    ok &= k_codes >= 0
-    if not isinstance(rows, slice) and len(rows) != len(d):
-        sel = np.zeros(len(d), dtype=bool)
-        sel[rows] = True
-        ok &= sel
-        del sel
-    if not ok.any():
-        return "empty"
-    per = []
-    for r in distinct(r_codes[ok]).tolist():
-        on_r = ok & (r_codes == r)
-        for k in distinct(k_codes[on_r]).tolist():
-            m = on_r & (k_codes == k)
-            per.append(((r_vals[r], k_vals[k]), int(np.sum(d, where=m, dtype=np.int64))))  # exact int64
-    return role_label(per, comm_names)
-
-
-def _factor(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Codes (-1 for a missing value) and the value of each code: a categorical's own codes and
-    categories, else ``pd.factorize``'s."""
-    arr = col.array
-    if isinstance(arr, pd.Categorical):
-        return np.asarray(arr.codes), np.asarray(arr.categories, dtype=object)
-    return pd.factorize(np.asarray(arr))
-
-
-def role_label(per: list[tuple[tuple[object, object], int]], comm_names: list[str]) -> str:
-    """``stream_role``'s label from the GPU time per (role, kind): the roles with a quarter of the
-    stream's time or more, the largest first."""
-    totals: dict[str, int] = {}
-    for (r, k), d in per:
-        lab = {"compute": "compute", "communication": "communication", "memset": "memsets"}.get(
-            str(r), "copies " + {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}.get(str(k), str(k)))
-        totals[lab] = totals.get(lab, 0) + int(d)
-    nccl = any(n.lower().startswith("nccl") for n in comm_names)
-    whole = sum(totals.values()) or 1
-    # e.g. "copies H2D + compute"
-    ranked = sorted(totals, key=lambda x: (-totals[x], x))
-    shown = [r for r in ranked if totals[r] >= 0.25 * whole] or ranked[:1]
-    return " + ".join("NCCL" if r == "communication" and nccl else r for r in shown)
-
-
 def initial_window(a: Any) -> tuple[int, int, str]:
     """Where the timeline opens (absolute ns) and what it is: ``ITERATIONS_SHOWN`` consecutive steady
     iterations of the chosen iteration range (of its longest sequence: one thread), from the first
@@ -380,8 +306,6 @@ def start(a: Any) -> None:
     than ``_executor.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its lanes when asked."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from nsysan._executor import SMALL_EVENTS, event_rows
-
     if event_rows(a.trace) < SMALL_EVENTS:  # a small trace's lanes are mostly Python: no gain, only switching
         return
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-timeline-start")
@@ -401,44 +325,42 @@ def build_timeline(a: Any) -> dict[str, Any]:
     return _build_timeline(a)
 
 
-def _build_timeline(a: Any) -> dict[str, Any]:
-    """Lanes for the canvas timeline, times relative to the capture start (ns).
+class _Lanes:
+    """The timeline's lanes being gathered: their labels (process and thread names), the names shipped
+    once (``_Names``), and each lane's job, encoded later (``encode``) so only the lanes being
+    encoded hold per-op arrays."""
 
-    Returns ``{"t0", "span", "names", "lanes", "initial": [a, b], "initial_label", "steady": [a, b]}``;
-    a lane is ``{"label", "group" (gpu, gaps, nvtx, api), "n" (ops), "rows" (NVTX depth + 1),
-    "busy" (fraction of the capture covered, merged), "data"}`` with ``data`` as in ``encode_ops``.
-    Every op of the trace is in a lane: none is dropped or binned.
-    """
-    t0 = int(a.capture.start_ns)
-    span = int(a.capture.dur_ns)
-    names = _Names()
-    threads, procs = a.trace.thread_names(), a.trace.process_names()
-    ops, gaps, rg, api = a.ops, a.gaps, a.nvtx_ranges, a.trace.cuda_api
-    gpu_pids = distinct(ops["pid"].to_numpy()) if len(ops) else None
-    pids = set(distinct(ops["pid"].to_numpy()).tolist() if len(ops) else []) \
-        | set(distinct(rg["pid"].to_numpy()).tolist() if len(rg) else [])
-    if len(api):
-        api_pids = distinct(api["pid"].to_numpy())
-        pids |= set((api_pids if gpu_pids is None else api_pids[np.isin(api_pids, gpu_pids)]).tolist())
-    several = len(pids) > 1
+    def __init__(self, a: Any) -> None:
+        self.t0 = int(a.capture.start_ns)
+        self.span = int(a.capture.dur_ns)
+        self.names = _Names()
+        self.threads, self.procs = a.trace.thread_names(), a.trace.process_names()
+        ops, rg, api = a.ops, a.nvtx_ranges, a.trace.cuda_api
+        self.gpu_pids = distinct(ops["pid"].to_numpy()) if len(ops) else None
+        pids = set(distinct(ops["pid"].to_numpy()).tolist() if len(ops) else []) \
+            | set(distinct(rg["pid"].to_numpy()).tolist() if len(rg) else [])
+        if len(api):
+            api_pids = distinct(api["pid"].to_numpy())
+            pids |= set((api_pids if self.gpu_pids is None else api_pids[np.isin(api_pids, self.gpu_pids)]).tolist())
+        self.several = len(pids) > 1
+        self.jobs: list[tuple[Any, ...]] = []
 
-    def proc(pid: int) -> str:
-        return f"{procs.get(pid, 'pid')} [{pid}] · " if several else ""
+    def proc(self, pid: int) -> str:
+        return f"{self.procs.get(pid, 'pid')} [{pid}] · " if self.several else ""
 
-    def thread(pid: int, tid: int) -> str:
-        n = threads.get((pid, tid))
-        return f"{proc(pid)}{n} (tid {tid})" if n else f"{proc(pid)}tid {tid}"
+    def thread(self, pid: int, tid: int) -> str:
+        n = self.threads.get((pid, tid))
+        return f"{self.proc(pid)}{n} (tid {tid})" if n else f"{self.proc(pid)}tid {tid}"
 
-    jobs: list[tuple[Any, ...]] = []
+    def add(self, label: str, group: str, make: Any, whole: Any = None) -> None:
+        # encoded later, lanes on threads; ``make`` gives the lane's (starts, ends, name ids, kinds,
+        # depths) when the lane is encoded; ``whole``, for a lane of most of a table's rows: (its rows,
+        # a function giving the table's starts, ends, name ids and kinds), read through the rows instead
+        # of copied
+        self.jobs.append((label, group, make, whole))
 
-    def add(label: str, group: str, make: Any, whole: Any = None) -> None:
-        # encoded below, lanes on threads; ``make`` gives the lane's (starts, ends, name ids, kinds,
-        # depths) when the lane is encoded, so only the lanes being encoded hold per-op arrays;
-        # ``whole``, for a lane of most of a table's rows: (its rows, a function giving the table's
-        # starts, ends, name ids and kinds), read through the rows instead of copied
-        jobs.append((label, group, make, whole))
-
-    def lane(label: str, group: str, make: Any, whole: Any = None) -> dict[str, Any]:
+    def encode(self, label: str, group: str, make: Any, whole: Any = None) -> dict[str, Any]:
+        t0, span = self.t0, self.span
         got = _through_rows(whole, t0)
         if got is not None:
             data, covered, n = got
@@ -452,43 +374,82 @@ def _build_timeline(a: Any) -> dict[str, Any]:
         return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
                 "busy": round(busy, 6), "data": data}
 
-    if len(ops):
-        code_all, comm_all = _op_kinds(ops)
-        dur_all, pid_all = ops["dur_ns"].to_numpy(), ops["pid"].to_numpy()
-        # a stream id is per process: two processes on one GPU each have their stream 7
-        for (dev, pid, stream), rows, _n in _groups(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
-            nm = names.ids_later(ops["name"], rows)
-            who = proc(int(pid))
-            comm = _rows(comm_all, rows)
-            comm_names = [names.names[i] for i in distinct(nm(comm)).tolist()] if comm.any() else []
-            del comm
-            role = stream_role(ops["role"], ops["kind"], dur_all, comm_names, rows)
-            add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
-                lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
-                                          nm(), _rows(code_all, rows), None),
-                (rows, len(ops), lambda nm=nm: (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), nm(every=True),
-                                               code_all)))
-    if len(gaps):
-        gap_key, cause_text, act_text = _gap_keys(gaps)  # a name per (cause, activity), not per gap
-        na = len(act_text)
 
-        def gap_name(k: int) -> str:
-            act = act_text[k % na]
-            return f"idle: {cause_text[k // na]}" + (f" ({act})" if act not in ("", "nan", "None", "<NA>") else "")
+def _build_timeline(a: Any) -> dict[str, Any]:
+    """Lanes for the canvas timeline, times relative to the capture start (ns).
 
-        for (dev,), rows, n in _groups(gaps["device_id"].to_numpy()):
-            keys = np.unique(_rows(gap_key, rows))
-            lut = _narrow(np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int32))
-            # each gap's name id (keys sorted: a search gives np.unique's inverse), when the lane is
-            # encoded where the keys can be made again from categorical codes
-            later = all(isinstance(gaps[c].array, pd.Categorical) for c in ("cause", "activity"))
-            nm = None if later else lut[np.searchsorted(keys, _rows(gap_key, rows))]
-            add(f"GPU {dev} · idle gaps", "gaps",
-                lambda rows=rows, n=n, keys=keys, lut=lut, nm=nm: (
-                    _rows(gaps["start_ns"].to_numpy(), rows), _rows(gaps["end_ns"].to_numpy(), rows),
-                    lut[np.searchsorted(keys, _gap_key(gaps, rows))] if nm is None else nm,
-                    GAP, None))
-        del gap_key
+    Returns ``{"t0", "span", "names", "lanes", "initial": [a, b], "initial_label", "steady": [a, b]}``;
+    a lane is ``{"label", "group" (gpu, gaps, nvtx, api), "n" (ops), "rows" (NVTX depth + 1),
+    "busy" (fraction of the capture covered, merged), "data"}`` with ``data`` as in ``encode_ops``.
+    Every op of the trace is in a lane: none is dropped or binned.
+    """
+    ln = _Lanes(a)
+    t0 = ln.t0
+    if len(a.ops):
+        _stream_lanes(ln, a.ops)
+    if len(a.gaps):
+        _gap_lanes(ln, a.gaps)
+    _thread_lanes(ln, a.nvtx_ranges, a.trace.cuda_api)
+    # the lanes encode independently: numpy's sorts and deflate release the GIL, so they share the cores
+    jobs = ln.jobs
+    with thread_pool(min(default_workers(event_rows(a.trace)), max(len(jobs), 1)), "nsysan-timeline") as pool:
+        futures = [pool.submit(ln.encode, *job) for job in jobs]
+        lanes = [f.result() for f in futures]
+    lo, hi, what = initial_window(a)
+    return {"t0": t0, "span": ln.span, "lanes": lanes, "names": ln.names.names,
+            "initial": [int(lo - t0), int(hi - t0)], "initial_label": what,
+            "steady": [int(a.steady.start_ns - t0), int(a.steady.end_ns - t0)], "steady_label": a.steady.label,
+            **metric_lanes(a, t0)}
+
+
+def _stream_lanes(ln: _Lanes, ops: pd.DataFrame) -> None:
+    """One lane per GPU stream, labelled with what the stream mostly does (``stream_role``)."""
+    names, proc, add = ln.names, ln.proc, ln.add
+    code_all, comm_all = _op_kinds(ops)
+    dur_all, pid_all = ops["dur_ns"].to_numpy(), ops["pid"].to_numpy()
+    # a stream id is per process: two processes on one GPU each have their stream 7
+    for (dev, pid, stream), rows, _n in _groups(ops["device_id"].to_numpy(), pid_all, ops["stream_id"].to_numpy()):
+        nm = names.ids_later(ops["name"], rows)
+        who = proc(int(pid))
+        comm = _rows(comm_all, rows)
+        comm_names = [names.names[i] for i in distinct(nm(comm)).tolist()] if comm.any() else []
+        del comm
+        role = stream_role(ops["role"], ops["kind"], dur_all, comm_names, rows)
+        add(f"{who}GPU {dev} · stream {stream} ({role})", "gpu",
+            lambda rows=rows, nm=nm: (_rows(ops["start_ns"].to_numpy(), rows), _rows(ops["end_ns"].to_numpy(), rows),
+                                      nm(), _rows(code_all, rows), None),
+            (rows, len(ops), lambda nm=nm: (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), nm(every=True),
+                                           code_all)))
+
+
+def _gap_lanes(ln: _Lanes, gaps: pd.DataFrame) -> None:
+    """One lane of idle gaps per GPU, each gap named by its cause and what the host was doing."""
+    names, add = ln.names, ln.add
+    gap_key, cause_text, act_text = _gap_keys(gaps)  # a name per (cause, activity), not per gap
+    na = len(act_text)
+
+    def gap_name(k: int) -> str:
+        act = act_text[k % na]
+        return f"idle: {cause_text[k // na]}" + (f" ({act})" if act not in ("", "nan", "None", "<NA>") else "")
+
+    for (dev,), rows, n in _groups(gaps["device_id"].to_numpy()):
+        keys = np.unique(_rows(gap_key, rows))
+        lut = _narrow(np.array([names.id(gap_name(int(k))) for k in keys], dtype=np.int32))
+        # each gap's name id (keys sorted: a search gives np.unique's inverse), when the lane is
+        # encoded where the keys can be made again from categorical codes
+        later = all(isinstance(gaps[c].array, pd.Categorical) for c in ("cause", "activity"))
+        nm = None if later else lut[np.searchsorted(keys, _rows(gap_key, rows))]
+        add(f"GPU {dev} · idle gaps", "gaps",
+            lambda rows=rows, n=n, keys=keys, lut=lut, nm=nm: (
+                _rows(gaps["start_ns"].to_numpy(), rows), _rows(gaps["end_ns"].to_numpy(), rows),
+                lut[np.searchsorted(keys, _gap_key(gaps, rows))] if nm is None else nm,
+                GAP, None))
+    del gap_key
+
+
+def _thread_lanes(ln: _Lanes, rg: pd.DataFrame, api: pd.DataFrame) -> None:
+    """Per thread, its NVTX ranges' lane and its CUDA API calls' lane (of the processes with GPU work)."""
+    names, thread, add, gpu_pids = ln.names, ln.thread, ln.add, ln.gpu_pids
     nv_groups = {k: (r, n) for k, r, n in _groups(rg["pid"].to_numpy(), rg["tid"].to_numpy())} if len(rg) else {}
     api_groups = {k: (r, n) for k, r, n in _groups(api["pid"].to_numpy(), api["tid"].to_numpy())
                   if gpu_pids is None or k[0] in gpu_pids} if len(api) else {}
@@ -509,25 +470,11 @@ def _build_timeline(a: Any) -> dict[str, Any]:
                     _rows(api["start_ns"].to_numpy(), rows), _rows(api["end_ns"].to_numpy(), rows), nm(),
                     API, None),
                 (rows, len(api), lambda nm=nm: (api["start_ns"].to_numpy(), api["end_ns"].to_numpy(), nm(every=True), API)))
-    # the lanes encode independently: numpy's sorts and deflate release the GIL, so they share the cores
-    from nsysan._executor import threads as thread_pool
-    from nsysan._executor import default_workers, event_rows
-
-    with thread_pool(min(default_workers(event_rows(a.trace)), max(len(jobs), 1)), "nsysan-timeline") as pool:
-        futures = [pool.submit(lane, *job) for job in jobs]
-        lanes = [f.result() for f in futures]
-    lo, hi, what = initial_window(a)
-    return {"t0": t0, "span": span, "lanes": lanes, "names": names.names,
-            "initial": [int(lo - t0), int(hi - t0)], "initial_label": what,
-            "steady": [int(a.steady.start_ns - t0), int(a.steady.end_ns - t0)], "steady_label": a.steady.label,
-            **metric_lanes(a, t0)}
 
 
 def metric_lanes(a: Any, t0: int) -> dict[str, Any]:
     """The GPU-metrics lanes (``report/metrics_view.py``), under ``metrics`` when the trace has any."""
-    from nsysan.report.metrics_view import lanes
-
-    got = lanes(a, t0)
+    got = metrics_view.lanes(a, t0)
     return {"metrics": got} if got else {}
 
 

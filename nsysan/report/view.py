@@ -15,30 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import cells
+from nsysan.analyses.program import program_records
 from nsysan.report import metrics_view
+from nsysan.report.jsonout import ranks_to_dict
+from nsysan.report.ranks_view import ranks_view
+from nsysan.report.samples_view import samples_view
+from nsysan.report.tables import BREAKDOWN_PARTS, MAX_TABLE_ROWS, SHOW_ROWS, Table, breakdown_rows, table  # noqa: F401
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
-
-MAX_TABLE_ROWS = 200
-SHOW_ROWS = 15  # a long table shows this many rows, the rest one click away
-
-
-@dataclass
-class Table:
-    id: str
-    title: str
-    columns: list[str]
-    rows: list[list[str]]  # display text
-    keys: list[list[Any]]  # sort keys (numbers or text)
-    note: str = ""
-    bar_column: int = -1  # this column's cells get a bar of length bars[row] (0..1 of the largest)
-    bars: list[float] = field(default_factory=list)
-    alt: Table | None = None  # the same table over the whole capture (this one is the steady state)
-    alt_label: str = ""  # what the toggle calls each: ("steady state", "whole capture")
-    show: int = SHOW_ROWS  # rows shown before "show all" (the rest are in the page, folded)
-    spans: list[tuple[int, int] | None] = field(default_factory=list)  # per row: its interval on the timeline (ns)
-
 
 @dataclass
 class FindingView:
@@ -80,7 +64,7 @@ class Report:
     capture: list[tuple[str, str]] = field(default_factory=list)
     # where one iteration's time goes: (label, [(part, width %, css class, text)]) per row
     breakdown: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
-    # several ranks in this export: the ranks panel (report/cross.py ranks_view), shared with summary.html
+    # several ranks in this export: the ranks panel (report/ranks_view.py), shared with summary.html
     ranks_view: dict[str, Any] = field(default_factory=dict)
     # the first screen: the top fixes (rank, severity, title, rule, saving, share of the window, anchor)
     top_fixes: list[tuple[int, str, str, str, str, str, str]] = field(default_factory=list)
@@ -108,23 +92,6 @@ class Plot:
     label: str  # the aria label: what the plot shows
 
 
-BREAKDOWN_PARTS = (("compute", "compute", "bd-compute"), ("comm_exposed", "communication (exposed)", "bd-comm"),
-                   ("copy_exposed", "copies alone", "bd-copy"), ("idle", "idle", "bd-idle"))
-
-
-def _breakdown_rows(a: Any) -> list[tuple[str, list[tuple[str, float, str, str]]]]:
-    """One stacked bar per sequence of iterations (per process when there are several): the mean
-    steady iteration period split into compute, exposed communication, copies alone and idle."""
-    from nsysan.analyses.breakdown import breakdown_groups
-
-    rows = []
-    for label, s in breakdown_groups(a.breakdown):
-        parts = [(name, round(100 * s[k + "_frac"], 2), css, f"{name} {fmt_ns(s[k + '_mean_ns'])} "
-                  f"({fmt_pct(s[k + '_frac'])})") for k, name, css in BREAKDOWN_PARTS if s[k + "_mean_ns"] > 0]
-        rows.append((f"{label}: {fmt_ns(s['span_mean_ns'])}", parts))
-    return rows
-
-
 def _largest_in_window(df: pd.DataFrame, col: str, start_ns: int, end_ns: int) -> pd.DataFrame:
     """``in_window(df, ...)`` (or ``df``)``.nlargest(MAX_TABLE_ROWS, col)``, the same rows in the same
     order, choosing on ``col`` alone: only the rows shown are copied (not every gap of the window)."""
@@ -136,25 +103,6 @@ def _largest_in_window(df: pd.DataFrame, col: str, start_ns: int, end_ns: int) -
     top = pd.Series(v if rows is None else v[rows]).nlargest(MAX_TABLE_ROWS).index.to_numpy()
     pos = top if rows is None else rows[top]
     return pd.DataFrame({c: df[c].array.take(pos) for c in df.columns}, copy=False)
-
-
-def _table(tid: str, title: str, df: pd.DataFrame, cols: list[tuple[str, str, Any]], note: str = "") -> Table:
-    rows, keys = [], []
-    by_col = cells(df, MAX_TABLE_ROWS)
-    picked = [(by_col.get(col), fmt) for _, col, fmt in cols]
-    for i in range(min(len(df), MAX_TABLE_ROWS)):
-        r, k = [], []
-        for vals, fmt in picked:
-            v = None if vals is None else vals[i]
-            if isinstance(v, (np.integer, np.floating)):
-                v = v.item()
-            r.append(fmt(v) if fmt and v is not None and v is not pd.NA else ("" if v is None else str(v)))
-            k.append(v if isinstance(v, (int, float)) else str(v))
-        rows.append(r)
-        keys.append(k)
-    if len(df) > MAX_TABLE_ROWS:
-        note = (note + " " if note else "") + f"First {MAX_TABLE_ROWS} of {len(df)} rows (all rows in --json / --csv)."
-    return Table(tid, title, [c[0] for c in cols], rows, keys, note)
 
 
 def _levels_tables(a: Any) -> list[Table]:
@@ -181,7 +129,7 @@ def _levels_tables(a: Any) -> list[Table]:
                           if lv["iterations_per_instance_min"] != lv["iterations_per_instance_max"] else ""))
                 rows.append({"name": lv["name"], "role": f"encloses '{it.range_name}' iterations",
                              "instances": lv["instances"], "per": per, "cpu": None, "gpu": None, "share": None})
-        out.append(_table("iteration_levels", f"Steps within the iteration ('{it.range_name}')", pd.DataFrame(rows), [
+        out.append(table("iteration_levels", f"Steps within the iteration ('{it.range_name}')", pd.DataFrame(rows), [
             ("Range", "name", lambda v: str(v)[:140]), ("Level", "role", None),
             ("Instances", "instances", lambda v: f"{int(v):,}"), ("Per iteration", "per", None),
             ("CPU per iteration", "cpu", fmt_ns), ("GPU launched per iteration", "gpu", fmt_ns),
@@ -192,7 +140,7 @@ def _levels_tables(a: Any) -> list[Table]:
                  "iterations. Every iteration's counts are in --json (iterations.substeps)."))
     seqs = getattr(it, "sequences", None) or []
     if len(seqs) > 1:
-        out.append(_table("iteration_threads", "Loops per thread", pd.DataFrame(seqs), [
+        out.append(table("iteration_threads", "Loops per thread", pd.DataFrame(seqs), [
             ("Thread", "thread", lambda v: str(v)[:80]), ("pid", "pid", None), ("tid", "tid", None),
             ("Iterations", "count", lambda v: f"{int(v):,}"), ("Warm-up", "warmup", lambda v: f"{int(v):,}"),
             ("Period p50", "period_p50_ns", fmt_ns), ("Latency p50", "latency_p50_ns", fmt_ns)],
@@ -224,7 +172,7 @@ def _tensorrt_table(a: Any) -> Table:
         cols += [("Precision", "precision", None)]
     cols += [("Reformat", "reformat_by", lambda v: v or ""), ("Fused ONNX nodes", "fused", lambda v: f"{int(v)}"),
              ("Nodes", "nodes", lambda v: str(v)[:300])]
-    tab = _table("tensorrt", "TensorRT layers per engine", t, cols)
+    tab = table("tensorrt", "TensorRT layers per engine", t, cols)
     shares = pd.to_numeric(t[share_col], errors="coerce").fillna(0.0).to_numpy(float)[:MAX_TABLE_ROWS]
     top = float(shares.max()) if len(shares) else 0.0
     tab.bar_column = [c[1] for c in cols].index(share_col)
@@ -385,8 +333,34 @@ def _util_plot(a: Any) -> Plot | None:
 
 
 def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Report:
-    t = a.trace
-    m = t.meta
+    """The report's view model: every section computed and formatted (strings from the trace raw)."""
+    m = a.trace.meta
+    gpus = _gpus_text(a.trace)
+    top_fixes, savings_total, subtitle = _first_screen(a, gpus)
+    tables = [*_summary_tables(a), *_iteration_tables(a)]
+    rv = _ranks_view(a)
+    if rv:  # the ranks panel shows this table (with its bars and lanes): not twice
+        tables = [tb for tb in tables if tb.id != "ranks"]
+    # a section with no rows is left out (no TensorRT, no communication, one rank...); the iterations'
+    # stays: its note says why none was found and how to choose one
+    tables = [tb for tb in tables if tb.rows or (tb.alt is not None and tb.alt.rows) or tb.id == "iterations"]
+    rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
+    capture = [(k, v) for k, v in m.capture] if show_env else []
+    findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
+                            _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
+    return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=_headline(a),
+                  info=_info(a, gpus), findings=findings, tables=tables, kernel_bars=_kernel_bars(a),
+                  breakdown=breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
+                  overlap_bars=_overlap_bars(a),
+                  timeline=build_timeline(a), rules_log=rules_log,
+                  warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
+                  late_warnings=[w for w in m.warnings if _SHORTENED.match(w)], capture=capture,
+                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
+                  samples_view=samples_view(a), gpu_metrics=metrics_view.view(a))
+
+
+def _headline(a: Any) -> list[tuple[str, str]]:
+    """The first screen's numbers: iteration time, throughput, latency, GPU busy, overlap, savings."""
     st = a.iterations.stats
     busy = a.busy_steady
     ov = a.overlap.loc[a.overlap["direction"] == "all"] if len(a.overlap) else a.overlap
@@ -395,7 +369,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     latency = fmt_ns(st.get("latency_p50_ns")) if has_it else "-"
     if has_it and st.get("latency_includes_queueing"):
         latency += f" (queued: CPU {st.get('queue_depth_p50', 0):g} ahead)"
-    headline = [
+    return [
         ("Iteration time p50" + (" (period)" if period else " (latency)"), fmt_ns(st.get("p50_ns")) if has_it else "-"),
         ("Throughput", f"{st.get('throughput_per_s', 0):.1f} it/s" if has_it else "-"),
         ("Latency p50", latency),
@@ -407,8 +381,17 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                                          + (f" ({fmt_pct(sum(f.impact_ns for f in a.findings) / a.steady.dur_ns)})"
                                             if a.steady.dur_ns else "")) if a.findings else "-"),
     ]
-    gpus = ", ".join(f"{r['name']} ({int(r['sm_count']) if pd.notna(r['sm_count']) else '?'} SMs)"
+
+
+def _gpus_text(t: Any) -> str:
+    return ", ".join(f"{r['name']} ({int(r['sm_count']) if pd.notna(r['sm_count']) else '?'} SMs)"
                      for _, r in t.gpus.iterrows()) or "none recorded"
+
+
+def _info(a: Any, gpus: str) -> list[tuple[str, str]]:
+    """The trace's facts: export, nsys, GPUs, capture, the region analysed and why, the program."""
+    m = a.trace.meta
+    st = a.iterations.stats
     info = [("Trace", Path(m.path).name), ("nsys", m.nsys_version or "unknown"), ("GPUs", gpus),
             ("Capture", fmt_ns(m.duration_ns)),
             ("Region analysed", f"{a.steady.label}: {fmt_ns(a.steady.dur_ns)}"
@@ -417,8 +400,6 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             ("Iteration range", a.iterations.why or "-"),
             ]
     if getattr(a, "program", None) is not None:  # what the advice is worded for, and why
-        from nsysan.analyses.program import program_records
-
         info.extend(program_records(a.program))
     if not len(a.ops):
         info.append(("GPU activity", "not recorded in this trace: record it with nsys profile -t cuda "
@@ -428,12 +409,21 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                      else "traced per node (--cuda-graph-trace=node)"))
     for r in a.iterations.timed_regions:
         info.append((str(r["name"]), f"{fmt_ns(r['cpu_ns'])} CPU, {fmt_ns(r['with_gpu_ns'])} with GPU work"))
-    findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
-                            _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
+    return info
+
+
+def _kernel_bars(a: Any) -> list[Bar]:
     kdf = a.steady_summaries.get("kernels", a.kernels)
     kmax = (float(kdf["total_ns"].max()) if len(kdf) else 0.0) or 1.0  # all-zero durations happen
-    kernel_bars = [Bar(str(r["name"]), f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})",
-                       float(r["total_ns"]) / kmax) for _, r in kdf.head(15).iterrows()]
+    return [Bar(str(r["name"]), f"{fmt_ns(r['total_ns'])} ({fmt_pct(r['share'])})", float(r["total_ns"]) / kmax)
+            for _, r in kdf.head(15).iterrows()]
+
+
+def _first_screen(a: Any, gpus: str) -> tuple[list[tuple[int, str, str, str, str, str, str]], str, str]:
+    """The top fixes, the savings of all of them, and the subtitle (GPUs, nsys, iterations, window)."""
+    m = a.trace.meta
+    st = a.iterations.stats
+    has_it = bool(st.get("count"))
     wdur = a.steady.dur_ns
     top_fixes = [(i, f.severity.name.lower(), f.title, f.rule,
                   fmt_ns(f.impact_ns) if f.impact_ns > 0 else "no estimate",
@@ -444,29 +434,35 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                      "no time counted twice)") if total_saving and wdur else ""
     it_txt = (f"'{a.iterations.range_name}' x{st.get('count', 0)}, one every {fmt_ns(st.get('p50_ns'))}"
               if has_it else "no iteration range")
-    subtitle = " · ".join(x for x in [gpus if len(t.gpus) else "", f"nsys {m.nsys_version or '?'}", it_txt,
+    subtitle = " · ".join(x for x in [gpus if len(a.trace.gpus) else "", f"nsys {m.nsys_version or '?'}", it_txt,
                                       f"judged on the {a.steady.label}: {fmt_ns(a.steady.dur_ns)}"] if x)
-    it = a.iterations.table
+    return top_fixes, savings_total, subtitle
+
+
+def _overlap_bars(a: Any) -> list[Bar]:
     ovb = []
     for _, r in a.overlap.iterrows():
         ovb.append(Bar(f"GPU {r['device_id']} {r['direction']}",
                        f"{fmt_ns(r['overlap_ns'])} of {fmt_ns(r['copy_ns'])} copy overlapped compute "
                        f"({fmt_pct(r['overlap_frac_of_copy'])})", float(r["overlap_frac_of_copy"])))
+    return ovb
+
+
+def _steady_first(a: Any, tid: str, title: str, steady_df: Any, capture_df: pd.DataFrame,
+                  cols: list[tuple[str, str, Any]], note: str = "") -> Table:
+    """The steady-state table, with the whole capture's one click away (or only the capture's
+    when the steady window is the capture)."""
+    if steady_df is None or a.steady.label == "capture":
+        return table(tid, title, capture_df, cols, note)
+    t = table(tid, title, steady_df, cols, note)
+    t.alt = table(tid + "-capture", title, capture_df, cols, note)
+    t.alt_label = f"{a.steady.label} ({fmt_ns(a.steady.dur_ns)})|whole capture ({fmt_ns(a.capture.dur_ns)}, with warm-up)"
+    return t
+
+
+def _summary_tables(a: Any) -> list[Table]:
+    """Kernels, CUDA API, OS runtime, copies, memsets, NVTX ranges, launches and idle gaps."""
     ss = a.steady_summaries
-    steady_lbl = f"{a.steady.label} ({fmt_ns(a.steady.dur_ns)})"
-    cap_lbl = f"whole capture ({fmt_ns(a.capture.dur_ns)}, with warm-up)"
-
-    def steady_first(tid: str, title: str, steady_df: Any, capture_df: pd.DataFrame,
-                     cols: list[tuple[str, str, Any]], note: str = "") -> Table:
-        """The steady-state table, with the whole capture's one click away (or only the capture's
-        when the steady window is the capture)."""
-        if steady_df is None or a.steady.label == "capture":
-            return _table(tid, title, capture_df, cols, note)
-        t = _table(tid, title, steady_df, cols, note)
-        t.alt = _table(tid + "-capture", title, capture_df, cols, note)
-        t.alt_label = f"{steady_lbl}|{cap_lbl}"
-        return t
-
     g = a.gaps
     gap_cols = [("Device", "device_id", None), ("Start", "start_ns", lambda v: fmt_ns(v - a.capture.start_ns)),
                 ("Gap", "gap_ns", fmt_ns), ("Cause", "cause", None), ("Submitting thread was in", "activity", None),
@@ -474,29 +470,36 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     gaps_steady = None
     if len(g):  # a window owns the gaps that start in it, as it owns ops and calls
         gaps_steady = _largest_in_window(g, "gap_ns", a.steady.start_ns, a.steady.end_ns)
-    tables = [
-        steady_first("kernels", "Kernels", ss.get("kernels"), a.kernels, _stat_cols([("Name", "name", None)])),
-        steady_first("api", "CUDA API", ss.get("cuda_api"), a.cuda_api, _stat_cols([("Name", "name", None)])),
-        _table("osrt", "OS runtime calls", a.osrt, _stat_cols([("Function", "name", None)]),
-               note="libc calls traced by nsys -t osrt (only calls longer than its --osrt-threshold)."),
-        steady_first("memcpy", "Memory copies", ss.get("memcpy"), a.memcpy, _stat_cols([("Kind", "kind", None)]) + [
+    return [
+        _steady_first(a, "kernels", "Kernels", ss.get("kernels"), a.kernels, _stat_cols([("Name", "name", None)])),
+        _steady_first(a, "api", "CUDA API", ss.get("cuda_api"), a.cuda_api, _stat_cols([("Name", "name", None)])),
+        table("osrt", "OS runtime calls", a.osrt, _stat_cols([("Function", "name", None)]),
+              note="libc calls traced by nsys -t osrt (only calls longer than its --osrt-threshold)."),
+        _steady_first(a, "memcpy", "Memory copies", ss.get("memcpy"), a.memcpy, _stat_cols([("Kind", "kind", None)]) + [
             ("Bytes", "total_bytes", fmt_bytes), ("Throughput", "throughput_bytes_per_s", fmt_rate),
             ("Pageable", "pageable_count", lambda v: f"{int(v):,}"), ("Pinned", "pinned_count", lambda v: f"{int(v):,}")]),
-        _table("memset", "Memsets", a.memset, _stat_cols([("Kind", "kind", None)]) + [("Bytes", "total_bytes", fmt_bytes)]),
-        _table("nvtx", "NVTX ranges", a.nvtx, [c for c in _stat_cols([("Range", "name", None), ("Style", "style", None)])
-                                               if c[1] != "share"] + [
+        table("memset", "Memsets", a.memset, _stat_cols([("Kind", "kind", None)]) + [("Bytes", "total_bytes", fmt_bytes)]),
+        table("nvtx", "NVTX ranges", a.nvtx, [c for c in _stat_cols([("Range", "name", None), ("Style", "style", None)])
+                                              if c[1] != "share"] + [
             ("Self total", "self_total_ns", fmt_ns), ("GPU proj. total", "proj_total_ns", fmt_ns),
             ("GPU ops", "gpu_ops", lambda v: f"{int(v):,}"), ("Max GPU after end", "max_gpu_after_end_ns", fmt_ns)],
             note="A GPU op belongs to a range when its launching API call started on the range's thread inside it. "
                  "No share column: ranges nest, so their times overlap and would add up past 100%."),
-        _table("launches", "Launches (API call vs kernel)", a.launch_per_kernel, [
+        table("launches", "Launches (API call vs kernel)", a.launch_per_kernel, [
             ("API", "api_name", None), ("Kernel", "name", None), ("Count", "count", lambda v: f"{int(v):,}"),
             ("API med", "api_med_ns", fmt_ns), ("Queue med", "queue_med_ns", fmt_ns), ("GPU med", "gpu_med_ns", fmt_ns),
             ("Launch > run", "launch_dominated_frac", fmt_pct)]),
-        steady_first("gaps", "Largest GPU idle gaps", gaps_steady,
-                     g.nlargest(MAX_TABLE_ROWS, "gap_ns") if len(g) else g, gap_cols,
-                     note="Every idle gap longer than --min-gap-us, longest first, with its cause."),
-        _table("iterations", f"Iterations ({a.iterations.range_name or 'none found'})", it, [
+        _steady_first(a, "gaps", "Largest GPU idle gaps", gaps_steady,
+                      g.nlargest(MAX_TABLE_ROWS, "gap_ns") if len(g) else g, gap_cols,
+                      note="Every idle gap longer than --min-gap-us, longest first, with its cause."),
+    ]
+
+
+def _iteration_tables(a: Any) -> list[Table]:
+    """The iterations and their levels, TensorRT, communication, ranks, the iteration's candidates, nsys."""
+    it = a.iterations.table
+    return [
+        table("iterations", f"Iterations ({a.iterations.range_name or 'none found'})", it, [
             ("#", "index", None), ("Period", "period_ns", lambda v: fmt_ns(v) if v >= 0 else "-"),
             ("Latency", "latency_ns", fmt_ns), ("Queued ahead", "queue_depth", lambda v: f"{int(v)}"),
             ("CPU", "cpu_ns", fmt_ns),
@@ -509,7 +512,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
               (a.iterations.why or "No repeated NVTX range found.") + " (choose one with --iteration-range NAME)"),
         *_levels_tables(a),
         _tensorrt_table(a),
-        _table("collectives", "Communication (steady state)", a.collectives, [
+        table("collectives", "Communication (steady state)", a.collectives, [
             ("Device", "device_id", None), ("Collective", "collective", None),
             ("Count", "count", lambda v: f"{int(v):,}"), ("Total", "total_ns", fmt_ns),
             ("Exposed (no compute)", "exposed_ns", fmt_ns), ("Hidden under compute", "hidden_ns", fmt_ns),
@@ -518,8 +521,8 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "ran on the device: overlapping it with compute (DDP buckets, FSDP prefetch) would save it.")
         if len(a.collectives) else
         Table("collectives", "Communication", [], [], [], "No communication kernels (NCCL ...) in the steady state."),
-        _table("ranks", "Ranks (processes with communication), aligned on their collectives",
-               a.ranks.ranks if a.ranks is not None else pd.DataFrame(), [
+        table("ranks", "Ranks (processes with communication), aligned on their collectives",
+              a.ranks.ranks if a.ranks is not None else pd.DataFrame(), [
             ("Rank", "rank", None), ("pid", "pid", None), ("GPU", "device_id", None),
             ("Iterations", "iterations", None), ("Period p50", "period_p50_ns", fmt_ns),
             ("Compute / it", "compute_per_iter_ns", fmt_ns), ("Comm / it", "comm_per_iter_ns", fmt_ns),
@@ -530,7 +533,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  "rank arrived; transfer: after it.")
         if a.ranks is not None and len(a.ranks.ranks) > 1 else
         Table("ranks", "Ranks", [], [], [], "One process with communication, or none: no ranks to align."),
-        _table("iteration_candidates", "Which range is the iteration", pd.DataFrame(sorted(
+        table("iteration_candidates", "Which range is the iteration", pd.DataFrame(sorted(
             a.iterations.candidates, key=lambda c: (not str(c["verdict"]).startswith("chosen"), -c["gpu_coverage"],
                                                     -c["count"], c["name"]))[:MAX_TABLE_ROWS]), [
             ("Range", "name", lambda v: str(v)[:140]), ("Instances", "count", lambda v: f"{int(v):,}"),
@@ -540,42 +543,16 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
             note="Repeated NVTX ranges considered as the iteration, and why each was or was not chosen.")
         if a.iterations.candidates else
         Table("iteration_candidates", "Which range is the iteration", [], [], [], "No repeated NVTX range."),
-        _table("nsys", "nsys analyze, cross-checked", a.nsys_rules, [
+        table("nsys", "nsys analyze, cross-checked", a.nsys_rules, [
             ("nsys rule", "nsys_rule", None), ("What", "what", None), ("Count", "count", lambda v: f"{int(v):,}"),
             ("Total", "total_ns", fmt_ns), ("In steady state", "steady_count", lambda v: f"{int(v):,}"),
             ("Outside (one-time)", "outside_count", lambda v: f"{int(v):,}"), ("nsysan", "verdict", None)],
             note="What nsys analyze would list on this trace (its own definitions), where it falls, and which "
                  "nsysan rule judges it. Setup, warm-up and teardown are reported apart, not ranked."),
     ]
-    rv = _ranks_view(a)
-    if rv:  # the ranks panel shows this table (with its bars and lanes): not twice
-        tables = [tb for tb in tables if tb.id != "ranks"]
-    # a section with no rows is left out (no TensorRT, no communication, one rank...); the iterations'
-    # stays: its note says why none was found and how to choose one
-    tables = [tb for tb in tables if tb.rows or (tb.alt is not None and tb.alt.rows) or tb.id == "iterations"]
-    rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
-    capture = [(k, v) for k, v in m.capture] if show_env else []
-    return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=headline, info=info,
-                  findings=findings, tables=tables, kernel_bars=kernel_bars,
-                  breakdown=_breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
-                  overlap_bars=ovb,
-                  timeline=build_timeline(a), rules_log=rules_log,
-                  warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
-                  late_warnings=[w for w in m.warnings if _SHORTENED.match(w)], capture=capture,
-                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
-                  samples_view=samples_view(a), gpu_metrics=metrics_view.view(a))
-
-
-def samples_view(a: Any) -> dict[str, Any]:
-    from nsysan.report.samples_view import samples_view as build_samples
-
-    return build_samples(a)
 
 
 def _ranks_view(a: Any) -> dict[str, Any]:
     if getattr(a, "ranks", None) is None or len(a.ranks.ranks) < 2:
         return {}
-    from nsysan.report.cross import ranks_view
-    from nsysan.report.jsonout import ranks_to_dict
-
     return ranks_view(ranks_to_dict(a.ranks))

@@ -22,11 +22,6 @@ def steady(df: pd.DataFrame, ctx: Any) -> pd.DataFrame:
     return in_window(df, ctx.window) if len(df) else df
 
 
-def n_iterations(ctx: Any) -> int:
-    st = ctx.a.iterations.stats
-    return int(st.get("count", 0) or 0)
-
-
 def has_gpu_activity(ctx: Any) -> bool:
     """The trace holds GPU activity (kernels, graph launches, copies or memsets). WSL2 exports and
     ``-t osrt`` captures have none: rules that judge GPU time stay silent there."""

@@ -69,19 +69,8 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         if wall <= 0 or dev not in a.busy.per_dev:
             continue
         d = a.busy.per_dev[dev]  # merged once by the analysis: clipping keeps them merged
-        cl = iv.subtract(iv.clip_merged(*d["comm"], w.start_ns, w.end_ns),
-                         iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
-        all_exposed = iv.total(*cl)
-        waited = waited_p2p = 0
         pids = np.unique(a.comm.loc[a.comm["device_id"] == dev, "pid"].to_numpy())
-        if a.ranks is not None and len(a.ranks.aligned):
-            for pid in pids:  # point-to-point waiting is the pipeline's dependency (its bubble), not overlap's
-                cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=True))
-            waited_p2p = all_exposed - iv.total(*cl)
-            for pid in pids:
-                if straggler and int(pid) != int(a.ranks.straggler["pid"]):  # waiting for it: rank-imbalance's
-                    cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=False))
-            waited = all_exposed - iv.total(*cl)
+        cl, all_exposed, waited, waited_p2p = _exposed(a, d, w, pids, straggler)
         exposed = all_exposed - waited
         if exposed < min_ns or dev_busy <= 0 or exposed < min_frac * dev_busy:
             continue
@@ -98,32 +87,8 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         starts.append(cl[0])
         ends.append(cl[1])
         coll = a.collectives.loc[a.collectives["device_id"] == dev]
-        comm, comm_exp = int(coll["total_ns"].sum()), int(coll["exposed_ns"].sum())  # the table's totals
-        kinds = ", ".join(f"{c['collective']} x{int(c['count'])} ({fmt_ns(c['exposed_ns'])} exposed of "
-                          f"{fmt_ns(c['total_ns'])})" for _, c in coll.iterrows())
-        none_hidden = comm - comm_exp <= 0.01 * comm
-        concurrent = ""
-        if abs(wall - comm) > 0.01 * max(comm, 1) or abs(all_exposed - comm_exp) > 0.01 * max(comm_exp, 1):
-            concurrent = (f" (kernels ran at once on several streams: {fmt_ns(wall)} of wall-clock time, "
-                          f"{fmt_ns(all_exposed)} of it exposed)")
-        wait_note = ""
-        if waited:
-            whom = [f"{fmt_ns(waited - waited_p2p)} for rank {a.ranks.straggler['rank']} to arrive (rank-imbalance)"
-                    if waited > waited_p2p else "",
-                    f"{fmt_ns(waited_p2p)} for the peer of a point-to-point transfer (the pipeline's dependency)"
-                    if waited_p2p else ""]
-            wait_note = ("; of the exposed time, waiting: " + ", ".join(w for w in whom if w)
-                         + f"; {fmt_ns(exposed)} the rest")
-        it_note = ""
-        mine = per_it.loc[np.isin(per_it["pid"].to_numpy(), pids)] if len(per_it) else per_it
-        if len(mine) and a.iterations.range_name:
-            p50s = [fmt_ns(int(np.median(g["comm_exposed_ns"].to_numpy())))
-                    + (f" (pid {int(p)})" if len(pids) > 1 else "") for p, g in mine.groupby("pid", sort=True)]
-            it_note = f"; per '{a.iterations.range_name}' iteration (its period): " + ", ".join(p50s) + " exposed (p50)"
-        parts.append(f"GPU {dev}: communication kernels ran {fmt_ns(comm)}, {fmt_ns(comm_exp)} of it "
-                     f"({fmt_pct(comm_exp / comm if comm else 0)}) with no compute running on the device"
-                     + (" (none of it overlapped)" if none_hidden else "") + concurrent + f": {kinds}"
-                     + wait_note + cap_note + it_note)
+        parts.append(_device_part(a, dev, coll, wall, all_exposed, (waited, waited_p2p, exposed), pids, per_it,
+                                  cap_note))
         evidence += [{"device_id": dev, "collective": str(c["collective"]), "count": int(c["count"]),
                       "total_ns": int(c["total_ns"]), "exposed_ns": int(c["exposed_ns"])} for _, c in coll.iterrows()]
     if not parts:
@@ -147,6 +112,59 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         impact_ns=impact, claims=claims_of(*cl), suggestion=advice(program_of(a), kinds_seen),
         message=f"In the {w.label}: " + "; ".join(parts) + "." + multi + it_note,
         evidence=tuple(evidence))
+
+
+def _exposed(a: Any, d: dict[str, Any], w: Any, pids: np.ndarray,
+             straggler: bool) -> tuple[tuple[np.ndarray, np.ndarray], int, int, int]:
+    """A device's communication with no compute beside it in the window ``w``, less the waiting
+    that is not overlap's to hide: (those intervals, all exposed ns, waited ns, of which in
+    point-to-point transfers). ``d``: the device's merged busy intervals by kind."""
+    cl = iv.subtract(iv.clip_merged(*d["comm"], w.start_ns, w.end_ns),
+                     iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
+    all_exposed = iv.total(*cl)
+    waited = waited_p2p = 0
+    if a.ranks is not None and len(a.ranks.aligned):
+        for pid in pids:  # point-to-point waiting is the pipeline's dependency (its bubble), not overlap's
+            cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=True))
+        waited_p2p = all_exposed - iv.total(*cl)
+        for pid in pids:
+            if straggler and int(pid) != int(a.ranks.straggler["pid"]):  # waiting for it: rank-imbalance's
+                cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=False))
+        waited = all_exposed - iv.total(*cl)
+    return cl, all_exposed, waited, waited_p2p
+
+
+def _device_part(a: Any, dev: int, coll: Any, wall: int, all_exposed: int, waits: tuple[int, int, int],
+                 pids: np.ndarray, per_it: Any, cap_note: str) -> str:
+    """The message's part for one device. ``coll``: the device's rows of the collectives table;
+    ``waits``: (waited, in point-to-point, exposed); ``cap_note``: the compute cap's note, or ""."""
+    waited, waited_p2p, exposed = waits
+    comm, comm_exp = int(coll["total_ns"].sum()), int(coll["exposed_ns"].sum())  # the table's totals
+    kinds = ", ".join(f"{c['collective']} x{int(c['count'])} ({fmt_ns(c['exposed_ns'])} exposed of "
+                      f"{fmt_ns(c['total_ns'])})" for _, c in coll.iterrows())
+    none_hidden = comm - comm_exp <= 0.01 * comm
+    concurrent = ""
+    if abs(wall - comm) > 0.01 * max(comm, 1) or abs(all_exposed - comm_exp) > 0.01 * max(comm_exp, 1):
+        concurrent = (f" (kernels ran at once on several streams: {fmt_ns(wall)} of wall-clock time, "
+                      f"{fmt_ns(all_exposed)} of it exposed)")
+    wait_note = ""
+    if waited:
+        whom = [f"{fmt_ns(waited - waited_p2p)} for rank {a.ranks.straggler['rank']} to arrive (rank-imbalance)"
+                if waited > waited_p2p else "",
+                f"{fmt_ns(waited_p2p)} for the peer of a point-to-point transfer (the pipeline's dependency)"
+                if waited_p2p else ""]
+        wait_note = ("; of the exposed time, waiting: " + ", ".join(w for w in whom if w)
+                     + f"; {fmt_ns(exposed)} the rest")
+    it_note = ""
+    mine = per_it.loc[np.isin(per_it["pid"].to_numpy(), pids)] if len(per_it) else per_it
+    if len(mine) and a.iterations.range_name:
+        p50s = [fmt_ns(int(np.median(g["comm_exposed_ns"].to_numpy())))
+                + (f" (pid {int(p)})" if len(pids) > 1 else "") for p, g in mine.groupby("pid", sort=True)]
+        it_note = f"; per '{a.iterations.range_name}' iteration (its period): " + ", ".join(p50s) + " exposed (p50)"
+    return (f"GPU {dev}: communication kernels ran {fmt_ns(comm)}, {fmt_ns(comm_exp)} of it "
+            f"({fmt_pct(comm_exp / comm if comm else 0)}) with no compute running on the device"
+            + (" (none of it overlapped)" if none_hidden else "") + concurrent + f": {kinds}"
+            + wait_note + cap_note + it_note)
 
 
 def advice(p: Program, kinds: set[str]) -> str:

@@ -182,8 +182,8 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
     # the launch columns as they are (no copy of each for the window's launches: 1.2M launches, six
     # columns); each thread's launches are taken from them by position
     pid_c, tid_c = lau["pid"].to_numpy(), lau["tid"].to_numpy()
-    a_all, e_all = lau["api_start_ns"].to_numpy(), lau["api_end_ns"].to_numpy()
-    g_all, d_all = lau["gpu_ns"].to_numpy(), lau["device_id"].to_numpy()
+    cols = (lau["api_start_ns"].to_numpy(), lau["api_end_ns"].to_numpy(), lau["gpu_ns"].to_numpy(),
+            lau["device_id"].to_numpy())
     ipid, itid = its["pid"].to_numpy(), its["tid"].to_numpy()
     ist, ien = its["start_ns"].to_numpy(), its["end_ns"].to_numpy()
     per_idle, per_n, per_span, per_gpu = [], [], [], []
@@ -192,21 +192,11 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
     name_a: list[np.ndarray] = []  # the counted launches' call starts, per thread (for the range names)
     threads: list[tuple[int, int]] = []
     for p_, t_ in sorted(set(zip(ipid.tolist(), itid.tolist()))):
-        hit = pid_c[plain] == p_
-        hit &= tid_c[plain] == t_
-        mine = plain if bool(hit.all()) else plain[hit]
-        del hit
-        if len(mine) == 0:
+        got = _thread_launches(cols, plain, pid_c, tid_c, p_, t_)
+        if got is None:
             continue
-        a = a_all[mine]
-        o = np.argsort(a, kind="stable")
-        if bool((o[1:] > o[:-1]).all()):  # in call order already: no second copy of the positions
-            o = mine
-        else:
-            a = a[o]
-            o = mine[o]
-        e, g, d = e_all[o], g_all[o], d_all[o]
-        del o
+        a, e, g, d = got
+        del got
         sel = np.flatnonzero((ipid == p_) & (itid == t_))
         s_it, e_it = ist[sel], ien[sel]
         io = np.argsort(s_it, kind="stable")
@@ -216,48 +206,18 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
         if not ok.any():
             continue
         a, e, g, d, k = a[ok], e[ok], g[ok], d[ok], k[ok]
-        # runs of launches: broken between iterations, at a change of device, and where the thread
-        # spent far longer than usual between two launches (other host work, not launching)
-        host = a[1:] - e[:-1]
-        same = k[1:] == k[:-1]
-        med = float(np.median(host[same])) if same.any() else 0.0
-        long = host > min(ONE_TIME_OUTLIER * max(med, 1000.0), max_gap_ns)
-        brk = np.concatenate([[True], ~same | (d[1:] != d[:-1]) | long])
-        starts = np.flatnonzero(brk)
-        rs = a[starts]
-        re_ = np.maximum.reduceat(e, starts)
-        rd, rk = d[starts], k[starts]
-        rs, re_ = np.maximum(rs, w.start_ns), np.minimum(re_, w.end_ns)
-        keep = re_ > rs
-        rs, re_, rd, rk = rs[keep], re_[keep], rd[keep], rk[keep]
-        idle = np.zeros(len(rs), dtype=np.int64)
-        for dev in np.unique(rd).tolist():
-            ms, me = busy.per_dev.get(dev, {}).get("all", (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-            on = np.flatnonzero(rd == dev)
-            idle[on] = (re_[on] - rs[on]) - iv.covered_between(ms, me, rs[on], re_[on])
-            holes = iv.subtract(iv.merge(rs[on], re_[on]), (ms, me))
-            claim_s.setdefault(dev, []).append(holes[0])
-            claim_e.setdefault(dev, []).append(holes[1])
+        rs, re_, rd, rk = _runs(a, e, d, k, w, max_gap_ns)
+        idle = _idle_in_runs(busy, rs, re_, rd, claim_s, claim_e)
         n_it = len(s_it)
         per_idle.append(np.bincount(rk, weights=idle, minlength=n_it))
         per_n.append(np.bincount(k, minlength=n_it))
         per_gpu.append(np.bincount(k, weights=g, minlength=n_it))
-        first_a = np.full(n_it, -1, dtype=np.int64)
-        last_e = np.full(n_it, -1, dtype=np.int64)
-        ks = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-        first_a[k[ks]] = a[ks]
-        last_e[k[ks]] = np.maximum.reduceat(e, ks)
-        per_span.append(np.where(first_a >= 0, last_e - first_a, 0))
+        per_span.append(_launch_spans(a, e, k, n_it))
         name_a.append(a)
         threads.append((p_, t_))
     if not per_n:
         return None
-    estimate, per_seq, best = 0, 0, 0
-    for k, (v, c) in enumerate(zip(per_idle, per_n)):
-        v = v[c > 0]
-        e = min(int(v.sum()), int(len(v) * float(np.median(v)))) if len(v) else 0
-        if e > estimate or not per_seq:
-            estimate, per_seq, best = e, len(v), k
+    estimate, per_seq, best = _best_sequence(per_idle, per_n)
     # the numbers the message gives are that sequence's (threads or ranks run at once: one sequence's
     # per-iteration figures and its saving, not a median over all of them beside one rank's saving)
     n = per_n[best]
@@ -273,6 +233,82 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
                         gpu_ns=int(np.median(gpu_i)), idle_ns=int(np.median(idle_i)), total_ns=total,
                         range_name=str(ctx.a.iterations.range_name or "iteration"), where=where, where_share=share,
                         sequences=len(per_n))
+
+
+def _thread_launches(cols: tuple[np.ndarray, ...], plain: np.ndarray, pid_c: np.ndarray, tid_c: np.ndarray, p_: int,
+                     t_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Thread (p_, t_)'s launches among ``plain``, in call order: (call start, call end, GPU time,
+    device) from the launch columns ``cols`` (the same four); None when it has none."""
+    a_all, e_all, g_all, d_all = cols
+    hit = pid_c[plain] == p_
+    hit &= tid_c[plain] == t_
+    mine = plain if bool(hit.all()) else plain[hit]
+    del hit
+    if len(mine) == 0:
+        return None
+    a = a_all[mine]
+    o = np.argsort(a, kind="stable")
+    if bool((o[1:] > o[:-1]).all()):  # in call order already: no second copy of the positions
+        o = mine
+    else:
+        a = a[o]
+        o = mine[o]
+    return a, e_all[o], g_all[o], d_all[o]
+
+
+def _runs(a: np.ndarray, e: np.ndarray, d: np.ndarray, k: np.ndarray, w: Any,
+          max_gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of launches (call starts ``a``, ends ``e``, devices ``d``, iterations ``k``), clipped to
+    the window ``w``: (start, end, device, iteration) of each. A run breaks between iterations, at a
+    change of device, and where the thread spent far longer than usual between two launches (other
+    host work, not launching)."""
+    host = a[1:] - e[:-1]
+    same = k[1:] == k[:-1]
+    med = float(np.median(host[same])) if same.any() else 0.0
+    long = host > min(ONE_TIME_OUTLIER * max(med, 1000.0), max_gap_ns)
+    brk = np.concatenate([[True], ~same | (d[1:] != d[:-1]) | long])
+    starts = np.flatnonzero(brk)
+    rs = a[starts]
+    re_ = np.maximum.reduceat(e, starts)
+    rd, rk = d[starts], k[starts]
+    rs, re_ = np.maximum(rs, w.start_ns), np.minimum(re_, w.end_ns)
+    keep = re_ > rs
+    return rs[keep], re_[keep], rd[keep], rk[keep]
+
+
+def _idle_in_runs(busy: Any, rs: np.ndarray, re_: np.ndarray, rd: np.ndarray, claim_s: dict[int, list[np.ndarray]],
+                  claim_e: dict[int, list[np.ndarray]]) -> np.ndarray:
+    """Each run's GPU idle time on its device; the idle stretches (holes) into ``claim_s``/``claim_e``."""
+    idle = np.zeros(len(rs), dtype=np.int64)
+    for dev in np.unique(rd).tolist():
+        ms, me = busy.per_dev.get(dev, {}).get("all", (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        on = np.flatnonzero(rd == dev)
+        idle[on] = (re_[on] - rs[on]) - iv.covered_between(ms, me, rs[on], re_[on])
+        holes = iv.subtract(iv.merge(rs[on], re_[on]), (ms, me))
+        claim_s.setdefault(dev, []).append(holes[0])
+        claim_e.setdefault(dev, []).append(holes[1])
+    return idle
+
+
+def _launch_spans(a: np.ndarray, e: np.ndarray, k: np.ndarray, n_it: int) -> np.ndarray:
+    """Per iteration: from its first launch call's start to its launch calls' last end (0: none)."""
+    first_a = np.full(n_it, -1, dtype=np.int64)
+    last_e = np.full(n_it, -1, dtype=np.int64)
+    ks = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    first_a[k[ks]] = a[ks]
+    last_e[k[ks]] = np.maximum.reduceat(e, ks)
+    return np.where(first_a >= 0, last_e - first_a, 0)
+
+
+def _best_sequence(per_idle: list[np.ndarray], per_n: list[np.ndarray]) -> tuple[int, int, int]:
+    """The sequence (thread) with the largest estimate: (estimate, its iterations, its index)."""
+    estimate, per_seq, best = 0, 0, 0
+    for k, (v, c) in enumerate(zip(per_idle, per_n)):
+        v = v[c > 0]
+        e = min(int(v.sum()), int(len(v) * float(np.median(v)))) if len(v) else 0
+        if e > estimate or not per_seq:
+            estimate, per_seq, best = e, len(v), k
+    return estimate, per_seq, best
 
 
 MAX_NAMED_RANGES = 200_000  # NVTX ranges swept to name where the launches happen (more: not named)
@@ -349,12 +385,6 @@ def _kernel_key(lau: pd.DataFrame) -> np.ndarray:
     a *= kt(hi[1] + 1)
     a += b
     return a
-
-
-def _median_by(key: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Per element, the median of ``v`` over the elements with the same key."""
-    keys, med = _median_per_key(key, v)
-    return med[np.searchsorted(keys, key)]
 
 
 def _median_per_key(key: np.ndarray, v: np.ndarray, own: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -31,43 +31,19 @@ from typing import Any
 import numpy as np
 
 from nsysan._executor import Inline
+from nsysan._native import VERSION, Unsupported, c_pass, int_buffer, loaded
 
-try:
-    from nsysan.trace import _btree
-except ImportError:  # built optionally (the build hook in nsysan/trace/_build.py)
-    _btree = None  # type: ignore[assignment]
+__all__ = ["VERSION", "File", "Pending", "Plan", "Unsupported", "available", "c_pass", "finish", "int_buffer",
+           "leaves", "plan", "split", "start"]
+
+_btree = loaded()  # the extension, None where it is not built (the reader's own passes: leaves, decode)
 
 ROWS_PER_PART = 400_000  # rows of a table decoded as one task: slices of a big table decode on several threads
-
-Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else ValueError
-
-
-VERSION = 5  # the extension's source version this Python code goes with (``_btree.VERSION``)
 
 
 def available() -> bool:
     """True when the extension is importable and not switched off with ``NSYSAN_READER=sqlite``."""
     return c_pass("decode") is not None and os.environ.get("NSYSAN_READER", "").lower() != "sqlite"
-
-
-def c_pass(name: str) -> Callable[..., Any] | None:
-    """One of the extension's functions (``decode``, ``lane``, ``varints``, ``clipped_sums``,
-    ``window_best``, ``search_sorted``), or None where it is not built, or is a stale build of
-    older source (an editable install not rebuilt after a pull: its passes may take or give other
-    widths): the numpy paths then."""
-    if _btree is None or getattr(_btree, "VERSION", 0) != VERSION:
-        return None
-    return getattr(_btree, name, None)
-
-
-def int_buffer(values: Any) -> np.ndarray:
-    """An integer column as the C passes take one: a C-contiguous int8, int16, int32 or int64 array
-    as it is (a categorical's codes, int32 name ids: no int64 copy of millions of values), anything
-    else as an int64 copy."""
-    v = np.asarray(values)
-    if v.dtype in (np.int8, np.int16, np.int32, np.int64) and v.flags.c_contiguous:
-        return v
-    return np.ascontiguousarray(v, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -635,199 +635,62 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     """See ``open_trace``."""
     workers = workers or min(4, cpus())
     _memory.tune_allocator()
-    warnings: list[str] = []
-    for side in ("-wal", "-journal"):
-        try:
-            being_written = path.with_name(path.name + side).exists()
-        except (OSError, ValueError):  # e.g. the trace's name plus "-journal" is over NAME_MAX
-            being_written = False
-        if being_written:
-            warnings.append(f"{clean_text(path.name)}{side} exists: the trace may still be being written; nsysan reads the "
-                            "main file only (the last completed export)")
+    warnings = _being_written(path)
     with Database(path) as db:
         caps = db.caps
         if caps.ignored:
             warnings.append(f"not read: {', '.join(clean_text(t) for t in caps.ignored[:5])}"
                             f"{' ...' if len(caps.ignored) > 5 else ''}: views or virtual tables, which nsys "
                             "never writes (a view is a query, and can run without end)")
-        steps = list(S.ALL_SPECS)
-        total_steps = len(steps) + 2
-        if progress:
-            progress("strings", 0, total_steps)
+        tick = _Ticker(progress, len(S.ALL_SPECS) + 2)
         # tables the CLI began decoding before pandas was imported (prefetch), used if the plan is the same
         early = prefetch.take(path, all_columns)
-        prefetched: dict[str, direct.Pending] = {}
-        specs: dict[str, S.TableSpec] = {}
-        sources: dict[str, str] = {}
-        direct_plans: dict[str, tuple[direct.Plan, np.ndarray]] = {}
-        by_sql: list[tuple[S.TableSpec, str]] = []
         try:
-            for spec in steps:
-                src = next((t for t in spec.sources if caps.has(t)), None)
-                if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
-                    spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
-                specs[spec.name] = spec
-                if src is None or not all(caps.has(src, c) for c in spec.required):
-                    continue
-                sources[spec.name] = src
-                if spec.name in INTERVAL_TABLES:
-                    outputs = S.select_outputs(spec, caps.columns(src), all_columns=all_columns)
-                    pre = early.jobs.get(spec.name) if early is not None else None
-                    narrow = tuple(S.NARROW.get(spec.name, ()))
-                    found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None, narrow=narrow)
-                    if found is not None and pre is not None and found[0] == pre[0]:
-                        prefetched[spec.name] = pre[1]
-                        continue
-                    if found is not None and pre is not None:  # the prefetch planned otherwise: list the leaves
-                        found = db.direct_plan(src, outputs, spec.keep_only, narrow=narrow)
-                    if found is not None:
-                        direct_plans[spec.name] = found
-                        continue
-                by_sql.append((spec, src))
+            plan = _Plan(db, early, all_columns)
             if max_rows is not None:
-                _check_rows(db, path, max_rows, direct_plans, prefetched,
-                            [src for spec, src in by_sql if spec.name in INTERVAL_TABLES + ("nvtx_raw",)])
-                _check_other_rows(db, path, max_rows, ["StringIds"] + [
-                    src for spec, src in by_sql if spec.name not in INTERVAL_TABLES + ("nvtx_raw",)])
-            time_window = budget.guard(db, display(path), direct_plans, prefetched, by_sql, time_range)
-            queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
-            for spec, src in by_sql:
-                queries += _sql_queries(db, spec, src, all_columns)
-            # small tables through sqlite3, big ones through ADBC (see trace.db)
-            bulky = {key for key, src in [("StringIds", "StringIds")] + [(spec.name, src) for spec, src in by_sql]
-                     if _rowid_span(db, src) > SMALL_ROWS}
+                plan.check_rows(db, path, max_rows)
+            time_window = budget.guard(db, display(path), plan.direct_plans, plan.prefetched, plan.by_sql, time_range)
+            queries, bulky = plan.queries(db, all_columns)
         except BaseException:
             if early is not None:
                 early.close()
             raise
         # biggest first, so the threads finish together (StringIds stays first: it is read alone)
         queries[1:] = sorted(queries[1:], key=lambda q: 0 if "WHERE rowid" in q[1] else 1)
-        done = 0
-
-        def tick(name: str) -> None:
-            nonlocal done
-            done += 1
-            if progress:
-                progress(name, done, total_steps)
-
         # the strings, each table read (decoded by the prefetch or here, or by SQL in slices), each built
-        total_steps = len(queries) + len(prefetched) + len(direct_plans) + len(specs)
+        tick.total = len(queries) + len(plan.prefetched) + len(plan.direct_plans) + len(plan.specs)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
             # the string table (and, for a big one, ADBC's start-up, 45 ms) while the event tables decode
             strings_f = side.submit(lambda sql: Strings(db.table(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
-            raw: dict[str, Columns | None] = {}
-            if early is not None:
-                try:
-                    for name, job in prefetched.items():
-                        try:
-                            raw[name] = direct.finish(job, time_window)
-                        except (OSError, direct.Unsupported):
-                            raw[name] = None
-                finally:
-                    early.close()
-            raw.update(db.direct_read_many(direct_plans, workers, window=time_window))
+            raw = _finish_prefetched(early, plan.prefetched, time_window)
+            raw.update(db.direct_read_many(plan.direct_plans, workers, window=time_window))
             strings = strings_f.result()
         tick("strings")
         for name, t in raw.items():
             if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
-                again = _sql_queries(db, specs[name], sources[name], all_columns)
+                again = _sql_queries(db, plan.specs[name], plan.sources[name], all_columns)
                 queries += again
-                total_steps += len(again)
+                tick.total += len(again)
                 bulky.add(name)
             tick(f"read {name}")
         # each slice becomes a frame on its worker thread, so its read columns are freed early
 
         def convert(key: str, t: Columns) -> pd.DataFrame:
-            return _to_frame(t, specs[key], strings, all_columns)
+            return _to_frame(t, plan.specs[key], strings, all_columns)
 
         tables: dict[str, list[Any]] = db.read_many(queries, workers, on_done=lambda key: tick(f"read {key}"),
                                                      convert=convert, bulk=bulky.__contains__)
         _memory.release()
-
-        def build(name: str) -> tuple[pd.DataFrame, list[str]]:
-            """One table's frame: slices joined, ids decoded; event tables also lose their invalid
-            rows (with a warning), gain durations and are sorted by start."""
-            spec = specs[name]
-            whole = raw.pop(name, None)
-            parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
-                or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
-            del whole  # the read columns: their int64 arrays go as their narrow copies replace them
-            # an event table's global ids are extra: pid and tid are what the analyses read
-            df = _narrow(_decode_ids(_concat(parts), all_columns or name not in INTERVAL_TABLES), name)
-            notes: list[str] = []
-            if name in INTERVAL_TABLES:
-                held = [df]
-                del df
-                df = _finish_intervals(name, held, notes)
-            if name == "nvtx_raw":
-                df = _nvtx(df, strings)
-            elif name in _FINISH:
-                df = _FINISH[name](df)
-            return df, notes
-
-        frames: dict[str, pd.DataFrame] = {}
-        built: dict[str, tuple[pd.DataFrame, list[str]]] = {}
-        # one table at a time, the big ones first: each reuses the memory the one before let go
-        # (built on two threads, the 245 MB trace's load peaked 60-80 MB higher, no sooner done)
-        for name in sorted(specs, key=lambda n: n not in INTERVAL_TABLES):
-            built[name] = build(name)
-            tick(name)
-        for name in specs:
-            frames[name] = built[name][0]
-        for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first
-            warnings += built[name][1]
-        del built
-        unresolved: dict[str, int] = {}
-        for column, k in strings.unresolved:
-            unresolved[column] = unresolved.get(column, 0) + k
-        for column, k in sorted(unresolved.items()):
-            warnings.append(f"{column}: {k:,} row(s) name a string id that StringIds does not hold (missing, "
-                            f"negative, NULL or not a number): named {UNKNOWN_NAME!r}")
+        frames = _build_frames(plan.specs, raw, tables, strings, all_columns, convert, tick, warnings)
+        warnings += _unresolved(strings)
         meta, meta_source = _meta_rows(db)
         # GPU metrics from the open export, aggregated as they are decoded (trace/metrics.py)
         gpu_metrics = metrics.read(db, frames["gpus"]) if caps.has("GPU_METRICS") else None
         if gpu_metrics is not None and gpu_metrics.note:
             warnings.append(f"GPU metrics: {gpu_metrics.note}")
-        capture: tuple[tuple[str, str], ...] = ()
-        if caps.has("META_DATA_CAPTURE", "name"):
-            capture = tuple((str(k), str(v)) for k, v in db.rows('SELECT name, value FROM "META_DATA_CAPTURE"'))
-        session = None
-        if caps.has("ANALYSIS_DETAILS", "duration"):
-            # only ``duration`` is on the event clock (startTime/stopTime are not, in most exports):
-            # events lie in [0, duration], shifted by EXPORT_CONFIG_TIME_SHIFT when normalised
-            rows = db.rows('SELECT max(duration) FROM "ANALYSIS_DETAILS"')
-            shift = _int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0
-            dur = _int_or_none(rows[0][0]) if rows else None
-            if dur is not None and dur > 0:
-                session = (shift, shift + dur)
-        epoch_offset = None
-        if caps.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-            rows = db.rows('SELECT min(utcEpochNs) FROM "TARGET_INFO_SESSION_START_TIME"')
-            utc = _int_or_none(rows[0][0]) if rows else None
-            if utc is not None:
-                epoch_offset = utc - (_int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0)
+        capture, session, epoch_offset = _session(db, meta)
 
-    frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in build()
-    # which names and texts were shortened: looked for only when one was (a scan of every string)
-    cut: list[str] = []
-    cut_nvtx = pd.Series([], dtype="string")
-    if strings.cut:
-        cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)]
-        nv = frames["nvtx"]["text"].fillna("")
-        cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
-    if len(cut) or len(cut_nvtx):
-        # the example is never an environment block (StringIds holds the profiled process's
-        # environment, NUL-separated NAME=VALUE: it may hold secrets, shown only with --show-env)
-        env = re.compile(r"[A-Za-z_][A-Za-z0-9_%]*=")
-        first = next((v for v in (*cut, *cut_nvtx.head(20).astype(str)) if "\x00" not in v and not env.match(v)), None)
-        eg = f" (e.g. {first[:60]!r}...)" if first is not None else ""
-        warnings.append(f"{len(cut) + len(cut_nvtx)} name(s) or NVTX text(s) longer than {MAX_STRING:,} characters "
-                        f"were shortened to their first {MAX_STRING:,}{eg}; numbers are "
-                        "unaffected unless two names differ only after that point")
-    gm = frames["gpu_memory_usage"]
-    frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
-    th = frames["threads"]
-    frames["threads"] = th.assign(name=th["name"].astype("string"))
+    _tidy(frames, strings, warnings)
     if time_window is not None:  # the tables read by SQL; the capture is then the events' extent
         frames, session = budget.restrict(frames, time_window, warnings), None
     window = _capture_window(frames, session, warnings)
@@ -843,3 +706,214 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     del frames
     _memory.release()  # the conversion buffers' pages go back to the OS before the analyses start
     return trace
+
+
+class _Ticker:
+    """``open_trace``'s progress: one step done per call, of ``total`` (which may grow)."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+        if progress:
+            progress("strings", 0, total)
+
+    def __call__(self, name: str) -> None:
+        self.done += 1
+        if self.progress:
+            self.progress(name, self.done, self.total)
+
+
+def _tidy(frames: dict[str, pd.DataFrame], strings: Strings, warnings: list[str]) -> None:
+    """The last touches, in place: ``nvtx`` under its name, the shortened-strings note, memory
+    usage rows without a time dropped, thread names as strings."""
+    frames["nvtx"] = frames.pop("nvtx_raw")  # finished by _nvtx in _build_frames
+    cut = _cut_note(strings, frames["nvtx"])
+    if cut is not None:
+        warnings.append(cut)
+    gm = frames["gpu_memory_usage"]
+    frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
+    th = frames["threads"]
+    frames["threads"] = th.assign(name=th["name"].astype("string"))
+
+
+def _being_written(path: Path) -> list[str]:
+    """A warning per ``-wal`` / ``-journal`` file beside the trace (it may still be being written)."""
+    warnings: list[str] = []
+    for side in ("-wal", "-journal"):
+        try:
+            being_written = path.with_name(path.name + side).exists()
+        except (OSError, ValueError):  # e.g. the trace's name plus "-journal" is over NAME_MAX
+            being_written = False
+        if being_written:
+            warnings.append(f"{clean_text(path.name)}{side} exists: the trace may still be being written; nsysan reads the "
+                            "main file only (the last completed export)")
+    return warnings
+
+
+class _Plan:
+    """How each table is read: decoded by the prefetch (``prefetched``), by the direct reader
+    (``direct_plans``) or through SQL (``by_sql``); ``specs`` and ``sources`` name every table's
+    spec and source table."""
+
+    def __init__(self, db: Database, early: Any, all_columns: bool) -> None:
+        caps = db.caps
+        self.prefetched: dict[str, direct.Pending] = {}
+        self.specs: dict[str, S.TableSpec] = {}
+        self.sources: dict[str, str] = {}
+        self.direct_plans: dict[str, tuple[direct.Plan, np.ndarray]] = {}
+        self.by_sql: list[tuple[S.TableSpec, str]] = []
+        for spec in S.ALL_SPECS:
+            src = next((t for t in spec.sources if caps.has(t)), None)
+            if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
+                spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
+            self.specs[spec.name] = spec
+            if src is None or not all(caps.has(src, c) for c in spec.required):
+                continue
+            self.sources[spec.name] = src
+            if spec.name in INTERVAL_TABLES and self._direct(db, spec, src, early, all_columns):
+                continue
+            self.by_sql.append((spec, src))
+
+    def check_rows(self, db: Database, path: Path, max_rows: int) -> None:
+        """``--max-rows``: refuse the trace before reading it when a table holds more rows."""
+        _check_rows(db, path, max_rows, self.direct_plans, self.prefetched,
+                    [src for spec, src in self.by_sql if spec.name in INTERVAL_TABLES + ("nvtx_raw",)])
+        _check_other_rows(db, path, max_rows, ["StringIds"] + [
+            src for spec, src in self.by_sql if spec.name not in INTERVAL_TABLES + ("nvtx_raw",)])
+
+    def queries(self, db: Database, all_columns: bool) -> tuple[list[tuple[str, str]], set[str]]:
+        """The SQL reads (the string table first), and the tables read through ADBC (``bulky``:
+        small tables through sqlite3, big ones through ADBC, see trace.db)."""
+        queries: list[tuple[str, str]] = [("StringIds", 'SELECT id, value FROM "StringIds"')]
+        for spec, src in self.by_sql:
+            queries += _sql_queries(db, spec, src, all_columns)
+        bulky = {key for key, src in [("StringIds", "StringIds")] + [(spec.name, src) for spec, src in self.by_sql]
+                 if _rowid_span(db, src) > SMALL_ROWS}
+        return queries, bulky
+
+    def _direct(self, db: Database, spec: S.TableSpec, src: str, early: Any, all_columns: bool) -> bool:
+        """Whether event table ``spec`` is decoded directly (by the prefetch when it planned the same)."""
+        outputs = S.select_outputs(spec, db.caps.columns(src), all_columns=all_columns)
+        pre = early.jobs.get(spec.name) if early is not None else None
+        narrow = tuple(S.NARROW.get(spec.name, ()))
+        found = db.direct_plan(src, outputs, spec.keep_only, leaves=pre is None, narrow=narrow)
+        if found is not None and pre is not None and found[0] == pre[0]:
+            self.prefetched[spec.name] = pre[1]
+            return True
+        if found is not None and pre is not None:  # the prefetch planned otherwise: list the leaves
+            found = db.direct_plan(src, outputs, spec.keep_only, narrow=narrow)
+        if found is not None:
+            self.direct_plans[spec.name] = found
+            return True
+        return False
+
+
+def _finish_prefetched(early: Any, prefetched: dict[str, direct.Pending],
+                       time_window: tuple[int, int] | None) -> dict[str, Columns | None]:
+    """The tables the prefetch decoded (None: declined, SQLite reads it); the prefetch closed."""
+    raw: dict[str, Columns | None] = {}
+    if early is not None:
+        try:
+            for name, job in prefetched.items():
+                try:
+                    raw[name] = direct.finish(job, time_window)
+                except (OSError, direct.Unsupported):
+                    raw[name] = None
+        finally:
+            early.close()
+    return raw
+
+
+def _build_frames(specs: dict[str, S.TableSpec], raw: dict[str, Columns | None], tables: dict[str, list[Any]],
+                  strings: Strings, all_columns: bool, convert: Callable[[str, Columns], pd.DataFrame],
+                  tick: Callable[[str], None], warnings: list[str]) -> dict[str, pd.DataFrame]:
+    """Every table's frame, one at a time, the big ones first: each reuses the memory the one before
+    let go (built on two threads, the 245 MB trace's load peaked 60-80 MB higher, no sooner done).
+    The event tables' warnings go to ``warnings`` in a fixed order."""
+
+    def build(name: str) -> tuple[pd.DataFrame, list[str]]:
+        """One table's frame: slices joined, ids decoded; event tables also lose their invalid
+        rows (with a warning), gain durations and are sorted by start."""
+        spec = specs[name]
+        whole = raw.pop(name, None)
+        parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
+            or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
+        del whole  # the read columns: their int64 arrays go as their narrow copies replace them
+        # an event table's global ids are extra: pid and tid are what the analyses read
+        df = _narrow(_decode_ids(_concat(parts), all_columns or name not in INTERVAL_TABLES), name)
+        notes: list[str] = []
+        if name in INTERVAL_TABLES:
+            held = [df]
+            del df
+            df = _finish_intervals(name, held, notes)
+        if name == "nvtx_raw":
+            df = _nvtx(df, strings)
+        elif name in _FINISH:
+            df = _FINISH[name](df)
+        return df, notes
+
+    frames: dict[str, pd.DataFrame] = {}
+    built: dict[str, tuple[pd.DataFrame, list[str]]] = {}
+    for name in sorted(specs, key=lambda n: n not in INTERVAL_TABLES):
+        built[name] = build(name)
+        tick(name)
+    for name in specs:
+        frames[name] = built[name][0]
+    for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first
+        warnings += built[name][1]
+    return frames
+
+
+def _unresolved(strings: Strings) -> list[str]:
+    """A warning per column whose rows name string ids StringIds does not hold."""
+    unresolved: dict[str, int] = {}
+    for column, k in strings.unresolved:
+        unresolved[column] = unresolved.get(column, 0) + k
+    return [f"{column}: {k:,} row(s) name a string id that StringIds does not hold (missing, "
+            f"negative, NULL or not a number): named {UNKNOWN_NAME!r}" for column, k in sorted(unresolved.items())]
+
+
+def _session(db: Database, meta: dict[str, str]) -> tuple[tuple[tuple[str, str], ...], tuple[int, int] | None,
+                                                           int | None]:
+    """The capture's settings (``META_DATA_CAPTURE``), the session's extent on the event clock and
+    the offset from it to UTC epoch ns, each where the export has it."""
+    caps = db.caps
+    capture: tuple[tuple[str, str], ...] = ()
+    if caps.has("META_DATA_CAPTURE", "name"):
+        capture = tuple((str(k), str(v)) for k, v in db.rows('SELECT name, value FROM "META_DATA_CAPTURE"'))
+    session = None
+    if caps.has("ANALYSIS_DETAILS", "duration"):
+        # only ``duration`` is on the event clock (startTime/stopTime are not, in most exports):
+        # events lie in [0, duration], shifted by EXPORT_CONFIG_TIME_SHIFT when normalised
+        rows = db.rows('SELECT max(duration) FROM "ANALYSIS_DETAILS"')
+        shift = _int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0
+        dur = _int_or_none(rows[0][0]) if rows else None
+        if dur is not None and dur > 0:
+            session = (shift, shift + dur)
+    epoch_offset = None
+    if caps.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        rows = db.rows('SELECT min(utcEpochNs) FROM "TARGET_INFO_SESSION_START_TIME"')
+        utc = _int_or_none(rows[0][0]) if rows else None
+        if utc is not None:
+            epoch_offset = utc - (_int_or_none(meta.get("EXPORT_CONFIG_TIME_SHIFT")) or 0)
+    return capture, session, epoch_offset
+
+
+def _cut_note(strings: Strings, nvtx: pd.DataFrame) -> str | None:
+    """The warning that names and NVTX texts were shortened (to ``MAX_STRING``), or None. Looked for
+    only when one was (a scan of every string)."""
+    cut: list[str] = []
+    cut_nvtx = pd.Series([], dtype="string")
+    if strings.cut:
+        cut = [str(v) for v in strings.categories if str(v).endswith(CUT_MARK)]
+        nv = nvtx["text"].fillna("")
+        cut_nvtx = nv.loc[nv.str.endswith(CUT_MARK)]
+    if not (len(cut) or len(cut_nvtx)):
+        return None
+    # the example is never an environment block (StringIds holds the profiled process's
+    # environment, NUL-separated NAME=VALUE: it may hold secrets, shown only with --show-env)
+    env = re.compile(r"[A-Za-z_][A-Za-z0-9_%]*=")
+    first = next((v for v in (*cut, *cut_nvtx.head(20).astype(str)) if "\x00" not in v and not env.match(v)), None)
+    eg = f" (e.g. {first[:60]!r}...)" if first is not None else ""
+    return (f"{len(cut) + len(cut_nvtx)} name(s) or NVTX text(s) longer than {MAX_STRING:,} characters "
+            f"were shortened to their first {MAX_STRING:,}{eg}; numbers are "
+            "unaffected unless two names differ only after that point")

@@ -16,8 +16,8 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-NAME = "nsysan.trace._btree"
-SOURCE = "nsysan/trace/_btree.c"
+NAME = "nsysan._native._btree"
+SOURCE = "nsysan/_native/_btree.c"
 
 
 def compile_extension(root: Path, out_dir: Path | None) -> Path:
@@ -73,4 +73,4 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
         if version != "editable":
-            build_data["force_include"][str(built)] = f"nsysan/trace/{built.name}"
+            build_data["force_include"][str(built)] = f"nsysan/_native/{built.name}"

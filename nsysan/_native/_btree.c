@@ -641,8 +641,8 @@ out:
  * and int64 bytes (codes: int8, int16, int32 or int64, each within int32):
  * for each window w in order, the calls k in [i0[w], i1[w]) (call rows[k] when rows is given; with
  * filter, only those ending after lo[w]), each clipped to [lo[w], hi[w]) and summed per name code;
- * one entry per (window, code) met, ordered by window, then code. What nsysan/analyses/gaps.py's
- * _spans + _clipped_sums compute with numpy, without its arrays of one entry per (window, call)
+ * one entry per (window, code) met, ordered by window, then code. What nsysan/_native/windows.py's
+ * spans + clipped_sums compute with numpy, without their arrays of one entry per (window, call)
  * pair (several million on a launch loop's 751k gaps). */
 typedef struct { int64_t code, ns; } CodeNs;
 
@@ -876,7 +876,7 @@ static inline int64_t int_at(const Py_buffer *v, Py_ssize_t i) {
 }
 
 /* window_best(win, src, code, ns, span, sync_code, share) -> (best int64 bytes, sync uint8 bytes): for
- * the entries of nsysan/analyses/gaps.py's ``ThreadActivity.sums`` (grouped by window, ascending),
+ * the entries of nsysan/analyses/gaps.py's ``ThreadActivity.exclusive_sums`` (grouped by window, ascending),
  * per window w < len(span): ``sync`` = the time of the source-0 entries whose code is a
  * synchronization call (``sync_code[code]``, code -1 at the table's last slot), summed in entry order
  * as doubles, times 2 > span; ``best`` = the entry with the most ns of source 0 if that is over half
@@ -975,7 +975,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_btree", "Direct rea
 PyMODINIT_FUNC PyInit__btree(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Unsupported = PyErr_NewException("nsysan.trace._btree.Unsupported", PyExc_ValueError, NULL);
+    Unsupported = PyErr_NewException("nsysan._native._btree.Unsupported", PyExc_ValueError, NULL);
     if (!Unsupported || PyModule_AddObject(m, "Unsupported", Unsupported) < 0) {
         Py_XDECREF(Unsupported);
         Py_DECREF(m);

@@ -1,0 +1,119 @@
+"""The commands: each parses nothing more, hands the work to ``nsysan.pipeline`` (or
+``nsysan.record``) and prints through ``nsysan.report.terminal``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from nsysan.units import clean_text as _say
+
+
+def _fail(message: str) -> None:  # one trace of several failed
+    print(f"nsysan: {_say(message)}", file=sys.stderr)
+
+
+def _analyze_options(args: argparse.Namespace, many: bool) -> dict[str, Any]:
+    """The options every trace of ``analyze`` shares; the outputs' combinations checked."""
+    from nsysan.options import check_analyze_outputs, command_rule_config
+
+    rule_config = command_rule_config(args.config, args.set, args.disable)
+    check_analyze_outputs(many=many, out_dir=args.out_dir, json_path=args.json, html=args.html, csv=args.csv,
+                          perfetto=args.perfetto)
+    return {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
+            "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
+            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many,
+            "time_range": args.time_range}
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from nsysan import _startup, pipeline
+
+    _startup.numpy_without_blas_threads()
+    many = len(args.traces) > 1 or bool(args.scheduler)
+    jobs, protect = pipeline.plan_analyze(
+        args.traces, _analyze_options(args, many), many=many, out_dir=args.out_dir, json_path=args.json,
+        html=args.html, no_html=args.no_html, csv=args.csv, perfetto=args.perfetto, force=args.force)
+    if not many:
+        res = pipeline.analyze_single(*jobs[0], quiet=args.quiet, max_events=args.max_events,
+                                      time_range=args.time_range)
+        if not args.quiet:
+            from nsysan.report.terminal import print_summary
+
+            print_summary(res)
+        return 0
+    if args.scheduler:
+        from nsysan import cluster
+
+        results, failed = cluster.run_many(args.scheduler, jobs, timeout_s=args.scheduler_timeout, on_error=_fail)
+    else:
+        results, failed = pipeline.run_many(jobs, jobs_n=args.jobs, on_error=_fail)
+    from nsysan.report.cross import cross_summary
+    from nsysan.report.terminal import print_cross
+
+    cs = cross_summary(results)
+    print_cross(cs)
+    if args.out_dir:
+        pipeline.write_cross(cs, args.out_dir, html=not args.no_html, force=args.force, protect=protect,
+                             wrote=lambda p: print(f"wrote {_say(p)}"))
+    return 1 if failed else 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from nsysan.report import terminal
+
+    print(terminal.rules_markdown() if args.markdown else terminal.rules_text(), end="")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from nsysan.record.export import stderr_line
+    from nsysan.record.profile import profile
+
+    rc, sqlite, written = profile(
+        args.command, output=args.output, nsys=args.nsys, force=args.force, timeout=args.timeout, say=stderr_line,
+        trace=args.trace, graph_nodes=args.graph_nodes, diagnose=args.diagnose, python=args.python_sampling,
+        gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
+    if not written:
+        print(f"nsysan: nsys exited {rc} and wrote no {_say(sqlite)}", file=sys.stderr)
+        return rc or 1
+    print(f"trace: {_say(sqlite)}\nnext:  nsysan analyze {_say(sqlite)}")
+    return rc
+
+
+def cmd_example(args: argparse.Namespace) -> int:
+    from nsysan.examples import example_path
+
+    name = args.name[len("example:"):] if args.name.startswith("example:") else args.name  # as the README writes it
+    print(example_path("ladder_baseline" if name == "example" else name))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from nsysan import pipeline
+    from nsysan.report import terminal
+
+    d = pipeline.diff(args.base, args.new, metric=args.metric, fail_on_regression=args.fail_on_regression,
+                      iteration_range=args.iteration_range, json_path=args.json, html=args.html, force=args.force,
+                      quiet=args.quiet)
+    if not args.quiet:
+        terminal.print_diff(d)
+    if d.gate and d.gate["failed"]:
+        from nsysan.errors import RegressionError
+
+        raise RegressionError(d.gate["message"])
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from nsysan import pipeline
+    from nsysan.report import terminal
+
+    lad = pipeline.ladder(args.traces, args.labels, metric=args.metric, iteration_range=args.iteration_range,
+                          jobs_n=args.jobs, json_path=args.json, html=args.html, force=args.force, quiet=args.quiet)
+    if args.markdown:
+        print(terminal.ladder_markdown(lad), end="")
+    elif not args.quiet:
+        terminal.print_ladder(lad)
+    return 0

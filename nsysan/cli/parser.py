@@ -1,0 +1,127 @@
+"""The command line's options (argparse): one builder per command; values are checked by
+``nsysan.options`` as they are parsed."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nsysan._version import __version__
+from nsysan.options import LazyChoices, opt_number, scheduler_address, time_range
+
+
+def _analyze(a: argparse.ArgumentParser) -> None:
+    a.add_argument("traces", nargs="+", metavar="TRACE", help="nsys SQLite export(s), or 'example'")
+    a.add_argument("--json", metavar="OUT.json", help="write the analysis as JSON (schema nsysan.analysis/2)")
+    a.add_argument("--html", metavar="OUT.html", help="write the HTML report here (default: next to --json, or "
+                   "./<trace>.nsysan.html)")
+    a.add_argument("--no-html", action="store_true", help="do not write an HTML report")
+    a.add_argument("--csv", metavar="DIR", help="write the tables as CSV files into DIR")
+    a.add_argument("--perfetto", metavar="OUT.json", help="write the timeline (GPU ops per stream, idle gaps with "
+                   "their causes, NVTX ranges, CUDA API calls, findings) as Chrome trace-event JSON for "
+                   "ui.perfetto.dev or chrome://tracing")
+    a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json, the cross-rank page summary.html and ranks.csv")
+    a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
+                   "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "
+                   "see docs/iterations.md)")
+    a.add_argument("--min-gap-us", type=opt_number("--min-gap-us"), default=10.0, help="smallest GPU idle gap reported (default 10 us)")
+    a.add_argument("--warmup-factor", type=opt_number("--warmup-factor", strict=True), default=1.5, help="leading iterations slower than this x the "
+                   "median are warm-up (default 1.5)")
+    a.add_argument("--set", action="append", metavar="RULE.THRESHOLD=VALUE", help="override a rule threshold")
+    a.add_argument("--config", type=Path, help="JSON file {\"rules\": {rule: {threshold: value}}}")
+    a.add_argument("--disable", action="append", metavar="RULE", help="do not run this rule")
+    a.add_argument("--show-env", action="store_true", help="include captured environment variables and command "
+                   "lines in reports (off by default: they often hold secrets)")
+    a.add_argument("--max-events", type=opt_number("--max-events", integer=True), default=200_000_000, help="refuse traces with more events "
+                   "(default 200M)")
+    a.add_argument("--time-range", type=time_range, metavar="START:END", help="analyse only the events that start "
+                   "in this part of the capture (seconds from its start): a trace too big for the memory then fits")
+    a.add_argument("--jobs", type=opt_number("--jobs", integer=True), default=0,
+                   help="parallel processes for several traces (default and most: min(traces, cores))")
+    a.add_argument("--scheduler", metavar="ADDRESS", type=scheduler_address, help="run each trace as a task on this Dask distributed "
+                   "scheduler (tcp://host:8786); traces and --out-dir must be on a filesystem the workers share")
+    a.add_argument("--scheduler-timeout", type=opt_number("--scheduler-timeout", strict=True), default=30.0, metavar="SECONDS",
+                   help="how long to try to reach the scheduler (default 30)")
+    a.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    a.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+
+
+def _profile(pr: argparse.ArgumentParser) -> None:
+    pr.add_argument("-o", "--output", default="nsysan_trace", help="output name without extension")
+    pr.add_argument("--nsys", help="path to nsys (default: $NSYSAN_NSYS, else nsys on PATH)")
+    pr.add_argument("--trace", default="cuda,nvtx,osrt", help="nsys -t value (default cuda,nvtx,osrt)")
+    pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
+    pr.add_argument("--diagnose", action="store_true", help="also record CPU samples, CUDA backtraces, Python "
+                    "samples and backtraces (Python programs) and GPU metrics, and export with blobs (see docs/inputs.md)")
+    pr.add_argument("--python-sampling", choices=["auto", "on", "off"], default="auto",
+                    help="with --diagnose: Python sampling and backtraces (default auto: when COMMAND is Python)")
+    pr.add_argument("--gpu-metrics-devices", default="all", metavar="all|none|N[,N]",
+                    help="with --diagnose: GPUs whose metrics are sampled at 10 kHz (default all)")
+    pr.add_argument("--cuda-backtrace", default="sync,memory", metavar="SPEC",
+                    help="with --diagnose: nsys --cudabacktrace value (default sync,memory; all adds launches)")
+    pr.add_argument("-f", "--force", action="store_true", help="overwrite an existing NAME.nsys-rep / NAME.sqlite "
+                    "(without it nsysan refuses to start when either exists)")
+    pr.add_argument("--timeout", type=opt_number("--timeout", strict=True), metavar="SECONDS",
+                    help="stop nsys and everything it started after SECONDS (SIGINT, then SIGTERM, then SIGKILL "
+                    "to its process group; exit 9); default: no limit")
+    pr.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+
+
+def _diff(d: argparse.ArgumentParser, gate_metrics: Sequence[str]) -> None:
+    d.add_argument("base", metavar="BASE", help="trace or nsysan JSON (the reference)")
+    d.add_argument("new", metavar="NEW", help="trace or nsysan JSON (the candidate)")
+    d.add_argument("--json", metavar="OUT.json", help="write the diff as JSON (schema nsysan.diff/1)")
+    d.add_argument("--html", metavar="OUT.html", help="write the diff as an HTML page")
+    d.add_argument("--fail-on-regression", metavar="PCT", help="exit 11 when --metric got worse by more than "
+                   "PCT percent, unless its noise test (iteration metrics) calls the change noise; PCT is always a percentage, with or without the "
+                   "%% sign: 5 and 5%% both mean five percent, 0.5 half a percent (0 to 1000)")
+    d.add_argument("--metric", default="iter_p50_ns", choices=gate_metrics, help="gate metric (default "
+                   "iter_p50_ns: the steady-state iteration time p50, the period between completions)")
+    _common(d)
+    d.set_defaults(traces=None)
+
+
+def _compare(c: argparse.ArgumentParser, metrics: Sequence[str]) -> None:
+    c.add_argument("traces", nargs="+", metavar="TRACE", help="traces or nsysan JSON files, in order")
+    c.add_argument("--labels", help="comma-separated names for the rows (default: file names)")
+    c.add_argument("--metric", choices=metrics, help="default: the 'Total Elapsed Time' region when "
+                   "every trace has one, else the iteration p50")
+    c.add_argument("--json", metavar="OUT.json", help="write the table as JSON (schema nsysan.ladder/1)")
+    c.add_argument("--html", metavar="OUT.html", help="write the table and a bar chart as HTML")
+    c.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    c.add_argument("--jobs", type=opt_number("--jobs", integer=True), default=0,
+                   help="parallel processes (default and most: min(traces, cores))")
+    _common(c)
+
+
+def _compare_module() -> Any:
+    from nsysan import compare
+
+    return compare
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
+                                "and what to change.")
+    p.add_argument("--version", action="version", version=f"nsysan {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    _analyze(sub.add_parser("analyze", help="analyse one or more nsys SQLite exports"))
+    r = sub.add_parser("rules", help="list the rules, their rationale and thresholds")
+    r.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
+    _profile(sub.add_parser("profile", help="run a command under nsys and export SQLite"))
+    gate_metrics, metrics = LazyChoices(lambda: _compare_module().GATE_METRICS), LazyChoices(lambda: _compare_module().METRICS)
+    _diff(sub.add_parser("diff", help="compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings"),
+          gate_metrics)
+    _compare(sub.add_parser("compare", help="one table over many traces (an optimization ladder)"), metrics)
+    e = sub.add_parser("example", help="print the path of a bundled example trace")
+    e.add_argument("name", nargs="?", default="ladder_baseline")
+    gate_metrics.ready = metrics.ready = True
+    return p

@@ -1,0 +1,378 @@
+"""The terminal's renderers: what ``nsysan analyze`` prints after one trace (the summary) or several
+(the cross-trace table), ``nsysan diff``'s and ``nsysan compare``'s tables (and their HTML page),
+and ``nsysan rules``' listing. Everything from a trace goes through ``clean_text`` first (``_say``);
+rich is imported only when a table or summary is printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from nsysan._version import __version__
+from nsysan.units import clean_text as _say
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_NB = "\u00a0"
+
+
+def short_kernel_name(name: str) -> str:
+    """A C++ kernel name without its return type and argument list (the terminal shows the rest)."""
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    if n.endswith(")"):  # drop the balanced parameter list at the end
+        depth = 0
+        for i in range(len(n) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(n[i], 0)
+            if depth == 0:
+                n = n[:i] if i > 0 else n
+                break
+    return n
+
+
+def table_console() -> Any:
+    """A console for tables: the terminal's width on a terminal; piped, wide enough that a row is
+    a line (no number split from its unit at 80 columns)."""
+    from rich.console import Console
+
+    c = Console(highlight=False, soft_wrap=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(highlight=False, soft_wrap=False, width=200)
+    return c
+
+
+def _glue(text: str) -> str:
+    """A number and its unit stay on one line (no-break space, put back after wrapping)."""
+    return re.sub(r"(\d)\s(ns|us|ms|s|%|MB|GB|KB|B|GB/s|MB/s|x)\b", lambda m: m.group(1) + _NB + m.group(2), text)
+
+
+def _line(console: Any, width: int, text: object, style: str = "", indent: int = 0, first: str | None = None) -> None:
+    """One paragraph, wrapped to ``width`` under ``indent`` (``first``: the first line's lead)."""
+    from rich.text import Text
+
+    body = _say(text)
+    lead = " " * indent if first is None else first
+    if width and width > indent + 20:
+        lines = textwrap.wrap(_glue(body), width=width, initial_indent=lead, subsequent_indent=" " * indent,
+                              break_on_hyphens=False, break_long_words=True) or [lead]
+        body = "\n".join(x.replace(_NB, " ") for x in lines)
+    else:
+        body = lead + body
+    console.print(Text(body, style=style))
+
+
+def print_summary(res: dict[str, Any]) -> None:
+    """The terminal summary: the iteration, where its time goes, the fixes by saving (no estimate last)
+    (each with its evidence and what to change), the top kernels of the steady state. Lines are
+    wrapped to a terminal's width (never between a number and its unit) and not wrapped at all when
+    the output is piped; colour only on a terminal (rich honours NO_COLOR)."""
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    width = console.width if console.is_terminal else 0
+    say = partial(_line, console, width)
+    _summary_head(res, say)
+    console.print()
+    _summary_fixes(res, console, width, say)
+    _summary_tail(res, console, width, say)
+
+
+def _summary_head(res: dict[str, Any], say: Any) -> None:
+    """The trace, its iteration, window, GPUs, breakdown and ranks."""
+    from nsysan.units import fmt_ns, fmt_pct
+
+    say(f"{res['trace']}  (nsys {res['nsys']}, analysed in {res['seconds']} s)", "bold")
+    if res["range"]:
+        seqs = int(res.get("sequences") or 1)
+        if res.get("headline") == "period":
+            head = (f"one every {fmt_ns(res['p50_ns'])} (p50 period, {res.get('throughput_per_s', 0):,.1f}/s), "
+                    f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
+            if res.get("queueing"):
+                head += f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) ahead of the GPU)"
+        else:
+            head = f"latency p50 {fmt_ns(res['p50_ns'])}"
+        n = f"{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
+                                            if seqs > 1 else "")
+        say(f"Iteration '{res['range']}' ({n}): {head}", indent=2, first="")
+        say(f"chosen: {res.get('why', '')}", "dim", indent=2)
+    elif res.get("why"):
+        say(f"Iteration: none ({res['why']}); the whole capture is judged", indent=2, first="")
+    say(f"Window: {res['window']}, {fmt_ns(res['window_ns'])}", indent=2, first="")
+    if not res.get("gpu_recorded", True):
+        say("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): record it with "
+            "nsys profile -t cuda (WSL2 captures have no GPU activity)", "yellow", indent=2, first="")
+    for dev, frac, idle in res["busy"]:
+        say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
+    for line in res.get("gpu_metrics", []):
+        say(line, indent=2, first="")
+    for label, span, parts in res.get("breakdown", []):
+        say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
+                                                              for p, ns, fr in parts), indent=2, first="")
+    if res.get("ranks_verdict"):
+        say(f"Ranks: {res['ranks_verdict']}", indent=2, first="")
+
+
+def _summary_fixes(res: dict[str, Any], console: Any, width: int, say: Any) -> None:
+    """The fixes by saving, each with its evidence and what to change."""
+    from rich.text import Text
+
+    from nsysan.units import fmt_ns, fmt_pct
+
+    fixes = res.get("fixes") or []
+    if fixes:
+        total = sum(f["impact_ns"] for f in fixes)
+        say(f"Fixes, by time saved, then those without a time estimate ({fmt_ns(total)} in all, "
+            f"{fmt_pct(total / res['window_ns']) if res['window_ns'] else '-'} of the window, no time counted twice)",
+            "bold")
+        for i, f in enumerate(fixes, 1):
+            sev = f["severity"]
+            saves = (f"saves {fmt_ns(f['impact_ns'])}"
+                     + (f" ({fmt_pct(f['impact_ns'] / res['window_ns'])})" if res["window_ns"] else "")
+                     + (f", {fmt_ns(f['per_iteration_ns'])} per iteration" if f.get("per_iteration_ns") else "")
+                     if f["impact_ns"] > 0 else "no time estimate")
+            head = Text(f"{i:>2}. ")
+            head.append(f"{sev.upper():<8}", style=SEVERITY_STYLE.get(sev, ""))
+            tail = _say(f" {saves}  [{f['rule']}]")
+            if width and len(head.plain) + len(tail) > width > 30:  # wrapped under the message's indent
+                lines = textwrap.wrap(_glue(tail), width=width, initial_indent=" " * len(head.plain),
+                                      subsequent_indent=" " * 5, break_on_hyphens=False)
+                tail = "\n".join(lines)[len(head.plain):].replace(_NB, " ")
+            head.append(tail)
+            console.print(head)
+            say(f["title"], "bold", indent=5)
+            say(f["message"], indent=5)
+            say(f"fix: {f['suggestion']}", "green", indent=10, first=" " * 5)
+    else:
+        say("No findings: no rule found time to save in this window.", "bold")
+
+
+def _summary_tail(res: dict[str, Any], console: Any, width: int, say: Any) -> None:
+    """The steady state's top kernels, the notes, the outputs written."""
+    from rich.text import Text
+
+    from nsysan.units import fmt_ns, fmt_pct
+
+    if res.get("top_kernels"):
+        console.print()
+        say(f"Top kernels ({res['window']}, {fmt_ns(res.get('kernel_ns', 0))} of kernel time)", "bold")
+        for name, tot, share, count in res["top_kernels"]:
+            line = f"{fmt_ns(tot):>10} {fmt_pct(share):>6} {count:>7,}x  "
+            short = _say(short_kernel_name(name))
+            if width and len(line) + len(short) > width:
+                short = short[:max(10, width - len(line) - 3)] + "..."
+            console.print(Text(line + short))
+    for w in res["warnings"]:
+        say(f"note: {w}", "yellow", indent=6, first="")
+    for out in res["outputs"]:
+        say(f"wrote {out}", first="")
+
+
+def print_cross(summary: dict[str, Any]) -> None:
+    """The cross-trace table: per trace (rank) p50, GPU busy, top finding, slowest kernel, stragglers."""
+    from nsysan.units import fmt_ns, fmt_pct
+
+    print(f"{'trace':40s} {'p50':>10s} {'GPU busy':>9s} {'top finding':30s} slowest kernel")
+    for r in summary["traces"]:
+        busy = fmt_pct(r["busy"][0]["busy_frac"]) if r["busy"] else "-"
+        print(f"{_say(Path(r['trace']).name)[:40]:40s} {fmt_ns(r['p50_ns']):>10s} {busy:>9s} "
+              f"{_say(r['top_finding'] or '-'):30s} "
+              f"{_say(str(r['slowest_kernel']))[:60]}{' STRAGGLER' if r['straggler'] else ''}")
+    if "ranks" in summary:
+        print(f"ranks: {_say(summary['ranks']['verdict'])}")
+
+
+def rules_text() -> str:
+    """``nsysan rules``: each rule's title, summary, why, fix and thresholds."""
+    from nsysan.rules import REGISTRY
+
+    out = []
+    for rid in sorted(REGISTRY):
+        r = REGISTRY[rid]
+        th = ", ".join(f"{k}={v}" for k, v in r.thresholds.items()) or "-"
+        out.append(f"{rid}: {r.title}\n  {r.summary}\n  why: {r.why}\n  fix: {r.fix}\n  thresholds: {th}\n\n")
+    return "".join(out)
+
+
+def rules_markdown() -> str:
+    from nsysan.rules import REGISTRY
+
+    lines = ["| rule | what it finds | fix | thresholds |", "|---|---|---|---|"]
+    for rid in sorted(REGISTRY):
+        r = REGISTRY[rid]
+        th = ", ".join(f"`{k}={v}`" for k, v in r.thresholds.items()) or "-"
+        lines.append(f"| `{rid}` | {r.summary} | {r.fix} | {th} |")
+    return "\n".join(lines) + "\n"
+
+
+def fmt_metric(metric: str, v: float | None, signed: bool = False) -> str:
+    """A metric's value with its unit (``metric`` is its id: the suffix says the unit)."""
+    from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
+
+    if v is None:
+        return "-"
+    sign = "+" if signed and v > 0 else ""
+    if metric.endswith("_ns"):
+        return sign + fmt_ns(v)
+    if "frac" in metric:
+        return (f"{v * 100:+.1f} pt" if signed else fmt_pct(v))
+    if metric.endswith("bytes_per_s"):
+        return sign + fmt_bytes(v) + "/s"
+    if metric.endswith("_per_s"):
+        return f"{sign}{v:,.2f}/s"
+    return f"{sign}{v:,.2f}"
+
+
+def compare_html(**ctx: Any) -> str:
+    from nsysan.report.html import environment
+
+    return environment().get_template("compare.html.j2").render(
+        fmt=fmt_metric, generated_by=f"nsysan {__version__}", **ctx)
+
+
+def print_diff(d: Any) -> None:
+    from rich.table import Table
+    from rich.text import Text as _Text
+
+    from nsysan.report.names import short_names
+    from nsysan.units import fmt_ns
+
+    def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
+        return _Text(_say(text), **kw)
+
+    c = table_console()
+    for w in d.warnings:
+        c.print(Text(f"{w['level']}: {w['message']}", style="yellow" if w["level"] == "warning" else None))
+    if d.gate:
+        c.print(Text(f"gate: {d.gate['rule']}"))
+        if d.gate.get("note"):
+            c.print(Text(f"note: {d.gate['note']}", style="yellow"))
+    t = Table(title=Text(f"{d.base} -> {d.new}"))
+    t.add_column("metric", overflow="fold", ratio=3)
+    for col in (d.base, d.new):
+        t.add_column(Text(col), overflow="fold", justify="right", ratio=2)
+    t.add_column("change", overflow="fold", justify="right", ratio=2)
+    t.add_column("ratio", justify="right", ratio=1)
+    t.add_column("verdict", overflow="fold", ratio=4)
+    styles = {"better": "green", "worse": "red"}
+    for m in d.metrics:
+        if m["base"] is None and m["new"] is None:
+            continue
+        t.add_row(*(Text(x) for x in (m["label"], fmt_metric(m["metric"], m["base"]),
+                                      fmt_metric(m["metric"], m["new"]), fmt_metric(m["metric"], m["delta"], signed=True),
+                                      f"{m['ratio']:.3f}" if m["ratio"] is not None else "-")),
+                  Text(m["verdict_text"], style=styles.get(m["verdict"] or "")))
+    c.print(t)
+    c.print(Text(f"noise: {d.noise['note']} ({d.noise['base_samples']} vs {d.noise['new_samples']} iterations); "
+                 f"{d.noise['spread_note']}"))
+    for k in ("resolved", "remaining", "new"):
+        names = ", ".join(f["rule"] for f in d.findings[k]) or "none"
+        c.print(Text(f"findings {k}: {names}"))
+    for label, rows in (("Kernels", d.kernels), ("NVTX ranges", d.nvtx)):
+        top = [r for r in rows if r["delta_total_ns"] != 0][:5]
+        if not top:
+            continue
+        short = short_names([r["name"] for r in rows], width=max(40, c.width - 40))
+        kt = Table(title=Text(f"{label}: largest changes in total time"), title_justify="left")
+        kt.add_column("name", overflow="fold", ratio=6)
+        kt.add_column("status")
+        kt.add_column("count", justify="right")
+        kt.add_column("change", justify="right")
+        for r in top:
+            kt.add_row(Text(short[r["name"]]), Text(r["status"]), Text(f"{r['base_count']} -> {r['new_count']}"),
+                       Text(("+" if r["delta_total_ns"] > 0 else "") + fmt_ns(r["delta_total_ns"])))
+        c.print(kt)
+    _gpu_metric_deltas(c, d, Text)
+    for n in d.other_notes:
+        c.print(Text(f"note: {n}", style="yellow"))
+    if d.gate:
+        c.print(Text(("REGRESSION: " if d.gate["failed"] else "gate passed: ") + d.gate["message"],
+                     style="bold red" if d.gate["failed"] else "green"))
+
+
+def _gpu_metric_deltas(c: Any, d: Any, Text: Any) -> None:
+
+
+    """GPU metric means per device and range on both sides (``compare.gpu_metric_deltas``)."""
+    from rich.table import Table
+
+    if not d.gpu_metrics:
+        return
+    t = Table(title=Text("GPU metrics (mean % of peak): base -> new"), title_justify="left")
+    t.add_column("device / range", overflow="fold", ratio=3)
+    for k in ("SMs active", "tensor", "DRAM rd+wr", "PCIe rx/tx"):
+        t.add_column(k, justify="right", ratio=2)
+    t.add_column("verdict", overflow="fold", ratio=3)
+
+    def pair(r: dict[str, Any], *keys: str) -> str:
+        got = [r.get(k) for k in keys]
+        if any(g is None for g in got):
+            return "-"
+        b = sum(g["base"] or 0 for g in got)
+        n = sum(g["new"] or 0 for g in got)
+        return f"{b:.1f} -> {n:.1f}"
+
+    for r in d.gpu_metrics:
+        v = r["base_verdict"] if r["base_verdict"] == r["new_verdict"] else f"{r['base_verdict'] or '-'} -> {r['new_verdict'] or '-'}"
+        t.add_row(Text(f"{r['device']} {r['range']}"), Text(pair(r, "sm_active")), Text(pair(r, "tensor_active")),
+                  Text(pair(r, "dram_read", "dram_write")),
+                  Text(f"{pair(r, 'pcie_rx')} / {pair(r, 'pcie_tx')}"), Text(v))
+    c.print(t)
+
+
+def print_ladder(lad: dict[str, Any]) -> None:
+    """``nsysan compare``'s table (``compare.ladder``) on the terminal."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=Text(_say(lad["label"])))
+    gm = any(r.get("gpu_metrics") for r in lad["rows"])  # steady GPU metric means (compare.steady_gpu_metrics)
+    for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding",
+                *(("SMs / tensor / DRAM (steady, % of peak)",) if gm else ())):
+        t.add_column(col)
+    for r in lad["rows"]:
+        t.add_row(*(Text(_say(x)) for x in (
+            r["label"], fmt_metric(lad["metric"], r["value"]),
+            f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
+            f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
+            fmt_metric("iter_p50_ns", r["iter_p50_ns"]), fmt_metric("busy_frac", r["gpu_busy_frac"]),
+            r["top_finding"] or "-", *((_gpu_metrics_cell(r),) if gm else ()))))
+    table_console().print(t)
+
+
+def _gpu_metrics_cell(r: dict[str, Any]) -> str:
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{float(v):.1f}"
+
+    return "; ".join(f"{dev}: {pct(m['sm_active'])} / {pct(m['tensor_active'])} / {pct(m['dram'])}"
+                     for dev, m in (r.get("gpu_metrics") or {}).items()) or "-"
+
+
+def ladder_markdown(lad: dict[str, Any]) -> str:
+    # steady-state GPU metric means (compare.steady_gpu_metrics), only when a trace has them; blank
+    # for a trace without; "GPU N: v" per device when a trace has several
+    gm = any(r.get("gpu_metrics") for r in lad["rows"])
+    extra = ("SMs active % (steady)", "tensor active % (steady)", "DRAM read+write % (steady)") if gm else ()
+    lines = [f"| trace | {lad['label']} | step speedup | total speedup | GPU busy | top finding |"
+             + "".join(f" {c} |" for c in extra),
+             "|---|---:|---:|---:|---:|---|" + "---:|" * len(extra)]
+    def md(text: object) -> str:  # one table cell: no escapes, no column breaks
+        return _say(text).replace("|", "\\|")
+
+    def metric_cell(r: dict[str, Any], key: str) -> str:
+        devs = r.get("gpu_metrics") or {}
+        vals = [(dev, m.get(key)) for dev, m in devs.items()]
+        if len(vals) == 1:
+            return "-" if vals[0][1] is None else f"{float(vals[0][1]):.1f}"
+        return md("; ".join(f"{dev}: {'-' if v is None else format(float(v), '.1f')}" for dev, v in vals))
+
+    for r in lad["rows"]:
+        lines.append(f"| {md(r['label'])} | {fmt_metric(lad['metric'], r['value'])} | "
+                     f"{(format(r['step_speedup'], '.2f') + 'x') if r['step_speedup'] else '-'} | "
+                     f"{(format(r['total_speedup'], '.2f') + 'x') if r['total_speedup'] else '-'} | "
+                     f"{fmt_metric('busy_frac', r['gpu_busy_frac'])} | {md(r['top_finding'] or '-')} |"
+                     + "".join(f" {metric_cell(r, k)} |" for k in (("sm_active", "tensor_active", "dram") if gm else ())))
+    return "\n".join(lines) + "\n"
