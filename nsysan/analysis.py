@@ -91,6 +91,14 @@ class Analysis:
     tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
     program: Any = None  # program.Program: training or inference, Python or not, the libraries (rules' advice)
     graph_trace: str = "none"
+    # beyond time (issue 41): device memory over time, unified memory, running or blocked, pipeline
+    # stages and GPUs taking turns, slow iterations mid-run; and the inputs the trace lacks for them
+    memory: Any = None  # memory.MemoryUse
+    unified: Any = None  # unified.UnifiedMemory
+    thread_states: Any = None  # sched.ThreadStates
+    stages: Any = None  # stages.Stages
+    slow_iterations: Any = None  # slow_iterations.SlowIterations
+    inputs_missing: list[dict[str, str]] = field(default_factory=list)
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
     findings: list[Any] = field(default_factory=list)
@@ -362,7 +370,21 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     # the analyses that read the others
     a = replace(a, ranks=analyze_ranks(a), idle_samples=_idle_samples(trace, a), gpu_metrics=_gpu_metrics(trace, a),
                 tensorrt=trt_f.result())
-    return replace(a, program=program(trace, nvtx_summary, a.tensorrt)), nsys_f
+    a = replace(a, program=program(trace, nvtx_summary, a.tensorrt))
+    return _beyond_time(trace, a), nsys_f
+
+
+def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
+    """The analyses of resources other than time and of outliers (issue 41), which read the others."""
+    from nsysan.analyses.memory import memory_use
+    from nsysan.analyses.recorded import missing_inputs
+    from nsysan.analyses.sched import thread_states
+    from nsysan.analyses.slow_iterations import slow_iterations
+    from nsysan.analyses.stages import stages
+    from nsysan.analyses.unified import unified_memory
+
+    return replace(a, memory=memory_use(a), unified=unified_memory(a), thread_states=thread_states(trace),
+                   stages=stages(a), slow_iterations=slow_iterations(a), inputs_missing=missing_inputs(trace))
 
 
 STEPS = 10  # the calls of ``_Steps`` in ``analyze``, the rules' included

@@ -5,9 +5,13 @@ Plain: ``nsys profile -t cuda,nvtx,osrt -s none --export sqlite -o NAME -f false
 
 ``--diagnose``: ``nsys profile`` with, on top of the traced APIs,
 
-* ``-s process-tree --cpuctxsw=none``: CPU samples of the program's threads with native call chains
-  (``COMPOSITE_EVENTS``, ``SAMPLING_CALLCHAINS``); context switches are left out (they cost time and
-  space and nsysan does not read them);
+* ``-s process-tree --cpuctxsw=process-tree``: CPU samples of the program's threads with native call
+  chains (``COMPOSITE_EVENTS``, ``SAMPLING_CALLCHAINS``), and their context switches (``SCHED_EVENTS``:
+  whether a launching thread was running or blocked, ``analyses/sched.py``);
+* ``--cuda-memory-usage=true``: every device allocation and free with its size
+  (``CUDA_GPU_MEMORY_USAGE_EVENTS``: live memory over time, growth per iteration, ``analyses/memory.py``);
+* ``--cuda-um-gpu-page-faults=true --cuda-um-cpu-page-faults=true``: unified memory page faults
+  (``analyses/unified.py``; they cost only where managed memory faults);
 * ``--cudabacktrace=sync,memory``: the native call chain of each synchronization, copy and allocation
   call in ``CUDA_CALLCHAINS`` (nsys 2025.3 takes one for every such call, whatever its duration);
   kernel launches are left out, since backtracing them all slows a launch-bound program and inflates
@@ -37,6 +41,10 @@ GPU_METRICS_FREQUENCY = 10_000  # Hz: nsys' default, stated so that the command 
 # took the step from 3.70 ms (plain tracing) to 4.92 ms, inflating the launch costs nsysan measures; sync,memory
 # took 3.67 ms (docs/inputs.md, "Recording for a diagnosis").
 CUDA_BACKTRACE = "sync,memory"
+# device memory, unified memory faults (the context switches ride on -s process-tree): measured on an H200
+# (workloads/README.md, issue 41) within the run-to-run noise, except the fault flags on a loop that faults
+# (+2% to +8.5% a step over plain tracing)
+BEYOND_TIME = ("--cuda-memory-usage=true", "--cuda-um-gpu-page-faults=true", "--cuda-um-cpu-page-faults=true")
 
 
 def is_python(command: Sequence[str]) -> bool:
@@ -52,7 +60,7 @@ def is_python(command: Sequence[str]) -> bool:
 def diagnose_flags(command: Sequence[str], *, python: str = "auto", gpu_metrics_devices: str = "all",
                    cuda_backtrace: str = CUDA_BACKTRACE) -> list[str]:
     """The ``nsys profile`` flags the ``--diagnose`` preset adds (after ``-t``; replaces ``-s none``)."""
-    flags = ["-s", "process-tree", "--cpuctxsw=none", f"--cudabacktrace={cuda_backtrace}"]
+    flags = ["-s", "process-tree", "--cpuctxsw=process-tree", *BEYOND_TIME, f"--cudabacktrace={cuda_backtrace}"]
     if python == "on" or (python == "auto" and is_python(command)):
         flags += ["--python-sampling=true", "--python-backtrace=cuda"]
     if gpu_metrics_devices != "none":

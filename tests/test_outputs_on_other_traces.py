@@ -294,3 +294,52 @@ def test_no_negative_period_and_savings_fit_their_window(case):
             assert steady > 0 and abs(f.per_iteration_ns * steady - f.impact_ns) <= steady, f.rule
     for (lo, hi), tot in per_window.items():
         assert tot <= (hi - lo) * ndev
+
+
+# -- issue 41: what the analyses beyond time say, on every fixture and public export ---------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS, indirect=True)
+def test_beyond_time_holds_on_every_trace(case):
+    """GIVEN any trace WHEN analysed THEN (by SQL) memory is read from the usage events exactly when the
+    export has them and each process's live memory at the end is its allocations less its frees of
+    device kinds; unified memory counts the export's migration rows (copy kinds 11, 12); running or
+    blocked is claimed only with SCHED_EVENTS and each range's running + off-CPU time is its total, its
+    per-call off time within its off time; every slow iteration is a steady one over twice its thread's
+    median period and their cost stays within the steady periods; the new rules' savings stay within
+    their window."""
+    path, a = case
+    con = _sql(path)
+    try:
+        has_mem = _has(con, "CUDA_GPU_MEMORY_USAGE_EVENTS")
+        assert a.memory.recorded == (has_mem and con.execute(
+            "SELECT COUNT(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind NOT IN (0, 1)").fetchone()[0] > 0)
+        if a.memory.recorded:
+            for r in a.memory.per_process.itertuples():
+                alloc, freed = con.execute(
+                    "SELECT COALESCE(SUM(CASE memoryOperationType WHEN 0 THEN bytes END), 0), "
+                    "COALESCE(SUM(CASE memoryOperationType WHEN 1 THEN bytes END), 0) FROM CUDA_GPU_MEMORY_USAGE_EVENTS "
+                    "WHERE memKind NOT IN (0, 1) AND deviceId = ? AND ((globalPid >> 24) & 16777215) = ?",
+                    (int(r.device_id), int(r.pid))).fetchone()
+                assert (r.allocated_bytes, r.freed_bytes, r.live_end_bytes) == (alloc, freed, alloc - freed)
+        um = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind IN (11, 12)").fetchone()[0] \
+            if _has(con, "CUPTI_ACTIVITY_KIND_MEMCPY") else 0
+        assert a.unified.migrations == um
+        th = a.thread_states
+        assert th.recorded == (_has(con, "SCHED_EVENTS") and con.execute("SELECT COUNT(*) FROM SCHED_EVENTS").fetchone()[0] > 0)
+    finally:
+        con.close()
+    if not th.recorded:
+        assert len(th.ranges) == 0
+    for r in th.ranges.itertuples():
+        assert r.running_ns + r.off_cpu_ns == r.total_ns and 0 <= r.off_cpu_untraced_ns <= r.off_cpu_ns
+    s = a.slow_iterations
+    t = a.iterations.table
+    for r in s.table.itertuples():
+        row = t.loc[(t["index"] == r.index) & (t["pid"] == r.pid) & (t["tid"] == r.tid)].iloc[0]
+        assert not row["warmup"] and row["period_ns"] == r.period_ns > s.factor * r.median_ns
+    assert s.cost_ns <= s.steady_span_ns
+    new = {"memory-growth", "unified-memory-faults", "pipeline-imbalance", "gpus-take-turns", "slow-iterations"}
+    for f in a.findings:
+        if f.rule in new:
+            assert 0 <= f.impact_ns <= max(a.steady.dur_ns, a.capture.dur_ns)

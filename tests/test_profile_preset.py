@@ -16,7 +16,8 @@ from nsysan import presets
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups: POSIX")
 
-PY = ["-s", "process-tree", "--cpuctxsw=none", "--cudabacktrace=sync,memory", "--python-sampling=true",
+PY = ["-s", "process-tree", "--cpuctxsw=process-tree", "--cuda-memory-usage=true", "--cuda-um-gpu-page-faults=true",
+      "--cuda-um-cpu-page-faults=true", "--cudabacktrace=sync,memory", "--python-sampling=true",
       "--python-backtrace=cuda", "--gpu-metrics-devices=all", "--gpu-metrics-frequency=10000"]
 
 
@@ -49,8 +50,8 @@ def test_diagnose_without_python_leaves_python_flags_out(env, tmp_path):
     r = nsysan(["profile", "--diagnose", "-f", "--gpu-metrics-devices", "0", "-o", "t", "--", "./app", "-n", "2"],
                env, tmp_path)
     assert r.returncode == 0, r.stderr
-    assert profiles(env) == [["profile", "-t", "cuda,nvtx,osrt", "-s", "process-tree", "--cpuctxsw=none",
-                              "--cudabacktrace=sync,memory", "--gpu-metrics-devices=0", "--gpu-metrics-frequency=10000",
+    assert profiles(env) == [["profile", "-t", "cuda,nvtx,osrt", "-s", "process-tree", "--cpuctxsw=process-tree",
+                              *presets.BEYOND_TIME, "--cudabacktrace=sync,memory", "--gpu-metrics-devices=0", "--gpu-metrics-frequency=10000",
                               "-o", "t", "-f", "true", "./app", "-n", "2"]]
     # the fake nsys has no --include-blobs here (as nsys 2022.4): exported without it, and said so
     assert exports(env) == [["export", "--type", "sqlite", "--force-overwrite", "true", "--output", "t.sqlite",
@@ -64,8 +65,8 @@ def test_diagnose_overrides(env, tmp_path):
                 "--cuda-backtrace", "all", "--trace", "cuda,nvtx", "--graph-nodes", "-o", "t", "--",
                 "./launcher.sh"], env, tmp_path)
     assert r.returncode == 0, r.stderr
-    assert profiles(env) == [["profile", "-t", "cuda,nvtx", "-s", "process-tree", "--cpuctxsw=none",
-                              "--cudabacktrace=all", "--python-sampling=true", "--python-backtrace=cuda",
+    assert profiles(env) == [["profile", "-t", "cuda,nvtx", "-s", "process-tree", "--cpuctxsw=process-tree",
+                              *presets.BEYOND_TIME, "--cudabacktrace=all", "--python-sampling=true", "--python-backtrace=cuda",
                               "-o", "t", "-f", "false", "--cuda-graph-trace=node", "./launcher.sh"]]
     r = nsysan(["profile", "--diagnose", "--python-sampling", "off", "-f", "-o", "t", "--", "python3", "x.py"],
                env, tmp_path)

@@ -19,7 +19,10 @@ Cause, from the operation that ends the gap and the CUDA API call that launched 
   synchronization call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize...).
 * ``dependency``: the work was submitted before the gap but waited (an event / stream wait).
 * ``launch``: submitted in time and the gap is shorter than ``launch_gap_ns``: launch latency.
-* ``other``: no launching call in the trace, or none of the above.
+* ``other``: no launching call in the trace, or none of the above. An op that no call launched (a
+  unified memory migration started by page faults) does not end a gap for this purpose: the next op
+  on the device that a call launched does, so GPU idle time while the launching thread ran CPU work
+  with no CUDA call is ``host``.
 """
 
 from __future__ import annotations
@@ -824,6 +827,16 @@ def _device_gaps(ops: pd.DataFrame, on_device: np.ndarray, dev: int, window: Win
     gs, ge = gs[keep], ge[keep]
     del ms, me, keep
     nxt = iv.search(st, ge, side="left")
+    # an op no call launched (a unified memory migration the CPU's page faults started) does not say
+    # what the GPU waited for: the next op on the device that a call launched does (its thread, late
+    # while it ran CPU work with no CUDA call, makes the gap host-caused, not "other")
+    api = rows_of(ops["api_start_ns"].to_numpy(), rows)
+    if len(nxt) and bool((api[np.minimum(nxt, len(api) - 1)] < 0).any()):
+        launched = np.flatnonzero(api >= 0)
+        if len(launched):
+            k = np.searchsorted(st[launched], ge, side="left")
+            sub = launched[np.minimum(k, len(launched) - 1)]
+            nxt = np.where((api[np.minimum(nxt, len(api) - 1)] < 0) & (k < len(launched)), sub, nxt)
     nxt = nxt if len(rows) == len(ops) else rows[nxt]  # the op that ends the gap (rows: ascending)
     # copy=False: the new columns as they are, not consolidated into one more block of all of them;
     # the device id is one read-only value for every gap (a view, not a column)
@@ -847,5 +860,5 @@ def gap_summary(gaps: pd.DataFrame, activity: GapActivity, window: Window) -> di
     act = activity_time(gaps, activity).head(20)
     by_activity = [{"activity": str(a), "count": int(c), "total_ns": int(v)}
                    for a, c, v in zip(act["activity"].tolist(), act["gaps"].tolist(), act["ns"].tolist())]
-    return {"count": int(len(gaps)), "total_ns": int(gaps["gap_ns"].sum()), "by_cause": by_cause,
+    return {"count": len(gaps), "total_ns": int(gaps["gap_ns"].sum()), "by_cause": by_cause,
             "by_activity": by_activity, "window": window.to_dict()}

@@ -27,7 +27,7 @@ def _graph_launches(a: Any) -> dict[str, Any]:
     level (their kernels are in the kernel tables, counted there)."""
     g = a.trace.graph_launches
     if len(g):
-        return {"count": int(len(g)), "total_ns": int(g["dur_ns"].sum()), "node_ops": 0,
+        return {"count": len(g), "total_ns": int(g["dur_ns"].sum()), "node_ops": 0,
                 "note": "CUDA Graph launches traced as a whole (--cuda-graph-trace=graph): their "
                         "kernels are not in the kernel tables"}
     graphs = a.launch_summary.get("graphs") or {}
@@ -135,6 +135,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
         "iterations": _iterations_dict(a, limit),
+        **_beyond_time(a, limit),
         "tensorrt": _tensorrt(a, limit),
         "program": a.program.to_dict() if getattr(a, "program", None) is not None else None,
         # in ``rules.ranked`` order; per_iteration_ns: the saving per steady iteration (None for a
@@ -148,6 +149,30 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "rules": _clean(a.rule_log),
     }
     return _clean(out)
+
+
+def _beyond_time(a: Any, limit: int) -> dict[str, Any]:
+    """Memory, unified memory, running or blocked, stages, slow iterations, and the inputs the trace
+    lacks for them (docs/json.md)."""
+    m, sl = getattr(a, "memory", None), getattr(a, "slow_iterations", None)
+    u, th, st = getattr(a, "unified", None), getattr(a, "thread_states", None), getattr(a, "stages", None)
+    return {
+        "memory": None if m is None else {
+            "source": m.source, "per_process": records(m.per_process), "growth": records(m.growth),
+            "series": records(m.series, 4 * limit), "missing_flags": list(m.missing),
+            "note": "live device memory (allocations - deallocations, host kinds left out) per device and process; "
+                    "growth: live memory at the steady iterations' completions"},
+        "unified_memory": None if u is None or not u.present else u.to_dict(),
+        "thread_states": None if th is None else th.to_dict(),
+        "stages": None if st is None else st.to_dict(),
+        "slow_iterations": None if sl is None else {
+            "factor": sl.factor, "cost_ns": sl.cost_ns, "steady_span_ns": sl.steady_span_ns,
+            "periodic": [{"pid": k[0], "tid": k[1], "every": v} for k, v in sorted(sl.periodic.items())],
+            "iterations": records(sl.table.assign(
+                new_kernel_count=sl.table["new_kernels"].map(len),
+                new_kernels=sl.table["new_kernels"].map(lambda v: list(v[:10]))), limit)},
+        "inputs_missing": list(getattr(a, "inputs_missing", []) or []),
+    }
 
 
 def _iterations_dict(a: Any, limit: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from nsysan.analyses.frames import distinct, group_rows
 from nsysan.analyses.streams import role_label, stream_role  # noqa: F401  (role_label: its former home)
 from nsysan.report import deflate, metrics_view
 from nsysan.report.encoding import varint
+from nsysan.report.resources_view import memory_lanes
 
 MAX_NAME = 300  # characters of an op name shipped (C++ kernel names run to thousands)
 ITERATIONS_SHOWN = 3  # the timeline opens on this many steady iterations
@@ -371,7 +372,7 @@ class _Lanes:
         del order
         busy = float(covered) / span if span > 0 and len(s) else 0.0
         rows = int(np.max(depth)) + 1 if depth is not None and len(depth) else 1
-        return {"label": label, "group": group, "n": int(len(s)), "rows": max(rows, 1),
+        return {"label": label, "group": group, "n": len(s), "rows": max(rows, 1),
                 "busy": round(busy, 6), "data": data}
 
 
@@ -473,8 +474,9 @@ def _thread_lanes(ln: _Lanes, rg: pd.DataFrame, api: pd.DataFrame) -> None:
 
 
 def metric_lanes(a: Any, t0: int) -> dict[str, Any]:
-    """The GPU-metrics lanes (``report/metrics_view.py``), under ``metrics`` when the trace has any."""
-    got = metrics_view.lanes(a, t0)
+    """The GPU-metrics lanes (``report/metrics_view.py``) and the device-memory lanes
+    (``report/resources_view.py``), under ``metrics`` when the trace has any."""
+    got = metrics_view.lanes(a, t0) + memory_lanes(a, t0)  # device memory over time, when recorded
     return {"metrics": got} if got else {}
 
 

@@ -19,10 +19,12 @@ from nsysan.analyses.program import program_records
 from nsysan.report import metrics_view
 from nsysan.report.jsonout import ranks_to_dict
 from nsysan.report.ranks_view import ranks_view
+from nsysan.report.resources_view import resources_tables
 from nsysan.report.samples_view import samples_view
 from nsysan.report.tables import BREAKDOWN_PARTS, MAX_TABLE_ROWS, SHOW_ROWS, Table, breakdown_rows, table  # noqa: F401
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
+
 
 @dataclass
 class FindingView:
@@ -243,11 +245,11 @@ def _evidence(ev: tuple[Any, ...], t0: int = 0) -> Table | None:
     """A finding's evidence rows with readable headers and values (times from the capture start)."""
     if not ev:
         return None
-    cols = [k for k in ev[0].keys() if k != "breakdown" and not isinstance(ev[0].get(k), (list, dict))]
+    cols = [k for k in ev[0] if k != "breakdown" and not isinstance(ev[0].get(k), (list, dict))]
     rows, keys = [], []
     for e in ev[:10]:
         r = [evidence_value(c, e.get(c), t0) for c in cols]
-        if "breakdown" in e and e["breakdown"]:
+        if e.get("breakdown"):
             r.append("; ".join(f"{b['source']}:{b['name']} {fmt_pct(b.get('share', 0))}" for b in e["breakdown"][:4]))
         rows.append(r)
         keys.append(r)
@@ -337,7 +339,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     m = a.trace.meta
     gpus = _gpus_text(a.trace)
     top_fixes, savings_total, subtitle = _first_screen(a, gpus)
-    tables = [*_summary_tables(a), *_iteration_tables(a)]
+    tables = [*_summary_tables(a), *_iteration_tables(a), *resources_tables(a)]
     rv = _ranks_view(a)
     if rv:  # the ranks panel shows this table (with its bars and lanes): not twice
         tables = [tb for tb in tables if tb.id != "ranks"]
@@ -402,8 +404,8 @@ def _info(a: Any, gpus: str) -> list[tuple[str, str]]:
     if getattr(a, "program", None) is not None:  # what the advice is worded for, and why
         info.extend(program_records(a.program))
     if not len(a.ops):
-        info.append(("GPU activity", "not recorded in this trace: record it with nsys profile -t cuda "
-                                     "(WSL2 captures have none)"))
+        info.append(("GPU activity", ("not recorded in this trace: record it with nsys profile -t cuda "
+                                     "(WSL2 captures have none)")))
     if a.graph_trace != "none":
         info.append(("CUDA Graphs", "traced as whole graph launches (--cuda-graph-trace=graph)" if a.graph_trace == "graph"
                      else "traced per node (--cuda-graph-trace=node)"))

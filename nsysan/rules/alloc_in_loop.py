@@ -16,8 +16,11 @@ call), leaving out each process's first allocation call (it creates the CUDA con
 before the work starts or after it ends (setup, teardown) and calls whose name occurs fewer than
 ``min_calls`` times (a handful of allocations spread over a run is setup, not a loop).
 The title says what the calls are: allocated and freed every iteration (churn, with an iteration
-model), allocated and freed repeatedly (without one), or allocated repeatedly with none freed (a pool
-growing or a leak: no free call in the window). Impact: the measured host time of those calls, claimed on their wall-clock time (shared with
+model), allocated and freed repeatedly (without one), or allocated repeatedly with none (or little)
+freed (a pool growing or a leak). Churn needs the frees: with the memory usage events
+(``--cuda-memory-usage=true``) at least half the bytes allocated in the steady window freed there,
+else at least half as many free calls as allocation calls; never a claim of frees the trace does
+not hold. Impact: the measured host time of those calls, claimed on their wall-clock time (shared with
 host-bound-gap when the GPU idles during them, never counted twice).
 """
 
@@ -78,11 +81,14 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
         per = "between the first and the last GPU work, "
     total = int(calls["dur_ns"].sum())
     names = calls["name"].astype(str)
-    freed = bool(names.str.contains("Free", regex=False).any())
-    # what the calls are: churn (allocated and freed) or allocations only (nothing freed in the
-    # window: a pool or cache growing, or a leak), and per iteration only with an iteration model
+    frees = int(names.str.contains("Free", regex=False).sum())
+    freed = _freed(ctx, frees, len(calls) - frees)
+    # what the calls are: churn (allocated and freed) or allocations only (nothing or little freed in
+    # the window: a pool or cache growing, or a leak), and per iteration only with an iteration model
     title = ("Memory allocated and freed every iteration" if freed and len(its) else
-             "Memory allocated and freed repeatedly" if freed else "Memory allocated repeatedly, none of it freed")
+             "Memory allocated and freed repeatedly" if freed else
+             "Memory allocated repeatedly, none of it freed" if frees == 0 else
+             "Memory allocated repeatedly, little of it freed")
     where = "in the loop" if len(its) else "during the GPU work"
     by = calls.groupby(calls["name"].astype(str))["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     parts = ", ".join(f"{n} x{int(r['count'])} ({fmt_ns(r['sum'])})" for n, r in by.iterrows())
@@ -90,10 +96,34 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
                   impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]), suggestion=advice(of(ctx.a)),
                   title=title,
                   message=f"{len(calls)} allocation{'/free' if freed else ''} calls recur {where} ({per}"
-                          f"{fmt_ns(total)} of host time{'' if freed else '; no free call among them'}): "
+                          f"{fmt_ns(total)} of host time{_freed_note(ctx, frees, len(calls) - frees, freed)}): "
                           f"{parts}." + call_sites(ctx, calls["name"].astype(str).unique()),
                   evidence=top_records(calls.assign(name=calls["name"].astype(str)), "dur_ns", 10,
                                        ["name", "start_ns", "dur_ns", "tid"]))
+
+
+def _freed(ctx: Any, frees: int, allocs: int) -> bool:
+    """Churn rather than growth: the memory usage events (when recorded) show at least half the bytes
+    allocated in the steady window freed there; without them, at least half as many free calls as
+    allocation calls. A free call somewhere among many allocations is not churn."""
+    mem = getattr(ctx.a, "memory", None)
+    if mem is not None and mem.recorded and len(mem.growth):
+        g = mem.growth
+        alloc, freed = int(g["allocated_bytes"].sum()), int(g["freed_bytes"].sum())
+        if alloc > 0:
+            return freed >= 0.5 * alloc
+    return frees > 0 and frees >= 0.5 * max(allocs, 1)
+
+
+def _freed_note(ctx: Any, frees: int, allocs: int, freed: bool) -> str:
+    if frees == 0:
+        return "; no free call among them"
+    mem = getattr(ctx.a, "memory", None)
+    if not freed and mem is not None and mem.recorded and len(mem.growth):
+        return (f"; {allocs} allocation and {frees} free calls, and by the memory usage events "
+                f"{int(mem.growth['freed_bytes'].sum()) >> 20:,} of {int(mem.growth['allocated_bytes'].sum()) >> 20:,} MiB "
+                "allocated freed: memory-growth")
+    return "" if freed else f"; {allocs} allocation and {frees} free calls"
 
 
 def _work_span(ctx: Any) -> tuple[int, int]:

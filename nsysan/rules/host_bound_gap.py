@@ -18,7 +18,11 @@ work" when untraced time does, else its largest activity; the evidence gives eac
 (adding up to at most 100%, the rest untraced). With Python sampling (``-s process-tree
 --python-sampling=true``, exported ``--include-blobs=true``), the Python functions the samples
 taken in the gaps were running, with their share (``analyses/samples.py``), and without it, the
-flags that would add them. Gaps that happen once rather than per iteration (an activity seen in
+flags that would add them. With thread scheduling recorded (``SCHED_EVENTS``, ``--cpuctxsw``;
+``analyses/sched.py``), the share of those gaps the submitting thread was on a CPU (running: CPU work)
+or off it (blocked: waiting on input, another process or a lock), and the OS call it sat in or "not
+in a traced call"; when it was blocked over half the time the fix is to feed it sooner (input
+workers, a faster producer), not to move CPU work. Gaps that happen once rather than per iteration (an activity seen in
 fewer than half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
 autotune, warm-up, build), or a gap over 20x its activity's median: a JIT compile, reading input,
 building a model) are one-time costs: they are listed apart and not counted. Fires when the
@@ -40,9 +44,21 @@ import numpy as np
 
 from nsysan.analyses.frames import to_records
 from nsysan.analyses.gaps import activity_time
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
 from nsysan.units import fmt_ns
+
+def blocked_advice(p: Program) -> str:
+    """The fix when the submitting thread was blocked, not busy: feed it sooner, in the program's terms."""
+    feed = ("more input workers producing ahead of the loop (PyTorch ``DataLoader(num_workers=..., prefetch_factor=..., "
+            "pin_memory=True, persistent_workers=True)``)" if p.torch else
+            "more producer threads or processes working ahead of the loop")
+    return ("The submitting thread was mostly blocked in these gaps, not busy: it waited for its input, on output, "
+            f"another process or a lock. Feed it sooner: {feed}, a faster producer, or a deeper queue filled before it "
+            "is needed; move blocking output (printing, logging, file writes) to a worker thread; when it waits on a "
+            "lock, shorten what holds it.")
+
 
 ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out of timed and latency-critical "
                 "regions (do it before the loop, warm up first, cache compiled kernels or engines), or run it "
@@ -70,7 +86,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
     rec = full if len(rec_rows) == len(full) else full.iloc[rec_rows]
     once = full.iloc[rows[one]]
     del rows
-    dev_max = lambda d: int(d.groupby("device_id")["gap_ns"].sum().max()) if len(d) else 0  # noqa: E731
+    dev_max = lambda d: int(d.groupby("device_id")["gap_ns"].sum().max()) if len(d) else 0
     once_note = ""
     if len(once):
         top = once.nlargest(3, "gap_ns")
@@ -93,11 +109,13 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
         # the gap classes (by label), for the samples per class
         by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
         parts = _doing(activity_time(full, ctx.a.gap_activity, rec_rows), total)
+        state, blocked = _running_or_blocked(ctx, rec, g_st, cut)
         yield finding(ctx, "host-bound-gap",
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=saving, claims=claims_of(g_st, cut),
+                      **({"suggestion": blocked_advice(of(ctx.a))} if blocked else {}),
                       message=f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
-                              f"What the submitting thread was doing: {parts}.{tail_note}"
+                              f"What the submitting thread was doing: {parts}.{state}{tail_note}"
                               f"{_python_note(ctx, rec, by)}{once_note}",
                       evidence=_evidence(rec))
     elif dev_max(once) >= min_frac * w.dur_ns:
@@ -109,6 +127,52 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       evidence=_evidence(once))
 
 
+def _running_or_blocked(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> tuple[str, bool]:
+    """From the context switches (``analyses/sched.py``): the share of the gaps (up to the launching
+    calls) the submitting threads were on a CPU, and where they sat when off it. ("", False) when the
+    trace has no scheduling events."""
+    from nsysan.analyses.sched import NOT_IN_A_CALL, ZERO, add
+
+    st = getattr(ctx.a, "thread_states", None)
+    if st is None or not st.recorded or len(rec) == 0:
+        return "", False
+    tt = ZERO
+    pid, tid = rec["pid"].to_numpy(), rec["tid"].to_numpy()
+    for p, t in sorted(set(zip(pid.tolist(), tid.tolist()))):
+        m = (pid == p) & (tid == t)
+        tt = add(tt, st.schedule.thread_time(int(p), int(t), starts[m], cut[m]))
+    if tt.total_ns == 0:
+        return "", False
+    where = [f"{n} {fmt_ns(v)}" for n, v in tt.top_calls(3)]
+    if tt.off_untraced_ns:
+        where.append(f"{NOT_IN_A_CALL} {fmt_ns(tt.off_untraced_ns)}")
+    if tt.off_share >= 0.5:
+        um = _managed_to_host(ctx, starts, cut)
+        if um:  # CPU page faults on managed memory block the thread while the pages move back
+            return (f" By the context switches the thread was blocked (off the CPU) {tt.off_share:.0%} of these gaps "
+                    f"({', '.join(where)}), and managed memory migrated to the host in {um} of them: CPU page faults "
+                    "on unified memory block the thread while the pages move (see unified-memory-faults; "
+                    "prefetch to the host before the CPU touches it)."), False
+        return (f" By the context switches the thread was blocked (off the CPU) {tt.off_share:.0%} of these gaps "
+                f"({', '.join(where)}): waiting (for its input, on output, another process or a lock), not computing."), True
+    off = f"; off the CPU {tt.off_share:.0%} ({', '.join(where)})" if tt.off_ns else ""
+    return (f" By the context switches the thread was running (on a CPU) {tt.running_share:.0%} of these gaps{off}: "
+            "CPU work."), False
+
+
+def _managed_to_host(ctx: Any, starts: np.ndarray, ends: np.ndarray) -> int:
+    """How many of the intervals hold the start of a unified memory migration to the host (copy kind
+    12: the CPU touched managed memory that lived on the GPU)."""
+    mc = ctx.trace.memcpy
+    if len(mc) == 0:
+        return 0
+    t = np.sort(mc["start_ns"].to_numpy(np.int64)[mc["copy_kind"].to_numpy() == 12])
+    if len(t) == 0:
+        return 0
+    n = np.searchsorted(t, ends, side="left") - np.searchsorted(t, starts, side="left")
+    return int((n > 0).sum())
+
+
 def _doing(spent: Any, total: int, top: int = 5) -> str:
     """The activities that took the gaps' time, by overlap (``activity_time``): the ``top`` largest
     traced ones, the other traced ones together, then the untraced rest and the launching calls'
@@ -118,7 +182,7 @@ def _doing(spent: Any, total: int, top: int = 5) -> str:
 
     rest = spent["activity"].isin([UNTRACED_TIME, LAUNCH_TIME]).to_numpy()
     traced, tail = spent.loc[~rest], spent.loc[rest]
-    item = lambda a, ns, n: f"{a}: {fmt_ns(ns)} ({fmt_pct(ns / total) if total else '0%'}, in {n} gaps)"  # noqa: E731
+    item = lambda a, ns, n: f"{a}: {fmt_ns(ns)} ({fmt_pct(ns / total) if total else '0%'}, in {n} gaps)"
     out = [item(label(a), int(v), int(n)) for a, n, v in traced.head(top).itertuples(index=False)]
     if len(traced) > top:
         out.append(f"{len(traced) - top} other traced activities: {fmt_ns(int(traced['ns'].iloc[top:].sum()))}")

@@ -54,12 +54,20 @@ them, and SQLite's read cost is per value.
 * ``gpus``: device_id (= ``TARGET_INFO_GPU.id``, the join key of activity rows), name, sm_count,
   total_memory_bytes, compute_major/minor, memory_bandwidth_bytes_per_s, clock_rate_hz.
 * ``streams``: stream_id, pid, context_id, priority, flag.
-* ``gpu_memory_usage``: allocation/free point events (``--cuda-memory-usage=true``).
+* ``gpu_memory_usage``: allocation/free point events (``--cuda-memory-usage=true``): device_id,
+  bytes, mem_kind, operation (0 allocation, 1 deallocation), correlation_id, address.
+* ``sched``: thread scheduling (``SCHED_EVENTS``, ``--cpuctxsw``): a row per switch on (``is_in`` 1)
+  or off a CPU; pid, tid.
+* ``um_gpu_faults``: unified memory GPU page fault groups (``--cuda-um-gpu-page-faults=true``):
+  start_ns, end_ns, pid, device_id, faults (their number), access (1 read, 2 write, 3 atomic,
+  4 prefetch). ``um_cpu_faults``: CPU page faults on managed memory (``--cuda-um-cpu-page-faults=true``),
+  one point event each: start_ns, pid. Migrations are ``memcpy`` rows of copy kinds 11 and 12 with
+  their ``migration_cause`` (1 user prefetch, 2 page fault, 3 speculative prefetch, 4 eviction).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -126,7 +134,7 @@ class TraceMeta:
         return max(0, self.end_ns - self.start_ns)
 
 
-from nsysan.trace.schema import INTERVAL_TABLES  # noqa: E402 - re-exported: the event tables
+from nsysan.trace.schema import INTERVAL_TABLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +155,9 @@ class Trace:
     gpus: pd.DataFrame
     streams: pd.DataFrame
     gpu_memory_usage: pd.DataFrame
+    sched: pd.DataFrame = field(default_factory=pd.DataFrame)
+    um_gpu_faults: pd.DataFrame = field(default_factory=pd.DataFrame)
+    um_cpu_faults: pd.DataFrame = field(default_factory=pd.DataFrame)
     # GPU metric samples (``trace.metrics.Metrics``: per source, the wanted metrics only), None when the
     # export has no GPU_METRICS table
     gpu_metrics: Any = None

@@ -74,6 +74,7 @@ MEMCPY = TableSpec("memcpy", ("CUPTI_ACTIVITY_KIND_MEMCPY",), (
     C("src_kind", "srcKind", default=7), C("dst_kind", "dstKind", default=7),
     C("graph_node_id", "graphNodeId", dtype="Int64"), C("copy_count", "copyCount", default=1),
     C("src_device_id", "srcDeviceId", dtype="Int64"), C("dst_device_id", "dstDeviceId", dtype="Int64"),
+    C("migration_cause", "migrationCause", default=0),  # unified memory rows (copy kinds 11, 12): why it moved
 ), required=("start", "end"))
 
 MEMSET = TableSpec("memset", ("CUPTI_ACTIVITY_KIND_MEMSET",), (
@@ -144,6 +145,22 @@ GPU_MEMORY_USAGE = TableSpec("gpu_memory_usage", ("CUDA_GPU_MEMORY_USAGE_EVENTS"
     C("start_ns", "start"), C("global_pid", "globalPid", default=0), C("device_id", "deviceId", default=0),
     C("bytes", "bytes", default=0), C("mem_kind", "memKind", default=7),
     C("operation", "memoryOperationType", default=0), C("correlation_id", "correlationId", default=0),
+    C("address", "address", default=0),
+), required=("start",))
+
+# thread scheduling (``--cpuctxsw``, on by default on Linux): a row per switch of a thread on or off a CPU
+SCHED = TableSpec("sched", ("SCHED_EVENTS",), (
+    C("start_ns", "start"), C("is_in", "isSchedIn", default=0), C("global_tid", "globalTid", default=0),
+), required=("start", "isSchedIn", "globalTid"))
+
+# unified memory page faults (``--cuda-um-gpu-page-faults=true`` / ``--cuda-um-cpu-page-faults=true``)
+UM_GPU_FAULTS = TableSpec("um_gpu_faults", ("CUDA_UM_GPU_PAGE_FAULT_EVENTS",), (
+    C("start_ns", "start"), C("end_ns", "end"), C("global_pid", "globalPid", default=0),
+    C("device_id", "deviceId", default=0), C("faults", "numberOfPageFaults", default=1),
+    C("access", "faultAccessType", default=0),
+), required=("start", "end"))
+UM_CPU_FAULTS = TableSpec("um_cpu_faults", ("CUDA_UM_CPU_PAGE_FAULT_EVENTS",), (
+    C("start_ns", "start"), C("global_pid", "globalPid", default=0),
 ), required=("start",))
 
 # Columns stored in the narrowest signed integer type their values allow, checked per trace at load
@@ -165,7 +182,7 @@ NARROW: dict[str, dict[str, str]] = {
 INTERVAL_TABLES = ("kernels", "graph_launches", "memcpy", "memset", "sync", "cuda_api", "osrt")
 
 ALL_SPECS = (KERNELS, GRAPH_LAUNCHES, MEMCPY, MEMSET, SYNC, CUDA_API, OSRT, NVTX_RAW, THREADS, PROCESSES,
-             GPUS, STREAMS, GPU_MEMORY_USAGE)
+             GPUS, STREAMS, GPU_MEMORY_USAGE, SCHED, UM_GPU_FAULTS, UM_CPU_FAULTS)
 
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 

@@ -2,9 +2,10 @@
 // GPU-metrics lanes of the timeline (data: nsysan/report/metrics_view.py lanes). One lane per device,
 // one row per series (SMs active, tensor active, DRAM bandwidth), each a bar per pixel column whose
 // height is the mean of the samples in that column at the current zoom (zoomed in past the sampling
-// period: the sample covering the column). Used by timeline.js, which owns the canvas.
+// period: the sample covering the column). Device-memory lanes (resources_view.py memory_lanes) use
+// the same form: live memory sampled evenly, in % of its peak. Used by timeline.js, which owns the canvas.
 window.nsysanMetricLanes = (function () {
-  var COLORS = { sm_active: "#2f6fdf", tensor_active: "#8e44ad", dram: "#d97706" };
+  var COLORS = { sm_active: "#2f6fdf", tensor_active: "#8e44ad", dram: "#d97706", memory: "#0f766e" };
   function lanes(list) {
     return (list || []).map(function (m) {
       return { label: m.label, group: "metrics", n: m.n, rows: m.series.length, busy: 0, metric: m };

@@ -1,0 +1,183 @@
+"""GPU memory over time: live device memory per device and process, its peak, and its growth per iteration.
+
+**From the memory usage events** (``--cuda-memory-usage=true``: ``CUDA_GPU_MEMORY_USAGE_EVENTS``, point
+events): each allocation adds its bytes, each deallocation takes them away, per (device, process) in
+time order; rows of host kinds (pageable, pinned) are not device memory and are left out. A
+deallocation whose bytes the export leaves at 0 takes away the bytes of the allocation at its address
+(the latest one before it), when the export has addresses. ``live`` is what the program holds
+through the CUDA driver, which for a framework with a caching allocator (PyTorch, JAX, CuPy) is its
+pool: memory it keeps but does not use counts as live.
+
+**Without them**, only the allocation and free calls of the CUDA API are known (how many, not how
+many bytes): ``source`` = "allocation calls" and ``missing`` names the flag that adds the rest.
+
+**Growth per iteration** (with an iteration model): live bytes at each steady iteration's completion
+in the process that runs it, on the devices that process holds memory on; growth = (live at the
+last completion - live at the first) / (steady iterations - 1), ``grew_in`` = how many of those
+steps live memory rose, ``freed_bytes`` = what was deallocated inside the steady window. Memory that
+grows every iteration and is never freed is a leak (references kept alive across iterations); memory
+allocated and freed each iteration is churn (``alloc-in-loop``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+FLAG = "--cuda-memory-usage=true"
+HOST_KINDS = (0, 1)  # ENUM_CUDA_MEM_KIND: pageable, pinned (host memory)
+ALLOC, FREE = 0, 1  # ENUM_CUDA_DEV_MEM_EVENT_OPER
+LANE_POINTS = 400  # at most this many points per (device, process) in the timeline lane
+
+ALLOC_CALLS = ("cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch", "cuMemAlloc",
+               "cuMemAllocManaged", "cuMemAllocAsync", "cuMemCreate", "cudaMalloc3D")
+FREE_CALLS = ("cudaFree", "cudaFreeAsync", "cuMemFree", "cuMemFreeAsync", "cuMemRelease")
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    source: str  # "usage events", "allocation calls" or "none"
+    per_process: pd.DataFrame  # device_id, pid, allocations, frees, allocated_bytes, freed_bytes, peak_bytes,
+    #                            peak_ns, live_end_bytes, device_total_bytes
+    series: pd.DataFrame  # device_id, pid, t_ns, live_bytes (at most LANE_POINTS per pair, peaks kept)
+    growth: pd.DataFrame  # per (pid): device ids, steps, growth_per_iteration_bytes, grew_in, live_first/last,
+    #                       allocated_bytes, freed_bytes, alloc_calls, free_calls (in the steady window)
+    missing: list[str] = field(default_factory=list)  # flags that would add what this trace lacks
+
+    @property
+    def recorded(self) -> bool:
+        return self.source == "usage events"
+
+
+_PP = ["device_id", "pid", "allocations", "frees", "allocated_bytes", "freed_bytes", "peak_bytes", "peak_ns",
+       "live_end_bytes", "device_total_bytes"]
+_GROWTH = ["pid", "devices", "steps", "growth_per_iteration_bytes", "grew_in", "live_first_bytes", "live_last_bytes",
+           "allocated_bytes", "freed_bytes", "alloc_calls", "free_calls", "first_ns", "last_ns"]
+
+
+def _signed(events: pd.DataFrame) -> np.ndarray:
+    """+bytes for an allocation, -bytes for a deallocation (0-byte frees: the bytes allocated at their
+    address, when the export has addresses)."""
+    b = events["bytes"].to_numpy(np.int64)
+    op = events["operation"].to_numpy()
+    free = op == FREE
+    if "address" in events and (free & (b == 0)).any():
+        b = b.copy()
+        last: dict[tuple[int, int, int], int] = {}
+        for i, (d, p, ad, o, n) in enumerate(zip(events["device_id"].tolist(), events["pid"].tolist(),
+                                                   events["address"].tolist(), op.tolist(), b.tolist())):
+            if o == ALLOC:
+                last[(d, p, ad)] = n
+            elif n == 0:
+                b[i] = last.pop((d, p, ad), 0)
+    return np.where(free, -b, np.where(op == ALLOC, b, 0))
+
+
+def _downsample(t: np.ndarray, live: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``points`` (t, live) pairs: per time bin the highest live value (peaks survive)."""
+    if len(t) <= points:
+        return t, live
+    edges = np.linspace(t[0], t[-1], points + 1)
+    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, points - 1)
+    order = np.lexsort((-live, b))
+    first = np.concatenate([[True], b[order][1:] != b[order][:-1]])
+    pick = np.sort(order[first])
+    return t[pick], live[pick]
+
+
+def memory_use(a: Any) -> MemoryUse:
+    """GPU memory of ``a`` (an ``Analysis``): from the usage events when recorded, else the calls."""
+    tr = a.trace
+    ev = tr.gpu_memory_usage
+    totals = dict(zip(tr.gpus["device_id"].tolist(), tr.gpus["total_memory_bytes"].tolist())) if len(tr.gpus) else {}
+    if len(ev):
+        ev = ev.loc[~np.isin(ev["mem_kind"].to_numpy(), HOST_KINDS)]
+    if len(ev) == 0:
+        return _from_calls(a)
+    ev = ev.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    delta = _signed(ev)
+    pp, series = [], []
+    for (dev, pid), g in ev.groupby(["device_id", "pid"], sort=True):
+        idx = g.index.to_numpy()
+        live = np.cumsum(delta[idx])
+        t = g["start_ns"].to_numpy(np.int64)
+        k = int(np.argmax(live))
+        op = g["operation"].to_numpy()
+        pp.append({"device_id": int(dev), "pid": int(pid), "allocations": int((op == ALLOC).sum()),
+                   "frees": int((op == FREE).sum()), "allocated_bytes": int(delta[idx][op == ALLOC].sum()),
+                   "freed_bytes": int(-delta[idx][op == FREE].sum()), "peak_bytes": int(live[k]), "peak_ns": int(t[k]),
+                   "live_end_bytes": int(live[-1]), "device_total_bytes": int(totals.get(int(dev), 0) or 0)})
+        st, sl = _downsample(t, live, LANE_POINTS)
+        series.append(pd.DataFrame({"device_id": int(dev), "pid": int(pid), "t_ns": st, "live_bytes": sl}))
+    per = pd.DataFrame(pp, columns=_PP)
+    ser = pd.concat(series, ignore_index=True) if series else pd.DataFrame(columns=["device_id", "pid", "t_ns",
+                                                                                      "live_bytes"])
+    return MemoryUse("usage events", per, ser, _growth(a, ev, delta), [])
+
+
+def _steady_completions(a: Any) -> dict[int, np.ndarray]:
+    """Per process: the sorted completions of its steady iterations (its first sequence's)."""
+    it = a.iterations.table
+    if len(it) == 0:
+        return {}
+    st = it.loc[~it["warmup"].to_numpy(dtype=bool)]
+    out: dict[int, np.ndarray] = {}
+    for (pid, _tid), g in st.groupby(["pid", "tid"], sort=True):
+        done = np.sort(g["start_ns"].to_numpy(np.int64) + g["latency_ns"].to_numpy(np.int64))
+        if int(pid) not in out or len(done) > len(out[int(pid)]):
+            out[int(pid)] = done
+    return out
+
+
+def _growth(a: Any, ev: pd.DataFrame, delta: np.ndarray) -> pd.DataFrame:
+    rows = []
+    api = a.trace.cuda_api
+    for pid, done in _steady_completions(a).items():
+        if len(done) < 3:
+            continue
+        m = ev["pid"].to_numpy() == pid
+        if not m.any():
+            continue
+        t = ev["start_ns"].to_numpy(np.int64)[m]
+        live = np.cumsum(delta[m])  # over every device of the process
+        at = np.searchsorted(t, done, side="right") - 1
+        lv = np.where(at >= 0, live[np.clip(at, 0, None)], 0)
+        inside = (t > done[0]) & (t <= done[-1])
+        d = delta[m][inside]
+        rows.append({"pid": pid, "devices": sorted(set(ev["device_id"].to_numpy()[m].tolist())), "steps": len(done) - 1,
+                     "growth_per_iteration_bytes": float(lv[-1] - lv[0]) / (len(done) - 1),
+                     "grew_in": int((np.diff(lv) > 0).sum()), "live_first_bytes": int(lv[0]), "live_last_bytes": int(lv[-1]),
+                     "allocated_bytes": int(d[d > 0].sum()), "freed_bytes": int(-d[d < 0].sum()),
+                     **_calls_between(api, pid, int(done[0]), int(done[-1])), "first_ns": int(done[0]),
+                     "last_ns": int(done[-1])})
+    return pd.DataFrame(rows, columns=_GROWTH)
+
+
+def _calls_between(api: pd.DataFrame, pid: int, lo: int, hi: int) -> dict[str, int]:
+    from nsysan.analyses.frames import name_in
+
+    st = api["start_ns"].to_numpy(np.int64)
+    m = (api["pid"].to_numpy() == pid) & (st > lo) & (st <= hi)
+    names = api["name"].astype(str)[m]
+    return {"alloc_calls": int(np.asarray(name_in(names, ALLOC_CALLS)).sum()),
+            "free_calls": int(np.asarray(name_in(names, FREE_CALLS)).sum())}
+
+
+def _from_calls(a: Any) -> MemoryUse:
+    """No usage events: the allocation and free calls per steady window of each process."""
+    api = a.trace.cuda_api
+    rows = []
+    for pid, done in _steady_completions(a).items():
+        if len(done) < 3:
+            continue
+        c = _calls_between(api, pid, int(done[0]), int(done[-1]))
+        rows.append({"pid": pid, "devices": [], "steps": len(done) - 1, "growth_per_iteration_bytes": float("nan"),
+                     "grew_in": 0, "live_first_bytes": 0, "live_last_bytes": 0, "allocated_bytes": 0, "freed_bytes": 0,
+                     **c, "first_ns": int(done[0]), "last_ns": int(done[-1])})
+    any_calls = len(api) > 0
+    return MemoryUse("allocation calls" if any_calls else "none", pd.DataFrame(columns=_PP),
+                     pd.DataFrame(columns=["device_id", "pid", "t_ns", "live_bytes"]),
+                     pd.DataFrame(rows, columns=_GROWTH), [FLAG])

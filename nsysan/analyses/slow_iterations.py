@@ -1,0 +1,273 @@
+"""Slow iterations in the middle of a run: which, how much they cost, and what differs inside them.
+
+**Which.** Per sequence (the iterations of one thread, ``iterations``), the steady iterations (warm-up
+is only the leading ones, ``warmup-outlier``'s) whose period (time since the previous completion: what
+the run waited for this iteration) exceeds ``factor`` (2) x the sequence's median steady period. The
+first iteration of a sequence has no period and is never one. Each one's **cost** is its period
+above that median; periods add up to the span of the completions, so costs never overlap.
+
+**What differs inside them.** Each slow iteration's interval (previous completion, completion] is
+compared with the same measure over the sequence's typical steady iterations (the others; median):
+
+* ``gpu_busy_ns``: time the iteration's devices ran any GPU op (more GPU work: an evaluation step);
+* ``kernels``: kernels launched in the interval by the process, and ``new_kernels``: kernel names no
+  typical iteration launched (autotuning tries candidates, a recompiled step brings new kernels);
+* ``alloc_calls``: allocation calls (``cudaMalloc``, ``cuMemAlloc``...) in the interval;
+* ``setup_calls``: library and module set-up calls (``cuModuleLoad*``, ``cuLibraryLoad*``, handle
+  creation: ``cublasCreate``, ``cudnnCreate``, stream and event creation), and ``setup_ns`` their time;
+* ``io_ns``: OS runtime time in file and pipe I/O calls (``write``, ``fsync``, ``open``...: a
+  checkpoint, logging) on the process's threads;
+* ``extra_ranges``: the program's own NVTX ranges (not the iteration range, not library ranges) that
+  start in the interval and in no typical iteration (``checkpoint``, ``evaluate``);
+* ``untraced_ns``: time of the iteration's thread inside the interval covered by no CUDA call, no OS
+  runtime call and no GPU work of its process: CPU work nothing recorded (garbage collection,
+  Python), less the typical iteration's.
+
+``cause`` names the largest difference: ``new kernels`` (new kernels or set-up calls: first use of code,
+autotuning or recompilation), ``allocation``, ``file I/O``, ``extra work`` (extra NVTX ranges, or more GPU work),
+``untraced CPU``. ``periodic`` is the interval between slow iterations when it is regular (every N).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses import intervals as iv
+from nsysan.analyses import libranges
+from nsysan.analyses.frames import name_in
+
+FACTOR = 2.0
+MIN_STEADY = 5  # a sequence needs this many steady periods for its median to mean anything
+
+ALLOC_APIS = ("cudaMalloc", "cudaMallocManaged", "cudaMallocHost", "cudaHostAlloc", "cudaMallocAsync",
+              "cudaMallocPitch", "cuMemAlloc", "cuMemAllocHost", "cuMemHostAlloc", "cuMemAllocManaged",
+              "cuMemAllocAsync", "cuMemCreate")
+SETUP_PREFIXES = ("cuModuleLoad", "cuLibraryLoad", "cudaStreamCreate", "cudaEventCreate", "cublasCreate",
+                  "cublasLtCreate", "cudnnCreate", "cuModuleGetFunction", "cuLibraryGetKernel", "cudaFuncGetAttributes",
+                  "cuCtxCreate", "cudaGraphInstantiate", "cuGraphInstantiate", "nvrtcCompileProgram")
+IO_CALLS = ("write", "pwrite", "pwrite64", "writev", "fsync", "fdatasync", "open", "open64", "openat", "openat64",
+            "close", "read", "pread", "pread64", "readv", "fwrite", "fread", "fflush", "rename", "unlink", "ftruncate",
+            "msync", "sync_file_range")
+CAUSES = ("new kernels", "allocation", "file I/O", "extra work", "untraced CPU")
+
+
+@dataclass(frozen=True)
+class SlowIterations:
+    factor: float
+    table: pd.DataFrame  # one row per slow iteration (columns: see ``slow_iterations``)
+    typical: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)  # per sequence: median measures
+    steady_span_ns: int = 0  # the sum of the steady periods of the sequences judged
+    periodic: dict[tuple[int, int], int] = field(default_factory=dict)  # sequence -> every N iterations
+
+    @property
+    def cost_ns(self) -> int:
+        return int(self.table["cost_ns"].sum()) if len(self.table) else 0
+
+
+_COLUMNS = ["index", "pid", "tid", "start_ns", "end_ns", "period_ns", "median_ns", "cost_ns", "gpu_busy_ns",
+            "kernels", "new_kernels", "alloc_calls", "setup_calls", "setup_ns", "io_ns", "extra_ranges", "untraced_ns", "cause"]
+
+
+def _counts_between(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per (lo, hi]: how many of the sorted ``times`` fall in it."""
+    return np.searchsorted(times, hi, side="right") - np.searchsorted(times, lo, side="right")
+
+
+def _sums_between(times: np.ndarray, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per (lo, hi]: the sum of ``values`` at the sorted ``times`` inside it."""
+    cum = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return cum[np.searchsorted(times, hi, side="right")] - cum[np.searchsorted(times, lo, side="right")]
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    if len(starts) == 0:
+        return np.zeros(len(lo), dtype=np.int64)
+    ms, me = iv.merge(starts, ends)
+    return iv.covered_between(ms, me, lo, hi)
+
+
+def _sorted_starts(df: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    return np.sort(df["start_ns"].to_numpy(np.int64)[mask])
+
+
+def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
+    """The slow steady iterations of ``a`` (an ``Analysis``: its iterations, trace, GPU ops, busy time)."""
+    it = a.iterations.table
+    empty = SlowIterations(factor, pd.DataFrame(columns=_COLUMNS))
+    if len(it) == 0 or "period_ns" not in it:
+        return empty
+    st = it.loc[~it["warmup"].to_numpy(dtype=bool) & (it["period_ns"].to_numpy() >= 0)]
+    rows: list[pd.DataFrame] = []
+    typical: dict[tuple[int, int], dict[str, float]] = {}
+    periodic: dict[tuple[int, int], int] = {}
+    span = 0
+    for (pid, tid), g in st.groupby(["pid", "tid"], sort=True):
+        per = g["period_ns"].to_numpy(np.int64)
+        if len(per) < MIN_STEADY:
+            continue
+        span += int(per.sum())
+        med = float(np.median(per))
+        slow = per > factor * med
+        if not slow.any():
+            continue
+        hi = g["start_ns"].to_numpy(np.int64) + g["latency_ns"].to_numpy(np.int64)  # completion
+        lo = hi - per
+        m = _measures(a, int(pid), int(tid), lo, hi, slow)
+        typ = {k: float(np.median(v[~slow])) if (~slow).any() else 0.0 for k, v in m.items() if k != "new_kernels"
+               and k != "extra_ranges"}
+        typical[(int(pid), int(tid))] = {"period_ns": med, **typ}
+        idx = g["index"].to_numpy()[slow]
+        if len(idx) >= 3:
+            d = np.diff(np.sort(idx))
+            if len(set(d.tolist())) == 1:
+                periodic[(int(pid), int(tid))] = int(d[0])
+        df = pd.DataFrame({
+            "index": idx, "pid": int(pid), "tid": int(tid), "start_ns": lo[slow], "end_ns": hi[slow],
+            "period_ns": per[slow], "median_ns": round(med),
+            "cost_ns": (per[slow] - round(med)).astype(np.int64),
+            "gpu_busy_ns": m["gpu_busy_ns"][slow], "kernels": m["kernels"][slow],
+            "new_kernels": [m["new_kernels"][i] for i in np.flatnonzero(slow)],
+            "alloc_calls": m["alloc_calls"][slow], "setup_calls": m["setup_calls"][slow],
+            "setup_ns": m["setup_ns"][slow], "io_ns": m["io_ns"][slow],
+            "extra_ranges": [m["extra_ranges"][i] for i in np.flatnonzero(slow)],
+            "untraced_ns": m["untraced_ns"][slow]})
+        df["cause"] = [_cause(r, typical[(int(pid), int(tid))]) for r in df.itertuples(index=False)]
+        first = _first_in_enclosing(a, int(pid), int(tid), g["start_ns"].to_numpy(np.int64)[slow])
+        if first is not None:
+            df.loc[first, "cause"] = f"start of each '{a_enclosing(a)}'"
+        rows.append(df)
+    if not rows:
+        return SlowIterations(factor, empty.table, typical, span, periodic)
+    return SlowIterations(factor, pd.concat(rows, ignore_index=True)[_COLUMNS], typical, span, periodic)
+
+
+def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> dict[str, Any]:
+    """Per interval (lo, hi] of one sequence: the measures the module doc lists."""
+    tr = a.trace
+    n = len(lo)
+    ops = a.ops
+    of_pid = ops["pid"].to_numpy() == pid
+    pops = ops.loc[of_pid]
+    devs = np.unique(pops["device_id"].to_numpy()) if len(pops) else np.array([], dtype=np.int64)
+    busy = np.zeros(n, dtype=np.int64)
+    for d in devs.tolist():
+        dm = ops["device_id"].to_numpy() == d
+        busy += _covered(ops["start_ns"].to_numpy(np.int64)[dm], ops["end_ns"].to_numpy(np.int64)[dm], lo, hi)
+    # kernels launched by the process in each interval (by their launching call's start)
+    kmask = (pops["op"].astype(str).to_numpy() == "kernel") if len(pops) else np.zeros(0, dtype=bool)
+    kops = pops.loc[kmask]
+    kt = kops["api_start_ns"].to_numpy(np.int64) if len(kops) else np.zeros(0, dtype=np.int64)
+    ko = np.argsort(kt, kind="stable")
+    kt = kt[ko]
+    knames = kops["name"].astype(str).to_numpy()[ko] if len(kops) else np.zeros(0, dtype=object)
+    kernels = _counts_between(kt, lo, hi)
+    left = np.searchsorted(kt, lo, side="right")
+    right = np.searchsorted(kt, hi, side="right")
+    seen: set[str] = set()
+    for i in np.flatnonzero(~slow):
+        seen.update(knames[left[i]:right[i]].tolist())
+    new_kernels: list[list[str]] = [[] for _ in range(n)]
+    for i in np.flatnonzero(slow):
+        names = knames[left[i]:right[i]]
+        new_kernels[i] = sorted({x for x in names.tolist() if x not in seen})
+    api = tr.cuda_api
+    apid = api["pid"].to_numpy() == pid
+    anames = api["name"].astype(str)
+    alloc = _sorted_starts(api, apid & np.asarray(name_in(anames, ALLOC_APIS)))
+    sm = apid & anames.str.startswith(SETUP_PREFIXES).to_numpy()
+    setup = _sorted_starts(api, sm)
+    setup_ns = _covered(api["start_ns"].to_numpy(np.int64)[sm], api["end_ns"].to_numpy(np.int64)[sm], lo, hi)
+    osrt = tr.osrt
+    opid = osrt["pid"].to_numpy() == pid
+    io = opid & np.asarray(name_in(osrt["name"].astype(str), IO_CALLS))
+    io_s, io_e = osrt["start_ns"].to_numpy(np.int64)[io], osrt["end_ns"].to_numpy(np.int64)[io]
+    io_ns = _covered(io_s, io_e, lo, hi)
+    # the thread's traced time: its CUDA and OS calls, and its process's GPU work
+    th_api = apid & (api["tid"].to_numpy() == tid)
+    th_os = opid & (osrt["tid"].to_numpy() == tid)
+    s = np.concatenate([api["start_ns"].to_numpy(np.int64)[th_api], osrt["start_ns"].to_numpy(np.int64)[th_os],
+                        pops["start_ns"].to_numpy(np.int64)])
+    e = np.concatenate([api["end_ns"].to_numpy(np.int64)[th_api], osrt["end_ns"].to_numpy(np.int64)[th_os],
+                        pops["end_ns"].to_numpy(np.int64)])
+    untraced = (hi - lo) - _covered(s, e, lo, hi)
+    return {"gpu_busy_ns": busy, "kernels": kernels, "new_kernels": new_kernels,
+            "alloc_calls": _counts_between(alloc, lo, hi), "setup_calls": _counts_between(setup, lo, hi),
+            "setup_ns": setup_ns,
+            "io_ns": io_ns, "extra_ranges": _extra_ranges(a, pid, lo, hi, slow), "untraced_ns": untraced}
+
+
+def _extra_ranges(a: Any, pid: int, lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> list[list[str]]:
+    """Per interval: the names of the program's own NVTX ranges of the process starting in it that no
+    typical interval holds (library ranges and the iteration range itself left out)."""
+    nv = a.trace.nvtx
+    out: list[list[str]] = [[] for _ in range(len(lo))]
+    if len(nv) == 0:
+        return out
+    m = (nv["pid"].to_numpy() == pid) & nv["end_ns"].notna().to_numpy()
+    sub = nv.loc[m]
+    if len(sub) == 0:
+        return out
+    names = sub["name"].astype(str)
+    own = ~libranges.library_mask(names, sub["domain"])
+    rng = a.iterations.range_name
+    keep = own & (names.to_numpy() != rng) & (sub["text"].astype(str).to_numpy() != rng)
+    t = sub["start_ns"].to_numpy(np.int64)[keep]
+    nm = names.to_numpy()[keep]
+    o = np.argsort(t, kind="stable")
+    t, nm = t[o], nm[o]
+    left, right = np.searchsorted(t, lo, side="right"), np.searchsorted(t, hi, side="right")
+    seen: set[str] = set()
+    for i in np.flatnonzero(~slow):
+        seen.update(nm[left[i]:right[i]].tolist())
+    for i in np.flatnonzero(slow):
+        out[i] = sorted({x for x in nm[left[i]:right[i]].tolist() if x not in seen})
+    return out
+
+
+def a_enclosing(a: Any) -> str | None:
+    """The program's range that encloses the iterations (a request around its tokens), if any."""
+    for lv in getattr(a.iterations, "levels", []) or []:
+        if str(lv.get("role", "")).startswith("encloses"):
+            return str(lv["name"])
+    return None
+
+
+def _first_in_enclosing(a: Any, pid: int, tid: int, starts: np.ndarray) -> np.ndarray | None:
+    """Which of the iterations starting at ``starts`` are the first iteration inside an instance of the
+    enclosing range on their thread (the per-request work before a request's first token)."""
+    name = a_enclosing(a)
+    if name is None or len(starts) == 0:
+        return None
+    nv = a.trace.nvtx
+    m = ((nv["pid"].to_numpy() == pid) & (nv["tid"].to_numpy() == tid) & nv["end_ns"].notna().to_numpy()
+         & (nv["name"].astype(str).to_numpy() == name))
+    enc = nv.loc[m]
+    if len(enc) == 0:
+        return None
+    es = np.sort(enc["start_ns"].to_numpy(np.int64))
+    it = a.iterations.table
+    mine = it.loc[(it["pid"].to_numpy() == pid) & (it["tid"].to_numpy() == tid)]
+    its = np.sort(mine["start_ns"].to_numpy(np.int64))
+    # the first iteration after each enclosing instance's start
+    firsts = set(its[np.clip(np.searchsorted(its, es, side="left"), 0, len(its) - 1)].tolist())
+    return np.array([s in firsts for s in starts.tolist()], dtype=bool)
+
+
+def _cause(r: Any, typ: dict[str, float]) -> str:
+    """The largest difference between a slow iteration and the typical one, in time where it can be."""
+    if r.new_kernels or r.setup_calls > typ.get("setup_calls", 0):
+        return "new kernels"
+    excess = {
+        "allocation": 1.0 if r.alloc_calls > typ.get("alloc_calls", 0) + 0.5 else 0.0,
+        "file I/O": max(0.0, r.io_ns - typ.get("io_ns", 0.0)),
+        "extra work": max(0.0, r.gpu_busy_ns - typ.get("gpu_busy_ns", 0.0)) + (1.0 if r.extra_ranges else 0.0),
+        "untraced CPU": max(0.0, r.untraced_ns - typ.get("untraced_ns", 0.0)),
+    }
+    if r.extra_ranges:
+        return "extra work"
+    best = max(excess, key=lambda k: excess[k])
+    return best if excess[best] > 0 else "untraced CPU"

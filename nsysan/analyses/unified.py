@@ -1,0 +1,177 @@
+"""Unified (managed) memory: migrations, page faults, and the kernel time spent while faults are pending.
+
+**Migrations** are the memcpy rows of the unified kinds (``copy_kind`` 11 host to device, 12 device
+to host) with their ``migration_cause`` (1 user prefetch, 2 page fault, 3 speculative prefetch,
+4 eviction, 5 access counters); they are in every trace of a program using managed memory.
+**Faults** need ``--cuda-um-gpu-page-faults=true --cuda-um-cpu-page-faults=true``: GPU fault groups
+(start, end, device, number of faults) and CPU faults (one row each, a point in time).
+
+Per steady iteration (its period: previous completion, completion], per process: GPU faults, CPU
+faults, bytes moved each way and by cause; per kernel name: the kernel time during which GPU faults
+of its device were pending (kernel intervals intersected with the union of the fault groups).
+**Thrashing**: the driver moves memory both ways on its own (page faults, speculative prefetch,
+eviction: every cause but a user prefetch) in at least half of the steady iterations.
+
+**Saving model**: the fix (prefetching to where the memory is used next, ``cudaMemPrefetchAsync``,
+or explicit device buffers) turns fault-driven migrations into bulk transfers. The time it saves is
+the kernel time spent while faults are pending, less the time the same bytes take at bulk rate: the
+trace's own user-prefetch migrations' rate when it has them, else its fastest migration row's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses import intervals as iv
+
+UM_HTOD, UM_DTOH = 11, 12
+CAUSES = {0: "unknown", 1: "user prefetch", 2: "page fault", 3: "speculative prefetch", 4: "eviction",
+          5: "access counters"}
+FLAGS = ("--cuda-um-gpu-page-faults=true", "--cuda-um-cpu-page-faults=true")
+THRASH_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class UnifiedMemory:
+    migrations: int
+    bytes_htod: int
+    bytes_dtoh: int
+    by_cause: dict[str, dict[str, int]]  # cause -> {"count", "bytes", "ns"}
+    gpu_fault_groups: int
+    gpu_faults: int
+    cpu_faults: int
+    faults_recorded: bool
+    per_iteration: pd.DataFrame  # index, pid, gpu_faults, cpu_faults, bytes_htod, bytes_dtoh, faulted_kernel_ns
+    per_kernel: pd.DataFrame  # name, count, total_ns, faulted_ns
+    thrashing: bool
+    bulk_rate_bytes_per_s: float
+    fault_bytes: int  # bytes moved by page-fault migrations in the steady window
+    saving_ns: int  # in the steady window
+    steady_iterations: int
+    missing: list[str] = field(default_factory=list)
+    # the steady window's kernel time while GPU faults were pending: merged (starts, ends)
+    faulted: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+    @property
+    def present(self) -> bool:
+        return self.migrations > 0 or self.gpu_fault_groups > 0 or self.cpu_faults > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"migrations": self.migrations, "bytes_htod": self.bytes_htod, "bytes_dtoh": self.bytes_dtoh,
+                "by_cause": self.by_cause, "gpu_fault_groups": self.gpu_fault_groups, "gpu_faults": self.gpu_faults,
+                "cpu_faults": self.cpu_faults, "faults_recorded": self.faults_recorded,
+                "per_iteration": self.per_iteration.to_dict("records"),
+                "per_kernel": self.per_kernel.head(20).to_dict("records"), "thrashing": self.thrashing,
+                "bulk_rate_bytes_per_s": round(self.bulk_rate_bytes_per_s, 1), "fault_bytes": self.fault_bytes,
+                "saving_ns": self.saving_ns, "missing_flags": self.missing}
+
+
+def _bounds(a: Any) -> pd.DataFrame:
+    """Steady iterations with their period (lo, hi] per process."""
+    t = a.iterations.table
+    if len(t) == 0:
+        return pd.DataFrame(columns=["index", "pid", "lo", "hi"])
+    st = t.loc[~t["warmup"].to_numpy(dtype=bool) & (t["period_ns"].to_numpy() >= 0)]
+    hi = st["start_ns"].to_numpy(np.int64) + st["latency_ns"].to_numpy(np.int64)
+    return pd.DataFrame({"index": st["index"].to_numpy(), "pid": st["pid"].to_numpy(), "lo": hi - st["period_ns"].to_numpy(np.int64),
+                         "hi": hi})
+
+
+def _count_in(t: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    o = np.argsort(t, kind="stable")
+    t, w = t[o], w[o]
+    c = np.concatenate([[0], np.cumsum(w, dtype=np.int64)])
+    return c[np.searchsorted(t, hi, side="right")] - c[np.searchsorted(t, lo, side="right")]
+
+
+def unified_memory(a: Any) -> UnifiedMemory:
+    tr = a.trace
+    mc = tr.memcpy
+    um = mc.loc[np.isin(mc["copy_kind"].to_numpy(), (UM_HTOD, UM_DTOH))] if len(mc) else mc
+    cause = um["migration_cause"].to_numpy() if "migration_cause" in um else np.zeros(len(um), dtype=np.int64)
+    gf = getattr(tr, "um_gpu_faults", pd.DataFrame())
+    cf = getattr(tr, "um_cpu_faults", pd.DataFrame())
+    by: dict[str, dict[str, int]] = {}
+    for c in np.unique(cause).tolist():
+        m = cause == c
+        by[CAUSES.get(int(c), str(c))] = {"count": int(m.sum()), "bytes": int(um["bytes"].to_numpy(np.int64)[m].sum()),
+                                          "ns": int(um["dur_ns"].to_numpy(np.int64)[m].sum())}
+    kind = um["copy_kind"].to_numpy()
+    w = a.steady
+    lo, hi = w.start_ns, w.end_ns
+    # per steady iteration
+    b = _bounds(a)
+    per = pd.DataFrame(columns=["index", "pid", "gpu_faults", "cpu_faults", "bytes_htod", "bytes_dtoh"])
+    od = cause != 1
+    if len(b):
+        rows = []
+        for pid, g in b.groupby("pid"):
+            l_, h_ = g["lo"].to_numpy(np.int64), g["hi"].to_numpy(np.int64)
+            mp = um["pid"].to_numpy() == pid
+            st = um["start_ns"].to_numpy(np.int64)
+            by_ = um["bytes"].to_numpy(np.int64)
+            r = {"index": g["index"].to_numpy(), "pid": int(pid),
+                 "gpu_faults": _count_in(gf["start_ns"].to_numpy(np.int64)[gf["pid"].to_numpy() == pid],
+                                         gf["faults"].to_numpy(np.int64)[gf["pid"].to_numpy() == pid], l_, h_)
+                 if len(gf) else np.zeros(len(g), np.int64),
+                 "cpu_faults": _count_in(cf["start_ns"].to_numpy(np.int64)[cf["pid"].to_numpy() == pid],
+                                         np.ones(int((cf["pid"].to_numpy() == pid).sum()), np.int64), l_, h_)
+                 if len(cf) else np.zeros(len(g), np.int64),
+                 "bytes_htod": _count_in(st[mp & (kind == UM_HTOD)], by_[mp & (kind == UM_HTOD)], l_, h_),
+                 "bytes_dtoh": _count_in(st[mp & (kind == UM_DTOH)], by_[mp & (kind == UM_DTOH)], l_, h_),
+                 # moved by the driver on its own (faults, speculation, eviction), not by a prefetch
+                 "_on_demand_htod": _count_in(st[mp & od & (kind == UM_HTOD)], by_[mp & od & (kind == UM_HTOD)], l_, h_),
+                 "_on_demand_dtoh": _count_in(st[mp & od & (kind == UM_DTOH)], by_[mp & od & (kind == UM_DTOH)], l_, h_)}
+            rows.append(pd.DataFrame(r))
+        per = pd.concat(rows, ignore_index=True)
+    thrash = bool(len(per) and ((per["_on_demand_htod"] > 0) & (per["_on_demand_dtoh"] > 0)).mean() >= THRASH_SHARE)
+    per = per.drop(columns=["_on_demand_htod", "_on_demand_dtoh"], errors="ignore")
+    # kernel time while GPU faults are pending, per kernel name, in the steady window
+    k = tr.kernels
+    pk = pd.DataFrame(columns=["name", "count", "total_ns", "faulted_ns"])
+    faulted_iv = (np.empty(0, np.int64), np.empty(0, np.int64))
+    faulted_total = 0
+    if len(gf) and len(k):
+        kin = (k["end_ns"].to_numpy() > lo) & (k["start_ns"].to_numpy() < hi)
+        kk = k.loc[kin]
+        faulted = np.zeros(len(kk), dtype=np.int64)
+        pieces: list[tuple[np.ndarray, np.ndarray]] = []
+        for d in np.unique(gf["device_id"].to_numpy()).tolist():
+            fm = gf["device_id"].to_numpy() == d
+            ms, me = iv.merge(gf["start_ns"].to_numpy(np.int64)[fm], gf["end_ns"].to_numpy(np.int64)[fm])
+            km = kk["device_id"].to_numpy() == d
+            s = np.maximum(kk["start_ns"].to_numpy(np.int64)[km], lo)
+            e = np.minimum(kk["end_ns"].to_numpy(np.int64)[km], hi)
+            faulted[km] = iv.covered_between(ms, me, s, e)
+            pieces.append(iv.intersect((ms, me), iv.merge(s, e)))
+        faulted_iv = iv.merge(np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
+        agg = pd.DataFrame({"name": kk["name"].astype(str).to_numpy(), "total_ns": kk["dur_ns"].to_numpy(np.int64),
+                            "faulted_ns": faulted}).groupby("name").agg(count=("total_ns", "size"),
+                                                                        total_ns=("total_ns", "sum"),
+                                                                        faulted_ns=("faulted_ns", "sum"))
+        pk = agg.reset_index().sort_values("faulted_ns", ascending=False).reset_index(drop=True)
+        faulted_total = int(pk["faulted_ns"].sum())
+    # bulk rate: user prefetches, else the fastest migration rows
+    dur = um["dur_ns"].to_numpy(np.int64)
+    byt = um["bytes"].to_numpy(np.int64)
+    pre = cause == 1
+    if pre.any() and dur[pre].sum() > 0:
+        rate = float(byt[pre].sum()) / (dur[pre].sum() / 1e9)
+    elif len(um) and (dur > 0).any():
+        rate = float(np.max(byt[dur > 0] / (dur[dur > 0] / 1e9)))
+    else:
+        rate = 0.0
+    stw = (um["start_ns"].to_numpy(np.int64) >= lo) & (um["start_ns"].to_numpy(np.int64) < hi)
+    fault_bytes = int(byt[stw & (cause == 2)].sum())
+    bulk_ns = int(fault_bytes / rate * 1e9) if rate > 0 else 0
+    saving = max(0, faulted_total - bulk_ns)
+    recorded = len(gf) > 0 or len(cf) > 0 or bool(getattr(tr, "um_faults_recorded", False))
+    missing = [] if recorded else list(FLAGS)
+    n_steady = len(b)
+    return UnifiedMemory(len(um), int(byt[kind == UM_HTOD].sum()), int(byt[kind == UM_DTOH].sum()), by,
+                         len(gf), int(gf["faults"].sum()) if len(gf) else 0, len(cf), recorded, per, pk, thrash, rate,
+                         fault_bytes, saving, n_steady, missing if len(um) else [], faulted_iv)
