@@ -42,6 +42,10 @@ PAIRS: list[tuple[str, str, str]] = [
     ("ddp_serial", "ddp_overlap", "train_step"),
     ("decode_eager", "decode_graph", "decode_token"),
     ("launch_eager", "launch_graph", "step"),
+    # issue 41: unified memory prefetched, pipeline stages balanced, two GPUs pipelined
+    ("um_thrash", "um_prefetch", "gpu_update"),
+    ("pipe_stages", "pipe_balanced", "train_step"),
+    ("two_gpu_turns", "two_gpu_pipelined", "train_step"),
 ]
 # a rule still firing on `after` counts as resolved when its saving per iteration fell below this share of
 # what it was: a rule that keeps a material saving was not fixed by the step (serial-copy-compute after

@@ -33,6 +33,7 @@ import numpy as np
 
 from nsysan.errors import UsageError
 from nsysan.saved import SAVED_SHAPE, validate_saved  # noqa: F401  (SAVED_SHAPE: its former home)
+from nsysan.saved import loads_saved
 
 MIN_SAMPLES = 5
 ALPHA = 0.01
@@ -87,10 +88,6 @@ GATE_METRICS = ("iter_p50_ns", "iter_p90_ns", "iter_p99_ns", "iter_mean_ns", "it
                 "timed_region_gpu_ns", "kernel_total_ns", "gpu_idle_ns")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def load(source: str | Path, iteration_range: str | None = None) -> dict[str, Any]:
     """An analysis as a dict: from a saved nsysan JSON file, or by analysing a trace."""
     from nsysan.units import clean_text
@@ -102,11 +99,14 @@ def load(source: str | Path, iteration_range: str | None = None) -> dict[str, An
         shown = clean_text(path)
         raw = read_small_file(path, "saved analysis")
         try:
-            d = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            d, bad = loads_saved(raw.decode("utf-8"))
         except RecursionError:
             raise UsageError(f"{shown}: not an nsysan JSON file (nested too deeply)") from None
         except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
             raise UsageError(f"{shown}: not an nsysan JSON file ({clean_text(e)})") from e
+        if bad:  # a number no float holds, anywhere in the file (not only in the fields checked below)
+            raise UsageError(f"{shown}: a damaged nsysan JSON file: {clean_text(bad)}",
+                             hint="write it again with nsysan analyze TRACE --json OUT.json")
         if isinstance(d, dict) and d.get("schema") == "nsysan.analysis/1":
             raise UsageError(f"{shown}: an nsysan.analysis/1 file, whose iteration times are latencies; "
                              "analyse the trace again (nsysan.analysis/2 compares periods)")

@@ -80,8 +80,10 @@ class RegressionError(NsysanError):
 
 
 class OutputError(NsysanError):
-    """An output cannot be written: a read-only folder or file system, no space left, a name too
-    long, a parent that is a file. The previous file of that name, if any, is left as it was."""
+    """An output cannot be written: a read-only folder or file system, no space left, a name or path
+    over the file system's limits, a parent that is a file, or an existing path that is not a regular
+    file (a FIFO, a device, a directory, a link into /proc), which ``--force`` does not replace. The
+    previous file of that name, if any, is left as it was."""
 
     exit_code = 12
 

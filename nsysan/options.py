@@ -241,14 +241,27 @@ def time_range(text: str) -> tuple[float, float]:
     return (float(a), float(b))
 
 
-_SCHEDULER = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?[A-Za-z0-9_.\-\[\]:%]+(?::\d{1,5})?/?$")
+_SCHEDULER = re.compile(r"^(?:(?:tcp|ws)://)?[A-Za-z0-9_.\-\[\]:%]+(?::\d{1,5})?/?$")
+# Dask schemes nsysan does not support: each needs more than an address (tls/wss: certificates; ucx:
+# UCX-Py and its network; inproc: a scheduler inside this very process)
+_UNSUPPORTED_SCHEMES = {"tls": "it needs TLS certificates, which nsysan does not pass to Dask",
+                        "wss": "it needs TLS certificates, which nsysan does not pass to Dask",
+                        "ucx": "it needs UCX-Py and a UCX network",
+                        "inproc": "it names a scheduler inside the nsysan process itself"}
 
 
 def scheduler_address(text: str) -> str:
-    """A Dask scheduler address (``tcp://head:8786`` or ``host:port``)."""
-    if not _SCHEDULER.match(text) or text.startswith((":", "/")) or "://" not in text and ":" not in text:
+    """A Dask scheduler address (``tcp://head:8786``, ``ws://head:8786`` or ``host:port``); other
+    Dask schemes (``tls://``, ``wss://``, ``ucx://``, ``inproc://``) are refused with the reason."""
+    scheme = text.partition("://")[0].lower() if "://" in text else ""
+    if scheme in _UNSUPPORTED_SCHEMES:
+        raise _type_error(f"{_say(text)!r}: {scheme}:// schedulers are not supported ({_UNSUPPORTED_SCHEMES[scheme]}); "
+                          "expected tcp://HOST:PORT (or ws://HOST:PORT, or HOST:PORT)")
+    port = re.search(r":(\d{1,5})/?$", text)
+    if (not _SCHEDULER.match(text) or text.startswith((":", "/")) or "://" not in text and ":" not in text
+            or port and int(port.group(1)) > 65535):
         raise _type_error(f"{_say(text)!r}: expected a Dask scheduler address such as "
-                          "tcp://head:8786 (or host:port)")
+                          "tcp://head:8786 (or host:port, port 0-65535)")
     return text
 
 

@@ -1,9 +1,12 @@
 """Writing outputs safely, for the CLI and the Python API alike: atomic (a temp file in the same
-folder, then a rename), never over an existing file without ``force`` unless it is an output nsysan
+folder, then a rename; no temp file left by an error, Ctrl-C, SIGTERM or SIGHUP; the permissions of
+the file replaced kept), never over an existing file without ``force`` unless it is an output nsysan
 wrote itself (``own_output``: a regular file carrying nsysan's marker, so running the same command
-twice works), never over an input (compared by device and inode, so also through a link), and side
-files (configs, saved analyses) read with a size limit. Errors are ``NsysanError``s whose messages
-name the file."""
+twice works), never over anything but a regular file whatever ``force`` says (``unreplaceable``: a
+FIFO, a device, a link into /proc such as /dev/stdout), never over an input (compared by device and
+inode, so also through a link), and side files (configs, saved analyses) read with a size limit.
+Errors are ``NsysanError``s whose messages name the file: a name over the file system's limits, like
+any output that cannot be written, is ``OutputError``."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from nsysan.errors import OutputError, OutputExistsError, TraceNotFoundError, Tr
 from nsysan.units import clean_text as _say
 
 MAX_SIDE_FILE = 64 << 20  # a config or saved analysis larger than this is not one
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+PATH_MAX = 4096  # bytes in a path given to the system (Linux), its terminating NUL included
 
 
 def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
@@ -86,14 +91,68 @@ def own_output(path: str | os.PathLike[str], csv_header: bytes | None = None) ->
         os.close(fd)
 
 
-def _why(e: OSError) -> str:
+def unreplaceable(path: str | os.PathLike[str]) -> str | None:
+    """Why the existing ``path`` is no file an output may replace, whatever ``force`` says; None
+    when it may be written (it does not exist, or it is a regular file, also through symbolic links).
+    Refused: a FIFO, socket or device (``/dev/null``), a directory, a symbolic link to a missing file
+    or in a loop, and any link through ``/proc`` (``/dev/stdout``, ``/proc/self/fd/N``: a descriptor
+    of this process, which a rename would replace by a regular file when run as root). Nothing is
+    opened. Paths that cannot even be looked up (a name too long) are left to the write to report."""
+    p = os.path.abspath(os.fspath(path))
+    for step in range(40):
+        parent = os.path.realpath(os.path.dirname(p))
+        p = os.path.join(parent, os.path.basename(p))
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return None if step == 0 else "a symbolic link to a missing file"
+        except (OSError, ValueError):
+            return None
+        if stat.S_ISREG(st.st_mode):
+            return None
+        if not stat.S_ISLNK(st.st_mode):
+            from nsysan.inputs import file_kind
+
+            return file_kind(st.st_mode)
+        if parent == "/proc" or parent.startswith("/proc/"):
+            return "a link to a file descriptor or process (/proc)"
+        try:
+            p = os.path.join(parent, os.readlink(p))
+        except (OSError, ValueError):
+            return None
+    return "a loop of symbolic links"
+
+
+def refuse_special(option: str, path: str | os.PathLike[str]) -> None:
+    """``OutputError`` when ``path`` is no file an output may replace (``unreplaceable``)."""
+    why = unreplaceable(path)
+    if why is not None:
+        prefix = f"{option} " if option else ""
+        raise OutputError(f"{prefix}{_say(path)}: {why}, not a regular file: nsysan writes its outputs only as "
+                          "new or regular files, even with --force", hint="name a new file or a regular file")
+
+
+def path_too_long(path: str | os.PathLike[str]) -> str | None:
+    """What of ``path`` is over the file system's limits (a component over NAME_MAX bytes, the whole
+    over PATH_MAX), or None."""
+    raw = os.fsencode(path)
+    if any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        return f"a file or folder name longer than {NAME_MAX} bytes"
+    if len(raw) >= PATH_MAX:
+        return f"a path of {len(raw):,} bytes, longer than the {PATH_MAX - 1:,} a file system accepts"
+    return None
+
+
+def reason(e: OSError) -> str:
+    """An ``OSError`` in words, for "cannot write: ..."."""
     import errno
 
     return {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
             errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
             errno.EPERM: "not permitted", errno.ENAMETOOLONG: "file name too long",
             errno.ENOTDIR: "a parent is not a directory", errno.EEXIST: "a parent is not a directory",
-            errno.EISDIR: "is a directory"}.get(e.errno or 0, e.strerror or str(e))
+            errno.EISDIR: "is a directory", errno.ELOOP: "a loop of symbolic links"}.get(e.errno or 0,
+                                                                                        e.strerror or str(e))
 
 
 @contextmanager
@@ -102,7 +161,8 @@ def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] =
     """A binary file to write ``path``'s new content into, streamed: it replaces ``path`` only when the
     ``with`` block ends without an error (fsync'ed first); on any error the temp file is removed and an
     existing ``path`` stays as it was. An existing ``path`` needs ``force`` unless nsysan wrote it
-    (``own_output``; ``csv_header``: the header line of the CSV table about to be written).
+    (``own_output``; ``csv_header``: the header line of the CSV table about to be written), and must
+    be a regular file whatever ``force`` says (``unreplaceable``: checked again just before the rename).
     ``protect``: (device, inode) of the inputs, which an output never
     replaces, whatever ``force`` says."""
     path = Path(path)
@@ -110,21 +170,30 @@ def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] =
     if protect and identity(path) in set(protect):
         raise UsageError(f"{shown}: is an input of this run; refusing to overwrite it with a report",
                          hint="choose another output name")
+    exists = False
     try:
+        long = path_too_long(path)
+        if long:
+            raise OutputError(f"{shown[:200]}{'...' if len(shown) > 200 else ''}: cannot write: {long}")
+        refuse_special("", path)
         exists = path.exists() or path.is_symlink()
-    except OSError:
-        exists = False
-    if exists and not force and not own_output(path, csv_header):
-        raise OutputExistsError(f"{shown}: exists, and nsysan did not write it", hint="pass --force to overwrite it")
-    if path.is_dir():
-        raise OutputError(f"{shown}: is a directory")
-    try:
+        if exists and not force and not own_output(path, csv_header):
+            raise OutputExistsError(f"{shown}: exists, and nsysan did not write it",
+                                    hint="pass --force to overwrite it")
+        if path.is_dir():
+            raise OutputError(f"{shown}: is a directory")
+
+        def still_writable() -> None:  # the same checks at the moment of the rename
+            if protect and identity(path) in set(protect):
+                raise UsageError(f"{shown}: is an input of this run; refusing to overwrite it with a report")
+            refuse_special("", path)
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path, durable=True) as f:
+        with replacing(path, durable=True, check=still_writable) as f:
             yield f
     except OSError as e:
         old = " (the existing file is unchanged)" if exists else ""
-        raise OutputError(f"{shown}: cannot write: {_why(e)}{old}") from e
+        raise OutputError(f"{shown}: cannot write: {reason(e)}{old}") from e
 
 
 def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[int, int]] = ()) -> None:

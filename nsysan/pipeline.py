@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from nsysan._version import __version__
-from nsysan.errors import NsysanError, OutputExistsError, UsageError
+from nsysan.errors import NsysanError, OutputError, OutputExistsError, UsageError
 from nsysan.outputs import identity as _identity
-from nsysan.outputs import own_output, write_atomic
+from nsysan.outputs import own_output, path_too_long, reason, refuse_special, write_atomic
 from nsysan.units import clean_text as _say
 
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
@@ -80,42 +80,55 @@ def _default_html(trace: str, json_path: str | None) -> str:
 
 def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, force: bool) -> list[tuple[int, int]]:
     """Before any work: no output is an input (same file by device and inode, so also through a
-    symbolic or hard link), no two outputs are one file, every output folder can be one, and an
-    existing output nsysan did not write needs ``force``. ``outputs``: (option, path). Returns the
-    inputs' identities, which ``write_atomic`` checks again at the moment of writing."""
+    symbolic or hard link; ``inputs`` include side files such as ``--config``), no two outputs are one
+    file, every output folder can be one, no name is over the file system's limits, an existing
+    output is a regular file whatever ``force`` says (not a FIFO, device or link into ``/proc``), and
+    one nsysan did not write needs ``force``. ``outputs``: (option, path). Returns the inputs'
+    identities, which ``write_atomic`` checks again at the moment of writing."""
     protect = [i for i in (_identity(t) for t in inputs) if i is not None]
     seen: dict[str, str] = {}
     for option, out in outputs:
         shown = _say(out)
         ident = _identity(out)
         if ident is not None and ident in protect:
-            raise UsageError(f"{option} {shown}: is the input trace; refusing to write a report over it",
+            raise UsageError(f"{option} {shown}: is an input of this run; refusing to write a report over it",
                              hint="choose another output name")
         key = os.path.normcase(os.path.realpath(out))
         if key in seen:
             raise UsageError(f"{option} {shown}: the same file as {seen[key]}; each output needs its own path")
         seen[key] = f"{option} {shown}"
-        if len(os.fsencode(Path(out).name)) > NAME_MAX:
-            raise UsageError(f"{option} {shown[:80]}...: file name longer than {NAME_MAX} bytes")
-        for parent in [Path(out).parent, *Path(out).parent.parents]:
-            if parent.exists() or parent.is_symlink():
-                if not parent.is_dir():
-                    raise UsageError(f"{option} {shown}: {_say(parent)} is not a directory")
-                break
-        if ident is not None and Path(out).is_dir():
-            raise UsageError(f"{option} {shown}: is a directory")
-        if ident is not None and not force and not own_output(out):  # nsysan's own outputs are replaced
-            raise OutputExistsError(f"{shown}: exists, and nsysan did not write it",
-                                    hint="pass --force to overwrite it")
+        try:
+            _check_output_path(option, out, ident, force)
+        except OSError as e:  # a lookup the file system refuses (a name too long, a loop of links)
+            raise OutputError(f"{option} {shown[:200]}: cannot write: {reason(e)}") from None
     return protect
 
 
+def _check_output_path(option: str, out: str, ident: tuple[int, int] | None, force: bool) -> None:
+    shown = _say(out)
+    long = path_too_long(out)
+    if long:
+        raise OutputError(f"{option} {shown[:200]}{'...' if len(shown) > 200 else ''}: cannot write: {long}")
+    for parent in [Path(out).parent, *Path(out).parent.parents]:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise OutputError(f"{option} {shown}: cannot write: {_say(parent)} is not a directory")
+            break
+    refuse_special(option, out)
+    if ident is not None and Path(out).is_dir():
+        raise OutputError(f"{option} {shown}: is a directory")
+    exists = ident is not None or Path(out).is_symlink()
+    if exists and not force and not own_output(out):  # nsysan's own outputs are replaced
+        raise OutputExistsError(f"{shown}: exists, and nsysan did not write it", hint="pass --force to overwrite it")
+
+
 def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out_dir: str | None, json_path: str | None,
-                 html: str | None, no_html: bool, csv: str | None, perfetto: str | None, force: bool
-                 ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, int]]]:
+                 html: str | None, no_html: bool, csv: str | None, perfetto: str | None, force: bool,
+                 side_inputs: Sequence[str] = ()) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, int]]]:
     """Each trace's options (``base`` and its outputs), every output checked (``check_outputs``)
     before any trace is opened: nothing is analysed for an output that cannot be written, and no
-    output can be written over an input. Returns the jobs and the inputs' identities."""
+    output can be written over an input (a trace, or a ``side_inputs`` file such as ``--config``).
+    Returns the jobs and the inputs' identities."""
     jobs = []
     planned: list[tuple[str, str]] = []
     stems: dict[str, str] = {}
@@ -143,7 +156,7 @@ def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out
         if not no_html:
             planned.append(("--out-dir", str(Path(out_dir) / "summary.html")))
         planned.append(("--out-dir", str(Path(out_dir) / "ranks.csv")))
-    protect = check_outputs(traces, planned, force=force)
+    protect = check_outputs([*traces, *side_inputs], planned, force=force)
     for _, o in jobs:
         o["protect"] = protect
     return jobs, protect
@@ -381,6 +394,7 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
                             a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
             "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
             "p50_ns": st.get("p50_ns"), "iterations": st.get("count", 0), "range": a.iterations.range_name,
+            "slow": slow_share(a),
             "latency_p50_ns": st.get("latency_p50_ns"), "queueing": bool(st.get("latency_includes_queueing")),
             "queue_depth_p50": st.get("queue_depth_p50"), "headline": st.get("headline"),
             "throughput_per_s": st.get("throughput_per_s"), "why": a.iterations.why,
@@ -402,6 +416,15 @@ def _gpu_metrics_lines(a: Any) -> list[str]:
     from nsysan.report.metrics_view import terminal_lines
 
     return terminal_lines(a)
+
+
+def slow_share(a: Any) -> tuple[int, int, float] | None:
+    """(slow iterations, their cost, its share of the steady iterations' time) when slow-iterations
+    fired (they matter), else None: the headline names them beside the typical period."""
+    s = getattr(a, "slow_iterations", None)
+    if s is None or not s.steady_span_ns or not any(f.rule == "slow-iterations" for f in a.findings):
+        return None
+    return len(s.table), s.cost_ns, s.cost_ns / s.steady_span_ns
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:

@@ -78,6 +78,12 @@ def key(trace: str | os.PathLike[str], options: dict[str, Any]) -> str | None:
         st = os.stat(real)
         h = hashlib.sha256()
         h.update(f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0".encode("utf-8", "replace"))
+        for side in ("-wal", "-journal"):  # what SQLite reads (and nsysan with it) depends on them too
+            try:
+                s2 = os.stat(real + side)
+            except OSError:
+                continue
+            h.update(f"{side}\0{s2.st_size}\0{s2.st_mtime_ns}\0".encode())
         with open(real, "rb") as f:
             h.update(f.read(STAMP_BYTES))
             if st.st_size > STAMP_BYTES:
@@ -97,8 +103,12 @@ def get(k: str | None) -> dict[str, Any] | None:
     p = root() / f"{k}.json"
     try:
         text = p.read_text(encoding="utf-8")
-        d = json.loads(text)
+        from nsysan.saved import loads_saved
+
+        d, bad = loads_saved(text)  # a number no float holds, NaN or Infinity: a tampered file
     except (OSError, ValueError, RecursionError):
+        return None
+    if bad:
         return None
     if not isinstance(d, dict) or d.get("schema") != "nsysan.analysis/2":
         return None

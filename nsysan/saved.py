@@ -36,6 +36,80 @@ _REQUIRED_IN_ROW = {"latency_ns", "cpu_ns", "with_gpu_ns", "busy_ns", "idle_ns",
                     "total_ns", "count", "rule"}
 
 
+# A number in a saved file is out of range when a float cannot hold it (an integer of more than 30
+# digits, 1e400) or when it is not a JSON number at all (NaN, Infinity). ``loads_saved`` keeps such a
+# value as an ``OutOfRange`` and ``out_of_range`` names the first one by its path.
+_MAX_DIGITS = 30
+
+
+class OutOfRange:
+    """A number of a saved file that no float holds, as its text (shortened when long). Neither a
+    number nor a string: no check or computation can take it for data."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+def loads_saved(text: str) -> tuple[Any, str | None]:
+    """``json.loads`` for a saved analysis, and the first number in it that no float holds, NaN or
+    Infinity, anywhere in the file, as ``"path: expected a finite number, got ..."`` (None when
+    none). Such a value is kept as an ``OutOfRange``: an integer is never converted when longer than
+    30 digits (so 5,000 digits do not hit Python's limit on integer conversion either). The number
+    hooks cost about 1 s per 100 MB of JSON; the paths are searched only when one fired.
+    ``ValueError``/``RecursionError`` as json's."""
+    import json
+
+    hits: list[int] = []
+
+    def parse_int(t: str) -> int | OutOfRange:
+        if len(t) > _MAX_DIGITS:  # a sign and 30 digits pass: abs < 1e30 is checked by validate_saved
+            digits = len(t) - t.startswith("-")
+            if digits > _MAX_DIGITS:
+                hits.append(1)
+                return OutOfRange(f"an integer of {digits} digits")
+        return int(t)
+
+    def parse_float(t: str) -> float | OutOfRange:
+        v = float(t)
+        if v - v == 0:  # finite
+            return v
+        hits.append(1)
+        return OutOfRange(t if len(t) <= 40 else f"a number of {len(t)} characters")
+
+    def parse_constant(name: str) -> OutOfRange:
+        hits.append(1)
+        return OutOfRange(f"{name}, which is not a JSON number")
+
+    d = json.loads(text, parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
+    return d, (out_of_range(d) if hits else None)
+
+
+def _key(k: str) -> str:
+    return k if len(k) <= 60 else k[:57] + "..."
+
+
+def out_of_range(d: Any) -> str | None:
+    """The first number of ``loads_saved(...)`` that is out of range, as ``"path: ..."``; None if none.
+    Iterative: a deeply nested file cannot exhaust the stack here."""
+    stack: list[tuple[Any, str]] = [(d, "")]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, OutOfRange):
+            return f"{where or 'top level'}: expected a finite number, got {v}"
+        if isinstance(v, dict):
+            stack.extend((x, f"{where}.{_key(k)}" if where else _key(k)) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((x, f"{where}[{i}]") for i, x in reversed(list(enumerate(v))))
+    return None
+
+
 def _kind(v: Any) -> str:
     return "null" if v is None else {bool: "a boolean", str: "a string", dict: "an object", list: "a list"}.get(
         type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__)
@@ -78,8 +152,14 @@ def _check(v: Any, shape: Any, where: str) -> str | None:
     if v is None:
         return None if nullable else f"{where}: expected {'a number' if shape.startswith('num') else 'a string'}, got null"
     if shape.startswith("num"):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > 1e30:
-            return f"{where}: expected a finite number, got {_kind(v) if not isinstance(v, (int, float)) else v}"
+        if isinstance(v, OutOfRange):
+            return f"{where}: expected a finite number, got {v}"
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{where}: expected a finite number, got {_kind(v)}"
+        if isinstance(v, int) and abs(v) > 10 ** _MAX_DIGITS:  # never float(v): a huge int overflows
+            return f"{where}: expected a finite number, got an integer beyond 1e{_MAX_DIGITS}"
+        if not math.isfinite(v) or abs(v) > 1e30:
+            return f"{where}: expected a finite number, got {v}{' (a number out of range)' if math.isinf(v) else ''}"
     elif shape.startswith("str"):
         if not isinstance(v, str):
             return f"{where}: expected a string, got {_kind(v)}"

@@ -4,7 +4,11 @@ Every case starts from one real fixture and makes it hostile in one or more ways
 replaced by endless views, string ids far beyond the row count, many unused strings with a long
 one among them, name ids that name nothing (missing, negative, NULL, text), NULL GPU names, huge
 REALs in ANALYSIS_DETAILS, REAL/TEXT in time columns, terminal escapes, rich markup and spreadsheet
-formulas in names and NVTX text, dropped tables, truncation, and byte-level mutation of the file.
+formulas in names and NVTX text, dropped tables, truncation, and byte-level mutation of the file;
+and (issue 40) impossible values (durations that overflow when summed, an end of 2^63-1, absurd
+byte counts and device properties), nested and disordered iteration ranges (duplicated, reversed,
+start/end among push/pop, ended on another thread, thousands nested), and columns that are not
+plain data (a generated ``end``, a table rebuilt with TEXT times or REAL ids, a column renamed away).
 Some cases also point an output at the input.
 
 Each case runs ``nsysan analyze`` (JSON, CSV and HTML) in a child forked from a process that has
@@ -13,7 +17,9 @@ imported nsysan but analysed nothing (so the fork is safe and cheap), and must:
 * end with a documented exit code and no traceback or "internal error";
 * finish within the time bound (a child still running is killed: a hang);
 * leave the input byte-identical, and never write an output over it;
-* write strict JSON when it succeeds;
+* write strict JSON when it succeeds, with no impossible figure in it (a busy fraction or share
+  outside [0, 1], a negative duration, count or byte count, a -1 sentinel, a p50 of 0 ns for the
+  iteration) and never 0 kernels in silence when the input's kernel table has rows;
 * peak within 2x the memory of the same trace without the hostile part (growth since the fork,
   plus 64 MB of slack for allocator noise).
 
@@ -153,22 +159,138 @@ def k_truncate(rng: random.Random, p: Path) -> str:
     return f"truncate:{cut}"
 
 
-KINDS: list[Callable[[random.Random, Path], str]] = [k_view, k_huge_id, k_many_strings, k_name_ids, k_meta, k_times,
-                                                     k_evil_text, k_drop, k_bytes, k_truncate]
+K = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def k_values(rng: random.Random, p: Path) -> str:
+    """Issue 40: values no recording holds, on a few rows."""
+    rows = ", ".join(str(r) for r in rng.sample(range(1, 60), rng.randint(1, 4)))
+    s = rng.choice((
+        f'UPDATE {K} SET "end" = start + {rng.choice((1 << 62, (1 << 62) + 11, 1 << 61))} WHERE rowid IN ({rows})',
+        (f'UPDATE {K} SET "end" = {rng.choice(("9223372036854775807", "1e300", "4611686018427387904"))} '
+         f"WHERE rowid IN ({rows})"),
+        f'UPDATE {K} SET start = -4611686018427387000, "end" = 4611686018427387000 WHERE rowid IN ({rows})',
+        f"UPDATE TARGET_INFO_GPU SET smCount = {rng.choice(('1e308', '-4', '100000', '-1e300'))}",
+        f"UPDATE TARGET_INFO_GPU SET totalMemory = {rng.choice(('-1', '1e30', str(1 << 62)))}",
+        # a copy table with absurd byte counts (this fixture has none): -1e9, 2^62
+        (f'CREATE TABLE IF NOT EXISTS CUPTI_ACTIVITY_KIND_MEMCPY AS SELECT start, "end", deviceId, streamId, '
+         f"correlationId, globalPid, {rng.choice(('-1000000000', str(1 << 62), '4096', '1e19'))} AS bytes, "
+         f"1 AS copyKind, 0 AS srcKind, 2 AS dstKind FROM {K} WHERE rowid IN ({rows})"),
+    ))
+    _sql(p, s)
+    return f"values:{s[:70]}"
+
+
+def k_disorder(rng: random.Random, p: Path) -> str:
+    """Issue 40: the NVTX ranges (the iteration range among them) duplicated, reversed, made start/end
+    among push/pop ones, ended on another thread, moved to another thread, or nested by thousands."""
+    m = rng.choice((2, 3, 5))
+    s = rng.choice((
+        f"INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS WHERE eventType = 59 AND rowid % {m} = 0",
+        f'UPDATE NVTX_EVENTS SET start = "end" + 1000, "end" = start WHERE eventType = 59 AND rowid % {m} = 0',
+        f"UPDATE NVTX_EVENTS SET eventType = 60 WHERE eventType = 59 AND rowid % {m} = 0",
+        f"UPDATE NVTX_EVENTS SET eventType = 60, endGlobalTid = globalTid + 5 WHERE eventType = 59 AND rowid % {m} = 0",
+        f"UPDATE NVTX_EVENTS SET globalTid = globalTid + 1 WHERE eventType = 59 AND rowid % {m} = 0",
+        (f"WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < {rng.choice((1000, 20_000))}) "
+         'INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, textId) SELECT a.lo - 100000 + x, '
+         'a.hi + 100000 - x, 59, a.g, a.t FROM r, (SELECT min(start) AS lo, max("end") AS hi, min(globalTid) AS g, '
+         "textId AS t FROM NVTX_EVENTS WHERE eventType = 59 GROUP BY textId ORDER BY count(*) DESC LIMIT 1) AS a"),
+    ))
+    _sql(p, s)
+    return f"disorder:{s[:60]}"
+
+
+def k_columns(rng: random.Random, p: Path) -> str:
+    """Issue 40: the kernel table rebuilt: ``end`` generated (virtual or stored), TEXT times, REAL ids,
+    or ``end`` renamed away."""
+    con = sqlite3.connect(p)
+    cols = [r[1] for r in con.execute(f"PRAGMA table_info({K})")]
+    con.close()
+    rest = [c for c in cols if c not in ("start", "end")]
+    names = ", ".join(f'"{c}"' for c in rest)
+    how = rng.choice(("VIRTUAL", "STORED", "text", "real", "rename"))
+    if how in ("VIRTUAL", "STORED"):
+        stmts = [f"ALTER TABLE {K} RENAME TO k_old",
+                 f'CREATE TABLE {K} (start INTEGER, dur INTEGER, "end" INTEGER GENERATED ALWAYS AS (start + dur) {how}, '
+                 + ", ".join(f'"{c}"' for c in rest) + ")",
+                 f'INSERT INTO {K} (start, dur, {names}) SELECT start, "end" - start, {names} FROM k_old', "DROP TABLE k_old"]
+    elif how in ("text", "real"):
+        t = "TEXT" if how == "text" else "REAL"
+        sel = ", ".join(f'CAST("{c}" AS REAL) AS "{c}"' if how == "real" and c.endswith("Id") else f'"{c}"' for c in rest)
+        stmts = [f'CREATE TABLE k_new AS SELECT CAST(start AS {t}) AS start, CAST("end" AS {t}) AS "end", {sel} FROM {K}',
+                 f"DROP TABLE {K}", f"ALTER TABLE k_new RENAME TO {K}"]
+    else:
+        stmts = [f'ALTER TABLE {K} RENAME COLUMN "end" TO finish']
+    _sql(p, *stmts, loosen_first=False)
+    return f"columns:{how}"
+
+
+SQL_KINDS: list[Callable[[random.Random, Path], str]] = [k_view, k_huge_id, k_many_strings, k_name_ids, k_meta,
+                                                         k_times, k_evil_text, k_drop, k_values, k_disorder, k_columns]
+KINDS: list[Callable[[random.Random, Path], str]] = [*SQL_KINDS, k_bytes, k_truncate]
+# byte counts that cannot be negative (live memory and its growth can: frees of memory allocated
+# before the capture)
+NON_NEGATIVE = frozenset(("bytes", "total_bytes", "pageable_bytes", "pinned_bytes", "allocated_bytes", "freed_bytes",
+                          "fault_bytes", "bytes_dtoh", "bytes_htod"))
+SENTINEL_KEYS = ("period_ns", "device_id", "stream_id", "tid", "api_start_ns", "proj_start_ns", "proj_end_ns")
+
+
+def impossible(d: dict, input_kernels: int) -> list[str]:
+    """Issue 40's promises on a written JSON: the figures it reports could be real."""
+    found: list[str] = []
+
+    def walk(o: object, path: str) -> None:
+        if isinstance(o, dict):
+            for k, v in o.items():
+                walk(v, f"{path}.{k}")
+        elif isinstance(o, list):
+            for v in o:
+                walk(v, path + "[]")
+        elif isinstance(o, (int, float)) and not isinstance(o, bool):
+            key = path.rsplit(".", 1)[-1]
+            never_negative = (key.endswith("_ns") and not key.endswith(("start_ns", "end_ns")) or key == "count"
+                              or key.endswith("_count") or key in NON_NEGATIVE or key in ("device_id", "stream_id", "tid"))
+            if ((key.endswith("_frac") or key == "share") and not 0 <= o <= 1.000001 or o < 0 and never_negative
+                    or o == -1 and key in SENTINEL_KEYS):
+                found.append(f"{path} = {o}")
+
+    walk(d, "")
+    it = d.get("iterations") or {}
+    if (it.get("stats") or {}).get("p50_ns") == 0:
+        found.append("iterations.stats.p50_ns = 0")
+    tr = d.get("trace") or {}
+    if input_kernels and (tr.get("counts") or {}).get("kernels") == 0 and not tr.get("warnings"):
+        found.append(f"0 kernels of {input_kernels} without a warning")
+    return found[:5]
 
 
 def build(base: Path, workdir: Path, i: int, rng: random.Random) -> tuple[Path, list[str]]:
     """Case ``i``: one to three SQL-level kinds, then byte-level mutation or truncation now and then."""
     p = workdir / f"case{i}.sqlite"
     shutil.copy(base, p)
-    sql_kinds = KINDS[:8]
-    done = [k(rng, p) for k in rng.sample(sql_kinds, rng.choice((1, 1, 2, 3)))]
+    done = [k(rng, p) for k in rng.sample(SQL_KINDS, rng.choice((1, 1, 2, 3)))]
     r = rng.random()
     if r < 0.25:
         done.append(k_bytes(rng, p))
     elif r < 0.3:
         done.append(k_truncate(rng, p))
     return p, done
+
+
+def kernel_rows(p: Path) -> int:
+    """The rows of the case's kernel table (0 when SQLite cannot tell, or it is not a table: a view
+    may be endless), counted within a bounded number of SQLite steps."""
+    try:
+        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        try:
+            if con.execute("SELECT type FROM sqlite_master WHERE name = ?", (K,)).fetchone() != ("table",):
+                return 0
+            con.set_progress_handler(lambda: 1, 50_000_000)  # a bound, whatever the file holds
+            return int(con.execute(f"SELECT count(*) FROM {K}").fetchone()[0])
+        finally:
+            con.close()
+    except (sqlite3.Error, TypeError, ValueError):
+        return 0
 
 
 def _rss_kb() -> int:
@@ -281,9 +403,11 @@ def main(argv: list[str] | None = None) -> int:
                 problems.append("input modified")
             if res["code"] == 0:
                 try:
-                    json.loads((out / "r.json").read_text("utf-8"), parse_constant=lambda c: 1 / 0)
+                    doc = json.loads((out / "r.json").read_text("utf-8"), parse_constant=lambda c: 1 / 0)
                 except (OSError, ValueError, ZeroDivisionError) as e:
                     problems.append(f"JSON output invalid ({e})")
+                else:
+                    problems += [f"impossible figure: {x}" for x in impossible(doc, kernel_rows(p))]
             growth = int(res.get("growth_kb", 0))  # type: ignore[arg-type]
             if growth > limit_kb:
                 problems.append(f"memory {growth // 1024} MB > 2x reference ({ref_growth // 1024} MB) + 64 MB")

@@ -16,19 +16,23 @@ def _mode(p) -> int:
     return stat.S_IMODE(os.stat(p).st_mode)
 
 
-def test_replaces_with_a_new_files_permissions(tmp_path):
+def test_a_replaced_file_keeps_its_permissions_and_a_new_one_follows_the_umask(tmp_path):
     target = tmp_path / "out.json"
     target.write_text("old")
     os.chmod(target, 0o600)
+    fresh = tmp_path / "new.json"
     umask = os.umask(0o022)
     try:
         with replacing(target, durable=True) as f:
             f.write(b"new")
+        with replacing(fresh, durable=True) as f:
+            f.write(b"fresh")
     finally:
         os.umask(umask)
     assert target.read_bytes() == b"new"
-    assert _mode(target) == 0o644
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+    assert _mode(target) == 0o600  # issue 40: a replaced report keeps the old file's permission bits
+    assert _mode(fresh) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "out.json"]
 
 
 def test_private_files_stay_private(tmp_path):

@@ -62,3 +62,26 @@ def test_warm_up_is_not_a_slow_iteration(analysis):
     t = a.iterations.table
     warm = set(t.loc[t["warmup"], "index"].tolist())
     assert not warm & set(a.slow_iterations.table["index"].tolist())
+
+
+def test_the_headline_tells_their_share(analysis, fixture_dir):
+    """GIVEN the same loop WHEN its headline is built (terminal summary and report) THEN beside the typical
+    period it gives the slow iterations' number, cost and share of the steady iterations' time, all by
+    SQL (cost: their periods above the median; time: the steady periods' sum); a loop without slow
+    iterations that matter gets no such line."""
+    from nsysan.pipeline import slow_share
+    from nsysan.report.view import build
+
+    a = analysis("slow_iters")
+    idx, per, med = _truth(fixture_dir, "slow_iters", a.iterations.warmup)
+    con = sqltruth.open_export(fixture_dir / "slow_iters.sqlite")
+    inst = sorted(sqltruth.range_instances(con, "train_step"), key=lambda i: i["start"])
+    con.close()
+    done = [i["completion"] for i in inst]
+    steady_time = done[-1] - done[max(1, a.iterations.warmup) - 1]
+    cost = sum(p - round(med) for p in per)
+    assert slow_share(a) == (len(idx), cost, cost / steady_time)
+    from nsysan.units import fmt_ns, fmt_pct
+
+    assert (f"{len(idx)} slow iterations", f"{fmt_ns(cost)} ({fmt_pct(cost / steady_time)})") in build(a).headline
+    assert slow_share(analysis("mem_growth")) is None

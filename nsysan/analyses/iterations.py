@@ -71,7 +71,8 @@ iteration (layers are library ranges and are not executions).
 * ``period_ns``: completion minus the latest earlier completion in the same sequence (the time
   between consecutive completions: what gets faster when the program gets faster; 0 for an
   iteration whose work completed before an earlier one's, never negative, and a sequence's
-  periods add up to the span of its completions); -1 for a sequence's first iteration;
+  periods add up to the span of its completions); -1 here for a sequence's first iteration, which
+  has none (the outputs show null, an empty CSV cell, "-": ``report.jsonout.no_sentinels``);
 * ``queue_depth``: how many later iterations of the sequence the CPU had already started when this
   one completed (0: the loop waits for each iteration; 40: the CPU runs 40 iterations ahead);
 * ``service_ns``: completion - max(start, latest earlier completion), at least 0: the time this
@@ -84,7 +85,9 @@ from the first steady iteration's start to the last one's completion.
 
 **Statistics** (steady state): ``period_*`` and ``latency_*`` (mean, std, min, max, p50/p90/p99);
 ``p50_ns``, ``mean_ns`` ... without a prefix are the headline iteration time: the period where a
-sequence has two or more steady iterations, else the latency. ``throughput_per_s`` = 1 / mean
+sequence has two or more steady iterations and a period p50 above 0 (most instances completing
+inside an earlier one's work say nothing about the loop: ``overlapping_instances`` counts them), else
+the latency. ``throughput_per_s`` = 1 / mean
 period (iterations per second per sequence). ``latency_includes_queueing`` is true when the CPU
 runs ahead (median queue depth >= 1) and latency p50 exceeds the period p50 by 20% or more.
 """
@@ -410,10 +413,17 @@ def _instances(rg: pd.DataFrame, rows: np.ndarray, facts: _Facts) -> _Inst:
 def _pushpop(rg: pd.DataFrame) -> np.ndarray:
     """Which rows are push/pop ranges (nested properly on their thread: one around another of its
     name is a region around it). Start/end ranges may overlap at will (concurrent requests): a long
-    one that happens to span a short one is not set aside. Without a style column: all."""
+    one that happens to span a short one is not set aside, unless its name is also pushed and
+    popped (a start/end instance around push/pop ones of its name is a region too, never an
+    iteration that makes the ones inside it look instant). Without a style column: all."""
     if "style" not in rg.columns:
         return np.ones(len(rg), dtype=bool)
-    return np.asarray((rg["style"] == "PushPop").to_numpy(), dtype=bool)
+    pp = np.asarray((rg["style"] == "PushPop").to_numpy(), dtype=bool)
+    if pp.any() and not pp.all() and "name" in rg.columns:
+        names = rg["name"].to_numpy()
+        pushed = pd.unique(names[pp])
+        pp = pp | np.asarray(pd.Series(names).isin(pushed).to_numpy(), dtype=bool)
+    return pp
 
 
 def _thread_rows(pid: np.ndarray, tid: np.ndarray, start: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
@@ -710,6 +720,11 @@ def _iteration_stats(table: pd.DataFrame, steady: pd.DataFrame, sequences: int, 
     per = steady["period_ns"].to_numpy()
     per = per[per >= 0]
     stats: dict[str, Any] = {"count": int(len(steady)), "sequences": int(sequences)}
+    if per.size and np.median(per) == 0:
+        # most instances complete before an earlier one does (overlapping instances, or damaged
+        # rows): a period p50 of 0 ns says nothing about the loop, so the latency is the figure
+        stats["overlapping_instances"] = int(np.count_nonzero(per == 0))
+        per = per[:0]
     if enclosing:
         stats["enclosing_instances"] = enclosing
     stats.update(_stats(per, "period_"))

@@ -66,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     finally:
+        from nsysan._atomic import remove_leftovers
+
+        remove_leftovers()  # a temp file whose clean-up a second Ctrl-C interrupted
         _startup.resume_collector()
 
 

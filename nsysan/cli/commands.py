@@ -34,7 +34,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     many = len(args.traces) > 1 or bool(args.scheduler)
     jobs, protect = pipeline.plan_analyze(
         args.traces, _analyze_options(args, many), many=many, out_dir=args.out_dir, json_path=args.json,
-        html=args.html, no_html=args.no_html, csv=args.csv, perfetto=args.perfetto, force=args.force)
+        html=args.html, no_html=args.no_html, csv=args.csv, perfetto=args.perfetto, force=args.force,
+        side_inputs=[str(args.config)] if args.config else [])
     if not many:
         res = pipeline.analyze_single(*jobs[0], quiet=args.quiet, max_events=args.max_events,
                                       time_range=args.time_range)

@@ -43,7 +43,8 @@ def _analyze(a: argparse.ArgumentParser) -> None:
     a.add_argument("--scheduler", metavar="ADDRESS", type=scheduler_address, help="run each trace as a task on this Dask distributed "
                    "scheduler (tcp://host:8786); traces and --out-dir must be on a filesystem the workers share")
     a.add_argument("--scheduler-timeout", type=opt_number("--scheduler-timeout", strict=True), default=30.0, metavar="SECONDS",
-                   help="how long to try to reach the scheduler (default 30)")
+                   help="how long to wait for the scheduler to answer and for a worker, at the start "
+                   "and whenever all workers are gone (default 30)")
     a.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
 

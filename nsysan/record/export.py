@@ -115,6 +115,11 @@ def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str | None,
             hint=f"export it first: nsys export --type sqlite {shown} (then analyse the .sqlite), or put nsys "
                  "on PATH (or set NSYSAN_NSYS=/path/to/nsys) and nsysan exports it into its cache")
     check_nsys(nsys)
+    deadline = None if timeout is None else time.monotonic() + timeout  # the whole export, checks included
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     if os.sep in nsys:  # nsys runs in a temporary folder: a relative path to it must not break
         nsys = os.path.abspath(nsys)
     try:
@@ -127,14 +132,14 @@ def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str | None,
     try:
         out = work / final.name
         log = work / "nsys-export.log"
-        cmd = [nsys, "export", "--type", "sqlite", *export_flags(nsys), "--output", str(out),
-               os.path.abspath(report)]
         say(f"nsysan: exporting {shown} with nsys ... (cached at {_say(final)})")
         t0 = time.monotonic()
         try:
+            flags = export_flags(nsys, left(), deadline_error=True)
+            cmd = [nsys, "export", "--type", "sqlite", *flags, "--output", str(out), os.path.abspath(report)]
             with open(log, "wb") as f:
-                rc = run_group(cmd, timeout=timeout, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                               cwd=work)
+                rc = run_group(cmd, timeout=left(), stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                               cwd=work, stop_rest=True)
         except subprocess.TimeoutExpired:
             raise ResourceLimitError(
                 f"{shown}: nsys export did not finish within {timeout:g} s; stopped it",

@@ -31,12 +31,27 @@ def check_nsys(nsys: str) -> None:
                                 hint="pass --nsys /path/to/nsys or set NSYSAN_NSYS")
 
 
-def check_version(nsys: str) -> None:
-    """``ToolNotFoundError`` when ``nsys`` cannot run or is older than ``MIN_NSYS``."""
+CHECK_TIMEOUT_S = 60.0  # the most a capability check (``--version``, ``export --help``) may take
+
+
+def _bounded(timeout: float | None) -> float:
+    return CHECK_TIMEOUT_S if timeout is None else min(CHECK_TIMEOUT_S, max(0.0, timeout))
+
+
+def check_version(nsys: str, timeout: float | None = None, *, deadline_error: bool = False) -> None:
+    """``ToolNotFoundError`` when ``nsys`` cannot run or is older than ``MIN_NSYS``. The check takes
+    at most ``timeout`` seconds (and 60), and leaves nothing it started running; with
+    ``deadline_error``, running out of ``timeout`` (not of the 60 s) raises ``subprocess.TimeoutExpired``."""
+    from nsysan.record.process import run_capture
+
+    limit = _bounded(timeout)
     try:
-        ver = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60,
-                             stdin=subprocess.DEVNULL).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
+        ver = run_capture([nsys, "--version"], timeout=limit)[1].decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as e:
+        if deadline_error and timeout is not None and limit >= timeout:
+            raise
+        raise ToolNotFoundError(f"{_say(nsys)}: cannot run it ({_say(e)})") from e
+    except OSError as e:
         raise ToolNotFoundError(f"{_say(nsys)}: cannot run it ({_say(e)})") from e
     m = re.search(r"(\d{4})\.(\d+)", ver)
     if not m or (int(m.group(1)), int(m.group(2))) < MIN_NSYS:
@@ -44,13 +59,21 @@ def check_version(nsys: str) -> None:
                                 f"{MIN_NSYS[0]}.{MIN_NSYS[1]} or newer for SQLite export with NVTX")
 
 
-def export_flags(nsys: str) -> list[str]:
+def export_flags(nsys: str, timeout: float | None = None, *, deadline_error: bool = False) -> list[str]:
     """``--include-blobs=true`` where this nsys has it (2023 and later; not 2022.4): the Python
-    samples' call stacks are stored as blobs, which an export leaves out by default."""
+    samples' call stacks are stored as blobs, which an export leaves out by default. The check
+    (``nsys export --help``) takes at most ``timeout`` seconds (and 60) and leaves nothing it started
+    running; with ``deadline_error``, running out of ``timeout`` (not of the 60 s) raises
+    ``subprocess.TimeoutExpired`` instead of meaning "no such flag"."""
+    from nsysan.record.process import run_capture
+
+    limit = _bounded(timeout)
     try:
-        r = subprocess.run([nsys, "export", "--help"], capture_output=True, timeout=60,
-                           stdin=subprocess.DEVNULL, start_new_session=True)
-        helptext = r.stdout + r.stderr
-    except (OSError, subprocess.TimeoutExpired):
+        helptext = run_capture([nsys, "export", "--help"], timeout=limit)[1]
+    except OSError:
+        helptext = b""
+    except subprocess.TimeoutExpired:
+        if deadline_error and timeout is not None and limit >= timeout:
+            raise
         helptext = b""
     return ["--include-blobs=true"] if b"--include-blobs" in helptext else []

@@ -160,15 +160,36 @@ def stop_group(proc: subprocess.Popen[Any], steps: Sequence[tuple[signal.Signals
 
 
 def run_group(cmd: Sequence[str], *, timeout: float | None = None, say: Callable[[str], None] | None = None,
-              **popen: Any) -> int:
+              stop_rest: bool = False, **popen: Any) -> int:
     """Run ``cmd`` in its own session and process group and return its exit status. On a timeout
     (``subprocess.TimeoutExpired``) or Ctrl-C (``KeyboardInterrupt``) the whole group is stopped
     (``stop_group``) before the exception goes on: nothing it started is left running (a process
     that moved itself to another session with setsid is out of reach). Ctrl-C in a terminal reaches
-    nsysan alone (the group is not the terminal's foreground), and nsysan passes it on as SIGINT."""
+    nsysan alone (the group is not the terminal's foreground), and nsysan passes it on as SIGINT.
+    ``stop_rest``: also stop what is left of the group when ``cmd`` itself has ended (a tool whose
+    work is done: ``nsys export``, ``nsys --version``; not a recording, whose program may start
+    lasting processes on purpose)."""
     proc = subprocess.Popen(list(cmd), start_new_session=True, **popen)
     try:
-        return proc.wait(timeout=timeout)
+        rc = proc.wait(timeout=timeout)
     except BaseException:  # TimeoutExpired, KeyboardInterrupt, anything: never leave the group behind
         stop_group(proc, say=say)
         raise
+    if stop_rest and group_alive(proc):
+        stop_group(proc, say=say)
+    return rc
+
+
+def run_capture(cmd: Sequence[str], *, timeout: float | None) -> tuple[int, bytes]:
+    """``cmd``'s exit status and output (stdout and stderr, the last 1 MiB), run as ``run_group``
+    with ``stop_rest``: the output goes to a temporary file, not a pipe, so a process it leaves behind
+    holding the pipe cannot make the wait outlast ``timeout``; ``subprocess.TimeoutExpired`` once the
+    group is stopped."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        rc = run_group(cmd, timeout=timeout, stop_rest=True, stdin=subprocess.DEVNULL, stdout=f,
+                       stderr=subprocess.STDOUT)
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - (1 << 20)))
+        return rc, f.read()

@@ -80,7 +80,12 @@ def profile(command: Sequence[str], *, output: str, nsys: str | None, force: boo
                                 hint="install Nsight Systems, or pass --nsys /path/to/nsys (or set NSYSAN_NSYS)")
     nsys_mod.check_nsys(found)
     report, sqlite, existing = _prepare(out, force)
-    nsys_mod.check_version(found)
+    try:  # --timeout bounds every wait of the run, the version check included
+        nsys_mod.check_version(found, timeout, deadline_error=True)
+    except subprocess.TimeoutExpired:
+        raise ResourceLimitError(f"{_say(found)} --version did not answer within --timeout {timeout:g} s; "
+                                 "it and every process it started were stopped",
+                                 hint="raise --timeout, or check that this nsys runs") from None
     _clear(out, existing, sqlite)
     full = presets.profile_command(found, out, cmd, force=force, **preset)
     say("running: " + _say(" ".join(full)))

@@ -6,9 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from nsysan.analyses.breakdown import breakdown_summary
@@ -16,6 +19,7 @@ from nsysan.analyses.frames import distinct
 from nsysan.report import metrics_view
 from nsysan.report.records import clean as _clean
 from nsysan.report.records import records
+from nsysan.units import clean_text
 
 SCHEMA = "nsysan.analysis/2"
 
@@ -122,7 +126,8 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
                 "concurrency": records(a.concurrency),
                 "utilization": {"window": a.capture.to_dict(), "bins": records(a.utilization)}},
         "gaps": {"summary": _clean(a.gap_summary), "min_gap_ns": a.params.min_gap_ns,
-                 "largest": records(a.gaps.nlargest(limit, "gap_ns").sort_values("start_ns") if len(a.gaps) else a.gaps)},
+                 "largest": records(no_sentinels(a.gaps.nlargest(limit, "gap_ns").sort_values("start_ns")
+                                                 if len(a.gaps) else a.gaps))},
         "communication": {
             "collectives": records(a.collectives), "nccl_calls": records(a.nccl_calls, limit),
             "per_iteration": records(a.comm_per_iteration),
@@ -142,7 +147,8 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         # whole-capture finding or one without a saving)
         "findings": [{**f.to_dict(), "per_iteration_ns": getattr(f, "per_iteration_ns", None)} for f in a.findings],
         "nsys_analyze": {"rules": records(a.nsys_rules),
-                         "instances": {k: records(v.nlargest(10, "dur_ns")) for k, v in a.nsys_instances.items()},
+                         "instances": {k: records(no_sentinels(v.nlargest(10, "dur_ns")))
+                                       for k, v in a.nsys_instances.items()},
                          "note": "what nsys analyze (2022.4 rules, 2023+ names) would list on this trace, split into "
                                  "the steady state and the time outside it, with the nsysan rules that judge it; "
                                  "instances: the 10 longest per rule"},
@@ -184,7 +190,7 @@ def _iterations_dict(a: Any, limit: int) -> dict[str, Any]:
                                         ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
                                         c["name"]))[:limit]),
             "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
-            "timed_regions": _clean(it.timed_regions), "per_iteration": records(it.table),
+            "timed_regions": _clean(it.timed_regions), "per_iteration": records(iteration_table(it.table)),
             # steps within steps: the other levels (sub-steps inside each iteration, ranges
             # enclosing iterations), the sub-steps per iteration, one summary per thread's loop
             "levels": _clean(getattr(it, "levels", [])),
@@ -197,6 +203,34 @@ def _iterations_dict(a: Any, limit: int) -> dict[str, Any]:
                                   "communication, exposed copies and idle; the parts add up to the span"}}
 
 
+# Columns whose analyses mark "none" with a negative number (-1): the outputs show null (JSON) or an
+# empty cell (CSV) instead, never the sentinel. ``True``: any negative value is the sentinel (an id,
+# a period); an int: that value only (a time, which can be negative on a shifted clock).
+SENTINELS: dict[str, bool | int] = {"period_ns": True, "tid": True, "device_id": True, "stream_id": True,
+                                    "api_start_ns": -1, "proj_start_ns": -1, "proj_end_ns": -1}
+
+
+def no_sentinels(t: pd.DataFrame) -> pd.DataFrame:
+    """``t`` with each ``SENTINELS`` value of an integer column missing (a nullable integer column)."""
+    if t is None or len(t) == 0:
+        return t
+    new = {}
+    for col, how in SENTINELS.items():
+        if col not in t or not (isinstance(t[col].dtype, np.dtype) and t[col].dtype.kind == "i"):
+            continue
+        v = t[col].to_numpy(np.int64)
+        none = v < 0 if how is True else v == how
+        if none.any():
+            new[col] = pd.arrays.IntegerArray(np.where(none, 0, v), none)
+    return t.assign(**new) if new else t
+
+
+def iteration_table(t: pd.DataFrame) -> pd.DataFrame:
+    """The iterations as the outputs show them: a sequence's first iteration has no period (null in
+    the JSON, an empty CSV cell; ``analyses.iterations`` marks it -1, which is never written)."""
+    return no_sentinels(t)
+
+
 def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
     tr = getattr(a, "tensorrt", None)
     note = ("TensorRT engine executions (ExecutionContext::execute/enqueue NVTX ranges) and their layer ranges; "
@@ -207,7 +241,7 @@ def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
         return {"found": False, "note": note}
     return {"found": tr.found, "gpu_recorded": tr.gpu_recorded, "table_window": tr.table_window,
             "engines": records(tr.engines), "layers": records(tr.table, limit),
-            "executions": records(tr.executions, limit), "notes": list(tr.notes), "note": note}
+            "executions": records(no_sentinels(tr.executions), limit), "notes": list(tr.notes), "note": note}
 
 
 def to_json(a: Any, *, show_env: bool = False) -> str:
@@ -222,17 +256,38 @@ def dumps(d: dict[str, Any]) -> str:
     return "{\n" + body + "\n}\n"
 
 
+# what a spreadsheet skips before it decides that a cell is a formula: white space of every kind
+# (a tab, NBSP, U+3000 ideographic space), invisible format characters (U+200B zero-width space,
+# U+FEFF, soft hyphen, ...)
+_CSV_SKIP = re.compile(r"[\s\u00ad\u180e\u200b-\u200d\u2060-\u2064\ufeff]*")
+_CSV_FORMULA = frozenset("=+-@\u2212")  # with NFKC, also the full-width and small forms (＝ ＋ － ＠ ﹦ ...)
+
+
 def csv_safe(v: Any) -> Any:
-    """Neutralise spreadsheet formula injection: text cells starting with = + - @ (or tab/CR) get a quote."""
-    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + v
+    """Neutralise spreadsheet formula injection in a text cell: control characters (a carriage
+    return or newline inside a name, which a reader may take for a new row) are written escaped as
+    the terminal shows them (``\\x0a``, ``clean_text``), and a cell whose first visible character
+    is ``= + - @`` (after white space and invisible characters, and in its NFKC form: ``＝ ＋ － ＠``
+    and the like) gets a leading ``'``."""
+    if not isinstance(v, str) or not v:
+        return v
+    v = clean_text(v)
+    c = v[0]
+    if " " < c < "\x7f":  # the common case: a visible ASCII character first
+        return "'" + v if c in _CSV_FORMULA else v
+    i = _CSV_SKIP.match(v).end()  # type: ignore[union-attr]
+    while i < len(v):
+        first = unicodedata.normalize("NFKC", v[i])
+        if first and not _CSV_SKIP.fullmatch(first):
+            return "'" + v if first[0] in _CSV_FORMULA else v
+        i = _CSV_SKIP.match(v, i + 1).end()  # type: ignore[union-attr]  # a character NFKC makes a space
     return v
 
 
 def to_csv(df: pd.DataFrame) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(list(df.columns))
+    w.writerow([csv_safe(str(c)) for c in df.columns])
     for row in df.itertuples(index=False):
         w.writerow([csv_safe(_clean(v)) for v in row])
     return buf.getvalue()
@@ -242,12 +297,12 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
     return {"kernels": a.kernels, "kernel_configs": a.kernel_configs, "cuda_api": a.cuda_api, "os_runtime": a.osrt,
             "memcpy": a.memcpy,
             "memset": a.memset, "nvtx": a.nvtx, "launches": a.launch_per_kernel, "overlap": a.overlap,
-            "gpu_busy": a.busy_capture, "gaps": a.gaps.drop(columns=["breakdown"], errors="ignore"),
-            "iterations": a.iterations.table, "iteration_breakdown": a.breakdown,
+            "gpu_busy": a.busy_capture, "gaps": no_sentinels(a.gaps.drop(columns=["breakdown"], errors="ignore")),
+            "iterations": iteration_table(a.iterations.table), "iteration_breakdown": a.breakdown,
             "collectives": a.collectives,
             "ranks": a.ranks.ranks if getattr(a, "ranks", None) is not None else pd.DataFrame(),
             "nsys_analyze": a.nsys_rules,
-            **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": a.tensorrt.executions,
+            **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": no_sentinels(a.tensorrt.executions),
                 "tensorrt_engines": a.tensorrt.engines}
                if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
             **({"gpu_metrics_by_range": a.gpu_metrics.by_range, "gpu_metrics_by_iteration": a.gpu_metrics.by_iteration,

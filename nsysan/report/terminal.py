@@ -98,6 +98,10 @@ def _summary_head(res: dict[str, Any], say: Any) -> None:
         n = f"{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
                                             if seqs > 1 else "")
         say(f"Iteration '{res['range']}' ({n}): {head}", indent=2, first="")
+        if res.get("slow"):
+            k, cost, share = res["slow"]
+            say(f"{k} slow iteration{'s' if k != 1 else ''} (over 2x the typical period) cost {fmt_ns(cost)}, "
+                f"{fmt_pct(share)} of the steady iterations' time: see slow-iterations", "yellow", indent=2, first="")
         say(f"chosen: {res.get('why', '')}", "dim", indent=2)
     elif res.get("why"):
         say(f"Iteration: none ({res['why']}); the whole capture is judged", indent=2, first="")

@@ -379,10 +379,20 @@ def _headline(a: Any) -> list[tuple[str, str]]:
             fmt_pct(float(r["busy_frac"]))) for _, r in busy.iterrows()) if len(busy) else
           [("GPU busy", "not recorded" if not len(a.ops) else "-")]),
         ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0])) if len(ov) else "-"),
+        *_slow_headline(a),
         ("Est. savings (all findings)", (fmt_ns(sum(f.impact_ns for f in a.findings))
                                          + (f" ({fmt_pct(sum(f.impact_ns for f in a.findings) / a.steady.dur_ns)})"
                                             if a.steady.dur_ns else "")) if a.findings else "-"),
     ]
+
+
+def _slow_headline(a: Any) -> list[tuple[str, str]]:
+    """The slow iterations' cost beside the typical period, when slow-iterations fired (they matter)."""
+    s = getattr(a, "slow_iterations", None)
+    if s is None or not s.steady_span_ns or not any(f.rule == "slow-iterations" for f in a.findings):
+        return []
+    return [(f"{len(s.table)} slow iteration{'s' if len(s.table) != 1 else ''}",
+             f"{fmt_ns(s.cost_ns)} ({fmt_pct(s.cost_ns / s.steady_span_ns)})")]
 
 
 def _gpus_text(t: Any) -> str:

@@ -49,6 +49,12 @@ with 300,000 added ranges peaked at 556-575 MiB against 292 MiB estimated, with 
 against 549 (a name of its own per range), 927 MiB with 50 names. At NVTX_ROW bytes a range the
 estimate is 718 MiB and 2.2 GiB there (1.25-2.4x). Longer NVTX texts than those 55 characters cost
 more per range than measured here.
+
+Issue 40: 1M small ranges (50 names of 7-8 characters, a 55 MB file) peaked at 709-731 MiB whole
+process (VmHWM, ``nsysan analyze --json``, 17-20 s on 2 busy cores), about 640 bytes a range beyond
+the 90 MiB of the trace without them; estimated 1,917 MiB, so where less than that is available the
+trace is refused before it is read (under 300 MiB: exit 13 at a 80-114 MiB peak). Rowid spans are
+bounded by what the file can hold (``Database.row_bound``): one row at rowid 2^62 is one row.
 """
 
 from __future__ import annotations
@@ -290,14 +296,9 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
 
 
 def _rows(db: Any, src: str) -> int:
-    """A bound on the rows of ``src``: its rowid span (two b-tree descents), else a count."""
-    from nsysan.errors import NsysanError
-
-    try:
-        lo, hi = db.rows(f'SELECT (SELECT min(rowid) FROM "{src}"), (SELECT max(rowid) FROM "{src}")')[0]
-        return 0 if lo is None else int(hi) - int(lo) + 1
-    except NsysanError:  # no rowid (WITHOUT ROWID): counted
-        return int(db.rows(f'SELECT count(*) FROM "{src}"')[0][0])
+    """A bound on the rows of ``src``: its rowid span (two b-tree descents), else a count (no rowid,
+    or a span beyond what the file can hold: sparse rowids, one row at 2^62, are not 2^62 rows)."""
+    return int(db.row_bound(src))
 
 
 def _shift(db: Any) -> int:

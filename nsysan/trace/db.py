@@ -16,7 +16,12 @@ Every read returns ``columns.Columns`` (numpy values and NULL masks): pyarrow is
 an ADBC read, so a trace whose tables are all decoded directly or small never loads it.
 
 The file is opened with ``mode=ro&immutable=1``: SQLite takes no locks, writes no journal or WAL,
-and never modifies the user's trace.
+and never modifies the user's trace. ``immutable`` also makes SQLite ignore a ``-wal`` or hot
+``-journal`` beside the trace, which it would otherwise apply (the WAL's committed transactions, the
+rollback of an unfinished one): with either there, the trace and it are copied into a private folder
+where SQLite applies it, and that copy is read (``private_copy``), nothing being written beside the
+trace (no ``-shm``). Row counts never come from rowids alone (``row_bound``): a row at rowid 2^62
+is one row.
 """
 
 from __future__ import annotations
@@ -40,14 +45,17 @@ from nsysan.errors import (
     CorruptTraceError,
     NotAnNsysExportError,
     NotSQLiteError,
+    NsysanError,
     TraceNotFoundError,
     TraceUnreadableError,
 )
 from nsysan.inputs import file_kind
 from nsysan.trace import columns, direct, prefetch
 from nsysan.trace.columns import Columns
+from nsysan.trace.prefetch import Side, side_files
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+MIN_ROW_BYTES = 6  # a table row takes at least this much of its file (see ``Database.file_rows``)
 
 
 def _uri(path: Path) -> str:
@@ -138,19 +146,119 @@ class Caps:
         return self.tables.get(table, ())
 
 
+def side_note(path: Path, sides: list[Side]) -> list[str]:
+    """A true note per side file: what it holds and what nsysan read (``Database`` reads as said)."""
+    from nsysan.units import clean_text
+
+    name = clean_text(Path(path).name)
+    notes = []
+    for s in sides:
+        if not s.pending:
+            notes.append(f"{name}{s.suffix} exists but holds no unfinished transaction: the trace may still be being "
+                         "written; nsysan read the main file, which holds everything committed so far")
+        elif s.suffix == "-wal":
+            notes.append(f"{name}-wal exists ({s.size:,} bytes): the trace may still be being written; nsysan read what "
+                         "SQLite reads, the main file with the transactions committed in its -wal, from a private copy "
+                         "(the trace and its -wal were left untouched)")
+        else:
+            notes.append(f"{name}-journal exists ({s.size:,} bytes): the trace may still be being written; nsysan read "
+                         "what SQLite reads, the main file as it was before the unfinished transaction in its -journal, "
+                         "from a private copy (the trace and its -journal were left untouched)")
+    return notes
+
+
+def _copy_regular(src: Path, dst: Path, size: int) -> None:
+    """``size`` bytes of regular file ``src`` into a new ``dst`` (O_NONBLOCK: never waits on a FIFO)."""
+    fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{display(src)} is not a regular file")
+        with open(dst, "xb") as out:
+            left = size
+            while left > 0:
+                chunk = os.read(fd, min(left, 8 << 20))
+                if not chunk:
+                    break
+                out.write(chunk)
+                left -= len(chunk)
+    finally:
+        os.close(fd)
+
+
+def private_copy(path: Path, sides: list[Side]) -> tuple[str, Path]:
+    """The trace and its side files copied into a private folder, where SQLite (read-write there,
+    and only there) applies them as it would: a WAL's committed transactions checkpointed into the
+    copy, a hot journal rolled back. Returns (folder, copy). Raises TraceUnreadableError."""
+    import shutil
+    import tempfile
+
+    shown = display(path)
+    held = ", ".join(f"{shown}{s.suffix} ({s.size:,} bytes)" for s in sides if s.pending)
+    odd = [s for s in sides if s.pending and not s.regular]
+    if odd:
+        raise TraceUnreadableError(f"{shown}: {shown}{odd[0].suffix} beside it is not a regular file: SQLite would "
+                                   "read the trace through it, nsysan will not",
+                                   hint=f"remove or rename {shown}{odd[0].suffix} if no program is writing the trace")
+    folder = tempfile.mkdtemp(prefix="nsysan-trace-")
+    copy = Path(folder) / "trace.sqlite"
+    try:
+        _copy_regular(path, copy, os.stat(path).st_size)
+        for s in sides:
+            if s.pending:
+                _copy_regular(s.path, Path(str(copy) + s.suffix), s.size)
+        con = sqlite3.connect(copy, isolation_level=None)
+        try:
+            # applies the WAL (checkpoint) or rolls the hot journal back, then a plain file: the
+            # direct reader reads the copy's pages, which now hold what SQLite reads
+            con.execute("PRAGMA journal_mode=DELETE").fetchall()
+            con.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as e:  # damage SQLite found while applying them: reported in its words
+        shutil.rmtree(folder, ignore_errors=True)
+        raise _translate(path, e) from None
+    except OSError as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise TraceUnreadableError(
+            f"{shown}: {held} beside it hold transactions SQLite would apply; nsysan reads a private copy to see "
+            f"them without writing beside the trace, and that copy failed ({e})",
+            hint="wait until the program writing the trace has finished, or free space in the temporary folder "
+                 "(TMPDIR)") from None
+    return folder, copy
+
+
 class Database:
-    """An open, read-only export. Use as a context manager."""
+    """An open, read-only export. Use as a context manager. A trace with a ``-wal`` or hot
+    ``-journal`` beside it is read from a private copy to which SQLite applied them (``private_copy``):
+    nsysan reads what SQLite reads, and writes nothing beside the trace (no ``-shm``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         check_file(self.path)
         self._adbc: Any = None
         self._direct: direct.File | None = None
+        self._folder: str | None = None
+        self._source = self.path  # the file read: the trace, or its private copy
+        sides = [s for s in side_files(self.path) if s.pending]
+        if sides:
+            self._folder, self._source = private_copy(self.path, sides)
         try:
-            self._sqlite = _connect(self.path)
+            self._sqlite = _connect(self._source)
         except sqlite3.Error as e:
+            self._drop_copy()
             raise _translate(self.path, e) from e
-        self.caps = self._describe()
+        try:
+            self.caps = self._describe()
+        except BaseException:
+            self.close()
+            raise
+
+    def _drop_copy(self) -> None:
+        if self._folder is not None:
+            import shutil
+
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     # -- describe ---------------------------------------------------------------------------
     def _describe(self) -> Caps:
@@ -199,7 +307,7 @@ class Database:
                 import adbc_driver_sqlite.dbapi as adbc
 
                 _memory.arrow_loaded()
-                self._adbc = adbc.connect(_uri(self.path))
+                self._adbc = adbc.connect(_uri(self._source))
             except Exception:  # noqa: BLE001 - optional fast path; sqlite3 reads the same data
                 self._adbc = False
         return self._adbc
@@ -209,18 +317,54 @@ class Database:
         return self._read(sql, params, self._adbc_conn() if bulk and not params else False, self._sqlite,
                            retry=self._adbc_conn)
 
-    def rowid_slices(self, table: str, rows_per_slice: int) -> list[tuple[int, int]] | None:
-        """[lo, hi) rowid ranges of about ``rows_per_slice`` rows each, or None (read it whole)."""
-        try:  # min/max(rowid) are two b-tree seeks; nsys writes dense rowids, so hi - lo ~ row count
-            lo = self._sqlite.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
-            hi = self._sqlite.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+    def file_rows(self) -> int:
+        """The most rows any table of this file can hold: a row takes at least a 4-byte cell and its
+        2-byte pointer on a leaf page (SQLite's own bound, ``MX_CELL``). A rowid span beyond it is
+        sparse (one row at rowid 2^62), not a count."""
+        try:
+            return os.stat(self._source).st_size // MIN_ROW_BYTES
+        except OSError:
+            return 0
+
+    def rowid_span(self, table: str) -> tuple[int, int] | None:
+        """(min, max) rowid of ``table`` (two b-tree descents); None when empty or without rowids."""
+        try:
+            lo, hi = self._sqlite.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
+                                          f'(SELECT max(rowid) FROM "{table}")').fetchone()
         except sqlite3.Error:
             return None  # e.g. a WITHOUT ROWID table
-        if lo is None or hi is None or int(hi) - int(lo) + 1 <= rows_per_slice:
+        return None if lo is None or hi is None else (int(lo), int(hi))
+
+    def row_bound(self, table: str) -> int:
+        """An upper bound of the rows of ``table``: its rowid span where the file could hold that
+        many rows (nsys writes dense rowids: span ~ rows), else its count (sparse rowids; a scan of
+        its leaf pages): never more than the file holds, whatever its rowids say."""
+        span = self.rowid_span(table)
+        n = 0 if span is None else span[1] - span[0] + 1
+        if span is None or n > self.file_rows():
+            try:
+                return int(self._sqlite.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+            except sqlite3.Error as e:
+                raise _translate(self.path, e) from e
+        return n
+
+    def rowid_slices(self, table: str, rows_per_slice: int) -> list[tuple[int, int]] | None:
+        """[lo, hi) rowid ranges of about ``rows_per_slice`` rows each, or None (read it whole). As
+        many slices as the table's rows need (``row_bound``), not its rowid span: sparse rowids (a
+        row at 2^40) make fewer, uneven slices, never millions of queries."""
+        span = self.rowid_span(table)
+        if span is None:
             return None
-        parts = -(-(int(hi) - int(lo) + 1) // rows_per_slice)
-        step = -(-(int(hi) - int(lo) + 1) // parts)
-        return [(int(lo) + i * step, int(lo) + (i + 1) * step) for i in range(parts)]
+        lo, hi = span
+        try:
+            n = self.row_bound(table)
+        except NsysanError:
+            return None
+        if n <= rows_per_slice or hi - lo + 1 <= rows_per_slice:
+            return None
+        parts = -(-n // rows_per_slice)
+        step = -(-(hi - lo + 1) // parts)
+        return [(lo + i * step, min(lo + (i + 1) * step, hi + 1)) for i in range(parts)]
 
     def read_many(self, queries: list[tuple[str, str]], workers: int,
                   on_done: Callable[[str], None] | None = None,
@@ -248,7 +392,7 @@ class Database:
             mine = getattr(local, "conns", None)  # this thread's [sqlite3, ADBC (None: not opened yet)]
             if mine is None:
                 try:
-                    mine = local.conns = [_connect(self.path), None]
+                    mine = local.conns = [_connect(self._source), None]
                 except sqlite3.Error as e:
                     raise _translate(self.path, e) from e
                 with lock:
@@ -262,7 +406,7 @@ class Database:
                     import adbc_driver_sqlite.dbapi as adbc
 
                     _memory.arrow_loaded()
-                    mine[1] = adbc.connect(_uri(self.path))
+                    mine[1] = adbc.connect(_uri(self._source))
                 except Exception:  # noqa: BLE001 - optional fast path
                     mine[1] = False
             return mine[1]
@@ -329,7 +473,7 @@ class Database:
             return None
         try:
             if self._direct is None:
-                self._direct = direct.File(self.path)
+                self._direct = direct.File(self._source)
             p = direct.plan(self._sqlite, self._direct, table, outputs, keep_only, narrow)
             return None if p is None else (p, direct.leaves(self._direct, p) if leaves else None)
         except (OSError, sqlite3.Error, direct.Unsupported):
@@ -372,6 +516,7 @@ class Database:
             self._adbc.close()
         self._adbc = None
         self._sqlite.close()
+        self._drop_copy()
 
     def __enter__(self) -> Database:
         return self

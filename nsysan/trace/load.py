@@ -23,6 +23,7 @@ from nsysan.trace.db import Database, display
 from nsysan.trace.model import (
     CONSTANT_MIN_ROWS,
     INTERVAL_TABLES,
+    TIME_LIMIT,
     Trace,
     TraceMeta,
     as_column,
@@ -243,9 +244,14 @@ def _to_frame(table: Columns, spec: S.TableSpec, strings: Strings, all_columns: 
             v = arr.values
             null = np.isnan(v) if arr.mask is None else arr.mask | np.isnan(v)  # NaN is NULL
             if col.dtype != "float64":  # REAL stored in an integer column: truncate
+                v = np.where(null, 0.0, v)
+                big = ~(np.abs(v) < 2.0 ** 63)
                 with np.errstate(invalid="ignore"):
-                    v = np.where(null, 0.0, v).astype(np.int64)
-                arr = Col("int", v, null)
+                    iv = v.astype(np.int64)
+                if big.any():  # beyond int64 (1e300, 1e308): the nearest int64, which _implausible
+                    # then sets aside, never whatever a cast makes of it (the smallest int64)
+                    iv[big] = np.where(v[big] > 0, np.iinfo(np.int64).max, -np.iinfo(np.int64).max)
+                arr = Col("int", iv, null)
             else:
                 arr = Col("float", v, null)
         if col.dtype == "name":
@@ -443,7 +449,7 @@ def _finish_memcpy(m: pd.DataFrame) -> pd.DataFrame:
 _FINISH: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {"cuda_api": _finish_cuda_api, "memcpy": _finish_memcpy}
 
 
-def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
+def _nvtx(raw: pd.DataFrame, strings: Strings, notes: list[str] | None = None) -> pd.DataFrame:
     """Ranges and marks with resolved text and domain name (``domain:text`` as nsys labels them)."""
     raw = raw.loc[raw["start_ns"].to_numpy() != MISSING]
     text_ids = raw["text_id"].fillna(-1).to_numpy(dtype=np.int64)
@@ -484,8 +490,101 @@ def _nvtx(raw: pd.DataFrame, strings: Strings) -> pd.DataFrame:
     res = res.assign(dur_ns=(res["end_ns"] - res["start_ns"]).astype("Int64"))
     bad = res["dur_ns"].notna() & (res["dur_ns"] < 0)
     if bad.any():
+        if notes is not None:
+            notes.append(f"nvtx: dropped {int(bad.sum())} range(s) whose end is before their start")
         res = res.loc[~bad]
     return res.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+
+
+# Values no recording holds (issue 40): such rows are set aside with a warning that counts them.
+MAX_BYTES = 1 << 48  # 256 TiB: more than any copy, set or allocation of any GPU
+SUM_LIMIT = 1 << 62  # the durations (and the bytes) of a whole trace must add up below this
+# an op may outlast the capture (an OS runtime call still blocked when it stopped: 4x the session on
+# a public export), never by this factor, nor beyond the floor on a short capture
+SPAN_FACTOR = 1_000
+SPAN_FLOOR = 3_600 * 10 ** 9
+# GPU properties: 0 is how nsys writes "not reported" (an integrated or non-NVIDIA GPU)
+GPU_LIMITS = {"sm_count": (0, 10_000), "total_memory_bytes": (0, MAX_BYTES),
+              "memory_bandwidth_bytes_per_s": (0, MAX_BYTES), "clock_rate_hz": (0, 1 << 40),
+              "compute_major": (0, 1_000), "compute_minor": (0, 1_000)}
+BOUNDS_NOTE = (f"times within +-2^62 ns, no op longer than {SPAN_FACTOR:,}x the capture's span (and 1 hour), "
+               f"byte counts in 0..2^48, SM counts in 0..{GPU_LIMITS['sm_count'][1]:,} (0: not reported)")
+
+
+def _implausible(frames: dict[str, pd.DataFrame], session: tuple[int, int] | None, warnings: list[str]) -> None:
+    """Rows with values no recording holds, set aside (in place, with a warning that counts them):
+    an event time beyond +-``TIME_LIMIT``; an op longer than ``SPAN_FACTOR`` x the capture's span
+    (the session's duration, or the extent of the events' starts if longer) and ``SPAN_FLOOR``; a
+    copy, set or allocation of a negative or over ``MAX_BYTES`` bytes. An absurd GPU property (an SM
+    count over 10,000 or negative) becomes missing. The durations and the bytes of what is left must add up below
+    ``SUM_LIMIT`` (so no sum of them can wrap), else the trace is refused as damaged. Vectorised:
+    two comparisons a column on a sound trace."""
+    timed = [n for n in (*INTERVAL_TABLES, "nvtx") if len(frames[n])]
+    dropped: dict[str, int] = {}
+
+    def drop(name: str, bad: np.ndarray) -> None:
+        if bad.any():
+            dropped[name] = dropped.get(name, 0) + int(bad.sum())
+            frames[name] = frames[name].loc[~bad].reset_index(drop=True)
+
+    def ends(df: pd.DataFrame) -> np.ndarray:
+        e = df["end_ns"]
+        return e.to_numpy(dtype=np.int64, na_value=0) if isinstance(e.dtype, pd.api.extensions.ExtensionDtype) \
+            else e.to_numpy()
+
+    for name in timed:
+        df = frames[name]
+        st, en = df["start_ns"].to_numpy(), ends(df)
+        # (a sound trace: four comparisons of min/max, no temporary of the table's length)
+        if len(st) and -TIME_LIMIT < int(st.min()) and int(st.max()) < TIME_LIMIT \
+                and -TIME_LIMIT < int(en.min()) and int(en.max()) < TIME_LIMIT:
+            continue
+        drop(name, (st <= -TIME_LIMIT) | (st >= TIME_LIMIT) | (en <= -TIME_LIMIT) | (en >= TIME_LIMIT))
+    timed = [n for n in timed if len(frames[n])]
+    if timed:
+        starts = [frames[n]["start_ns"].to_numpy() for n in timed]
+        span = max(int(s.max()) for s in starts) - min(int(s.min()) for s in starts)
+        if session is not None and 0 < session[1] - session[0] < TIME_LIMIT:
+            span = max(span, session[1] - session[0])
+        span = max(SPAN_FACTOR * span, SPAN_FLOOR)
+        for name in timed:
+            d = frames[name]["dur_ns"]
+            dur = d.to_numpy(dtype=np.int64, na_value=0) if isinstance(d.dtype, pd.api.extensions.ExtensionDtype) \
+                else d.to_numpy()
+            if len(dur) and int(dur.max()) > span:
+                drop(name, dur > span)
+    for name in ("memcpy", "memset", "gpu_memory_usage"):
+        df = frames[name]
+        if len(df) and "bytes" in df:
+            b = df["bytes"].to_numpy()
+            if int(b.min()) < 0 or int(b.max()) > MAX_BYTES:
+                drop(name, (b < 0) | (b > MAX_BYTES))
+    gpus = frames["gpus"]
+    unset = []
+    for col, (lo, hi) in GPU_LIMITS.items():
+        if col in gpus and len(gpus):
+            v = gpus[col]
+            bad = (v.notna() & ((v < lo) | (v > hi))).to_numpy(dtype=bool, na_value=False)
+            if bad.any():
+                gpus = gpus.assign(**{col: v.mask(bad)})
+                unset.append(f"{col} of {int(bad.sum())} GPU(s)")
+    frames["gpus"] = gpus
+    if dropped:
+        warnings.append("set aside as damaged (" + BOUNDS_NOTE + "): " +
+                        ", ".join(f"{name} {k:,} row(s)" for name, k in dropped.items()))
+    if unset:
+        warnings.append("GPU properties out of range (" + BOUNDS_NOTE + ") read as unknown: " + ", ".join(unset))
+    def fsum(col: pd.Series) -> float:  # in float64, chunk by chunk (no float copy of the column)
+        v = col.to_numpy(dtype=np.int64, na_value=0) if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) \
+            else col.to_numpy()
+        return float(np.add.reduce(v, dtype=np.float64))
+
+    total = sum(fsum(frames[n]["dur_ns"]) for n in timed if len(frames[n]))
+    total_bytes = sum(fsum(frames[n]["bytes"]) for n in ("memcpy", "memset") if len(frames[n]) and "bytes" in frames[n])
+    if total >= SUM_LIMIT or total_bytes >= SUM_LIMIT:
+        what = "durations" if total >= SUM_LIMIT else "byte counts"
+        raise CorruptTraceError(f"the events' {what} add up to {max(total, total_bytes):.3g}, beyond 2^62: "
+                                "the trace is damaged (no recording holds that much)")
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -647,6 +746,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         early = prefetch.take(path, all_columns)
         try:
             plan = _Plan(db, early, all_columns)
+            warnings += plan.notes
             if max_rows is not None:
                 plan.check_rows(db, path, max_rows)
             time_window = budget.guard(db, display(path), plan.direct_plans, plan.prefetched, plan.by_sql, time_range)
@@ -691,6 +791,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         capture, session, epoch_offset = _session(db, meta)
 
     _tidy(frames, strings, warnings)
+    _implausible(frames, session if time_window is None else None, warnings)
     if time_window is not None:  # the tables read by SQL; the capture is then the events' extent
         frames, session = budget.restrict(frames, time_window, warnings), None
     window = _capture_window(frames, session, warnings)
@@ -736,17 +837,36 @@ def _tidy(frames: dict[str, pd.DataFrame], strings: Strings, warnings: list[str]
 
 
 def _being_written(path: Path) -> list[str]:
-    """A warning per ``-wal`` / ``-journal`` file beside the trace (it may still be being written)."""
-    warnings: list[str] = []
-    for side in ("-wal", "-journal"):
-        try:
-            being_written = path.with_name(path.name + side).exists()
-        except (OSError, ValueError):  # e.g. the trace's name plus "-journal" is over NAME_MAX
-            being_written = False
-        if being_written:
-            warnings.append(f"{clean_text(path.name)}{side} exists: the trace may still be being written; nsysan reads the "
-                            "main file only (the last completed export)")
-    return warnings
+    """A note per ``-wal`` / ``-journal`` file beside the trace (it may still be being written),
+    saying what nsysan read: ``Database`` reads what SQLite reads (a private copy with the WAL's
+    committed transactions, or with the hot journal rolled back), never writing beside the trace."""
+    from nsysan.trace.db import side_files, side_note
+
+    return side_note(path, side_files(path))
+
+
+def _generated_columns(db: Database) -> set[str]:
+    """The tables read here that have generated columns (``"end" AS (start + dur)``), which the
+    table list omits: each such column is added to ``db.caps`` so it is selected, and the table is
+    read through SQLite (which computes them; they are not in the stored rows the direct reader
+    decodes). nsys writes none: on its exports this is one query that finds nothing."""
+    names = sorted({t for spec in (*S.ALL_SPECS, S.GPUS_LEGACY) for t in spec.sources if db.caps.has(t)})
+    if not names:
+        return set()
+    try:
+        rows = db.rows("SELECT m.name, x.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS x "
+                       f"WHERE m.type = 'table' AND x.hidden IN (2, 3) AND m.name IN ({', '.join('?' * len(names))})",
+                       tuple(names))
+    except NsysanError:  # an SQLite without table_xinfo (< 3.26): no generated columns to find
+        return set()
+    found: set[str] = set()
+    for table, col in rows:
+        table, col = str(table), str(col)
+        cols = db.caps.tables.get(table)
+        if cols is not None and col not in cols:
+            db.caps.tables[table] = (*cols, col)
+        found.add(table)
+    return found
 
 
 class _Plan:
@@ -761,14 +881,24 @@ class _Plan:
         self.sources: dict[str, str] = {}
         self.direct_plans: dict[str, tuple[direct.Plan, np.ndarray]] = {}
         self.by_sql: list[tuple[S.TableSpec, str]] = []
+        self.notes: list[str] = []
+        generated = _generated_columns(db)
         for spec in S.ALL_SPECS:
             src = next((t for t in spec.sources if caps.has(t)), None)
             if spec.name == "gpus" and src is None and caps.has("TARGET_INFO_CUDA_GPU"):
                 spec, src = S.GPUS_LEGACY, "TARGET_INFO_CUDA_GPU"
             self.specs[spec.name] = spec
-            if src is None or not all(caps.has(src, c) for c in spec.required):
+            if src is None:
+                continue
+            lacking = [c for c in spec.required if not caps.has(src, c)]
+            if lacking:  # a table rebuilt without a column it needs: said, never "0 kernels" in silence
+                self.notes.append(f"{clean_text(src)} has no column {', '.join(map(clean_text, lacking))}: "
+                                  "its rows are not read")
                 continue
             self.sources[spec.name] = src
+            if src in generated:  # computed by SQLite, absent from the stored rows: SQL reads it
+                self.by_sql.append((spec, src))
+                continue
             if spec.name in INTERVAL_TABLES and self._direct(db, spec, src, early, all_columns):
                 continue
             self.by_sql.append((spec, src))
@@ -846,7 +976,7 @@ def _build_frames(specs: dict[str, S.TableSpec], raw: dict[str, Columns | None],
             del df
             df = _finish_intervals(name, held, notes)
         if name == "nvtx_raw":
-            df = _nvtx(df, strings)
+            df = _nvtx(df, strings, notes)
         elif name in _FINISH:
             df = _FINISH[name](df)
         return df, notes
@@ -858,7 +988,7 @@ def _build_frames(specs: dict[str, S.TableSpec], raw: dict[str, Columns | None],
         tick(name)
     for name in specs:
         frames[name] = built[name][0]
-    for name in INTERVAL_TABLES:  # warnings in a fixed order, whatever thread finished first
+    for name in (*INTERVAL_TABLES, "nvtx_raw"):  # warnings in a fixed order, whatever thread finished first
         warnings += built[name][1]
     return frames
 

@@ -136,6 +136,8 @@ class TraceMeta:
 
 from nsysan.trace.schema import INTERVAL_TABLES
 
+TIME_LIMIT = 1 << 62  # ns: an event time beyond +-2^62 (~146 years) is damage, set aside by load
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:
@@ -214,6 +216,8 @@ class Trace:
                 problems.append(f"{name}: dur_ns != end_ns - start_ns")
             if df["start_ns"].dtype != "int64":
                 problems.append(f"{name}: start_ns is {df['start_ns'].dtype}, not int64")
+            if not (-TIME_LIMIT < int(df["start_ns"].min()) and int(df["end_ns"].max()) < TIME_LIMIT):
+                problems.append(f"{name}: a time beyond +-2^62 ns (load sets such rows aside)")
         k = self.kernels
         if len(k) and k.duplicated(["pid", "correlation_id"]).any():
             # graph kernels traced at node level share the graph launch's correlation id

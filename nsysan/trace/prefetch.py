@@ -33,6 +33,59 @@ NOT_TABLES_SQL = ("SELECT name FROM sqlite_master WHERE type = 'view' OR (type =
                   "upper(coalesce(sql, '')) LIKE 'CREATE VIRTUAL%') ORDER BY name")
 
 
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+SIDES = ("-wal", "-journal")
+
+
+@dataclass(frozen=True)
+class Side:
+    """A ``-wal`` or ``-journal`` file beside a trace, and whether SQLite would read the trace
+    differently because of it (``pending``: a WAL holding at least one frame, a rollback journal
+    with a live header: SQLite reads the WAL's committed transactions, or rolls the journal back)."""
+
+    suffix: str
+    path: Path
+    size: int
+    pending: bool
+    regular: bool = True
+
+
+def side_files(path: Path) -> list[Side]:
+    """The ``-wal`` / ``-journal`` files beside ``path`` (beside the file its links lead to, where
+    SQLite looks). Only their sizes and first bytes are read; nothing is created or locked."""
+    try:
+        real = Path(os.path.realpath(path))
+    except (OSError, ValueError):
+        return []
+    out = []
+    for suffix in SIDES:
+        side = real.with_name(real.name + suffix)
+        try:
+            st = os.stat(side)
+        except (OSError, ValueError):  # absent, or a name over NAME_MAX
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            out.append(Side(suffix, side, 0, True, False))
+            continue
+        head = b""
+        try:
+            fd = os.open(side, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+            try:
+                head = os.pread(fd, 32, 0)
+            finally:
+                os.close(fd)
+        except OSError:
+            out.append(Side(suffix, side, st.st_size, True))
+            continue
+        if suffix == "-wal":  # a 32-byte header, then frames of 24 bytes + a page
+            page = int.from_bytes(head[8:12], "big") if len(head) >= 12 else 0
+            pending = st.st_size >= 32 + 24 + max(page, 512)
+        else:  # zero length or a zeroed header (journal_mode TRUNCATE / PERSIST): not hot
+            pending = head[:8] == JOURNAL_MAGIC
+        out.append(Side(suffix, side, st.st_size, pending))
+    return out
+
+
 def regular_file(path: str | os.PathLike[str]) -> bool:
     """True for a regular file. Checked before anything opens the path: ``open()`` on a FIFO blocks
     until a writer appears (forever, deaf to Ctrl-C while SQLite waits in C)."""
@@ -90,6 +143,8 @@ def start(path: str | os.PathLike[str], *, all_columns: bool = False, workers: i
     with its clear error before any memory is spent (the row counts come from the page headers)."""
     if not direct.available() or os.environ.get("NSYSAN_PREFETCH", "1") == "0" or not regular_file(path):
         return False
+    if any(s.pending for s in side_files(Path(path))):  # SQLite would read a WAL or roll a journal back:
+        return False  # the pages of the main file are not what it reads (``Database`` reads a private copy)
     _memory.tune_malloc()  # before the decoded columns are allocated, as open_trace would
     file: direct.File | None = None
     try:
