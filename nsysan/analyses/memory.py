@@ -30,7 +30,7 @@ import pandas as pd
 FLAG = "--cuda-memory-usage=true"
 HOST_KINDS = (0, 1)  # ENUM_CUDA_MEM_KIND: pageable, pinned (host memory)
 ALLOC, FREE = 0, 1  # ENUM_CUDA_DEV_MEM_EVENT_OPER
-LANE_POINTS = 400  # at most this many points per (device, process) in the timeline lane
+LANE_POINTS = 20_000  # at most this many points per (device, process) kept for the timeline lane
 
 ALLOC_CALLS = ("cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch", "cuMemAlloc",
                "cuMemAllocManaged", "cuMemAllocAsync", "cuMemCreate", "cudaMalloc3D")

@@ -127,7 +127,7 @@ def _missing(a: Any) -> Table:
         Table("inputs_missing", "What this trace lacks", [], [], [])
 
 
-LANE_POINTS = 2000  # samples of live memory per lane, evenly spaced over the capture
+LANE_POINTS = 20_000  # samples of live memory per lane, evenly spaced over the capture
 
 
 def memory_lanes(a: Any, t0: int) -> list[dict[str, Any]]:
