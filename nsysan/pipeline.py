@@ -419,12 +419,10 @@ def _gpu_metrics_lines(a: Any) -> list[str]:
 
 
 def slow_share(a: Any) -> tuple[int, int, float] | None:
-    """(slow iterations, their cost, its share of the steady iterations' time) when slow-iterations
-    fired (they matter), else None: the headline names them beside the typical period."""
-    s = getattr(a, "slow_iterations", None)
-    if s is None or not s.steady_span_ns or not any(f.rule == "slow-iterations" for f in a.findings):
-        return None
-    return len(s.table), s.cost_ns, s.cost_ns / s.steady_span_ns
+    """``analyses.slow_iterations.headline`` (imported when a summary is built: not at start-up)."""
+    from nsysan.analyses.slow_iterations import headline
+
+    return headline(a)
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:

@@ -224,6 +224,18 @@ def covered_between(ms: Array, me: Array, lo: Array, hi: Array) -> Array:
     return covered_before(ms, me, hi) - covered_before(ms, me, lo)
 
 
+def sums_between(times: Array, lo: Array, hi: Array, values: Array | None = None) -> Array:
+    """Per window (lo[i], hi[i]]: how many of the point events at ``times`` fall in it, or with
+    ``values`` the sum of their values (int64). ``times`` need not be sorted."""
+    t = np.asarray(times, dtype=np.int64)
+    o = np.argsort(t, kind="stable")
+    t = t[o]
+    if values is None:
+        return np.searchsorted(t, hi, side="right") - np.searchsorted(t, lo, side="right")
+    c = np.concatenate([[0], np.cumsum(np.asarray(values, dtype=np.int64)[o], dtype=np.int64)])
+    return c[np.searchsorted(t, hi, side="right")] - c[np.searchsorted(t, lo, side="right")]
+
+
 def coverage_in_bins(ms: Array, me: Array, edges: Array) -> Array:
     """For merged intervals, the covered length inside each bin [edges[i], edges[i+1])."""
     edges = np.asarray(edges, dtype=np.int64)

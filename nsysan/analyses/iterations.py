@@ -137,6 +137,17 @@ class Iterations:
     sequences: list[dict[str, Any]] = field(default_factory=list)  # per thread: its name, count, period
 
 
+def steady_periods(table: pd.DataFrame) -> pd.DataFrame:
+    """The steady iterations that have a period, each with the interval it owns: ``lo_ns`` (the
+    previous completion) and ``hi_ns`` (its completion = start + latency), (lo, hi]. Per thread the
+    intervals tile the time between its completions: what happened in one is that iteration's."""
+    if len(table) == 0:
+        return table.assign(lo_ns=pd.Series(dtype="int64"), hi_ns=pd.Series(dtype="int64"))
+    st = table.loc[~table["warmup"].to_numpy(dtype=bool) & (table["period_ns"].to_numpy() >= 0)]
+    hi = st["start_ns"].to_numpy(np.int64) + st["latency_ns"].to_numpy(np.int64)
+    return st.assign(lo_ns=hi - st["period_ns"].to_numpy(np.int64), hi_ns=hi)
+
+
 def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
     return rg.groupby(["name", "pid", "tid"], sort=False).size().groupby(level="name", sort=False).max()
 

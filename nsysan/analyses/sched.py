@@ -219,7 +219,7 @@ class ThreadStates:
         return {"recorded": self.recorded, "ranges": self.ranges.to_dict("records")}
 
 
-def launching_threads(cuda_api: pd.DataFrame) -> set[tuple[int, int]]:
+def calling_threads(cuda_api: pd.DataFrame) -> set[tuple[int, int]]:
     """The (pid, tid) pairs that made CUDA calls."""
     if len(cuda_api) == 0:
         return set()
@@ -240,4 +240,4 @@ def thread_states(trace: Any) -> ThreadStates:
         closed = nv["end_ns"].notna().to_numpy() & (nv["style"].astype(str).to_numpy() != "Mark")
         nv = nv.loc[closed]
         nv = nv.loc[~libranges.library_mask(nv["name"].astype(str), nv["domain"])]
-    return ThreadStates(sc, range_thread_time(sc, nv, launching_threads(trace.cuda_api)))
+    return ThreadStates(sc, range_thread_time(sc, nv, calling_threads(trace.cuda_api)))

@@ -39,6 +39,7 @@ import pandas as pd
 from nsysan.analyses import intervals as iv
 from nsysan.analyses import libranges
 from nsysan.analyses.frames import name_in
+from nsysan.analyses.iterations import steady_periods
 
 FACTOR = 2.0
 MIN_STEADY = 5  # a sequence needs this many steady periods for its median to mean anything
@@ -68,19 +69,17 @@ class SlowIterations:
         return int(self.table["cost_ns"].sum()) if len(self.table) else 0
 
 
+def headline(a: Any) -> tuple[int, int, float] | None:
+    """(slow iterations, their cost, its share of the steady iterations' time) when ``slow-iterations``
+    fired on ``a`` (they matter), else None: the headline names them beside the typical period."""
+    s = getattr(a, "slow_iterations", None)
+    if s is None or not s.steady_span_ns or not any(f.rule == "slow-iterations" for f in a.findings):
+        return None
+    return len(s.table), s.cost_ns, s.cost_ns / s.steady_span_ns
+
+
 _COLUMNS = ["index", "pid", "tid", "start_ns", "end_ns", "period_ns", "median_ns", "cost_ns", "gpu_busy_ns",
             "kernels", "new_kernels", "alloc_calls", "setup_calls", "setup_ns", "io_ns", "extra_ranges", "untraced_ns", "cause"]
-
-
-def _counts_between(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per (lo, hi]: how many of the sorted ``times`` fall in it."""
-    return np.searchsorted(times, hi, side="right") - np.searchsorted(times, lo, side="right")
-
-
-def _sums_between(times: np.ndarray, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per (lo, hi]: the sum of ``values`` at the sorted ``times`` inside it."""
-    cum = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-    return cum[np.searchsorted(times, hi, side="right")] - cum[np.searchsorted(times, lo, side="right")]
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -100,7 +99,7 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
     empty = SlowIterations(factor, pd.DataFrame(columns=_COLUMNS))
     if len(it) == 0 or "period_ns" not in it:
         return empty
-    st = it.loc[~it["warmup"].to_numpy(dtype=bool) & (it["period_ns"].to_numpy() >= 0)]
+    st = steady_periods(it)
     rows: list[pd.DataFrame] = []
     typical: dict[tuple[int, int], dict[str, float]] = {}
     periodic: dict[tuple[int, int], int] = {}
@@ -114,8 +113,7 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
         slow = per > factor * med
         if not slow.any():
             continue
-        hi = g["start_ns"].to_numpy(np.int64) + g["latency_ns"].to_numpy(np.int64)  # completion
-        lo = hi - per
+        lo, hi = g["lo_ns"].to_numpy(np.int64), g["hi_ns"].to_numpy(np.int64)
         m = _measures(a, int(pid), int(tid), lo, hi, slow)
         typ = {k: float(np.median(v[~slow])) if (~slow).any() else 0.0 for k, v in m.items() if k != "new_kernels"
                and k != "extra_ranges"}
@@ -164,7 +162,7 @@ def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: 
     ko = np.argsort(kt, kind="stable")
     kt = kt[ko]
     knames = kops["name"].astype(str).to_numpy()[ko] if len(kops) else np.zeros(0, dtype=object)
-    kernels = _counts_between(kt, lo, hi)
+    kernels = iv.sums_between(kt, lo, hi)
     left = np.searchsorted(kt, lo, side="right")
     right = np.searchsorted(kt, hi, side="right")
     seen: set[str] = set()
@@ -195,7 +193,7 @@ def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: 
                         pops["end_ns"].to_numpy(np.int64)])
     untraced = (hi - lo) - _covered(s, e, lo, hi)
     return {"gpu_busy_ns": busy, "kernels": kernels, "new_kernels": new_kernels,
-            "alloc_calls": _counts_between(alloc, lo, hi), "setup_calls": _counts_between(setup, lo, hi),
+            "alloc_calls": iv.sums_between(alloc, lo, hi), "setup_calls": iv.sums_between(setup, lo, hi),
             "setup_ns": setup_ns,
             "io_ns": io_ns, "extra_ranges": _extra_ranges(a, pid, lo, hi, slow), "untraced_ns": untraced}
 

@@ -156,37 +156,32 @@ def _pipeline(a: Any) -> Pipeline | None:
 
 
 def _turns(a: Any) -> list[Turns]:
-    ops = a.ops
-    if len(ops) == 0 or a.busy is None:
+    """The processes computing on several devices, from the analysis' merged busy intervals (per process
+    and device: their compute), clipped to the steady window."""
+    if a.busy is None:
         return []
     out = []
     w = a.steady
     lo, hi = w.start_ns, w.end_ns
     its = _steady_iterations_per_pid(a)
-    comp = ops.loc[ops["role"].astype(str).to_numpy() == "compute"] if "role" in ops else ops
-    for pid, g in comp.groupby("pid"):
-        devs = sorted(set(g["device_id"].tolist()))
-        if len(devs) < 2:
+    by_pid: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+    for (pid, dev), d in sorted(a.busy.per_pid_dev.items()):
+        if len(d["compute"][0]):
+            by_pid.setdefault(int(pid), {})[int(dev)] = _clip(d["compute"], lo, hi)
+    for pid, sets in by_pid.items():
+        if len(sets) < 2:
             continue
-        sets = {}
-        for d in devs:
-            m = g["device_id"].to_numpy() == d
-            s, e = iv.clip(g["start_ns"].to_numpy(np.int64)[m], g["end_ns"].to_numpy(np.int64)[m], lo, hi)
-            sets[d] = iv.merge(s, e)
         per = {d: int((e - s).sum()) for d, (s, e) in sets.items()}
         if sum(1 for v in per.values() if v > 0) < 2:
             continue
-        alls = np.concatenate([s for s, _ in sets.values()])
-        alle = np.concatenate([e for _, e in sets.values()])
-        union = iv.total(alls, alle)
+        union = iv.total(np.concatenate([s for s, _ in sets.values()]), np.concatenate([e for _, e in sets.values()]))
         both = sum(per.values()) - union  # with two devices: exactly the time both compute
-        if len(devs) > 2:  # time at least two compute at once: sweep depth >= 2
+        if len(sets) > 2:  # time at least two compute at once: sweep depth >= 2
             both = _at_least_two(list(sets.values()))
         p = len([v for v in per.values() if v > 0])
         pipelined = max(per.values()) * (DEFAULT_MICRO + p - 1) / DEFAULT_MICRO  # GPipe's span of m micro-batches
         saving = int(max(0, union - pipelined))
-        out.append(Turns(int(pid), [int(d) for d in devs], {int(k): v for k, v in per.items()}, int(union), int(both),
-                         hi - lo, its.get(int(pid), 0), saving))
+        out.append(Turns(pid, sorted(sets), per, int(union), int(both), hi - lo, its.get(pid, 0), saving))
     return out
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.iterations import steady_periods
 
 UM_HTOD, UM_DTOH = 11, 12
 CAUSES = {0: "unknown", 1: "user prefetch", 2: "page fault", 3: "speculative prefetch", 4: "eviction",
@@ -72,20 +73,11 @@ class UnifiedMemory:
 
 def _bounds(a: Any) -> pd.DataFrame:
     """Steady iterations with their period (lo, hi] per process."""
-    t = a.iterations.table
-    if len(t) == 0:
+    st = steady_periods(a.iterations.table)
+    if len(st) == 0:
         return pd.DataFrame(columns=["index", "pid", "lo", "hi"])
-    st = t.loc[~t["warmup"].to_numpy(dtype=bool) & (t["period_ns"].to_numpy() >= 0)]
-    hi = st["start_ns"].to_numpy(np.int64) + st["latency_ns"].to_numpy(np.int64)
-    return pd.DataFrame({"index": st["index"].to_numpy(), "pid": st["pid"].to_numpy(), "lo": hi - st["period_ns"].to_numpy(np.int64),
-                         "hi": hi})
-
-
-def _count_in(t: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    o = np.argsort(t, kind="stable")
-    t, w = t[o], w[o]
-    c = np.concatenate([[0], np.cumsum(w, dtype=np.int64)])
-    return c[np.searchsorted(t, hi, side="right")] - c[np.searchsorted(t, lo, side="right")]
+    return pd.DataFrame({"index": st["index"].to_numpy(), "pid": st["pid"].to_numpy(), "lo": st["lo_ns"].to_numpy(),
+                         "hi": st["hi_ns"].to_numpy()})
 
 
 def unified_memory(a: Any) -> UnifiedMemory:
@@ -108,25 +100,26 @@ def unified_memory(a: Any) -> UnifiedMemory:
     per = pd.DataFrame(columns=["index", "pid", "gpu_faults", "cpu_faults", "bytes_htod", "bytes_dtoh"])
     od = cause != 1
     if len(b):
+        st, nbytes = um["start_ns"].to_numpy(np.int64), um["bytes"].to_numpy(np.int64)
         rows = []
         for pid, g in b.groupby("pid"):
             l_, h_ = g["lo"].to_numpy(np.int64), g["hi"].to_numpy(np.int64)
             mp = um["pid"].to_numpy() == pid
-            st = um["start_ns"].to_numpy(np.int64)
-            by_ = um["bytes"].to_numpy(np.int64)
-            r = {"index": g["index"].to_numpy(), "pid": int(pid),
-                 "gpu_faults": _count_in(gf["start_ns"].to_numpy(np.int64)[gf["pid"].to_numpy() == pid],
-                                         gf["faults"].to_numpy(np.int64)[gf["pid"].to_numpy() == pid], l_, h_)
-                 if len(gf) else np.zeros(len(g), np.int64),
-                 "cpu_faults": _count_in(cf["start_ns"].to_numpy(np.int64)[cf["pid"].to_numpy() == pid],
-                                         np.ones(int((cf["pid"].to_numpy() == pid).sum()), np.int64), l_, h_)
-                 if len(cf) else np.zeros(len(g), np.int64),
-                 "bytes_htod": _count_in(st[mp & (kind == UM_HTOD)], by_[mp & (kind == UM_HTOD)], l_, h_),
-                 "bytes_dtoh": _count_in(st[mp & (kind == UM_DTOH)], by_[mp & (kind == UM_DTOH)], l_, h_),
-                 # moved by the driver on its own (faults, speculation, eviction), not by a prefetch
-                 "_on_demand_htod": _count_in(st[mp & od & (kind == UM_HTOD)], by_[mp & od & (kind == UM_HTOD)], l_, h_),
-                 "_on_demand_dtoh": _count_in(st[mp & od & (kind == UM_DTOH)], by_[mp & od & (kind == UM_DTOH)], l_, h_)}
-            rows.append(pd.DataFrame(r))
+
+            def moved(m: np.ndarray, mp: np.ndarray = mp, l_: np.ndarray = l_, h_: np.ndarray = h_) -> np.ndarray:
+                """Bytes of the process's migrations ``m`` per iteration."""
+                return iv.sums_between(st[mp & m], l_, h_, nbytes[mp & m])
+
+            gm = gf["pid"].to_numpy() == pid if len(gf) else np.zeros(0, bool)
+            cm = cf["pid"].to_numpy() == pid if len(cf) else np.zeros(0, bool)
+            rows.append(pd.DataFrame({
+                "index": g["index"].to_numpy(), "pid": int(pid),
+                "gpu_faults": iv.sums_between(gf["start_ns"].to_numpy(np.int64)[gm], l_, h_,
+                                              gf["faults"].to_numpy(np.int64)[gm]) if len(gf) else 0,
+                "cpu_faults": iv.sums_between(cf["start_ns"].to_numpy(np.int64)[cm], l_, h_) if len(cf) else 0,
+                "bytes_htod": moved(kind == UM_HTOD), "bytes_dtoh": moved(kind == UM_DTOH),
+                # moved by the driver on its own (faults, speculation, eviction), not by a prefetch
+                "_on_demand_htod": moved(od & (kind == UM_HTOD)), "_on_demand_dtoh": moved(od & (kind == UM_DTOH))}))
         per = pd.concat(rows, ignore_index=True)
     thrash = bool(len(per) and ((per["_on_demand_htod"] > 0) & (per["_on_demand_dtoh"] > 0)).mean() >= THRASH_SHARE)
     per = per.drop(columns=["_on_demand_htod", "_on_demand_dtoh"], errors="ignore")

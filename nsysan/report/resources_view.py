@@ -27,9 +27,7 @@ def resources_tables(a: Any) -> list[Table]:
 
 def _memory(a: Any) -> Table:
     m = getattr(a, "memory", None)
-    if m is None:
-        return Table("memory", "Device memory", [], [], [])
-    if not m.recorded:
+    if m is None or not m.recorded:
         return Table("memory", "Device memory", [], [], [])
     note = "Live device memory per device and process (allocations - deallocations of device kinds)."
     if len(m.growth):

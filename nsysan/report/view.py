@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.program import program_records
+from nsysan.analyses.slow_iterations import headline as slow_headline
 from nsysan.report import metrics_view
 from nsysan.report.jsonout import ranks_to_dict
 from nsysan.report.ranks_view import ranks_view
@@ -387,12 +388,12 @@ def _headline(a: Any) -> list[tuple[str, str]]:
 
 
 def _slow_headline(a: Any) -> list[tuple[str, str]]:
-    """The slow iterations' cost beside the typical period, when slow-iterations fired (they matter)."""
-    s = getattr(a, "slow_iterations", None)
-    if s is None or not s.steady_span_ns or not any(f.rule == "slow-iterations" for f in a.findings):
+    """The slow iterations' cost beside the typical period, when they matter (``slow_iterations.headline``)."""
+    got = slow_headline(a)
+    if got is None:
         return []
-    return [(f"{len(s.table)} slow iteration{'s' if len(s.table) != 1 else ''}",
-             f"{fmt_ns(s.cost_ns)} ({fmt_pct(s.cost_ns / s.steady_span_ns)})")]
+    n, cost, share = got
+    return [(f"{n} slow iteration{'s' if n != 1 else ''}", f"{fmt_ns(cost)} ({fmt_pct(share)})")]
 
 
 def _gpus_text(t: Any) -> str:

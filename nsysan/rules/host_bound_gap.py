@@ -166,7 +166,9 @@ def _managed_to_host(ctx: Any, starts: np.ndarray, ends: np.ndarray) -> int:
     mc = ctx.trace.memcpy
     if len(mc) == 0:
         return 0
-    t = np.sort(mc["start_ns"].to_numpy(np.int64)[mc["copy_kind"].to_numpy() == 12])
+    from nsysan.analyses.unified import UM_DTOH
+
+    t = np.sort(mc["start_ns"].to_numpy(np.int64)[mc["copy_kind"].to_numpy() == UM_DTOH])
     if len(t) == 0:
         return 0
     n = np.searchsorted(t, ends, side="left") - np.searchsorted(t, starts, side="left")
