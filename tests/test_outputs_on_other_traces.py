@@ -327,12 +327,39 @@ def test_beyond_time_holds_on_every_trace(case):
         assert a.unified.migrations == um
         th = a.thread_states
         assert th.recorded == (_has(con, "SCHED_EVENTS") and con.execute("SELECT COUNT(*) FROM SCHED_EVENTS").fetchone()[0] > 0)
+        # what adds up: unified memory per steady iteration sums to the SQL bytes over the periods it tiles
+        u = a.unified
+        for pid, g in u.per_iteration.groupby("pid"):
+            if not _has(con, "CUPTI_ACTIVITY_KIND_MEMCPY"):
+                assert int(g["bytes_htod"].sum()) == int(g["bytes_dtoh"].sum()) == 0
+                continue
+            t = a.iterations.table
+            st = t.loc[(t["pid"] == pid) & ~t["warmup"] & (t["period_ns"] >= 0)]
+            done = (st["start_ns"] + st["latency_ns"]).to_numpy()
+            lo, hi = done - st["period_ns"].to_numpy(), done
+            for kind, col in ((11, "bytes_htod"), (12, "bytes_dtoh")):
+                want = sum(con.execute(
+                    "SELECT COALESCE(SUM(bytes), 0) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? AND "
+                    "((globalPid >> 24) & 16777215) = ? AND start > ? AND start <= ?",
+                    (kind, int(pid), int(a_), int(b_))).fetchone()[0] for a_, b_ in zip(lo.tolist(), hi.tolist()))
+                assert int(g[col].sum()) == want, (pid, col)
     finally:
         con.close()
+    # memory: the change of live memory over the steady completions is what was allocated less what was freed
+    for g in a.memory.growth.itertuples():
+        if a.memory.recorded:
+            assert g.live_last_bytes - g.live_first_bytes == g.allocated_bytes - g.freed_bytes
+    # stages: no stage computes longer than its step, and shares stay within 0..1
+    p = a.stages.pipeline
+    if p is not None:
+        assert (p.stages["compute_ns"] <= p.stages["step_ns"]).all() and p.stages["bubble"].between(0, 1).all()
+    for tt in a.stages.turns:
+        assert 0 <= tt.both_ns <= tt.union_ns <= sum(tt.compute_ns.values())
     if not th.recorded:
         assert len(th.ranges) == 0
     for r in th.ranges.itertuples():
         assert r.running_ns + r.off_cpu_ns == r.total_ns and 0 <= r.off_cpu_untraced_ns <= r.off_cpu_ns
+        assert 0 <= r.off_cpu_share <= 1
     s = a.slow_iterations
     t = a.iterations.table
     for r in s.table.itertuples():
