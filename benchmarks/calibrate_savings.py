@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import sqltruth  # noqa: E402
+import sqltruth
 
 # (before, after, the NVTX iteration range both are timed by): each a fix of one thing
 PAIRS: list[tuple[str, str, str]] = [
@@ -54,6 +54,21 @@ PAIRS: list[tuple[str, str, str]] = [
 SHRUNK = 0.1
 
 
+def gates_open(rule_id: str) -> dict[str, float]:
+    """The rule's firing thresholds at their permissive end (``min_*`` 0, ``max_*`` its ceiling), its
+    saving models (``assumed_*``) kept: on ``after`` a rule that only fell under its gate (sync-api's
+    waits moving to 25% of the step against its 30%: the wait is still there) is not a resolved one."""
+    from nsysan.rules import REGISTRY
+
+    out: dict[str, float] = {}
+    for k, v in REGISTRY[rule_id].thresholds.items():
+        if k.startswith("min_"):
+            out[f"{rule_id}.{k}"] = 0
+        elif k.startswith("max_"):
+            out[f"{rule_id}.{k}"] = 100.0 if k.endswith("pct") else 1.0 if k.endswith(("frac", "share", "ratio")) else 1e18
+    return out
+
+
 @dataclass
 class Side:
     name: str
@@ -62,6 +77,15 @@ class Side:
     instances: int  # closed instances of the range
     per_seq: int  # steady iterations of the longest sequence (nsysan's iteration model)
     findings: list[dict] = field(default_factory=list)  # rule, impact_ns, estimate_ns, per_iter_ns
+    path: str = ""  # the decompressed export
+    range_name: str = ""
+    _opened: dict[str, float] = field(default_factory=dict)
+
+    def saving_gates_open(self, rule_id: str) -> float:
+        """The rule's saving per iteration here with its own thresholds opened (``gates_open``)."""
+        if rule_id not in self._opened:
+            self._opened[rule_id] = _per_iteration(self.path, self.range_name, gates_open(rule_id)).get(rule_id, 0.0)
+        return self._opened[rule_id]
 
 
 @dataclass
@@ -95,9 +119,18 @@ class Pair:
                 out.append((f, "shrunk"))
         return out
 
+    def credited(self, f: dict) -> float:
+        """What a resolved finding predicted the fix saves per iteration: its saving on `before` less
+        what the same rule still counts on `after` with its thresholds opened (``gates_open``): a
+        rule that only fell under its gate (sync-api's waits moving to 25% of the step against its
+        30%) did not predict that its waits go."""
+        before = sum(g["per_iter_ns"] for g in self.before.findings if g["rule"] == f["rule"])
+        left = self.after.saving_gates_open(f["rule"])
+        return f["per_iter_ns"] * max(0.0, before - left) / before if before > 0 else 0.0
+
     @property
     def predicted_ns(self) -> float:
-        return sum(f["per_iter_ns"] for f, _ in self.resolved())
+        return sum(self.credited(f) for f, _ in self.resolved())
 
     @property
     def ratio(self) -> float | None:
@@ -132,15 +165,33 @@ def side(name: str, range_name: str) -> Side:
     path = con.execute("PRAGMA database_list").fetchone()[2]
     con.close()
     a = analyze(nsysan.open_trace(path), iteration_range=range_name)
-    t = a.iterations.table
-    steady = t.loc[~t["warmup"].to_numpy(dtype=bool)] if len(t) else t
-    per_seq = int(steady.groupby(["pid", "tid"]).size().max()) if len(steady) else 0
-    s = Side(name, period, threads, instances, per_seq)
+    per_seq = _per_seq(a)
+    s = Side(name, period, threads, instances, per_seq, path=path, range_name=range_name)
     for f in a.findings:
         est = int(f.window.get("estimate_ns", f.impact_ns))
         s.findings.append({"rule": f.rule, "impact_ns": int(f.impact_ns), "estimate_ns": est,
                            "per_iter_ns": f.impact_ns / per_seq if per_seq else 0.0})
     return s
+
+
+def _per_seq(a) -> int:
+    """Steady iterations of the longest sequence (nsysan's iteration model)."""
+    t = a.iterations.table
+    steady = t.loc[~t["warmup"].to_numpy(dtype=bool)] if len(t) else t
+    return int(steady.groupby(["pid", "tid"]).size().max()) if len(steady) else 0
+
+
+def _per_iteration(path: str, range_name: str, settings: dict[str, float]) -> dict[str, float]:
+    """Each rule's saving per iteration on the export at ``path`` under rule ``settings``."""
+    import nsysan
+    from nsysan.analysis import analyze
+
+    a = analyze(nsysan.open_trace(path), iteration_range=range_name, set=settings)
+    n = max(_per_seq(a), 1)
+    out: dict[str, float] = {}
+    for f in a.findings:
+        out[f.rule] = out.get(f.rule, 0.0) + f.impact_ns / n
+    return out
 
 
 def calibrate(pairs: list[tuple[str, str, str]] | None = None) -> list[Pair]:
@@ -171,6 +222,8 @@ def report(pairs: list[Pair]) -> str:
         after_rules = {f["rule"] for f in a.findings}
         for f in b.findings:
             how = resolved.get(id(f), "fires" if f["rule"] in after_rules else "gone, no saving")
+            if id(f) in resolved:
+                how += f", credited {ms(p.credited(f))} ms/iter ({ms(a.saving_gates_open(f['rule']))} left, gates open)"
             own = ms(f["estimate_ns"] / max(b.per_seq, 1))
             est = "" if f["estimate_ns"] == f["impact_ns"] else f" (own estimate {own})"
             lines.append(f"     {f['rule']:24s} {ms(f['per_iter_ns']):>8s} ms/iter{est:28s} {how}")

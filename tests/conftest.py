@@ -13,6 +13,11 @@ settings.register_profile("fixed", derandomize=True, deadline=None)
 settings.register_profile("random", deadline=None, max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
+# Every test sees the terminal a plain run sees (output piped, no COLUMNS/LINES): a parallel worker
+# (pytest-xdist sets COLUMNS=80) or a user's shell prints the same; tests of the width set their own.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = SHARED / "corpus" / "public-exports"

@@ -43,16 +43,20 @@ def test_graph_launches_are_the_launch_calls_that_ran(fixture_dir, analysis, nam
     graph level (before: every node kernel counted, 10,600 "launches" for 53 calls); its per-launch
     GPU span and call time are each launch's, once."""
     con = _con(fixture_dir, name)
+    # the GPU records once, indexed by (process, correlation id): the correlated EXISTS below scanned
+    # their union once per runtime call (a minute on jax_train)
+    con.execute(f"CREATE TEMP TABLE gpu AS {_gpu_records(con)}")
+    con.execute("CREATE INDEX temp.gpu_corr ON gpu (pid, corr)")
     calls = con.execute(f"SELECT COUNT(*) FROM ({_graph_calls(con)})").fetchone()[0]
     ran = con.execute(f"""
         SELECT COUNT(*), COALESCE(SUM(span), 0), COALESCE(SUM(nodes), 0) FROM (
           SELECT MAX(o.end) - MIN(o.start) AS span, SUM(o.tab != 'CUPTI_ACTIVITY_KIND_GRAPH_TRACE') AS nodes
-          FROM ({_graph_calls(con)}) g JOIN ({_gpu_records(con)}) o ON o.pid = g.pid AND o.corr = g.corr
+          FROM ({_graph_calls(con)}) g JOIN temp.gpu o ON o.pid = g.pid AND o.corr = g.corr
           GROUP BY g.pid, g.corr)""").fetchone()
-    api = con.execute(f"""
+    api = con.execute("""
         SELECT COALESCE(SUM(r.end - r.start), 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
         WHERE (s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%')
-          AND EXISTS (SELECT 1 FROM ({_gpu_records(con)}) o WHERE o.pid = r.globalTid >> 24 AND o.corr = r.correlationId)
+          AND EXISTS (SELECT 1 FROM temp.gpu o WHERE o.pid = r.globalTid >> 24 AND o.corr = r.correlationId)
     """).fetchone()[0]
     assert ran[0] > 0 and calls >= ran[0]
     a = analysis(name)
@@ -164,8 +168,9 @@ def test_no_timer_warning_on_plain_annotation_ranges(fixture_dir, analysis, name
 
 def test_timer_warning_where_the_name_reads_as_a_timer(fixture_dir, tmp_path):
     """The same trace with its 'step' range renamed 'timed step': the CPU timer shows, the warning fires."""
-    import nsysan
     from factories import apply_sql
+
+    import nsysan
 
     p = _copy(fixture_dir, tmp_path, "launch_graph_nodes")
     apply_sql(p, "UPDATE StringIds SET value = 'timed step' WHERE value = 'step'")
@@ -178,8 +183,9 @@ def test_timer_warning_where_the_name_reads_as_a_timer(fixture_dir, tmp_path):
 def test_timer_warning_where_clock_calls_are_traced_inside(fixture_dir, tmp_path):
     """The same trace with a traced clock_gettime at the start and end of every 'step' range (as an
     OS runtime trace records a clock read that is not a vDSO call): the warning fires."""
-    import nsysan
     from factories import apply_sql
+
+    import nsysan
 
     p = _copy(fixture_dir, tmp_path, "launch_graph_nodes")
     con = sqlite3.connect(p)
@@ -236,8 +242,9 @@ def test_whole_capture_findings_never_say_steady_state(fixture_dir, tmp_path):
     """ladder_baseline with its NVTX ranges deleted (SQL): no iteration model, the window is the whole
     capture; its findings (pageable copies, host-bound gaps ...) say so, never "steady state", and
     have no per-iteration saving (before: "Pageable host memory in the steady state")."""
-    import nsysan
     from factories import apply_sql
+
+    import nsysan
 
     p = _copy(fixture_dir, tmp_path, "ladder_baseline")
     apply_sql(p, "DELETE FROM NVTX_EVENTS")

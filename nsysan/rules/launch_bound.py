@@ -76,7 +76,7 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     rows = np.flatnonzero(plain & ~first)
     every = np.flatnonzero(plain)  # the per-iteration spans: every launch, first ones included
     del first, inside, plain, is_graph, api_start  # (per-launch temporaries let go as soon as done)
-    if len(rows) < min_kernels:
+    if len(rows) < max(min_kernels, 1):  # (none to judge even when the threshold is 0)
         return
     gpu_ns, api_ns = lau["gpu_ns"].to_numpy(), lau["api_ns"].to_numpy()
     # each kernel's median launch cost (one per key), then the launches a chunk at a time: no

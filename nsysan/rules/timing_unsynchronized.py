@@ -122,13 +122,13 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
             continue
         after = int(g["gpu_after_end_ns"].sum())
         cpu = int(g["dur_ns"].sum())
-        if after < min_after_ns * len(g) or after < min_after_frac * cpu:
-            continue
+        if after <= 0 or after < min_after_ns * len(g) or after < min_after_frac * cpu:
+            continue  # (no GPU work after the range: nothing to report, whatever the thresholds)
         late = g.loc[g["gpu_after_end_ns"] > 0]
         worst = late.loc[late["gpu_after_end_ns"].idxmax()]
         late_after, late_dur = float(late["gpu_after_end_ns"].mean()), float(late["dur_ns"].mean())
         timer = timer_evidence(rg, rg.index.get_indexer(late.index), str(name), ctx.trace.osrt)
-        rows.append({"name": str(name)[:160], "instances": int(len(g)), "late": int(len(late)),
+        rows.append({"name": str(name)[:160], "instances": len(g), "late": len(late),
                      "after_avg_ns": int(late_after), "range_avg_ns": int(late_dur), "under_report_ns": after,
                      "worst_start_ns": int(worst["start_ns"]), "worst_after_ns": int(worst["gpu_after_end_ns"]),
                      "timer_evidence": timer,
