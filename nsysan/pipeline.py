@@ -382,8 +382,14 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
         writing("Perfetto timeline", "perfetto")
         write_perfetto(a, Path(opts["perfetto"]), force=opts["force"], protect=protect)
         outputs.append(opts["perfetto"])
+    return summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
+
+
+def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> dict[str, Any]:
+    """What ``nsysan analyze`` prints of an analysis (``report.terminal.print_summary``), and what a
+    run of many traces collects per trace: plain values."""
     st = a.iterations.stats
-    return {"trace": trace_path, "seconds": round(time.perf_counter() - t0, 3), "outputs": outputs,
+    return {"trace": trace_path, "seconds": seconds, "outputs": outputs,
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
                        "per_iteration_ns": f.per_iteration_ns, "title": f.title, "message": f.message,

@@ -24,6 +24,41 @@ CORPUS = SHARED / "corpus" / "public-exports"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "trace.sqlite.xz").exists())
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): ``NSYSAN_TEST_WORKERS``, else one worker a CPU and one more,
+    which runs while the tests that wait on purpose (timeouts, signals, servers) leave a CPU idle."""
+    if os.environ.get("NSYSAN_TEST_WORKERS", "").isdigit():
+        return int(os.environ["NSYSAN_TEST_WORKERS"])
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1
+
+
+_TRACES = set(FIXTURE_NAMES) | ({p.name for p in CORPUS.glob("*.sqlite")} if CORPUS.exists() else set())
+
+
+def _trace_of(value: object) -> str | None:
+    """The fixture or public export a test parameter names (a name, a path, or a (kind, name) case)."""
+    if isinstance(value, tuple) and len(value) == 2:
+        value = value[1]
+    if isinstance(value, (str, Path)):
+        name = Path(value).name
+        return name if name in _TRACES else None
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Parallel runs (pytest-xdist, ``--dist loadgroup``) keep every test of one trace on one worker,
+    so its load and analysis (``opened``, ``analyzed``) are computed once per run, not once per worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for k in ("name", "case", "path", "stem"):
+            trace = _trace_of(params.get(k))
+            if trace:
+                item.add_marker(pytest.mark.xdist_group(trace))
+                break
+
+
 @pytest.fixture(scope="session")
 def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """All fixture traces decompressed once into a session temp folder."""
@@ -33,34 +68,44 @@ def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-_cache: dict[str, object] = {}
+# One load and one analysis per trace and options, computed once per test run (per worker when
+# parallel) and shared by every test module that reads it (``opened``, ``analyzed``).
+_traces: dict[str, object] = {}
+_analyses: dict[tuple, object] = {}
+
+
+def _key(opts: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in opts.items()))
+
+
+def opened(path: str | Path):
+    """``nsysan.open_trace(path)``, once per path per run."""
+    import nsysan
+
+    p = str(path)
+    if p not in _traces:
+        _traces[p] = nsysan.open_trace(p)
+    return _traces[p]
+
+
+def analyzed(path: str | Path, **options):
+    """``nsysan.analyze(opened(path), **options)``, once per path and options per run."""
+    from nsysan.analysis import analyze
+
+    key = (str(path), _key(options))
+    if key not in _analyses:
+        _analyses[key] = analyze(opened(path), **options)
+    return _analyses[key]
 
 
 @pytest.fixture(scope="session")
 def load(fixture_dir: Path):
-    import nsysan
-
-    def _load(name: str):
-        if name not in _cache:
-            _cache[name] = nsysan.open_trace(fixture_dir / f"{name}.sqlite")
-        return _cache[name]
-
-    return _load
-
-
-_analyses: dict[str, object] = {}
+    return lambda name: opened(fixture_dir / f"{name}.sqlite")
 
 
 @pytest.fixture(scope="session")
-def analysis(load):
-    from nsysan.analysis import analyze
-
-    def _an(name: str):
-        if name not in _analyses:
-            _analyses[name] = analyze(load(name))
-        return _analyses[name]
-
-    return _an
+def analysis(fixture_dir: Path):
+    return lambda name, **options: analyzed(fixture_dir / f"{name}.sqlite", **options)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 import sqltruth
-from conftest import CORPUS, FIXTURE_NAMES
+from conftest import CORPUS, FIXTURE_NAMES, analyzed
 
 PUBLIC = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
 CHECKED_PER_TRACE = 40  # the most frequent plain push/pop names of each trace
@@ -61,4 +61,4 @@ def test_candidates_equal_sql_on_fixtures(analysis, name):
 @pytest.mark.skipif(not PUBLIC, reason="public corpus not present (../shared)")
 @pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem[:40])
 def test_candidates_equal_sql_on_public_exports(path):
-    sqltruth.check_public_export(path, _check, WHY_SKIPPED)
+    sqltruth.check_public_export(path, analyzed(path), _check, WHY_SKIPPED)

@@ -23,7 +23,7 @@ import factories as F
 import numpy as np
 import pytest
 import sqltruth
-from conftest import CORPUS
+from conftest import CORPUS, analyzed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,15 +90,13 @@ def _host_sync_total(a) -> int:
 
 
 def _check_credits(path) -> None:
-    import nsysan
-    from nsysan.analysis import analyze
 
     conn = sqltruth.open_export(path)
     try:
         if sqltruth.API_TABLE not in sqltruth.tables(conn):
             pytest.skip("no CUDA API calls")
         total = _api_total_by_name(conn)
-        a = analyze(nsysan.open_trace(path), rules=False)
+        a = analyzed(path)
         # THEN no CUDA API name is credited more idle time than its calls last in the whole capture
         credited = {x["activity"][len("cuda_api:"):]: x["total_ns"] for x in a.gap_summary["by_activity"]
                     if x["activity"].startswith("cuda_api:")}
@@ -150,16 +148,14 @@ def test_cuda_api_credit_never_exceeds_its_time_in_the_capture(path):
 @pytest.mark.parametrize("path", ALL_PUBLIC, ids=lambda p: p.stem[:40])
 def test_attribution_adds_up_on_every_public_export(path):
     """The same invariants on every public export that has host gaps."""
-    import nsysan
     from nsysan.analyses.gaps import activity_time
-    from nsysan.analysis import analyze
 
     conn = sqltruth.open_export(path)
     try:
         total = _api_total_by_name(conn) if sqltruth.API_TABLE in sqltruth.tables(conn) else {}
     finally:
         conn.close()
-    a = analyze(nsysan.open_trace(path), rules=False)
+    a = analyzed(path)
     if _host_sync_total(a) == 0:
         pytest.skip("no host-caused gap")
     spent = activity_time(a.gaps, a.gap_activity)

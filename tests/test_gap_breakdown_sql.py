@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import sqltruth
-from conftest import CORPUS, FIXTURE_NAMES
+from conftest import CORPUS, FIXTURE_NAMES, analyzed
 from test_gap_attribution_sql import exclusive_time_by_name
 
 PUBLIC = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
@@ -59,4 +59,4 @@ def test_gap_breakdown_equals_sql_on_fixtures(analysis, name):
 @pytest.mark.skipif(not PUBLIC, reason="public corpus not present (../shared)")
 @pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem[:40])
 def test_gap_breakdown_equals_sql_on_public_exports(path):
-    sqltruth.check_public_export(path, _check, WHY_SKIPPED)
+    sqltruth.check_public_export(path, analyzed(path), _check, WHY_SKIPPED)

@@ -9,7 +9,6 @@ when the folder is absent."""
 from __future__ import annotations
 
 import sqlite3
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -47,12 +46,10 @@ def api_calls(path: Path, like: str) -> list[tuple[int, int]]:
                                                    "order by r.start")]
 
 
-@cache
 def corpus_analysis(name: str):
-    import nsysan
-    from nsysan.analysis import analyze
+    from conftest import analyzed
 
-    return analyze(nsysan.open_trace(CORPUS / f"{name}.sqlite"))
+    return analyzed(CORPUS / f"{name}.sqlite")
 
 
 def corpus(name: str) -> Path:

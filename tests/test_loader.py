@@ -189,9 +189,11 @@ CORPUS_FILES = sorted(CORPUS.glob("*.sqlite")) + ([SHARED / "corpus" / "p25.sqli
 @pytest.mark.skipif(not CORPUS_FILES, reason="../shared/corpus not present")
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name[:40])
 def test_public_corpus_loads_and_analyses(path):
-    trace = nsysan.open_trace(path)
+    from conftest import analyzed, opened
+
+    trace = opened(path)
     assert trace.self_check() == []
-    a = nsysan.analyze(trace)
+    a = analyzed(path)
     d = a.to_dict()
     for row in d["gpu"]["capture"]:
         assert 0 <= row["busy_frac"] <= 1

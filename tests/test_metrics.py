@@ -46,13 +46,28 @@ class Truth:
                                                  "ORDER BY timestamp", (self.type_id,))], dtype=np.int64)
         self.period = int(np.median(np.diff(ts)))
 
+    def _where(self, short: str, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """Per sample, the merged interval its period lies inside (-1: none), and the intervals. The
+        intervals are disjoint and sorted, so the only one that can hold a sample at ``t`` is the last
+        one starting at or before ``t``."""
+        t, _ = self.series[short]
+        merged = _merge(s, e)
+        a = np.array([x for x, _ in merged], dtype=np.int64)
+        b = np.array([y for _, y in merged], dtype=np.int64)
+        i = np.searchsorted(a, t, side="right") - 1
+        ok = (i >= 0) & (t + self.period <= b[np.maximum(i, 0)]) if len(a) else np.zeros(len(t), dtype=bool)
+        return np.where(ok, i, -1), merged
+
     def inside(self, short: str, s: np.ndarray, e: np.ndarray) -> np.ndarray:
         """The values of the samples whose period lies inside one of the merged intervals."""
-        t, v = self.series[short]
-        keep = np.zeros(len(t), dtype=bool)
-        for a, b in _merge(s, e):
-            keep |= (t >= a) & (t + self.period <= b)
-        return v[keep]
+        where, _ = self._where(short, s, e)
+        return self.series[short][1][where >= 0]
+
+    def measured(self, short: str, s: np.ndarray, e: np.ndarray) -> list[tuple[int, int]]:
+        """The merged intervals that hold at least one sample's period."""
+        where, merged = self._where(short, s, e)
+        held = set(np.unique(where[where >= 0]).tolist())
+        return [m for j, m in enumerate(merged) if j in held]
 
 
 def _merge(s, e) -> list[tuple[int, int]]:
@@ -209,7 +224,7 @@ def test_means_per_kernel_group_from_sql(name, analysis, fixture_dir):
         if len(vals):
             for short in NAMES:
                 assert rec[short] == pytest.approx(truth.inside(short, s, e).mean(), abs=0.006)
-        measured = [(x, y) for x, y in _merge(s, e) if len(truth.inside("dram_read", np.array([x]), np.array([y])))]
+        measured = truth.measured("dram_read", s, e)
         assert rec["measured_ns"] == sum(y - x for x, y in measured)
         checked += 1
     assert checked >= 3

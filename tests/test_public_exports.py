@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CORPUS
+from conftest import CORPUS, analyzed
 
 from nsysan.analyses.iterations import TENSORRT_HOW
 from nsysan.analyses.libranges import library_of
@@ -26,16 +26,8 @@ pytestmark = pytest.mark.skipif(not FILES, reason="public corpus not present (..
 
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 
-_cache: dict[Path, object] = {}
-
-
 def _analysis(path: Path):
-    from nsysan import open_trace
-    from nsysan.analysis import analyze
-
-    if path not in _cache:
-        _cache[path] = analyze(open_trace(path))
-    return _cache[path]
+    return analyzed(path)
 
 
 def _sql(path: Path) -> sqlite3.Connection:

@@ -65,19 +65,9 @@ NOT_EXPLAINED = [
 ]
 SHRUNK = 0.1
 
-_analyses: dict[tuple[str, str], object] = {}
-
-
 @pytest.fixture(scope="module")
-def analysed(load):
-    from nsysan.analysis import analyze
-
-    def _get(name: str, rng: str):
-        if (name, rng) not in _analyses:
-            _analyses[(name, rng)] = analyze(load(name), iteration_range=rng)
-        return _analyses[(name, rng)]
-
-    return _get
+def analysed(analysis):
+    return lambda name, rng: analysis(name, iteration_range=rng)
 
 
 def _con(fixture_dir: Path, name: str) -> sqlite3.Connection:
@@ -108,29 +98,20 @@ def _per_iteration(a) -> dict[str, float]:
     return out
 
 
-def _left_gates_open(load, name: str, rng: str, rule: str) -> float:
+def _left_gates_open(analysis, name: str, rng: str, rule: str) -> float:
     """What ``rule`` still counts per iteration on ``name`` with its own thresholds opened."""
-    from nsysan.analysis import analyze
-
-    key = (name, rng, rule)
-    if key not in _opened:
-        a = analyze(load(name), iteration_range=rng, set=gates_open(rule))
-        _opened[key] = _per_iteration(a).get(rule, 0.0)
-    return _opened[key]
+    return _per_iteration(analysis(name, iteration_range=rng, set=gates_open(rule))).get(rule, 0.0)
 
 
-_opened: dict[tuple[str, str, str], float] = {}
-
-
-def _predicted(load, before, after, after_name: str, rng: str) -> tuple[float, list[str]]:
+def _predicted(analysis, before, after, after_name: str, rng: str) -> tuple[float, list[str]]:
     b, a = _per_iteration(before), _per_iteration(after)
     resolved = [r for r, v in b.items() if v > 0 and a.get(r, 0.0) < SHRUNK * v]
-    return sum(max(0.0, b[r] - _left_gates_open(load, after_name, rng, r)) for r in resolved), sorted(resolved)
+    return sum(max(0.0, b[r] - _left_gates_open(analysis, after_name, rng, r)) for r in resolved), sorted(resolved)
 
 
-def _check_pair(fixture_dir, load, analysed, before: str, after: str, rng: str) -> None:
+def _check_pair(fixture_dir, analysis, analysed, before: str, after: str, rng: str) -> None:
     measured = _period(fixture_dir, before, rng) - _period(fixture_dir, after, rng)
-    predicted, rules = _predicted(load, analysed(before, rng), analysed(after, rng), after, rng)
+    predicted, rules = _predicted(analysis, analysed(before, rng), analysed(after, rng), after, rng)
     assert measured > 0
     assert rules, "no finding on the first trace was resolved by the fix"
     assert measured / 2 <= predicted <= measured * 2, (
@@ -139,10 +120,10 @@ def _check_pair(fixture_dir, load, analysed, before: str, after: str, rng: str) 
 
 
 @pytest.mark.parametrize("before,after,rng", PAIRS + NOT_EXPLAINED)
-def test_predicted_saving_matches_the_measured_fix(fixture_dir, load, analysed, before, after, rng):
+def test_predicted_saving_matches_the_measured_fix(fixture_dir, analysis, analysed, before, after, rng):
     """GIVEN a program recorded before and after one fix WHEN nsysan analyses both THEN the findings
     the fix resolved predicted the measured change of the iteration period (SQL) within 2x."""
-    _check_pair(fixture_dir, load, analysed, before, after, rng)
+    _check_pair(fixture_dir, analysis, analysed, before, after, rng)
 
 
 def _launch_truth(con: sqlite3.Connection, rng: str) -> tuple[int, int, int]:

@@ -241,17 +241,12 @@ def test_nested_execution_ranges_count_once_and_cpu_only_traces_say_so():
 
 # ---- the public exports: truth from SQL ----------------------------------------------------------
 
-_cache: dict[Path, object] = {}
-
-
 def _analysis(path: Path):
-    from nsysan import open_trace
+    from conftest import analyzed
 
     if not path.exists():
         pytest.skip("public corpus not present (../shared)")
-    if path not in _cache:
-        _cache[path] = analyze(open_trace(path))
-    return _cache[path]
+    return analyzed(path)
 
 
 TRT_RANGES = """
