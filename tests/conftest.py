@@ -61,10 +61,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """All fixture traces decompressed once into a session temp folder."""
-    d = tmp_path_factory.mktemp("traces")
-    for name in FIXTURE_NAMES:
-        (d / f"{name}.sqlite").write_bytes(lzma.decompress((FIXTURES / name / "trace.sqlite.xz").read_bytes()))
+    """All fixture traces decompressed once per test run into a temporary folder (one folder for all
+    parallel workers: the first decompresses, the others wait for it), also read by ``sqltruth``."""
+    import sqltruth
+
+    base = tmp_path_factory.getbasetemp()
+    d = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "fixture-traces"
+    d.mkdir(exist_ok=True)
+    with open(d / ".lock", "w") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # no flock (Windows): each worker decompresses into its own folder
+            d = tmp_path_factory.mktemp("traces")
+        if not (d / ".done").exists():
+            for name in FIXTURE_NAMES:
+                (d / f"{name}.sqlite").write_bytes(lzma.decompress((FIXTURES / name / "trace.sqlite.xz").read_bytes()))
+            (d / ".done").touch()
+    sqltruth.DECOMPRESSED = d
     return d
 
 

@@ -82,8 +82,15 @@ def nvtx_domain(conn: sqlite3.Connection, text: str) -> int:
     return int(dom)
 
 
+# a folder holding every fixture decompressed as ``<name>.sqlite`` (the test run's, tests/conftest.py):
+# read there instead of decompressing each one again
+DECOMPRESSED: Path | None = None
+
+
 def open_fixture(name: str) -> sqlite3.Connection:
     """The fixture ``tests/fixtures/traces/<name>/trace.sqlite.xz``, decompressed, opened read-only."""
+    if DECOMPRESSED is not None and (DECOMPRESSED / f"{name}.sqlite").exists():
+        return sqlite3.connect(f"file:{DECOMPRESSED / f'{name}.sqlite'}?mode=ro", uri=True)
     return open_export(FIXTURES / name / "trace.sqlite.xz")
 
 
