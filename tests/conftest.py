@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import lzma
 import os
 from pathlib import Path
@@ -100,6 +101,7 @@ def opened(path: str | Path):
     p = str(path)
     if p not in _traces:
         _traces[p] = nsysan.open_trace(p)
+        gc.freeze()
     return _traces[p]
 
 
@@ -110,6 +112,9 @@ def analyzed(path: str | Path, **options):
     key = (str(path), _key(options))
     if key not in _analyses:
         _analyses[key] = analyze(opened(path), **options)
+        # kept for the whole run: out of the collector's way (each full collection walked every cached
+        # analysis again: 16% of a module's time)
+        gc.freeze()
     return _analyses[key]
 
 
