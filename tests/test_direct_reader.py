@@ -44,33 +44,27 @@ def _through_sqlite(path: Path, **kw):
             os.environ["NSYSAN_READER"] = old
 
 
+def _plans(db: Database):
+    """(name, the direct reader's plan or None) of each event table of the file."""
+    for spec in S.ALL_SPECS:
+        if spec.name not in INTERVAL_TABLES:
+            continue
+        src = next((t for t in spec.sources if db.caps.has(t)), None)
+        if src is not None:
+            yield spec.name, db.direct_plan(src, S.select_outputs(spec, db.caps.columns(src)), spec.keep_only)
+
+
 def _direct_tables(path: Path) -> dict[str, str]:
     """Which event tables the direct reader reads from this file: name -> 'direct' | 'declined'."""
-    out = {}
     with Database(path) as db:
-        for spec in S.ALL_SPECS:
-            if spec.name not in INTERVAL_TABLES:
-                continue
-            src = next((t for t in spec.sources if db.caps.has(t)), None)
-            if src is None:
-                continue
-            found = db.direct_plan(src, S.select_outputs(spec, db.caps.columns(src)), spec.keep_only)
-            out[spec.name] = "none" if found is None else ("direct" if db.direct_read(*found) is not None
-                                                           else "declined")
-    return out
+        return {name: "none" if found is None else ("direct" if db.direct_read(*found) is not None else "declined")
+                for name, found in _plans(db)}
 
 
 def _planned(path: Path) -> dict[str, bool]:
     """The event tables of this file, each with whether the direct reader plans to read it."""
-    out = {}
     with Database(path) as db:
-        for spec in S.ALL_SPECS:
-            if spec.name not in INTERVAL_TABLES:
-                continue
-            src = next((t for t in spec.sources if db.caps.has(t)), None)
-            if src is not None:
-                out[spec.name] = db.direct_plan(src, S.select_outputs(spec, db.caps.columns(src)), spec.keep_only) is not None
-    return out
+        return {name: found is not None for name, found in _plans(db)}
 
 
 def _same_trace(path: Path) -> dict[str, str]:
