@@ -176,9 +176,9 @@ def side(name: str, range_name: str) -> Side:
 
 def _per_seq(a) -> int:
     """Steady iterations of the longest sequence (nsysan's iteration model)."""
-    t = a.iterations.table
-    steady = t.loc[~t["warmup"].to_numpy(dtype=bool)] if len(t) else t
-    return int(steady.groupby(["pid", "tid"]).size().max()) if len(steady) else 0
+    from nsysan.rules import steps_per_sequence
+
+    return steps_per_sequence(a.iterations.table)
 
 
 def _per_iteration(path: str, range_name: str, settings: dict[str, float]) -> dict[str, float]:

@@ -15,7 +15,6 @@ import csv
 import hashlib
 import io
 import json
-import lzma
 import os
 import random
 import re
@@ -41,14 +40,11 @@ from nsysan.report.jsonout import to_csv
 FIXED = 40
 SRC = "launch_graph_nodes"  # a small real fixture (4 kernel names, 10,803 kernels)
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "traces" / SRC / "trace.sqlite.xz"
 
 
 @pytest.fixture(scope="module")
-def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    p = tmp_path_factory.mktemp("src") / "t.sqlite"
-    p.write_bytes(lzma.decompress(FIXTURE.read_bytes()))
-    return p
+def src(fixture_dir: Path) -> Path:
+    return fixture_dir / f"{SRC}.sqlite"
 
 
 @pytest.fixture

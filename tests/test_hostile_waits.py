@@ -20,7 +20,6 @@ import json
 import lzma
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_inputs_profile import fake_nsys, kill_left, running
 
 from nsysan.cli import main
 
@@ -315,34 +315,19 @@ else:
 '''
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
-def fixture_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _trace(tmp_path_factory.mktemp("fx"))
+def fixture_sqlite(fixture_dir: Path) -> Path:
+    return fixture_dir / "launch_graph.sqlite"
 
 
 @pytest.fixture
 def nsys_env(tmp_path: Path, fixture_sqlite: Path):
-    fake = tmp_path / "bin" / "fake-nsys"
-    fake.parent.mkdir()
-    fake.write_text(FAKE_NSYS.format(python=sys.executable))
-    fake.chmod(0o755)
+    fake, path = fake_nsys(tmp_path, FAKE_NSYS)
     pids = tmp_path / "pids"
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if p and not (Path(p) / "nsys").exists())
     e = _env(PATH=path, NSYSAN_NSYS=str(fake), XDG_CACHE_HOME=str(tmp_path / "cache"), FAKE_SQLITE=str(fixture_sqlite),
              FAKE_PIDS=str(pids))
     yield e
-    for pid in (int(x) for x in (pids.read_text().split() if pids.exists() else [])):
-        if _running(pid):  # a failed test leaves nothing running either
-            os.kill(pid, signal.SIGKILL)
+    kill_left(pids)
 
 
 def _report(folder: Path) -> Path:
@@ -371,13 +356,13 @@ def _export_case(env: dict[str, str], folder: Path, mode: str, limit: float) -> 
         assert json.loads((folder / "out.json").read_text())["schema"] == "nsysan.analysis/2"
         assert took < limit, took  # a check whose grandchild holds its output is not waited for (60 s before)
     pids = Path(env["FAKE_PIDS"])
-    left = [int(p) for p in (pids.read_text().split() if pids.exists() else []) if _running(int(p))]
+    left = [int(p) for p in (pids.read_text().split() if pids.exists() else []) if running(int(p))]
     assert not left, f"{mode}: left running: {left}"
 
 
 @posix_only
 @pytest.mark.parametrize("mode", ["check-hang", "check-child", "export-child", "export-hang"])
-def test_export_timeout_bounds_the_whole_export_and_leaves_nothing_running(nsys_env, tmp_path, mode):
+def test_export_timeout_bounds_the_whole_export_and_leaves_nothingrunning(nsys_env, tmp_path, mode):
     _export_case(nsys_env, tmp_path / "w", mode, 2)
 
 
@@ -396,7 +381,7 @@ def test_profile_version_check_is_bounded_by_timeout(nsys_env, tmp_path):
     assert r.returncode == 9 and "--version did not answer within --timeout 2 s" in r.stderr, r.stderr
     assert took < 2 + 5 + SLACK_S, took
     pids = Path(nsys_env["FAKE_PIDS"])
-    assert not [p for p in pids.read_text().split() if _running(int(p))]
+    assert not [p for p in pids.read_text().split() if running(int(p))]
 
 
 def test_workers_that_leave_mid_run_end_it_within_the_timeout(tmp_path):

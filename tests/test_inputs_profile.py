@@ -11,7 +11,6 @@ regression that blocks (a FIFO opened, a process group waited on) fails instead 
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import shutil
 import signal
@@ -27,7 +26,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "traces" / "launch_graph" / "trace.sqlite.xz"
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups, FIFOs: POSIX")
 
@@ -86,30 +84,39 @@ else:
 
 
 @pytest.fixture(scope="module")
-def fixture_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    p = tmp_path_factory.mktemp("fx") / "launch_graph.sqlite"
-    p.write_bytes(lzma.decompress(FIXTURE.read_bytes()))
-    return p
+def fixture_sqlite(fixture_dir: Path) -> Path:
+    return fixture_dir / "launch_graph.sqlite"
+
+
+def fake_nsys(tmp_path: Path, script: str) -> tuple[Path, str]:
+    """``script`` (formatted with this Python) as an executable fake nsys in ``tmp_path/bin``, and a
+    PATH without any real nsys."""
+    fake = tmp_path / "bin" / "fake-nsys"
+    fake.parent.mkdir()
+    fake.write_text(script.format(python=sys.executable))
+    fake.chmod(0o755)
+    return fake, os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                 if p and not (Path(p) / "nsys").exists())
+
+
+def kill_left(pids: Path) -> None:
+    """SIGKILL every process the fake nsys recorded in ``pids`` that still runs (a failed test
+    leaves nothing running either)."""
+    for pid in (int(x) for x in (pids.read_text().split() if pids.exists() else [])):
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
 def env(tmp_path: Path, fixture_sqlite: Path):
     """A fake nsys named by NSYSAN_NSYS, a private cache, and no real nsys on PATH."""
-    fake = tmp_path / "bin" / "fake-nsys"
-    fake.parent.mkdir()
-    fake.write_text(FAKE_NSYS.format(python=sys.executable))
-    fake.chmod(0o755)
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if p and not (Path(p) / "nsys").exists())
+    fake, path = fake_nsys(tmp_path, FAKE_NSYS)
     e = {k: v for k, v in os.environ.items() if not k.startswith(("NSYSAN_", "FAKE_"))}
     e.update(PATH=path, PYTHONPATH=str(ROOT), NSYSAN_NSYS=str(fake), XDG_CACHE_HOME=str(tmp_path / "cache"),
              FAKE_LOG=str(tmp_path / "nsys.log"), FAKE_SQLITE=str(fixture_sqlite),
              FAKE_PIDS=str(tmp_path / "pids"))
     yield e
-    pids = Path(e["FAKE_PIDS"])  # a failed test leaves nothing running either
-    for pid in (int(x) for x in (pids.read_text().split() if pids.exists() else [])):
-        if running(pid):
-            os.kill(pid, signal.SIGKILL)
+    kill_left(Path(e["FAKE_PIDS"]))
 
 
 def nsysan(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:

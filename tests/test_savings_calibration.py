@@ -85,9 +85,9 @@ def _period(fixture_dir: Path, name: str, rng: str) -> float:
 
 
 def _per_seq(a) -> int:
-    t = a.iterations.table
-    steady = t.loc[~t["warmup"].to_numpy(dtype=bool)]
-    return int(steady.groupby(["pid", "tid"]).size().max())
+    from nsysan.rules import steps_per_sequence
+
+    return steps_per_sequence(a.iterations.table)
 
 
 def _per_iteration(a) -> dict[str, float]:
