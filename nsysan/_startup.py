@@ -96,3 +96,15 @@ def pool_threads(workers: int) -> str:
 def set_threads(n: str) -> None:
     """A worker process' initializer: its analysis threads (``pool_threads``)."""
     os.environ["NSYSAN_THREADS"] = n
+
+
+def exit_now(code: int) -> None:
+    """The command line's exit: output flushed, then ``os._exit`` without the interpreter's shutdown
+    (a ~1 GB heap freed object by object took 0.2 s after a 245 MB trace, for nothing: the outputs
+    are written and closed by then)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (nsysan ... | head): nothing more to say
+            pass
+    os._exit(code)

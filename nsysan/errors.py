@@ -93,3 +93,15 @@ def _all(cls: type[NsysanError]) -> list[type[NsysanError]]:
 
 
 EXIT_CODES: dict[str, int] = {cls.__name__: cls.exit_code for cls in _all(NsysanError)}
+
+
+def as_nsysan_error(e: BaseException) -> NsysanError:
+    """What the command line says of ``e``: itself, or for running out of memory or of stack (a
+    trace's input nested too deeply) the error class whose exit code that is."""
+    if isinstance(e, NsysanError):
+        return e
+    if isinstance(e, MemoryError):
+        return ResourceLimitError("out of memory; try --max-events or export a shorter time range")
+    if isinstance(e, RecursionError):
+        return UsageError("input nested too deeply")
+    raise TypeError(f"no nsysan error for {type(e).__name__}")

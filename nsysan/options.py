@@ -208,6 +208,18 @@ def command_rule_config(config: Path | None, set_items: Sequence[str] | None,
     return rule_config
 
 
+def analyze_options(args: Any, many: bool) -> dict[str, Any]:
+    """The options every trace of the ``analyze`` command shares (its parsed ``args``); the outputs'
+    combinations checked (``check_analyze_outputs``)."""
+    rule_config = command_rule_config(args.config, args.set, args.disable)
+    check_analyze_outputs(many=many, out_dir=args.out_dir, json_path=args.json, html=args.html, csv=args.csv,
+                          perfetto=args.perfetto)
+    return {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
+            "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
+            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many,
+            "time_range": args.time_range}
+
+
 # -- the command line's option values (argparse ``type=``: a bad value is its usage error) ---------
 
 def _type_error(message: str) -> Exception:

@@ -80,24 +80,12 @@ def _bounds(a: Any) -> pd.DataFrame:
                          "hi": st["hi_ns"].to_numpy()})
 
 
-def unified_memory(a: Any) -> UnifiedMemory:
-    tr = a.trace
-    mc = tr.memcpy
-    um = mc.loc[np.isin(mc["copy_kind"].to_numpy(), (UM_HTOD, UM_DTOH))] if len(mc) else mc
-    cause = um["migration_cause"].to_numpy() if "migration_cause" in um else np.zeros(len(um), dtype=np.int64)
-    gf = getattr(tr, "um_gpu_faults", pd.DataFrame())
-    cf = getattr(tr, "um_cpu_faults", pd.DataFrame())
-    by: dict[str, dict[str, int]] = {}
-    for c in np.unique(cause).tolist():
-        m = cause == c
-        by[CAUSES.get(int(c), str(c))] = {"count": int(m.sum()), "bytes": int(um["bytes"].to_numpy(np.int64)[m].sum()),
-                                          "ns": int(um["dur_ns"].to_numpy(np.int64)[m].sum())}
-    kind = um["copy_kind"].to_numpy()
-    w = a.steady
-    lo, hi = w.start_ns, w.end_ns
-    # per steady iteration
-    b = _bounds(a)
+def _per_iteration(um: pd.DataFrame, gf: pd.DataFrame, cf: pd.DataFrame, b: pd.DataFrame,
+                   cause: np.ndarray) -> tuple[pd.DataFrame, bool]:
+    """Faults and migrated bytes per steady iteration (``b``: its bounds per process), and whether
+    most iterations thrash (the driver moving data both ways on its own)."""
     per = pd.DataFrame(columns=["index", "pid", "gpu_faults", "cpu_faults", "bytes_htod", "bytes_dtoh"])
+    kind = um["copy_kind"].to_numpy()
     od = cause != 1
     if len(b):
         st, nbytes = um["start_ns"].to_numpy(np.int64), um["bytes"].to_numpy(np.int64)
@@ -122,49 +110,72 @@ def unified_memory(a: Any) -> UnifiedMemory:
                 "_on_demand_htod": moved(od & (kind == UM_HTOD)), "_on_demand_dtoh": moved(od & (kind == UM_DTOH))}))
         per = pd.concat(rows, ignore_index=True)
     thrash = bool(len(per) and ((per["_on_demand_htod"] > 0) & (per["_on_demand_dtoh"] > 0)).mean() >= THRASH_SHARE)
-    per = per.drop(columns=["_on_demand_htod", "_on_demand_dtoh"], errors="ignore")
-    # kernel time while GPU faults are pending, per kernel name, in the steady window
-    k = tr.kernels
+    return per.drop(columns=["_on_demand_htod", "_on_demand_dtoh"], errors="ignore"), thrash
+
+
+def _faulted_kernels(k: pd.DataFrame, gf: pd.DataFrame, lo: int,
+                     hi: int) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray], int]:
+    """Kernel time while GPU faults are pending, per kernel name, in the steady window [lo, hi):
+    the table, the faulted intervals (merged over the devices) and their total."""
     pk = pd.DataFrame(columns=["name", "count", "total_ns", "faulted_ns"])
-    faulted_iv = (np.empty(0, np.int64), np.empty(0, np.int64))
-    faulted_total = 0
-    if len(gf) and len(k):
-        kin = (k["end_ns"].to_numpy() > lo) & (k["start_ns"].to_numpy() < hi)
-        kk = k.loc[kin]
-        faulted = np.zeros(len(kk), dtype=np.int64)
-        pieces: list[tuple[np.ndarray, np.ndarray]] = []
-        for d in np.unique(gf["device_id"].to_numpy()).tolist():
-            fm = gf["device_id"].to_numpy() == d
-            ms, me = iv.merge(gf["start_ns"].to_numpy(np.int64)[fm], gf["end_ns"].to_numpy(np.int64)[fm])
-            km = kk["device_id"].to_numpy() == d
-            s = np.maximum(kk["start_ns"].to_numpy(np.int64)[km], lo)
-            e = np.minimum(kk["end_ns"].to_numpy(np.int64)[km], hi)
-            faulted[km] = iv.covered_between(ms, me, s, e)
-            pieces.append(iv.intersect((ms, me), iv.merge(s, e)))
-        faulted_iv = iv.merge(np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
-        agg = pd.DataFrame({"name": kk["name"].astype(str).to_numpy(), "total_ns": kk["dur_ns"].to_numpy(np.int64),
-                            "faulted_ns": faulted}).groupby("name").agg(count=("total_ns", "size"),
-                                                                        total_ns=("total_ns", "sum"),
-                                                                        faulted_ns=("faulted_ns", "sum"))
-        pk = agg.reset_index().sort_values("faulted_ns", ascending=False).reset_index(drop=True)
-        faulted_total = int(pk["faulted_ns"].sum())
-    # bulk rate: user prefetches, else the fastest migration rows
-    dur = um["dur_ns"].to_numpy(np.int64)
-    byt = um["bytes"].to_numpy(np.int64)
+    if not (len(gf) and len(k)):
+        return pk, (np.empty(0, np.int64), np.empty(0, np.int64)), 0
+    kin = (k["end_ns"].to_numpy() > lo) & (k["start_ns"].to_numpy() < hi)
+    kk = k.loc[kin]
+    faulted = np.zeros(len(kk), dtype=np.int64)
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    for d in np.unique(gf["device_id"].to_numpy()).tolist():
+        fm = gf["device_id"].to_numpy() == d
+        ms, me = iv.merge(gf["start_ns"].to_numpy(np.int64)[fm], gf["end_ns"].to_numpy(np.int64)[fm])
+        km = kk["device_id"].to_numpy() == d
+        s = np.maximum(kk["start_ns"].to_numpy(np.int64)[km], lo)
+        e = np.minimum(kk["end_ns"].to_numpy(np.int64)[km], hi)
+        faulted[km] = iv.covered_between(ms, me, s, e)
+        pieces.append(iv.intersect((ms, me), iv.merge(s, e)))
+    faulted_iv = iv.merge(np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
+    agg = pd.DataFrame({"name": kk["name"].astype(str).to_numpy(), "total_ns": kk["dur_ns"].to_numpy(np.int64),
+                        "faulted_ns": faulted}).groupby("name").agg(count=("total_ns", "size"),
+                                                                    total_ns=("total_ns", "sum"),
+                                                                    faulted_ns=("faulted_ns", "sum"))
+    pk = agg.reset_index().sort_values("faulted_ns", ascending=False).reset_index(drop=True)
+    return pk, faulted_iv, int(pk["faulted_ns"].sum())
+
+
+def _bulk_rate(dur: np.ndarray, byt: np.ndarray, cause: np.ndarray) -> float:
+    """Bytes a second of a bulk migration: the user's prefetches, else the fastest migration row."""
     pre = cause == 1
     if pre.any() and dur[pre].sum() > 0:
-        rate = float(byt[pre].sum()) / (dur[pre].sum() / 1e9)
-    elif len(um) and (dur > 0).any():
-        rate = float(np.max(byt[dur > 0] / (dur[dur > 0] / 1e9)))
-    else:
-        rate = 0.0
+        return float(byt[pre].sum()) / (dur[pre].sum() / 1e9)
+    if len(dur) and (dur > 0).any():
+        return float(np.max(byt[dur > 0] / (dur[dur > 0] / 1e9)))
+    return 0.0
+
+
+def unified_memory(a: Any) -> UnifiedMemory:
+    tr = a.trace
+    mc = tr.memcpy
+    um = mc.loc[np.isin(mc["copy_kind"].to_numpy(), (UM_HTOD, UM_DTOH))] if len(mc) else mc
+    cause = um["migration_cause"].to_numpy() if "migration_cause" in um else np.zeros(len(um), dtype=np.int64)
+    gf = getattr(tr, "um_gpu_faults", pd.DataFrame())
+    cf = getattr(tr, "um_cpu_faults", pd.DataFrame())
+    by: dict[str, dict[str, int]] = {}
+    for c in np.unique(cause).tolist():
+        m = cause == c
+        by[CAUSES.get(int(c), str(c))] = {"count": int(m.sum()), "bytes": int(um["bytes"].to_numpy(np.int64)[m].sum()),
+                                          "ns": int(um["dur_ns"].to_numpy(np.int64)[m].sum())}
+    kind = um["copy_kind"].to_numpy()
+    lo, hi = a.steady.start_ns, a.steady.end_ns
+    b = _bounds(a)
+    per, thrash = _per_iteration(um, gf, cf, b, cause)
+    pk, faulted_iv, faulted_total = _faulted_kernels(tr.kernels, gf, lo, hi)
+    byt = um["bytes"].to_numpy(np.int64)
+    rate = _bulk_rate(um["dur_ns"].to_numpy(np.int64), byt, cause)
     stw = (um["start_ns"].to_numpy(np.int64) >= lo) & (um["start_ns"].to_numpy(np.int64) < hi)
     fault_bytes = int(byt[stw & (cause == 2)].sum())
     bulk_ns = int(fault_bytes / rate * 1e9) if rate > 0 else 0
     saving = max(0, faulted_total - bulk_ns)
     recorded = len(gf) > 0 or len(cf) > 0 or bool(getattr(tr, "um_faults_recorded", False))
     missing = [] if recorded else list(FLAGS)
-    n_steady = len(b)
     return UnifiedMemory(len(um), int(byt[kind == UM_HTOD].sum()), int(byt[kind == UM_DTOH].sum()), by,
                          len(gf), int(gf["faults"].sum()) if len(gf) else 0, len(cf), recorded, per, pk, thrash, rate,
-                         fault_bytes, saving, n_steady, missing if len(um) else [], faulted_iv)
+                         fault_bytes, saving, len(b), missing if len(um) else [], faulted_iv)

@@ -1,14 +1,6 @@
-"""Command line. The only package that prints or exits; it maps ``NsysanError`` to exit codes.
-
-    nsysan analyze TRACE.sqlite [--json OUT.json] [--html OUT.html] [--csv DIR] ...
-    nsysan rules [--markdown]
-    nsysan profile [-o NAME] [--nsys PATH] [--diagnose] -- COMMAND ...
-    nsysan example            # path of the bundled example trace
-    nsysan diff BASE NEW [--fail-on-regression 5%] [--json OUT] [--html OUT]
-    nsysan compare T1 T2 ... [--labels a,b,...] [--markdown] [--json OUT] [--html OUT]
-
-Options in ``parser``, commands in ``commands``; the work is ``nsysan.pipeline``'s and ``nsysan.record``'s.
-"""
+"""Command line (``nsysan analyze|rules|profile|example|diff|compare``, ``nsysan -h``). The only package
+that prints or exits; it maps ``NsysanError`` to exit codes. Options in ``parser``, commands in
+``commands``; the work is ``nsysan.pipeline``'s and ``nsysan.record``'s."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from nsysan.cli.parser import build_parser
-from nsysan.errors import EXIT_CODES, NsysanError
+from nsysan.errors import NsysanError, as_nsysan_error
 from nsysan.units import clean_text as _say
 
 __all__ = ["build_parser", "main", "run"]
@@ -42,22 +34,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "analyze":  # the collector resumes after the imports (pipeline.analyze_one)
             _startup.pause_collector()
         return int(getattr(commands, f"cmd_{args.cmd}")(args))
-    except NsysanError as e:
-        print(f"nsysan: error: {_say(e)}", file=sys.stderr)
-        if e.hint:
-            print(f"nsysan: hint: {_say(e.hint)}", file=sys.stderr)
-        return e.exit_code
+    except (NsysanError, MemoryError, RecursionError) as e:
+        err = as_nsysan_error(e)
+        print(f"nsysan: error: {_say(err)}", file=sys.stderr)
+        if err.hint:
+            print(f"nsysan: hint: {_say(err.hint)}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("nsysan: interrupted", file=sys.stderr)
         return 130
-    except MemoryError:
-        print("nsysan: error: out of memory; try --max-events or export a shorter time range", file=sys.stderr)
-        return EXIT_CODES["ResourceLimitError"]
     except BrokenPipeError:
         return 0
-    except RecursionError:
-        print("nsysan: error: input nested too deeply", file=sys.stderr)
-        return EXIT_CODES["UsageError"]
     except Exception as e:  # noqa: BLE001 - the last resort: one line, never a traceback
         if os.environ.get("NSYSAN_DEBUG"):
             raise
@@ -73,16 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The console entry point: ``main`` in nsysan's own process (``_startup.own_process``), then an
-    immediate exit: the interpreter's shutdown (a ~1 GB heap freed object by object) took 0.2 s after
-    a 245 MB trace, for nothing, the outputs being written and closed by then."""
+    """The console entry point: ``main`` in nsysan's own process, then ``_startup.exit_now``."""
     from nsysan import _startup
 
     _startup.own_process()
-    code = main()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (nsysan ... | head): nothing more to say
-            pass
-    os._exit(code)
+    _startup.exit_now(main())

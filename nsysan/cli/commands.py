@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from nsysan.units import clean_text as _say
 
@@ -14,26 +13,14 @@ def _fail(message: str) -> None:  # one trace of several failed
     print(f"nsysan: {_say(message)}", file=sys.stderr)
 
 
-def _analyze_options(args: argparse.Namespace, many: bool) -> dict[str, Any]:
-    """The options every trace of ``analyze`` shares; the outputs' combinations checked."""
-    from nsysan.options import check_analyze_outputs, command_rule_config
-
-    rule_config = command_rule_config(args.config, args.set, args.disable)
-    check_analyze_outputs(many=many, out_dir=args.out_dir, json_path=args.json, html=args.html, csv=args.csv,
-                          perfetto=args.perfetto)
-    return {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
-            "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
-            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many,
-            "time_range": args.time_range}
-
-
 def cmd_analyze(args: argparse.Namespace) -> int:
     from nsysan import _startup, pipeline
+    from nsysan.options import analyze_options
 
     _startup.numpy_without_blas_threads()
     many = len(args.traces) > 1 or bool(args.scheduler)
     jobs, protect = pipeline.plan_analyze(
-        args.traces, _analyze_options(args, many), many=many, out_dir=args.out_dir, json_path=args.json,
+        args.traces, analyze_options(args, many), many=many, out_dir=args.out_dir, json_path=args.json,
         html=args.html, no_html=args.no_html, csv=args.csv, perfetto=args.perfetto, force=args.force,
         side_inputs=[str(args.config)] if args.config else [])
     if not many:

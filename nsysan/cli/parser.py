@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from importlib import import_module
 from pathlib import Path
-from typing import Any
 
 from nsysan._version import __version__
 from nsysan.options import LazyChoices, opt_number, scheduler_address, time_range
@@ -103,12 +103,6 @@ def _compare(c: argparse.ArgumentParser, metrics: Sequence[str]) -> None:
     _common(c)
 
 
-def _compare_module() -> Any:
-    from nsysan import compare
-
-    return compare
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
                                 "and what to change.")
@@ -118,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("rules", help="list the rules, their rationale and thresholds")
     r.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
     _profile(sub.add_parser("profile", help="run a command under nsys and export SQLite"))
-    gate_metrics, metrics = LazyChoices(lambda: _compare_module().GATE_METRICS), LazyChoices(lambda: _compare_module().METRICS)
+    gate_metrics = LazyChoices(lambda: import_module("nsysan.compare").GATE_METRICS)
+    metrics = LazyChoices(lambda: import_module("nsysan.compare").METRICS)
     _diff(sub.add_parser("diff", help="compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings"),
           gate_metrics)
     _compare(sub.add_parser("compare", help="one table over many traces (an optimization ladder)"), metrics)
