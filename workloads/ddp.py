@@ -15,6 +15,10 @@ Modes (``--mode``):
 * ``pipeline``: two stages (rank 0 the first half of the layers, rank 1 the second half and the
   loss), ``--micro`` micro-batches, activations sent forward and gradients back (NCCL send/recv).
 
+``--nccl-ctas N``: NCCL runs each collective on at most N CTAs (``NCCL_MAX_CTAS``, and the older
+``NCCL_MAX_NCHANNELS``), so it takes N of the device's SMs: fewer SMs taken from the compute it
+overlaps, at a lower bandwidth.
+
 ``--slow-rank R --slow-ms MS``: rank R does MS milliseconds of extra host work (a Python spin, as
 a slow input pipeline would) in its ``load_batch`` range at the start of every step; the other
 ranks wait for it in their first collective.
@@ -67,8 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro", type=int, default=4, help="micro-batches (pipeline)")
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--nccl-ctas", type=int, default=0, help="at most this many CTAs a collective (0: NCCL's choice)")
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
+    if args.nccl_ctas > 0:
+        os.environ["NCCL_MAX_CTAS"] = os.environ["NCCL_MAX_NCHANNELS"] = str(args.nccl_ctas)
     if args.quick:
         args.steps, args.warmup = 3, 1
 
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     nparams = sum(q.numel() for q in params)
     print(f"[ddp] mode {args.mode} rank {rank}/{world} pid {os.getpid()} cuda:{local}: {args.steps} steps (after "
           f"{args.warmup} warm-up), {L} layers width {d}, batch {args.batch}, {nparams / 1e6:.1f} M params on this "
-          f"rank, slow rank {args.slow_rank} (+{args.slow_ms} ms host work): per step mean {statistics.mean(ms):.3f} "
+          f"rank, NCCL CTAs {args.nccl_ctas or 'default'}, slow rank {args.slow_rank} (+{args.slow_ms} ms host work): per step mean {statistics.mean(ms):.3f} "
           f"ms, p50 {statistics.median(ms):.3f} ms; load_batch mean {statistics.mean(load) * 1e3:.3f} ms; loss {losses[0]:.4f} -> {losses[-1]:.4f}",
           file=sys.stderr, flush=True)
     dist.destroy_process_group()
