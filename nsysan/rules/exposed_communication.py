@@ -24,12 +24,38 @@ collective waiting for it to arrive is not this rule's: evening out the ranks sa
 bubble). When no straggler is named (ranks in step, taking turns to arrive last), the waiting in
 collectives stays in: it is exposed communication that overlap would hide. Fires when a device's
 exposed communication (less that waiting) is at least ``min_frac`` of its busy time and ``min_ns``
-in total. Impact: that exposed time, at most the device's compute time in the window (overlap hides
-communication under compute that exists: at best a step takes the longer of the two, so a program of
-collectives alone has nothing to overlap), (what full overlap would save at most: hidden communication
-still takes SMs and memory bandwidth from the compute beside it), wall-clock over the devices and at
-most the most exposed device's (the ranks of a job move together), claimed as those wall-clock
-intervals so no other rule counts them again. The message's per-device totals are those of the
+in total, and what overlapping it would save (below) is at least ``min_ns``.
+
+**Saving: overlap is not free.** A collective's kernel holds SMs (NCCL: one CTA per channel, e.g.
+24 of an H200's 132), and the compute kernels beside it get the rest. Each exposed interval would
+run beside the compute that precedes it on the device (what produced its input: the backward pass
+of a gradient all-reduce), as much compute time as the interval lasts (less where less compute
+precedes it in the window: overlap hides communication under compute that exists, so a program of
+collectives alone has nothing to overlap). A compute kernel of ``C`` CTAs on a device of ``S`` SMs
+(``TARGET_INFO_GPU.smCount``), beside a collective of ``k`` CTAs, keeps this share of its speed
+(``progress_beside``; counting one CTA per SM, as the GEMMs that fill a device run):
+
+* ``C <= S - k``: 1 (it fits in the SMs the collective leaves);
+* ``S - k < C <= S``: 0 (one wave that the collective splits: its last CTAs wait for the
+  collective's SMs and then run their whole length, so the kernel ends later by the time they
+  waited and nothing is gained while it runs beside the collective);
+* ``C > S``: ``ceil(C/S) / ceil(C/(S-k))`` (waves: the collective takes its share of the SMs);
+* unknown grid (0): ``(S-k)/S``.
+
+The saving of an exposed interval of length ``E`` is ``min(E, compute before it) * r``, ``r`` the
+mean of those shares over the compute kernels it would run beside (weighted by their time there)
+and the collectives in it (weighted by their time in it); per device the sum over its exposed
+intervals. Without the device's SM count the shares are 1 (the saving is the exposed time).
+Measured on two H200s (``workloads/ddp.py``, after-backward all-reduce against DDP, 24-CTA NCCL
+kernels beside 120..132-CTA GEMMs): the overlap gained -0.04..0.12 ms per step of 0.7..1.1 ms
+exposed; with NCCL held to 4 CTAs, 1.0..1.07 ms of 1.8 ms (``docs/findings.md``). What it does
+not count: a collective runs longer beside compute (1.3-1.8x there), DDP's copies into its
+buckets, and persistent kernels (grid = SM count) that lose less than the model's 0 (13-41% of the
+time they ran beside the all-reduce): on those pairs the first two cost about what the third gives.
+
+Impact: that saving, wall-clock over the devices and at most the device's with the largest (the
+ranks of a job move together), claimed as the exposed wall-clock intervals so no other rule counts
+them again. The message's per-device totals are those of the
 collectives table (every type listed, the window rule of ``analyses/comm.py``: clipped to the
 steady state), the wall-clock time when kernels ran at once on several streams; per iteration it
 gives each rank's exposed time (its period, ``comm_per_iteration``).
@@ -38,6 +64,7 @@ gives each rank's exposed time (its period, ``comm_per_iteration``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -74,16 +101,13 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         exposed = all_exposed - waited
         if exposed < min_ns or dev_busy <= 0 or exposed < min_frac * dev_busy:
             continue
-        # overlap hides communication under compute that exists: at best the step takes the longer of
-        # the two, so the saving is at most the device's compute in the window (an NCCL benchmark
-        # with no compute kernel has nothing to overlap with)
-        compute_ns = iv.total(*iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
-        if min(exposed, compute_ns) < min_ns:
+        # overlap hides communication under compute that exists, and the collective takes SMs from it
+        ov = overlap_saving(a, dev, cl, d, w)
+        if ov.saving_ns < min_ns:
             continue
-        worst_exposed = max(worst_exposed, min(exposed, compute_ns))
+        worst_exposed = max(worst_exposed, ov.saving_ns)
         kinds_seen.update(a.collectives.loc[a.collectives["device_id"] == dev, "collective"].astype(str))
-        cap_note = (f"; only {fmt_ns(compute_ns)} of compute ran on the device to hide it under"
-                    if compute_ns < exposed else "")
+        cap_note = ov.note(exposed)
         starts.append(cl[0])
         ends.append(cl[1])
         coll = a.collectives.loc[a.collectives["device_id"] == dev]
@@ -100,8 +124,9 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
     impact = min(wall, worst_exposed)
     it_note = (f" Iteration time p50: {fmt_ns(a.iterations.stats.get('p50_ns'))}."
                if len(per_it) and a.iterations.range_name else "")
-    multi = (f" On {len(parts)} devices: {fmt_ns(wall)} of wall-clock time, {fmt_ns(worst_exposed)} on the most "
-             "exposed one (what the job can save: its ranks move together)." if len(parts) > 1 else "")
+    multi = (f" On {len(parts)} devices: {fmt_ns(wall)} of wall-clock time exposed; overlap would save "
+             f"{fmt_ns(worst_exposed)} on the device that saves most (what the job can save: its ranks move "
+             "together)." if len(parts) > 1 else "")
     if a.ranks is None or len(a.ranks.ranks) < 2:
         multi += (" Only one rank is in this export: part of this may be waiting for other ranks to arrive; "
                   "analyze every rank's export together (nsysan analyze rank*.sqlite --out-dir DIR) to split "
@@ -112,6 +137,148 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         impact_ns=impact, claims=claims_of(*cl), suggestion=advice(program_of(a), kinds_seen),
         message=f"In the {w.label}: " + "; ".join(parts) + "." + multi + it_note,
         evidence=tuple(evidence))
+
+
+def progress_beside(ctas: Any, k: int, sms: int) -> np.ndarray:
+    """The share of its own speed a compute kernel of ``ctas`` CTAs keeps while a collective holds
+    ``k`` of the device's ``sms`` SMs (the module's docstring; one CTA per SM counted)."""
+    c = np.asarray(ctas, dtype=np.float64)
+    k = int(min(max(k, 0), sms - 1))
+    free = sms - k
+    with np.errstate(divide="ignore", invalid="ignore"):
+        waves = np.where(c > sms, np.ceil(c / sms) / np.ceil(c / free), 1.0)
+    r = np.where(c <= 0, free / sms, waves)
+    return np.where((c > free) & (c <= sms), 0.0, r)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What overlapping a device's exposed communication would save (``overlap_saving``)."""
+
+    saving_ns: int
+    exposed_ns: int  # the exposed intervals' length
+    beside_ns: int  # the compute time they would run beside (at most their length)
+    share: float  # the mean share of its speed that compute keeps beside the collectives (r)
+    split_frac: float  # of the compute beside, the share in one-wave kernels the collectives split
+    ctas: int  # the collectives' CTAs (the most common, by time)
+    sms: int  # the device's SMs (0: unknown)
+
+    def note(self, exposed: int) -> str:
+        """The message's words on the saving of a device with ``exposed`` ns exposed."""
+        if self.sms <= 0:
+            return (f"; only {fmt_ns(self.beside_ns)} of compute ran on the device to hide it under"
+                    if self.beside_ns < exposed else "")
+        out = f"; overlapping it would save about {fmt_ns(self.saving_ns)}"
+        if self.beside_ns < self.exposed_ns:
+            out += f" (only {fmt_ns(self.beside_ns)} of compute precedes it to hide it under)"
+        out += (f": the collectives hold {self.ctas} of the {self.sms} SMs, and the compute before them would keep "
+                f"{fmt_pct(self.share)} of its speed beside them")
+        if self.split_frac >= 0.05:
+            out += (f" ({fmt_pct(self.split_frac)} of it in kernels of {self.sms - self.ctas + 1}..{self.sms} CTAs, "
+                    "one wave the collective splits: their last CTAs wait for its SMs; fewer CTAs for the "
+                    "collective, e.g. NCCL_MAX_CTAS, leave them room)")
+        return out
+
+
+def _ramp(s: np.ndarray, e: np.ndarray, wt: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time ``t``: sum over the intervals [s, e) of ``wt`` x their length before ``t``."""
+    o_s, o_e = np.argsort(s, kind="stable"), np.argsort(e, kind="stable")
+    ss, ee = s[o_s], e[o_e]
+    cw_s = np.concatenate([[0.0], np.cumsum(wt[o_s])])
+    cws_s = np.concatenate([[0.0], np.cumsum(wt[o_s] * ss)])
+    cw_e = np.concatenate([[0.0], np.cumsum(wt[o_e])])
+    cwe_e = np.concatenate([[0.0], np.cumsum(wt[o_e] * ee)])
+    i, j = np.searchsorted(ss, t, side="left"), np.searchsorted(ee, t, side="left")
+    return t * (cw_s[i] - cw_e[j]) - (cws_s[i] - cwe_e[j])
+
+
+def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[str, Any], w: Any) -> Overlap:
+    """What overlapping the exposed intervals ``cl`` of device ``dev`` with the compute before them
+    would save, the SMs its collectives hold counted (the module's docstring). ``d``: the device's
+    merged busy intervals by kind; ``w``: the window."""
+    ms, me = iv.clip_merged(*d["compute"], w.start_ns, w.end_ns)
+    xs, xe = np.asarray(cl[0], dtype=np.int64), np.asarray(cl[1], dtype=np.int64)
+    exposed = int((xe - xs).sum())
+    # the compute each interval would run beside: the compute before it, as much as the interval lasts;
+    # intervals with no compute between them (collectives one after the other) share the compute before
+    # them in turn: the last takes the compute nearest to the run, the first the farthest
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+    before = iv.covered_before(ms, me, xs)
+    length = xe - xs
+    later = np.zeros(len(xs), dtype=np.int64)  # exposed time after it before the next compute
+    if len(xs) > 1:
+        same = before[1:] == before[:-1]
+        run = np.cumsum(np.concatenate([[True], ~same]))  # runs of intervals with no compute between
+        tail = np.cumsum(length[::-1])[::-1]  # exposed time from each interval to the end
+        last_of_run = np.concatenate([np.flatnonzero(run[1:] != run[:-1]), [len(xs) - 1]])
+        end_of_run = tail[last_of_run] - length[last_of_run]  # exposed time after each run
+        later = tail - length - end_of_run[run - 1]
+    hi_c = np.maximum(before - later, 0)  # the compute it takes: cumulative compute in [lo_c, hi_c)
+    beside = np.minimum(length, hi_c)
+    lo_c = hi_c - beside
+
+    def at(c: np.ndarray) -> np.ndarray:  # the time by which the device had computed c
+        if not len(ms):
+            return xs
+        j = np.clip(np.searchsorted(cum, c, side="right") - 1, 0, len(ms) - 1)
+        return np.minimum(ms[j] + (c - cum[j]), me[j])
+
+    lo, hi = at(lo_c), at(hi_c)
+    beside_ns = int(beside.sum())
+    sms = _sm_count(a, dev)
+    if sms <= 1 or beside_ns <= 0:
+        return Overlap(beside_ns, exposed, beside_ns, 1.0, 0.0, 0, 0 if sms <= 1 else sms)
+    k = a.trace.kernels
+    on = k.loc[(k["device_id"] == dev).to_numpy()]
+    ctas = (on["grid_x"].to_numpy(np.int64) * on["grid_y"].to_numpy(np.int64) * on["grid_z"].to_numpy(np.int64))
+    ks, ke = on["start_ns"].to_numpy(np.int64), on["end_ns"].to_numpy(np.int64)
+    comm_names = set(a.comm.loc[a.comm["device_id"] == dev, "name"].astype(str).unique())
+    is_comm = on["name"].isin(list(comm_names)).to_numpy() if comm_names else np.zeros(len(on), dtype=bool)
+    t0 = int(w.start_ns)  # times relative to the window: float sums stay exact enough
+    cs, ce = (ks[~is_comm] - t0).astype(np.float64), (ke[~is_comm] - t0).astype(np.float64)
+    cc = ctas[~is_comm]
+    xs_f, xe_f = (xs - t0).astype(np.float64), (xe - t0).astype(np.float64)
+    lo_f, hi_f = (lo - t0).astype(np.float64), (hi - t0).astype(np.float64)
+    ran = _ramp(cs, ce, np.ones(len(cs)), hi_f) - _ramp(cs, ce, np.ones(len(cs)), lo_f)  # compute kernel time
+    kcomm = np.minimum(ctas[is_comm], sms - 1)
+    ns_, ne_ = (ks[is_comm] - t0).astype(np.float64), (ke[is_comm] - t0).astype(np.float64)
+    num = np.zeros(len(xs))
+    den = np.zeros(len(xs))
+    split = np.zeros(len(xs))
+    time_by_k: dict[int, float] = {}
+    for kv in np.unique(kcomm):
+        m = kcomm == kv
+        ones = np.ones(int(m.sum()))
+        o = _ramp(ns_[m], ne_[m], ones, xe_f) - _ramp(ns_[m], ne_[m], ones, xs_f)  # its time in each interval
+        if not o.any():
+            continue
+        time_by_k[int(kv)] = float(o.sum())
+        r = progress_beside(cc, int(kv), sms)
+        kept = _ramp(cs, ce, r, hi_f) - _ramp(cs, ce, r, lo_f)
+        one_wave = ((cc > sms - kv) & (cc <= sms)).astype(np.float64)
+        sp = _ramp(cs, ce, one_wave, hi_f) - _ramp(cs, ce, one_wave, lo_f)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            num += o * np.where(ran > 0, kept / ran, 1.0)
+            split += o * np.where(ran > 0, sp / ran, 0.0)
+        den += o
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(den > 0, num / den, 1.0)  # no collective kernel known in it: nothing held
+        split_i = np.where(den > 0, split / den, 0.0)
+    share = np.clip(share, 0.0, 1.0)
+    saving = round(float((beside * share).sum()))
+    mean = float((beside * share).sum() / beside_ns)
+    split_frac = float((beside * split_i).sum() / beside_ns)
+    ctas_k = max(time_by_k, key=lambda kv: (time_by_k[kv], kv)) if time_by_k else 0
+    return Overlap(min(saving, beside_ns), exposed, beside_ns, mean, split_frac, ctas_k, sms)
+
+
+def _sm_count(a: Any, dev: int) -> int:
+    """The device's SM count (``TARGET_INFO_GPU.smCount``); 0 when the export does not give it."""
+    g = getattr(a.trace, "gpus", None)
+    if g is None or len(g) == 0 or "sm_count" not in g:
+        return 0
+    v = g.loc[(g["device_id"] == dev).to_numpy(), "sm_count"].dropna()
+    return int(v.iloc[0]) if len(v) and int(v.iloc[0]) > 0 else 0
 
 
 def _exposed(a: Any, d: dict[str, Any], w: Any, pids: np.ndarray,
