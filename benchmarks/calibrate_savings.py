@@ -46,12 +46,17 @@ PAIRS: list[tuple[str, str, str]] = [
     ("um_thrash", "um_prefetch", "gpu_update"),
     ("pipe_stages", "pipe_balanced", "train_step"),
     ("two_gpu_turns", "two_gpu_pipelined", "train_step"),
+    # DDP again: NCCL held to 4 CTAs (overlap pays), and 4 layers of 4096 (overlap gains nothing)
+    ("ddp_serial_c4", "ddp_overlap_c4", "train_step"),
+    ("ddp_serial_w4096_l4_b4096", "ddp_overlap_w4096_l4_b4096", "train_step"),
 ]
 # a rule still firing on `after` counts as resolved when its saving per iteration fell below this share of
-# what it was: a rule that keeps a material saving was not fixed by the step (serial-copy-compute after
-# pinning: the copies got shorter, the overlap fix is still to do), and crediting its whole saving to the
-# step would count a prediction the finding never made
-SHRUNK = 0.1
+# what it was: a rule that keeps most of its saving was not fixed by the step (serial-copy-compute after
+# pinning: the copies got shorter, the overlap fix is still to do). A resolved rule is credited with what
+# the step removed (its saving less what is left, ``Pair.credited``), so a half-fixed one (DDP's last
+# gradient bucket still exposed: no backward compute follows it) is credited with its half. Was 0.1 while
+# the whole saving was credited; at 0.5 no other pair's verdict or number changed.
+SHRUNK = 0.5
 
 
 def gates_open(rule_id: str) -> dict[str, float]:

@@ -7,14 +7,16 @@ the change of the iteration period: the median of consecutive completions of the
 range per thread, by plain SQL on both exports (``tests/sqltruth.py``; completion = max(CPU end,
 end of the GPU ops launched inside)). The predicted gain is what nsysan's findings on ``before``
 that the fix resolved say per iteration: counted impact / steady iterations of one sequence, over
-the rules that no longer fire on ``after`` (or keep less than a tenth of their saving there: a rule
-that keeps a material saving was not what the step fixed), each credited with the part of its saving
+the rules that no longer fire on ``after`` (or keep less than half of their saving there: a rule
+that keeps most of its saving was not what the step fixed), each credited with the part of its saving
 the fix removed by the rule's own measure: its saving on ``before`` less what it still counts on
 ``after`` with its thresholds opened (``benchmarks/calibrate_savings.gates_open``: ``min_*`` 0,
 ``max_*`` their ceiling). A rule that only fell under its gate (sync-api after two GPUs were
 pipelined: the waits moved to 25% of the step against its 30%, 5.7 ms left per iteration) predicted
 nothing the fix delivered, and a partial fix (pipelined over 4 micro-batches, 2.7 ms of turn-taking
-left) is credited with what it removed. Predicted within 2x of measured, both ways. ``benchmarks/calibrate_savings.py`` prints the whole table.
+left; DDP's last gradient bucket, which no backward compute follows, still exposed) is credited with
+what it removed. Predicted within 2x of measured, both ways. ``benchmarks/calibrate_savings.py``
+prints the whole table.
 
 Before this change the pinned step predicted 2.19 ms per iteration (pageable-memcpy at an assumed 2x
 rate, sync-memcpy's share after serial-copy-compute took the copies) for a measured 7.75 ms (pinned
@@ -30,6 +32,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import sqltruth
 
@@ -48,6 +52,9 @@ PAIRS = [
     ("um_thrash", "um_prefetch", "gpu_update"),
     ("pipe_stages", "pipe_balanced", "train_step"),
     ("two_gpu_turns", "two_gpu_pipelined", "train_step"),
+    # NCCL held to 4 CTAs (workloads/ddp.py --nccl-ctas 4): the overlapped all-reduce leaves the GEMMs
+    # room, and overlap pays (re-run without nsys on 2 H200s: 8.98 -> 7.99 ms per step)
+    ("ddp_serial_c4", "ddp_overlap_c4", "train_step"),
 ]
 # measured changes the saving models do not explain (the numbers: benchmarks/calibrate_savings.py)
 NOT_EXPLAINED = [
@@ -58,12 +65,16 @@ NOT_EXPLAINED = [
         "A torch replica of the two steps timed in one process, batches alternating: allocating per batch cost 0.65 ms against the 0.40 ms "
         "alloc-in-loop predicts"))),
     pytest.param("ddp_serial", "ddp_overlap", "train_step", marks=pytest.mark.xfail(strict=True, reason=(
-        "overlapping the all-reduce measured -0.03 ms per step; exposed-communication credits 0.61 ms (0.75 exposed, "
-        "0.14 still exposed after): the overlapped NCCL kernels (24 CTAs) push the GEMMs that fill the 132 SMs in "
-        "one wave into a second (compute per step 6.84 -> 7.26 ms) and DDP's bucket copies add 0.10 ms; the "
-        "model does not count that contention"))),
+        "the fixtures' gain is one draw of a gain within noise: ddp.py serial and ddp run again without nsys on 2 "
+        "H200s, alternating, 4 rounds: per-step p50 7.94..8.01 ms against 7.86..7.96 ms, the gain per round "
+        "+0.055, +0.047, +0.123, +0.007 ms (the fixtures: +0.029). exposed-communication predicts 0.108 ms "
+        "(0.75 ms exposed; the compute before it keeps ~22% of its speed beside 24-CTA NCCL kernels, 3/4 of "
+        "it in 120..132-CTA GEMMs that one wave fills): 3.7x the fixtures' draw, 1.9x the re-runs' mean; "
+        "test_no_saving_promised_where_overlap_gains_none bounds it by the re-runs instead"))),
 ]
-SHRUNK = 0.1
+# a rule still firing on `after` is resolved when it keeps less than this share of its saving there
+# (benchmarks/calibrate_savings.SHRUNK)
+SHRUNK = 0.5
 
 @pytest.fixture(scope="module")
 def analysed(analysis):
@@ -124,6 +135,89 @@ def test_predicted_saving_matches_the_measured_fix(fixture_dir, analysis, analys
     """GIVEN a program recorded before and after one fix WHEN nsysan analyses both THEN the findings
     the fix resolved predicted the measured change of the iteration period (SQL) within 2x."""
     _check_pair(fixture_dir, analysis, analysed, before, after, rng)
+
+
+# Fixes whose gain is within the noise of the program run again: (before, after, range, the gains per
+# step in ms measured without nsys on the machine the fixtures come from, ddp.py's two modes run
+# alternately, one gain per round). The 2x test cannot judge them (a 2x band around noise); the
+# saving nsysan promises must still not exceed twice the largest gain any measurement saw.
+WITHIN_NOISE = [
+    # 8 layers of 2048, batch 8192, NCCL's own 24 CTAs (the fixtures above): 4 rounds
+    ("ddp_serial", "ddp_overlap", "train_step", (0.055, 0.047, 0.123, 0.007)),
+    # 4 layers of 4096, batch 4096 (twice the gradient bytes, the same GEMM time): 3 rounds
+    ("ddp_serial_w4096_l4_b4096", "ddp_overlap_w4096_l4_b4096", "train_step", (-0.003, -0.036, 0.002)),
+]
+
+
+@pytest.mark.parametrize("before,after,rng,reruns", WITHIN_NOISE)
+def test_no_saving_promised_where_overlap_gains_none(fixture_dir, analysis, analysed, before, after, rng, reruns):
+    """GIVEN an all-reduce after backward and the same program under DDP on two H200s, NCCL's 24-CTA
+    kernels beside GEMMs of 120..132 CTAs (one wave of the 132 SMs), where overlapping gained 0..0.12
+    ms per step in every measurement (the fixtures' periods by SQL and re-runs without nsys) of
+    0.75..1.06 ms exposed WHEN nsysan analyses both THEN exposed-communication is what the fix
+    resolved and it credits at most twice the largest measured gain: the collective's SMs split the
+    GEMMs' one wave, so overlap saves little (before this model it credited the exposed time, 0.61 ms
+    per step)."""
+    measured = _period(fixture_dir, before, rng) - _period(fixture_dir, after, rng)
+    predicted, rules = _predicted(analysis, analysed(before, rng), analysed(after, rng), after, rng)
+    assert "exposed-communication" in rules
+    exposed = _per_iteration(analysed(before, rng))  # sanity: the rule fires on `before`
+    assert exposed["exposed-communication"] > 0
+    largest = max(measured / 1e6, *reruns)
+    assert 0 <= predicted / 1e6 <= 2 * largest, (predicted / 1e6, measured / 1e6, reruns)
+
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _exposed_trace(compute_ctas: int, comm_ctas: int):
+    """12 'step' ranges 1 ms apart on a GPU of 132 SMs (the factories' device): each runs a compute
+    kernel of ``compute_ctas`` CTAs for 800 us, then an NCCL all-reduce of ``comm_ctas`` CTAs for 200
+    us on another stream, nothing beside it."""
+    import factories as F
+
+    k_rows, names, ctas, a_rows, nv = [], [], [], [], []
+    for i in range(12):
+        s = 1_000_000 + i * 1_000_000
+        nv.append((s, s + 50_000, "step"))
+        for j, (ks, ke, stream, name, c) in enumerate(((0, 800_000, 7, "gemm", compute_ctas),
+                                                       (800_000, 1_000_000, 20, NCCL, comm_ctas))):
+            k_rows.append((s + 10_000 + ks, s + 10_000 + ke, stream))
+            names.append(name)
+            ctas.append(c)
+            a_rows.append((s + 10 + 100 * j, s + 60 + 100 * j, "cudaLaunchKernel", 2 * i + j + 1))
+    k = F.kernels(k_rows).assign(name=pd.Categorical(names), grid_x=np.array(ctas, dtype=np.int64))
+    return F.make_trace(kernels=k, cuda_api=F.api(a_rows), nvtx=F.nvtx(nv))
+
+
+@pytest.mark.parametrize("compute_ctas,comm_ctas,share", [
+    (128, 4, 1.0),  # 128 CTAs fit in the 128 SMs a 4-CTA collective leaves
+    (64, 24, 1.0),  # fits in 108
+    (128, 24, 0.0),  # one wave of 128 on 132 SMs, split by 24: its last 20 CTAs wait the collective out
+    (132, 1, 0.0),  # one SM taken from a kernel that fills them all
+    (16384, 24, 125 / 152),  # many waves: ceil(16384/132) = 125 of them, ceil(16384/108) = 152 beside 24
+])
+def test_overlap_saving_counts_the_sms_the_collective_holds(compute_ctas, comm_ctas, share):
+    """GIVEN steps of 800 us of compute then a 200 us all-reduce with nothing beside it, on 132 SMs,
+    the compute and collective grids chosen WHEN analysed THEN exposed-communication's saving is the
+    exposed time times the share of its speed the compute before it keeps beside the collective (by
+    construction: 1 when it fits in the SMs left, 0 when the collective splits its one wave, the ratio
+    of waves when it has many), and nothing fires when that is 0."""
+    from nsysan.analysis import analyze
+    from nsysan.rules.exposed_communication import progress_beside
+
+    assert float(progress_beside([compute_ctas], comm_ctas, 132)[0]) == pytest.approx(share)
+    a = analyze(_exposed_trace(compute_ctas, comm_ctas))
+    steady = int((~a.iterations.table["warmup"].to_numpy(dtype=bool)).sum())
+    assert int(a.busy_steady.iloc[0]["comm_exposed_ns"]) == 200_000 * steady
+    f = [x for x in a.findings if x.rule == "exposed-communication"]
+    if share == 0:
+        assert not f
+        return
+    assert len(f) == 1
+    est = int(f[0].window.get("estimate_ns", f[0].impact_ns))
+    assert abs(est - 200_000 * steady * share) <= 1
+    assert f"hold {comm_ctas} of the 132 SMs" in f[0].message
 
 
 def _launch_truth(con: sqlite3.Connection, rng: str) -> tuple[int, int, int]:
