@@ -168,10 +168,15 @@ def test_fsdp_exposed_communication_gets_a_finding(fixture_dir, analysis):
     f = next(f for f in a.findings if f.rule == "exposed-communication")
     assert 0 < f.impact_ns <= max(exposed.values())
     st = a.ranks.straggler
-    # the straggler's own exposed communication is not waiting for itself: all of it is this rule's
-    assert st is not None and f"GPU {st['device_id']}: " in f.message
-    # (its estimate: the counted impact may give part of it to another finding on the same time)
-    assert int(f.window.get("estimate_ns", f.impact_ns)) >= 0.95 * exposed[st["device_id"]]
+    # the straggler's own exposed communication is not waiting for itself: all of it is this rule's,
+    # the figure SQL gives
+    assert st is not None
+    dev = st["device_id"]
+    assert f"GPU {dev}: communication kernels ran " in f.message
+    assert f"{fmt_ns(exposed[dev])} of it" in f.message, (fmt_ns(exposed[dev]), f.message)
+    # overlapping it saves at most what is exposed: the collectives' SMs slow the compute beside them
+    # (the estimate: the counted impact may give part of it to another finding on the same time)
+    assert 0 < int(f.window.get("estimate_ns", f.impact_ns)) <= exposed[dev]
 
 
 # ---- item 4: alignment over the whole capture, the saving bounded by the waiting ----------------------

@@ -30,7 +30,8 @@ ITERATION = {
     "two_procs": ("train_step", ["ncclAllReduce"]),
     **{n: ("train_step", ["load_batch"]) for n in (
         "ddp_overlap", "ddp_serial", "ddp_straggler", "tp", "fsdp", "pipeline", "ddp_overlap_rank0",
-        "ddp_overlap_rank1", "ddp_straggler_rank0", "ddp_straggler_rank1")},
+        "ddp_overlap_rank1", "ddp_straggler_rank0", "ddp_straggler_rank1", "ddp_serial_c4", "ddp_overlap_c4",
+        "ddp_serial_w4096_l4_b4096", "ddp_overlap_w4096_l4_b4096")},
     **{n: ("train_step", ["micro_batch", "optimizer"]) for n in (
         "grad_accum", "grad_accum_straggler", "grad_accum_straggler15")},
     "threads_loops": ("worker_step", []),
