@@ -1,12 +1,20 @@
 from __future__ import annotations
 
 import gc
+import json
 import lzma
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# Bytecode caches on, whatever the shell says (PYTHONDONTWRITEBYTECODE=1): the suite starts hundreds of
+# processes (``python -m nsysan`` runs, the parallel workers), and without a cache each one compiled
+# the package's source again, and each worker rewrote the test modules' asserts again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Hypothesis runs derandomized (a fixed seed per test) unless HYPOTHESIS_PROFILE=random: CI is
 # reproducible, and a failure found at random is kept as an @example once fixed.
@@ -56,18 +64,65 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def _groups_file() -> str | None:
+    return os.environ.get("NSYSAN_TEST_GROUPS")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel run's controller: the file through which the workers hand it each test's trace."""
+    if config.pluginmanager.hasplugin("xdist") and not os.environ.get("PYTEST_XDIST_WORKER") and \
+            (config.getoption("numprocesses", None) or 0) != 0:
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="nsysan-test-groups-", suffix=".json")
+        os.close(fd)
+        os.environ["NSYSAN_TEST_GROUPS"] = path  # the workers, started after this, inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _groups_file() and not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(_groups_file()).unlink(missing_ok=True)
+        os.environ.pop("NSYSAN_TEST_GROUPS", None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Parallel runs (pytest-xdist, ``--dist loadgroup``) keep every test of one trace on one worker,
-    so its load and analysis (``opened``, ``analyzed``) are computed once per run, not once per worker."""
-    if not config.pluginmanager.hasplugin("xdist"):
+    """Parallel runs keep every test of one trace on one worker (``pytest_xdist_make_scheduler``), so
+    its load and analysis (``opened``, ``analyzed``) are computed once per run, not once per worker.
+    Each worker writes the tests' traces for the controller, which collects nothing itself."""
+    path = _groups_file()
+    if not (path and os.environ.get("PYTEST_XDIST_WORKER")):
         return
+    groups = {}
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         for k in ("name", "case", "path", "stem"):
             trace = _trace_of(params.get(k))
             if trace:
-                item.add_marker(pytest.mark.xdist_group(trace))
+                groups[item.nodeid] = trace
                 break
+    tmp = f"{path}.{os.getpid()}"
+    Path(tmp).write_text(json.dumps(groups))
+    os.replace(tmp, path)  # every worker writes the same; a reader sees one whole file
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's scheduling by scopes, largest first, a scope being a trace's tests (one unit on one
+    worker) or a test alone. (``--dist loadgroup`` would do it from ``xdist_group`` markers, but
+    pytest-xdist 3.8 renames the items through ``Item._nodeid``, which pytest 9 no longer reads: the
+    groups were silently ignored.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByTrace(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = _groups_file()
+                text = Path(path).read_text() if path and Path(path).exists() else ""
+                self.groups = json.loads(text) if text else {}
+            return self.groups.get(nodeid, nodeid)
+
+    return ByTrace(config, log)
 
 
 @pytest.fixture(scope="session")
