@@ -160,12 +160,12 @@ def test_allowlists_hold_only_what_is_still_there() -> None:
 
 def test_the_command_line_is_thin_and_functions_are_short() -> None:
     """Issue 39's habits: ``cli/`` only parses, dispatches and prints (under 300 lines), and no
-    function of the package is much over 80 lines (two are at 83 and 84)."""
+    function of the package is over 80 lines."""
     cli_lines = sum(len(p.read_text("utf-8").splitlines()) for p in (PACKAGE / "cli").glob("*.py"))
     assert cli_lines <= 300, cli_lines
     long = {}
     for m, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 85:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long[f"{m}.{node.name}"] = node.end_lineno - node.lineno + 1
     assert not long, long

@@ -649,6 +649,15 @@ def idle_gaps_with_activity(trace: Trace, ops: pd.DataFrame, window: Window, *, 
     return out[cols], table
 
 
+def _spent_types(n: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[type, type]:
+    """The ``spent`` table's columns as narrow as they can be, each chunk's part narrowed as it comes
+    (its entries number a few per gap: 1.6M on the 245 MB trace's 751k gaps): gap rows below 2^31,
+    and an entry's time, at most its window's span, in int32 when every span is below 2^31."""
+    row_t = np.int32 if n < 1 << 31 else np.int64
+    ns_t = np.int32 if len(rows) == 0 or int(np.max(hi - lo)) < 1 << 31 else np.int64
+    return row_t, ns_t
+
+
 def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, pid: np.ndarray,
                  tid: np.ndarray, detail: np.ndarray, n: int,
                  spent: list[Any] | None = None) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
@@ -673,11 +682,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     sp_rows: list[np.ndarray] = []
     sp_label: list[np.ndarray] = []
     sp_ns: list[np.ndarray] = []
-    # the table's columns as narrow as they can be, each chunk's part narrowed as it comes (its
-    # entries number a few per gap: 1.6M on the 245 MB trace's 751k gaps): gap rows below 2^31,
-    # and an entry's time, at most its window's span, in int32 when every span is below 2^31
-    row_t = np.int32 if n < 1 << 31 else np.int64
-    ns_t = np.int32 if len(rows) == 0 or int(np.max(hi - lo)) < 1 << 31 else np.int64
+    row_t, ns_t = _spent_types(n, rows, lo, hi)
     if len(rows) == 0:
         if spent is not None:
             spent.extend([np.empty(0, row_t), np.empty(0, np.int32), np.empty(0, ns_t), list(labels)])

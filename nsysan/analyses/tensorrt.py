@@ -227,6 +227,16 @@ def _empty_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     return ex, ly, ops
 
 
+def _in_time_order(executions: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The executions renumbered by start (exec ids in time order for the reader), and each old id's
+    new one."""
+    n_ex = len(executions)
+    t_order = np.lexsort((executions["pid"].to_numpy(), executions["start_ns"].to_numpy()))
+    renum = np.empty(n_ex, dtype=np.int64)
+    renum[t_order] = np.arange(n_ex)
+    return executions.iloc[t_order].assign(exec_id=np.arange(n_ex)).reset_index(drop=True), renum
+
+
 def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: Any = None) -> TensorRT:
     """The TensorRT view (see the module docstring). ``ops`` is ``summaries.gpu_ops(trace)`` (with
     the launching call), ``rg`` is ``nvtx.ranges(...)``, ``window`` the analysed (steady) window."""
@@ -279,18 +289,13 @@ def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: An
     completion = np.maximum(e_end, e_pe)
     steady = np.ones(n_ex, dtype=bool) if window is None else (
         (e_start < window.end_ns) & (completion > window.start_ns))
-    executions = pd.DataFrame({
+    executions, renum = _in_time_order(pd.DataFrame({
         "exec_id": np.arange(n_ex, dtype=np.int64), "engine": engine, "name": rg["name"].to_numpy()[exec_pos].astype(object),
         "pid": e_pid, "tid": e_tid, "start_ns": e_start, "end_ns": e_end, "cpu_ns": e_end - e_start,
         "sync": is_sync, "blocked_ns": blocked,
         "layers": n_layers.astype(np.int64), "gpu_ops": e_ops, "gpu_ns": e_gpu, "device_id": e_dev,
         "stream_id": e_stream, "proj_start_ns": e_ps, "proj_end_ns": e_pe, "completion_ns": completion,
-        "captured": captured, "truncated": truncated, "steady": steady})
-    # keep exec ids in time order for the reader: renumber by start
-    t_order = np.lexsort((executions["pid"].to_numpy(), executions["start_ns"].to_numpy()))
-    renum = np.empty(n_ex, dtype=np.int64)
-    renum[t_order] = np.arange(n_ex)
-    executions = executions.iloc[t_order].assign(exec_id=np.arange(n_ex)).reset_index(drop=True)
+        "captured": captured, "truncated": truncated, "steady": steady}))
     l_exec_t = renum[l_exec] if n_ly else l_exec
     o_exec_t = renum[o_exec] if len(o_exec) else o_exec
 
