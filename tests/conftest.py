@@ -64,6 +64,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+# Modules whose tests run as one unit on one worker: the tests that wait on purpose (export timeouts,
+# signals, fake schedulers: ~95 s of waiting for ~14 s of CPU), so one worker waits while the others
+# use the CPUs (spread over every worker at the end of the run, they left the CPUs idle together),
+# and the browser's (one Chromium at a time).
+ONE_UNIT = {"test_hostile_waits.py": "waiting", "test_browser.py": "browser", "test_browser_layout.py": "browser",
+            "test_browser_timeline.py": "browser"}
+
+
 def _groups_file() -> str | None:
     return os.environ.get("NSYSAN_TEST_GROUPS")
 
@@ -94,6 +102,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     groups = {}
     for item in items:
+        module = Path(str(item.fspath)).name
+        if module in ONE_UNIT:
+            groups[item.nodeid] = ONE_UNIT[module]
+            continue
         params = getattr(getattr(item, "callspec", None), "params", {})
         for k in ("name", "case", "path", "stem"):
             trace = _trace_of(params.get(k))

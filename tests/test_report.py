@@ -107,13 +107,14 @@ def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
     venv = tmp_path / "venv"
     # a fresh venv that sees this environment's packages (pandas, jinja2 ...) through a .pth file:
     # ``--system-site-packages`` would give the base interpreter's, which a venv user does not have
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)  # this pip installs
     py = venv / "bin" / "python"
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
     deps = [p for p in site.getsitepackages() + [site.getusersitepackages()] if Path(p).is_dir()]
     Path(purelib, "_nsysan_test_deps.pth").write_text("\n".join(deps) + "\n")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--force-reinstall",
+                    str(wheel)], check=True)
     out = tmp_path / "w.html"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed wheel, not a checkout
     r = subprocess.run([str(py), "-c", "import nsysan.cli,sys; sys.exit(nsysan.cli.main(sys.argv[1:]))", "analyze",

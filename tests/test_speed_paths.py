@@ -146,22 +146,22 @@ def test_c_lane_equals_numpy_encoding():
         direct._btree.lane(np.array([3]), np.array([5]), np.array([6]), np.array([1]), np.array([0]), None, 0)
 
 
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
 @pytest.mark.parametrize("all_columns", [False, True])
-def test_small_tables_through_sqlite3_equal_adbc(fixture_dir, monkeypatch, all_columns):
+def test_small_tables_through_sqlite3_equal_adbc(fixture_dir, monkeypatch, all_columns, name):
     """Every fixture's frames, small tables read through sqlite3 (the default) and through ADBC
     (every table counted as big)."""
-    for name in FIXTURE_NAMES:
-        path = fixture_dir / f"{name}.sqlite"
-        monkeypatch.setattr(load_mod, "SMALL_ROWS", 0)
-        through_adbc = load_mod.open_trace(path, all_columns=all_columns)
-        monkeypatch.undo()
-        # the default read (the run's shared one, ``conftest.opened``, when all_columns is off)
-        through_sqlite3 = load_mod.open_trace(path, all_columns=True) if all_columns else opened(path)
-        assert through_adbc.meta == through_sqlite3.meta, name
-        for table, df in through_adbc.tables().items():
-            other = through_sqlite3.tables()[table]
-            pd.testing.assert_frame_equal(df, other, check_exact=True, obj=f"{name}.{table}")
-            assert list(df.dtypes) == list(other.dtypes), (name, table)
+    path = fixture_dir / f"{name}.sqlite"
+    monkeypatch.setattr(load_mod, "SMALL_ROWS", 0)
+    through_adbc = load_mod.open_trace(path, all_columns=all_columns)
+    monkeypatch.undo()
+    # the default read (the run's shared one, ``conftest.opened``, when all_columns is off)
+    through_sqlite3 = load_mod.open_trace(path, all_columns=True) if all_columns else opened(path)
+    assert through_adbc.meta == through_sqlite3.meta, name
+    for table, df in through_adbc.tables().items():
+        other = through_sqlite3.tables()[table]
+        pd.testing.assert_frame_equal(df, other, check_exact=True, obj=f"{name}.{table}")
+        assert list(df.dtypes) == list(other.dtypes), (name, table)
 
 
 def _kept_by_definition(df: pd.DataFrame) -> list[int]:
