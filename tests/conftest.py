@@ -40,6 +40,7 @@ CORPUS = SHARED / "corpus" / "public-exports"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "trace.sqlite.xz").exists())
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): ``NSYSAN_TEST_WORKERS``, else one worker a CPU and one more,
     which runs while the tests that wait on purpose (timeouts, signals, servers) leave a CPU idle."""
@@ -138,6 +139,7 @@ def _named_in(item: pytest.Item) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist (-p no:xdist) does not know this hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """xdist's scheduling by scopes, largest first, a scope being a trace's tests (one unit on one
     worker) or a test alone. (``--dist loadgroup`` would do it from ``xdist_group`` markers, but
