@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 import shutil
 import sqlite3
+from pathlib import Path
 
 import factories as F
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FIXTURE_NAMES
+from conftest import CORPUS, FIXTURE_NAMES, analyzed
 from sqltruth import only_pid, range_instances
 
 from nsysan.analysis import analyze
@@ -177,6 +178,37 @@ def test_fsdp_exposed_communication_gets_a_finding(fixture_dir, analysis):
     # overlapping it saves at most what is exposed: the collectives' SMs slow the compute beside them
     # (the estimate: the counted impact may give part of it to another finding on the same time)
     assert 0 < int(f.window.get("estimate_ns", f.impact_ns)) <= exposed[dev]
+
+
+PUBLIC = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES + [str(p) for p in PUBLIC],
+                         ids=lambda n: Path(n).stem[:40])
+def test_overlap_saving_never_exceeds_the_exposed_communication(name, fixture_dir):
+    """Item 9's model on every fixture (JAX, torch.compile, serving, threads, DDP, FSDP, TP, pipelines,
+    gradient accumulation, unified memory ...) and public export: what exposed-communication says overlapping saves is at
+    most the communication SQL finds exposed (NCCL kernels with no other kernel running on the device,
+    clipped to the steady window) on the device with the most, and at most the compute kernels' time
+    there (overlap hides communication under compute that exists)."""
+    path = Path(name) if name.endswith(".sqlite") else fixture_dir / f"{name}.sqlite"
+    a = analyzed(path)
+    f = next((f for f in a.findings if f.rule == "exposed-communication"), None)
+    if f is None:
+        pytest.skip("exposed-communication does not fire")
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    k = _kernels(con)
+    con.close()
+    lo, hi = a.steady.start_ns, a.steady.end_ns
+    exposed, compute = {}, {}
+    for dev in sorted(set(k["dev"])):
+        c = k.loc[(k["dev"] == dev) & (k["comm"] == 1)]
+        comp = _compute(k, dev)
+        exposed[int(dev)] = _length(_minus(_clip(_union(c["start"], c["end"]), lo, hi), comp))
+        compute[int(dev)] = _length(_clip(comp, lo, hi))
+    estimate = int(f.window.get("estimate_ns", f.impact_ns))
+    assert 0 < f.impact_ns <= estimate <= max(exposed.values()), (estimate, exposed)
+    assert estimate <= max(compute.values()), (estimate, compute)
 
 
 # ---- item 4: alignment over the whole capture, the saving bounded by the waiting ----------------------
