@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import sqltruth
+import sqltruth  # noqa: E402 (after the path to tests/)
 
 # (before, after, the NVTX iteration range both are timed by): each a fix of one thing
 PAIRS: list[tuple[str, str, str]] = [

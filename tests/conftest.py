@@ -103,25 +103,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     path = _groups_file()
     if not (path and os.environ.get("PYTEST_XDIST_WORKER")):
         return
-    groups = {}
-    for item in items:
-        module = Path(str(item.fspath)).name
-        if module in ONE_UNIT:
-            groups[item.nodeid] = ONE_UNIT[module]
-            continue
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        for k in ("name", "case", "path", "stem"):
-            trace = _trace_of(params.get(k))
-            if trace:
-                groups[item.nodeid] = trace
-                break
-        else:
-            trace = _named_in(item)
-            if trace:
-                groups[item.nodeid] = trace
-    tmp = f"{path}.{os.getpid()}"
-    Path(tmp).write_text(json.dumps(groups))
-    os.replace(tmp, path)  # every worker writes the same; a reader sees one whole file
+    from nsysan.outputs import write_atomic
+
+    groups = {item.nodeid: unit for item in items if (unit := _unit_of(item))}
+    write_atomic(Path(path), json.dumps(groups), force=True)  # every worker writes the same; one whole file
+
+
+def _unit_of(item: pytest.Item) -> str | None:
+    """The unit of work a test belongs to: its module's (``ONE_UNIT``), the trace its parameter names,
+    or the one fixture its code reads; None: a unit of its own."""
+    module = Path(str(item.fspath)).name
+    if module in ONE_UNIT:
+        return ONE_UNIT[module]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for k in ("name", "case", "path", "stem"):
+        trace = _trace_of(params.get(k))
+        if trace:
+            return trace
+    return _named_in(item)
 
 
 _NAMED = re.compile(r"\b(?:analysis|load)\(\s*\"([A-Za-z0-9_.-]+)\"")
