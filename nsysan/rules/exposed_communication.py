@@ -107,7 +107,7 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
             continue
         worst_exposed = max(worst_exposed, ov.saving_ns)
         kinds_seen.update(a.collectives.loc[a.collectives["device_id"] == dev, "collective"].astype(str))
-        cap_note = ov.note(exposed)
+        cap_note = ov.note()
         starts.append(cl[0])
         ends.append(cl[1])
         coll = a.collectives.loc[a.collectives["device_id"] == dev]
@@ -163,11 +163,11 @@ class Overlap:
     ctas: int  # the collectives' CTAs (the most common, by time)
     sms: int  # the device's SMs (0: unknown)
 
-    def note(self, exposed: int) -> str:
-        """The message's words on the saving of a device with ``exposed`` ns exposed."""
+    def note(self) -> str:
+        """The message's words on the saving."""
         if self.sms <= 0:
             return (f"; only {fmt_ns(self.beside_ns)} of compute ran on the device to hide it under"
-                    if self.beside_ns < exposed else "")
+                    if self.beside_ns < self.exposed_ns else "")
         out = f"; overlapping it would save about {fmt_ns(self.saving_ns)}"
         if self.beside_ns < self.exposed_ns:
             out += f" (only {fmt_ns(self.beside_ns)} of compute precedes it to hide it under)"
