@@ -16,9 +16,9 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import CORPUS, FIXTURE_NAMES
+from frame_check import assert_same_frames
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -86,7 +86,7 @@ def _same_trace(path: Path) -> dict[str, str]:
         Database.direct_read_many = read_many
     b = _through_sqlite(path, all_columns=True)
     for name in INTERVAL_TABLES:
-        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=f"{path.name}:{name}")
+        assert_same_frames(getattr(a, name), getattr(b, name), obj=f"{path.name}:{name}")
     assert a.meta.warnings == b.meta.warnings
     return {name: taken.get(name, "none") if planned else "none" for name, planned in _planned(path).items()}
 
@@ -342,7 +342,7 @@ def test_prefetch_hands_over_identical_tables(fixture_dir, tmp_path):
     fetched = nsysan.open_trace(path)
     assert prefetch.take(path, False) is None  # open_trace took it over
     for name in INTERVAL_TABLES:
-        pd.testing.assert_frame_equal(getattr(plain, name), getattr(fetched, name))
+        assert_same_frames(getattr(plain, name), getattr(fetched, name), obj=name)
 
 
 def test_prefetch_of_a_changed_file_is_not_used(fixture_dir, tmp_path):

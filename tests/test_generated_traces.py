@@ -18,7 +18,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
+from frame_check import assert_same_frames
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -175,8 +175,7 @@ def frames_equal(a: nsysan.Trace, b: nsysan.Trace) -> None:
     for name in ("kernels", "cuda_api", "nvtx", "osrt"):
         x = getattr(a, name).reset_index(drop=True)
         y = getattr(b, name).reset_index(drop=True)
-        pd.testing.assert_frame_equal(x.astype({c: str for c in x.columns if str(x[c].dtype) == "category"}),
-                                      y.astype({c: str for c in y.columns if str(y[c].dtype) == "category"}))
+        assert_same_frames(x, y, obj=name, categories="values")
 
 
 @settings(max_examples=int(os.environ.get("NSYSAN_GEN_N", "60")), deadline=None,

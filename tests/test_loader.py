@@ -6,11 +6,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from conftest import CORPUS, FIXTURE_NAMES, SHARED
+from frame_check import assert_same_frames
 
 import nsysan
-from conftest import CORPUS, FIXTURE_NAMES, SHARED
 from nsysan.cli import main
 from nsysan.errors import (
     CorruptTraceError,
@@ -18,7 +18,6 @@ from nsysan.errors import (
     NotSQLiteError,
     TraceNotFoundError,
 )
-
 
 GPU_FIXTURES = [n for n in FIXTURE_NAMES if n != "cpu_nsys2022"]
 
@@ -210,8 +209,7 @@ def test_sliced_parallel_read_equals_whole_read(fixture_dir, monkeypatch):
     for name in ("kernels", "cuda_api", "osrt", "memcpy", "nvtx"):
         a, b = getattr(whole, name), getattr(sliced, name)
         assert len(a) > 0 or name == "memcpy"
-        pd.testing.assert_frame_equal(a.astype({c: object for c in a.select_dtypes("category")}),
-                                      b.astype({c: object for c in b.select_dtypes("category")}))
+        assert_same_frames(a, b, obj=name, categories="values")
 
 
 def test_extra_columns_only_on_request(fixture_dir):

@@ -9,6 +9,7 @@ period ``[t, t + P)`` lies inside it (P: the median spacing of the source's time
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -70,6 +71,20 @@ class Truth:
         return [m for j, m in enumerate(merged) if j in held]
 
 
+@functools.lru_cache(maxsize=None)
+def _truth_of(path: str) -> Truth:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return Truth(con)
+    finally:
+        con.close()
+
+
+def truth_of(fixture_dir: Path, name: str) -> Truth:
+    """``Truth`` of a fixture's export, read once per run (1.2-1.7 s of SQL each; five tests read it)."""
+    return _truth_of(str(fixture_dir / f"{name}.sqlite"))
+
+
 def _merge(s, e) -> list[tuple[int, int]]:
     out: list[list[int]] = []
     for a, b in sorted(zip((int(x) for x in s), (int(x) for x in e))):
@@ -111,7 +126,7 @@ def test_reader_keeps_every_sample_of_the_wanted_metrics(name, load, fixture_dir
     """Per metric: the sample count and mean of the whole table by SQL; the source mapped to GPU 0,
     the only GPU with kernels, by its typeId (the fixtures were recorded with --gpu-metrics-devices=0)."""
     con = _con(fixture_dir, name)
-    truth = Truth(con)
+    truth = truth_of(fixture_dir, name)
     m = load(name).gpu_metrics
     assert len(m.sources) == 1
     src = m.sources[0]
@@ -156,7 +171,7 @@ def test_means_per_range_from_sql(name, analysis, fixture_dir):
     """Per user range: instances by SQL, each spanning its GPU work (launch calls on its thread inside
     it, joined to their ops by correlation id); samples and means over the merged spans."""
     con = _con(fixture_dir, name)
-    truth = Truth(con)
+    truth = truth_of(fixture_dir, name)
     a = analysis(name)
     got = a.gpu_metrics.by_range.set_index("range")
     ranges = _ranges(con)
@@ -180,7 +195,7 @@ def test_means_per_iteration_from_sql(name, range_name, analysis, fixture_dir):
     if name not in METRIC_FIXTURES:
         pytest.skip("fixture missing")
     con = _con(fixture_dir, name)
-    truth = Truth(con)
+    truth = truth_of(fixture_dir, name)
     a = analysis(name)
     assert a.iterations.range_name == range_name
     it = a.gpu_metrics.by_iteration.sort_values("start_ns")
@@ -201,7 +216,7 @@ def test_means_per_kernel_group_from_sql(name, analysis, fixture_dir):
     """Per kernel name (the top ones) and for the host-to-device copies, in the steady window: the
     ops by SQL, clipped to the window and merged; samples and means; the measured part."""
     con = _con(fixture_dir, name)
-    truth = Truth(con)
+    truth = truth_of(fixture_dir, name)
     a = analysis(name)
     lo, hi = a.steady.start_ns, a.steady.end_ns
     k = a.gpu_metrics.by_kernel
@@ -244,7 +259,7 @@ def test_sample_describes_the_period_after_its_timestamp(load, fixture_dir):
     if "waits_phases" not in METRIC_FIXTURES:
         pytest.skip("fixture missing")
     con = _con(fixture_dir, "waits_phases")
-    truth = Truth(con)
+    truth = truth_of(fixture_dir, "waits_phases")
     t, v = truth.series["tensor_active"]
     starts = [s for (s,) in con.execute("""SELECT k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s
                                            ON s.id = k.shortName WHERE s.value LIKE 'nvjet%' ORDER BY k.start""")]

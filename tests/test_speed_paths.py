@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import FIXTURE_NAMES, opened
+from frame_check import assert_same_frames
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -160,7 +161,7 @@ def test_small_tables_through_sqlite3_equal_adbc(fixture_dir, monkeypatch, all_c
     assert through_adbc.meta == through_sqlite3.meta, name
     for table, df in through_adbc.tables().items():
         other = through_sqlite3.tables()[table]
-        pd.testing.assert_frame_equal(df, other, check_exact=True, obj=f"{name}.{table}")
+        assert_same_frames(df, other, obj=f"{name}.{table}")
         assert list(df.dtypes) == list(other.dtypes), (name, table)
 
 
