@@ -67,23 +67,42 @@ def _planned(path: Path) -> dict[str, bool]:
         return {name: found is not None for name, found in _plans(db)}
 
 
-def _same_trace(path: Path) -> dict[str, str]:
-    """The file read with every column by the direct reader and through SQLite: the same frames and
-    warnings. Returns how the first read took each event table: 'direct', 'declined' (the direct
-    reader gave it up; SQLite read it) or 'none' (not planned for the direct reader)."""
+def _read_directly(path: Path) -> tuple[nsysan.Trace, dict[str, str]]:
+    """The file read with every column the default way (the direct reader first), and what the direct
+    reader returned for each table it was given ('direct', or 'declined': SQLite read it)."""
     taken: dict[str, str] = {}
     read_many = Database.direct_read_many
 
-    def spy(self, plans, *args, **kw):  # what the direct reader returned for each table it was given
+    def spy(self, plans, *args, **kw):
         out = read_many(self, plans, *args, **kw)
         taken.update({name: "declined" if t is None else "direct" for name, t in out.items()})
         return out
 
     Database.direct_read_many = spy
     try:
-        a = nsysan.open_trace(path, all_columns=True)
+        return nsysan.open_trace(path, all_columns=True), taken
     finally:
         Database.direct_read_many = read_many
+
+
+_FIXTURE_READS: dict[str, tuple[nsysan.Trace, dict[str, str]]] = {}
+
+
+def fixture_read(path: Path) -> tuple[nsysan.Trace, dict[str, str]]:
+    """``_read_directly`` of a fixture, once per run: test_speed_paths compares the same read with
+    ADBC's (a fixture's file never changes during a run; files a test writes are read anew)."""
+    key = str(path)
+    if key not in _FIXTURE_READS:
+        _FIXTURE_READS[key] = _read_directly(path)
+    return _FIXTURE_READS[key]
+
+
+def _same_trace(path: Path, read: tuple[nsysan.Trace, dict[str, str]] | None = None) -> dict[str, str]:
+    """The file read with every column by the direct reader (``read``, else read here) and through
+    SQLite: the same frames and warnings. Returns how the first read took each event table: 'direct',
+    'declined' (the direct reader gave it up; SQLite read it) or 'none' (not planned for the direct
+    reader)."""
+    a, taken = read or _read_directly(path)
     b = _through_sqlite(path, all_columns=True)
     for name in INTERVAL_TABLES:
         assert_same_frames(getattr(a, name), getattr(b, name), obj=f"{path.name}:{name}")
@@ -93,7 +112,8 @@ def _same_trace(path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_fixture_frames_identical(fixture_dir, name):
-    used = _same_trace(fixture_dir / f"{name}.sqlite")
+    path = fixture_dir / f"{name}.sqlite"
+    used = _same_trace(path, fixture_read(path))
     assert used and set(used.values()) == {"direct"}, used  # the fast path is really taken
 
 

@@ -19,6 +19,7 @@ from conftest import FIXTURE_NAMES, opened
 from frame_check import assert_same_frames
 from hypothesis import example, given
 from hypothesis import strategies as st
+from test_direct_reader import fixture_read
 
 from nsysan.analyses import intervals as iv
 from nsysan.report import html as html_mod
@@ -157,7 +158,8 @@ def test_small_tables_through_sqlite3_equal_adbc(fixture_dir, monkeypatch, all_c
     through_adbc = load_mod.open_trace(path, all_columns=all_columns)
     monkeypatch.undo()
     # the default read (the run's shared one, ``conftest.opened``, when all_columns is off)
-    through_sqlite3 = load_mod.open_trace(path, all_columns=True) if all_columns else opened(path)
+    # (with every column: the read test_direct_reader compares with SQLite's, shared)
+    through_sqlite3 = fixture_read(path)[0] if all_columns else opened(path)
     assert through_adbc.meta == through_sqlite3.meta, name
     for table, df in through_adbc.tables().items():
         other = through_sqlite3.tables()[table]
