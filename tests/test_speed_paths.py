@@ -159,7 +159,7 @@ def test_small_tables_through_sqlite3_equal_adbc(fixture_dir, monkeypatch, all_c
     monkeypatch.undo()
     # the default read (the run's shared one, ``conftest.opened``, when all_columns is off)
     # (with every column: the read test_direct_reader compares with SQLite's, shared)
-    through_sqlite3 = fixture_read(path)[0] if all_columns else opened(path)
+    through_sqlite3 = fixture_read(path, last=True)[0] if all_columns else opened(path)
     assert through_adbc.meta == through_sqlite3.meta, name
     for table, df in through_adbc.tables().items():
         other = through_sqlite3.tables()[table]
