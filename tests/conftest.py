@@ -46,7 +46,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     which runs while the tests that wait on purpose (timeouts, signals, servers) leave a CPU idle."""
     if os.environ.get("NSYSAN_TEST_WORKERS", "").isdigit():
         return int(os.environ["NSYSAN_TEST_WORKERS"])
-    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1
+    return _cpus() + 1
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS keeps one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 _TRACES = set(FIXTURE_NAMES) | ({p.name for p in CORPUS.glob("*.sqlite")} if CORPUS.exists() else set())
@@ -168,8 +173,7 @@ def _decompress_all(d: Path) -> None:
         (d / f"{name}.sqlite").write_bytes(lzma.decompress((FIXTURES / name / "trace.sqlite.xz").read_bytes()))
 
     names = sorted(FIXTURE_NAMES, key=lambda n: -(FIXTURES / n / "trace.sqlite.xz").stat().st_size)
-    with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                            else os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=_cpus()) as pool:
         list(pool.map(one, names))
 
 

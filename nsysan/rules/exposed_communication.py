@@ -70,6 +70,8 @@ from typing import Any
 import numpy as np
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import category_mask
+from nsysan.analyses.opclass import is_communication
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
@@ -180,28 +182,34 @@ class Overlap:
         return out
 
 
-def _ramp(s: np.ndarray, e: np.ndarray, wt: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each time ``t``: sum over the intervals [s, e) of ``wt`` x their length before ``t``."""
-    o_s, o_e = np.argsort(s, kind="stable"), np.argsort(e, kind="stable")
-    ss, ee = s[o_s], e[o_e]
-    cw_s = np.concatenate([[0.0], np.cumsum(wt[o_s])])
-    cws_s = np.concatenate([[0.0], np.cumsum(wt[o_s] * ss)])
-    cw_e = np.concatenate([[0.0], np.cumsum(wt[o_e])])
-    cwe_e = np.concatenate([[0.0], np.cumsum(wt[o_e] * ee)])
-    i, j = np.searchsorted(ss, t, side="left"), np.searchsorted(ee, t, side="left")
-    return t * (cw_s[i] - cw_e[j]) - (cws_s[i] - cwe_e[j])
+class _Ramps:
+    """Intervals [s, e), sorted once, and for a weight per interval and times ``lo``, ``hi``: the sum
+    over the intervals of weight x their length inside each [lo, hi) (``between``)."""
+
+    def __init__(self, s: np.ndarray, e: np.ndarray) -> None:
+        self.o_s, self.o_e = np.argsort(s, kind="stable"), np.argsort(e, kind="stable")
+        self.ss, self.ee = s[self.o_s], e[self.o_e]
+
+    def between(self, wt: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        cw_s = np.concatenate([[0.0], np.cumsum(wt[self.o_s])])
+        cws_s = np.concatenate([[0.0], np.cumsum(wt[self.o_s] * self.ss)])
+        cw_e = np.concatenate([[0.0], np.cumsum(wt[self.o_e])])
+        cwe_e = np.concatenate([[0.0], np.cumsum(wt[self.o_e] * self.ee)])
+
+        def before(t: np.ndarray) -> np.ndarray:  # weight x length of each interval before t
+            i, j = np.searchsorted(self.ss, t, side="left"), np.searchsorted(self.ee, t, side="left")
+            return t * (cw_s[i] - cw_e[j]) - (cws_s[i] - cwe_e[j])
+
+        return before(hi) - before(lo)
 
 
-def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[str, Any], w: Any) -> Overlap:
-    """What overlapping the exposed intervals ``cl`` of device ``dev`` with the compute before them
-    would save, the SMs its collectives hold counted (the module's docstring). ``d``: the device's
-    merged busy intervals by kind; ``w``: the window."""
-    ms, me = iv.clip_merged(*d["compute"], w.start_ns, w.end_ns)
-    xs, xe = np.asarray(cl[0], dtype=np.int64), np.asarray(cl[1], dtype=np.int64)
-    exposed = int((xe - xs).sum())
-    # the compute each interval would run beside: the compute before it, as much as the interval lasts;
-    # intervals with no compute between them (collectives one after the other) share the compute before
-    # them in turn: the last takes the compute nearest to the run, the first the farthest
+def _compute_beside(ms: np.ndarray, me: np.ndarray, xs: np.ndarray,
+                    xe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each exposed interval [xs, xe): the compute time it would run beside and the span [lo, hi)
+    of that compute, on the merged compute intervals [ms, me). It is the compute before it, as much as
+    the interval lasts; intervals with no compute between them (collectives one after the other)
+    share the compute before them in turn: the last takes the compute nearest to the run, the first
+    the farthest."""
     cum = np.concatenate([[0], np.cumsum(me - ms)])
     before = iv.covered_before(ms, me, xs)
     length = xe - xs
@@ -215,7 +223,6 @@ def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[
         later = tail - length - end_of_run[run - 1]
     hi_c = np.maximum(before - later, 0)  # the compute it takes: cumulative compute in [lo_c, hi_c)
     beside = np.minimum(length, hi_c)
-    lo_c = hi_c - beside
 
     def at(c: np.ndarray) -> np.ndarray:  # the time by which the device had computed c
         if not len(ms):
@@ -223,40 +230,57 @@ def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[
         j = np.clip(np.searchsorted(cum, c, side="right") - 1, 0, len(ms) - 1)
         return np.minimum(ms[j] + (c - cum[j]), me[j])
 
-    lo, hi = at(lo_c), at(hi_c)
+    return beside, at(hi_c - beside), at(hi_c)
+
+
+def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[str, Any], w: Any) -> Overlap:
+    """What overlapping the exposed intervals ``cl`` of device ``dev`` with the compute before them
+    would save, the SMs its collectives hold counted (the module's docstring). ``d``: the device's
+    merged busy intervals by kind; ``w``: the window."""
+    xs, xe = np.asarray(cl[0], dtype=np.int64), np.asarray(cl[1], dtype=np.int64)
+    exposed = int((xe - xs).sum())
+    beside, lo, hi = _compute_beside(*iv.clip_merged(*d["compute"], w.start_ns, w.end_ns), xs, xe)
     beside_ns = int(beside.sum())
     sms = _sm_count(a, dev)
     if sms <= 1 or beside_ns <= 0:
         return Overlap(beside_ns, exposed, beside_ns, 1.0, 0.0, 0, 0 if sms <= 1 else sms)
+    share, split_i, ctas_k = _shares(a, dev, sms, int(w.start_ns), (xs, xe), (lo, hi))
+    saving = round(float((beside * share).sum()))
+    mean = float((beside * share).sum() / beside_ns)
+    split_frac = float((beside * split_i).sum() / beside_ns)
+    return Overlap(min(saving, beside_ns), exposed, beside_ns, mean, split_frac, ctas_k, sms)
+
+
+def _shares(a: Any, dev: int, sms: int, t0: int, exposed: tuple[np.ndarray, np.ndarray],
+            beside: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per exposed interval: the share of its speed the compute beside it (in [lo, hi): ``beside``)
+    keeps next to the collectives in the interval (``progress_beside``, each collective weighted by
+    its time there, each compute kernel by its time in [lo, hi)); the share of that compute in one-wave
+    kernels the collectives split; and the collectives' CTAs (the most common, by time). The kernels
+    are told apart by the one op classification (``analyses.opclass``)."""
     k = a.trace.kernels
     on = k.loc[(k["device_id"] == dev).to_numpy()]
     ctas = (on["grid_x"].to_numpy(np.int64) * on["grid_y"].to_numpy(np.int64) * on["grid_z"].to_numpy(np.int64))
     ks, ke = on["start_ns"].to_numpy(np.int64), on["end_ns"].to_numpy(np.int64)
-    comm_names = set(a.comm.loc[a.comm["device_id"] == dev, "name"].astype(str).unique())
-    is_comm = on["name"].isin(list(comm_names)).to_numpy() if comm_names else np.zeros(len(on), dtype=bool)
-    t0 = int(w.start_ns)  # times relative to the window: float sums stay exact enough
-    cs, ce = (ks[~is_comm] - t0).astype(np.float64), (ke[~is_comm] - t0).astype(np.float64)
+    is_comm = category_mask(on["name"], is_communication)
+    # times relative to the window: float sums stay exact enough
+    xs_f, xe_f = (exposed[0] - t0).astype(np.float64), (exposed[1] - t0).astype(np.float64)
+    lo_f, hi_f = (beside[0] - t0).astype(np.float64), (beside[1] - t0).astype(np.float64)
+    compute = _Ramps((ks[~is_comm] - t0).astype(np.float64), (ke[~is_comm] - t0).astype(np.float64))
     cc = ctas[~is_comm]
-    xs_f, xe_f = (xs - t0).astype(np.float64), (xe - t0).astype(np.float64)
-    lo_f, hi_f = (lo - t0).astype(np.float64), (hi - t0).astype(np.float64)
-    ran = _ramp(cs, ce, np.ones(len(cs)), hi_f) - _ramp(cs, ce, np.ones(len(cs)), lo_f)  # compute kernel time
+    ran = compute.between(np.ones(len(cc)), lo_f, hi_f)  # compute kernel time
     kcomm = np.minimum(ctas[is_comm], sms - 1)
     ns_, ne_ = (ks[is_comm] - t0).astype(np.float64), (ke[is_comm] - t0).astype(np.float64)
-    num = np.zeros(len(xs))
-    den = np.zeros(len(xs))
-    split = np.zeros(len(xs))
+    num, den, split = np.zeros(len(xs_f)), np.zeros(len(xs_f)), np.zeros(len(xs_f))
     time_by_k: dict[int, float] = {}
     for kv in np.unique(kcomm):
         m = kcomm == kv
-        ones = np.ones(int(m.sum()))
-        o = _ramp(ns_[m], ne_[m], ones, xe_f) - _ramp(ns_[m], ne_[m], ones, xs_f)  # its time in each interval
+        o = _Ramps(ns_[m], ne_[m]).between(np.ones(int(m.sum())), xs_f, xe_f)  # its time in each interval
         if not o.any():
             continue
         time_by_k[int(kv)] = float(o.sum())
-        r = progress_beside(cc, int(kv), sms)
-        kept = _ramp(cs, ce, r, hi_f) - _ramp(cs, ce, r, lo_f)
-        one_wave = ((cc > sms - kv) & (cc <= sms)).astype(np.float64)
-        sp = _ramp(cs, ce, one_wave, hi_f) - _ramp(cs, ce, one_wave, lo_f)
+        kept = compute.between(progress_beside(cc, int(kv), sms), lo_f, hi_f)
+        sp = compute.between(((cc > sms - kv) & (cc <= sms)).astype(np.float64), lo_f, hi_f)
         with np.errstate(divide="ignore", invalid="ignore"):
             num += o * np.where(ran > 0, kept / ran, 1.0)
             split += o * np.where(ran > 0, sp / ran, 0.0)
@@ -264,12 +288,8 @@ def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(den > 0, num / den, 1.0)  # no collective kernel known in it: nothing held
         split_i = np.where(den > 0, split / den, 0.0)
-    share = np.clip(share, 0.0, 1.0)
-    saving = round(float((beside * share).sum()))
-    mean = float((beside * share).sum() / beside_ns)
-    split_frac = float((beside * split_i).sum() / beside_ns)
     ctas_k = max(time_by_k, key=lambda kv: (time_by_k[kv], kv)) if time_by_k else 0
-    return Overlap(min(saving, beside_ns), exposed, beside_ns, mean, split_frac, ctas_k, sms)
+    return np.clip(share, 0.0, 1.0), split_i, ctas_k
 
 
 def _sm_count(a: Any, dev: int) -> int:
