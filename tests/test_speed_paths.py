@@ -855,7 +855,7 @@ def test_median_per_key_equals_pandas(pairs):
 def test_gpu_coverage_of_one_thread_equals_its_rows_by_position(analysis, name):
     """The iteration model's GPU coverage with one thread's owned ops as every row (a slice, no
     positions; a sort only when the calls are out of order) equals it with the rows' positions."""
-    from nsysan.analyses import iterations as I
+    from nsysan.analyses.iterations import choice as I
 
     a = analysis(name)
     owned = a.owned
