@@ -61,8 +61,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     rc, sqlite, written = profile(
         args.command, output=args.output, nsys=args.nsys, force=args.force, timeout=args.timeout, say=stderr_line,
-        trace=args.trace, graph_nodes=args.graph_nodes, diagnose=args.diagnose, python=args.python_sampling,
-        gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
+        annotate=args.annotate, trace=args.trace, graph_nodes=args.graph_nodes, diagnose=args.diagnose,
+        python=args.python_sampling, gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
     if not written:
         print(f"nsysan: nsys exited {rc} and wrote no {_say(sqlite)}", file=sys.stderr)
         return rc or 1

@@ -56,6 +56,8 @@ def _profile(pr: argparse.ArgumentParser) -> None:
     pr.add_argument("--graph-nodes", action="store_true", help="trace CUDA graph kernels individually")
     pr.add_argument("--diagnose", action="store_true", help="also record CPU samples, CUDA backtraces, Python "
                     "samples and backtraces (Python programs) and GPU metrics, and export with blobs (see docs/inputs.md)")
+    pr.add_argument("--annotate", action=argparse.BooleanOptionalAction, help="NVTX ranges around each step's parts in a "
+                    "Python program's frameworks, no code change (default: on with --diagnose; docs/inputs.md)")
     pr.add_argument("--python-sampling", choices=["auto", "on", "off"], default="auto",
                     help="with --diagnose: Python sampling and backtraces (default auto: when COMMAND is Python)")
     pr.add_argument("--gpu-metrics-devices", default="all", metavar="all|none|N[,N]",

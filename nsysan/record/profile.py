@@ -60,10 +60,35 @@ def _clear(out: str, existing: list[Path], sqlite: Path) -> None:
         raise OutputError(f"-o {_say(out)}: cannot create its folder: {e.strerror or e}") from e
 
 
+def annotate_env(command: Sequence[str], annotate: bool | None, *, diagnose: bool, trace: str,
+                 say: Callable[[str], None]) -> dict[str, str] | None:
+    """The environment nsys runs ``command`` in for ``--annotate`` (``record.annotate``), or None
+    (nsysan's own: not annotated). ``annotate`` None: on with ``--diagnose``, where it can be; asked
+    for and impossible (``python -I``, ``env -i``, no nvtx in ``--trace``): a usage error."""
+    from nsysan.presets import is_python
+    from nsysan.record import annotate as ann
+
+    if annotate is False or (annotate is None and not diagnose):
+        return None
+    why = ann.blocked(command) or (None if "nvtx" in trace.split(",") else f"-t {trace} does not trace NVTX")
+    if why:
+        if annotate:
+            raise UsageError(f"--annotate: {_say(why)}", hint="drop that option, or pass --no-annotate")
+        say(f"nsysan: not annotated: {_say(why)}")
+        return None
+    if not is_python(command):
+        say(f"nsysan: --annotate: {_say(os.path.basename(command[0]))} is not a Python program nsysan knows; "
+            "the Python programs it starts are annotated (PYTHONPATH)")
+    say("nsysan: annotating the frameworks' steps (NVTX domain nsysan; PYTHONPATH starts with "
+        f"{_say(ann.SITE_DIR)})")
+    return ann.annotate_env(os.environ)
+
+
 def profile(command: Sequence[str], *, output: str, nsys: str | None, force: bool, timeout: float | None,
-            say: Callable[[str], None], **preset: Any) -> tuple[int, Path, bool]:
+            say: Callable[[str], None], annotate: bool | None = None, **preset: Any) -> tuple[int, Path, bool]:
     """Record ``command``; returns (nsys' exit status, the SQLite export's path, whether this run
-    wrote it). ``preset``: ``presets.profile_command``'s options; ``say``: progress lines."""
+    wrote it). ``preset``: ``presets.profile_command``'s options; ``say``: progress lines;
+    ``annotate``: ``--annotate`` / ``--no-annotate`` (None: on with ``--diagnose``)."""
     from nsysan import presets
     from nsysan.record import nsys as nsys_mod
     from nsysan.record.process import run_group
@@ -74,6 +99,8 @@ def profile(command: Sequence[str], *, output: str, nsys: str | None, force: boo
     if not cmd:
         raise UsageError("nothing to profile: nsysan profile [options] -- COMMAND ...")
     out = output_name(output)
+    env = annotate_env(cmd, annotate, diagnose=bool(preset.get("diagnose")),
+                       trace=preset.get("trace", "cuda,nvtx,osrt"), say=say)
     found = nsys_mod.find_nsys(nsys)
     if not found:
         raise ToolNotFoundError("nsys (Nsight Systems CLI) is not on PATH",
@@ -91,7 +118,7 @@ def profile(command: Sequence[str], *, output: str, nsys: str | None, force: boo
     say("running: " + _say(" ".join(full)))
     started_ns = time.time_ns()
     try:
-        rc = run_group(full, timeout=timeout, say=say)
+        rc = run_group(full, timeout=timeout, say=say, **({"env": env} if env is not None else {}))
         if preset.get("diagnose") and fresh(report, started_ns):  # the preset exports with blobs in a step of its own
             rc = presets.export_report(found, str(report), str(sqlite), timeout=timeout, say=say) or rc
     except subprocess.TimeoutExpired:
