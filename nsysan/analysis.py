@@ -165,7 +165,7 @@ def _nvtx(trace: Trace, ops: pd.DataFrame, p: Params) -> tuple[pd.DataFrame, pd.
     owned = nvtx.owned_ops(trace, ops)
     rg = nvtx.ranges(trace, ops, owned)
     its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor, owned=owned,
-                     gpu_recorded=len(ops) > 0, threads=trace.threads)
+                     gpu_recorded=len(ops) > 0, threads=trace.threads, ops=ops)
     return owned, rg, its, nvtx.range_summary(rg)
 
 

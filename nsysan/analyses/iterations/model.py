@@ -3,7 +3,7 @@ iterations inferred from the GPU work: ``inferred``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ import pandas as pd
 
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations.choice import _pick, _why_chosen
+from nsysan.analyses.iterations.inferred import INFERRED_HOW, INFERRED_NAME, infer
 from nsysan.analyses.iterations.levels import _levels
 from nsysan.analyses.iterations.nesting import _pushpop, encloses_same
 from nsysan.analyses.iterations.timing import _helper_thread_work, _iteration_stats, _sequence_columns, _sequences
@@ -36,18 +37,27 @@ class Iterations:
 
 def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: float = 1.5,
                owned: pd.DataFrame | None = None, gpu_recorded: bool = True,
-               threads: pd.DataFrame | None = None) -> Iterations:
+               threads: pd.DataFrame | None = None, ops: pd.DataFrame | None = None) -> Iterations:
     """The iteration model (module doc). ``threads``: the trace's thread table (``global_tid``,
-    ``name``), to name each sequence by its thread."""
+    ``name``), to name each sequence by its thread. ``ops``: the GPU operations with their launching
+    calls (``summaries.gpu_ops``), from which the iterations are inferred (``inferred``) when no range
+    of the program's own repeats."""
     timed = rg.loc[rg["name"].str.contains("Total Elapsed Time", regex=False)] if len(rg) else rg
     regions = [{"name": str(r["name"]), "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"]),
                 "cpu_ns": int(r["dur_ns"]),
                 "with_gpu_ns": int(max(r["end_ns"], r["proj_end_ns"]) - r["start_ns"])} for _, r in timed.iterrows()]
     chosen, how, cands, facts = _pick(rg, name, owned, gpu_recorded=gpu_recorded)
     if chosen is None:
-        why = ("no repeated NVTX range of the program's own launched the GPU work: the whole capture is judged"
-               if cands else "no repeated NVTX range in this trace: the whole capture is judged")
-        return Iterations(None, how, pd.DataFrame(), 0, None, {}, regions, cands, why)
+        why = ("no repeated NVTX range of the program's own launched the GPU work"
+               if cands else "no repeated NVTX range in this trace")
+        found = infer(ops) if ops is not None and gpu_recorded and len(ops) else None
+        if found is None or len(found.instances) == 0:
+            if found is not None:
+                why += f", and no loop was found in the GPU work ({found.why})"
+            return Iterations(None, how, pd.DataFrame(), 0, None, {}, regions, cands,
+                              why + ": the GPU-active part of the capture is judged")
+        return _build(found.instances, INFERRED_NAME, INFERRED_HOW, warmup_factor, owned, threads, regions,
+                      cands, found.why, 0, inferred=found.loops)
     it = rg.loc[rg["name"] == chosen]
     # an instance around later instances of itself (an outer 'train_step' around the next 14) is a
     # region that encloses iterations, not one: the innermost instances are the iterations
@@ -57,6 +67,19 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
     enclosing = int(outer.sum())
     if enclosing:
         it = it.loc[~outer]
+    why = _why_chosen(chosen, how, cands, len(it), gpu_recorded)
+    if enclosing:
+        why += (f"; {enclosing} instance(s) of it enclosing later ones of the same name on their thread are "
+                "regions around iterations, not iterations: the innermost instances are")
+    out = _build(it, chosen, how, warmup_factor, owned, threads, regions, cands, why, enclosing)
+    substeps, levels = _levels(out.table, rg, chosen, facts)
+    return replace(out, substeps=substeps, levels=levels)
+
+
+def _build(it: pd.DataFrame, chosen: str, how: str, warmup_factor: float, owned: pd.DataFrame | None,
+           threads: pd.DataFrame | None, regions: list[dict[str, object]], cands: list[dict[str, Any]], why: str,
+           enclosing: int, inferred: list[dict[str, Any]] | None = None) -> Iterations:
+    """The iterations from their instances (rows in ``nvtx.ranges``' columns, one per iteration)."""
     it = it.sort_values(["pid", "tid", "start_ns"], kind="stable").reset_index(drop=True)
     gpu_end = np.where(it["gpu_ops"] > 0, it["proj_end_ns"], it["end_ns"])
     helper_end, helper_ops = _helper_thread_work(it, owned)
@@ -77,10 +100,7 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
     steady = table.loc[~table["warmup"]]
     win = Window(int(steady["start_ns"].min()), int(steady["end_ns"].max()), "steady state") if len(steady) else None
     stats = _iteration_stats(table, steady, len(parts), enclosing, warm)
-    why = _why_chosen(chosen, how, cands, len(table), gpu_recorded)
-    if enclosing:
-        why += (f"; {enclosing} instance(s) of it enclosing later ones of the same name on their thread are "
-                "regions around iterations, not iterations: the innermost instances are")
-    substeps, levels = _levels(table, rg, chosen, facts)
-    return Iterations(chosen, how, table, warm, win, stats, regions, cands, why, substeps, levels,
-                      _sequences(table, threads))
+    if inferred is not None:
+        stats["inferred_loops"] = inferred
+    return Iterations(chosen, how, table, warm, win, stats, regions, cands, why,
+                      sequences=_sequences(table, threads))

@@ -1,0 +1,368 @@
+"""Iterations inferred from the GPU work itself, for programs with no NVTX range of their own that repeats.
+
+Most traces arrive without annotations (a plain training script, Lightning, the Hugging Face Trainer,
+JAX, a serving loop). Their loop is still in the trace: the launching thread issues the same sequence
+of GPU operations once per step. This module finds that unit.
+
+**The launch stream.** Per process, one symbol per launch (a kernel's name, a copy's kind, a memset,
+a CUDA Graph launch; the nodes of one graph launch share its correlation id and count once), in the
+order the CPU issued them. Threads of one process that take turns (PyTorch's autograd thread
+launches the backward pass while the main thread waits) are one stream; threads that launch side by
+side, switching more than ``MAX_SWITCHES`` times per step, each run their own loop and are inferred
+one by one.
+
+**The anchor.** Every symbol issued at least ``MIN_REPEATS`` times cuts the stream into segments,
+one from each occurrence to the next. A symbol issued once per step cuts it into steps, and steps
+look alike: the same operations in the same numbers. The score of a symbol is the share of its
+segments with the most common composition (an order-free 64-bit hash of the segment's symbols, exact);
+a symbol issued once per layer scores lower, since one segment per step also holds the step's head
+and tail. The anchor is the best-scoring symbol (within ``TIE`` of the best, the finest: the one
+issued most often). When the stream holds optimizer kernels (``multi_tensor_apply``, Adam, SGD ...),
+only symbols issued about as often as the optimizer's are candidates: a training step ends with
+one optimizer step, whatever else (a validation pass every N steps) runs between them.
+
+**The boundary.** Where in the unit one step ends and the next begins is where the host turns
+around: of the offsets inside the typical segment, the one before which the CPU spends longest
+between two launches (data loading, a synchronize, the Python around the step), as a median over
+the typical segments. Each iteration runs from the launch at that offset to the next one; its CPU
+range ends where the next begins (the last one's where its last launch returned), so the host time
+between steps belongs to a step, as it does in the wall-clock period.
+
+**Declined** when no symbol scores ``MIN_SCORE``, fewer than ``MIN_REPEATS`` iterations are found, or
+the iterations launched less than ``MIN_COVERAGE`` of the GPU time: then there is no iteration, as
+before, and ``why`` says what was tried.
+
+Anything that marks the loop exactly is better: ``torch.cuda.nvtx.range("step")``, ``nvtx.annotate``
+or ``nsysan profile --annotate`` (docs/iterations.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+INFERRED_NAME = "GPU-inferred step"
+INFERRED_HOW = "inferred (from the GPU work: no NVTX range of the program's own repeats)"
+MIN_REPEATS = 3
+MIN_SCORE = 0.5
+MIN_COVERAGE = 0.25
+COVERAGE_CLOSE = 0.8
+TIE = 0.03
+MAX_SWITCHES = 8  # thread switches per step beyond which threads of a process are separate loops
+OPT_SLACK = 0.15
+MAX_PHASE_CELLS = 4_000_000  # offsets x segments read to find the boundary (segments sampled beyond)
+OPTIMIZER = re.compile(r"multi_tensor_apply|adam|sgd|lamb_|lion|optimizer|adagrad|rmsprop|fused_adam", re.I)
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """Iterations found in the GPU work: ``instances`` has one row per iteration in the columns of
+    ``nvtx.ranges`` that the iteration model reads (pid, tid, start_ns, end_ns, dur_ns, gpu_ops,
+    proj_start_ns, proj_end_ns, proj_ns, gpu_after_end_ns); ``loops`` one summary per loop found."""
+    instances: pd.DataFrame
+    loops: list[dict[str, Any]] = field(default_factory=list)
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class _Stream:
+    pid: int
+    tid: np.ndarray  # per launch
+    sym: np.ndarray  # per launch: symbol code
+    api_start: np.ndarray
+    api_end: np.ndarray
+    gpu_start: np.ndarray  # per launch: its ops' first start, last end, GPU time, op count
+    gpu_end: np.ndarray
+    gpu_ns: np.ndarray
+    device: np.ndarray
+
+
+def symbol_names(ops: pd.DataFrame) -> list[str]:
+    """The name of each symbol code ``launch_streams`` gives: the ops' names, then the same names as
+    the first node of a CUDA Graph launch traced per node."""
+    names = ([str(x) for x in ops["name"].cat.categories] if isinstance(ops["name"].dtype, pd.CategoricalDtype)
+             else [str(x) for x in pd.factorize(ops["name"].astype(str))[1]])
+    return names + [f"[CUDA graph launch: {x}, ...]" for x in names]
+
+
+def launch_streams(ops: pd.DataFrame) -> list[_Stream]:
+    """One stream of launches per process (ops with their launching call), in issue order."""
+    if len(ops) == 0 or "api_start_ns" not in ops.columns:
+        return []
+    n_names = len(symbol_names(ops)) // 2
+    ok = ops["api_start_ns"].to_numpy() >= 0
+    names = ops["name"]
+    codes = (names.cat.codes.to_numpy() if isinstance(names.dtype, pd.CategoricalDtype)
+             else pd.factorize(names.astype(str))[0]).astype(np.int64)
+    pid = ops["pid"].to_numpy().astype(np.int64)[ok]
+    tid = ops["tid"].to_numpy().astype(np.int64)[ok]
+    corr = ops["correlation_id"].to_numpy().astype(np.int64)[ok]
+    api0 = ops["api_start_ns"].to_numpy().astype(np.int64)[ok]
+    api1 = ops["api_end_ns"].to_numpy().astype(np.int64)[ok]
+    st, en = ops["start_ns"].to_numpy().astype(np.int64)[ok], ops["end_ns"].to_numpy().astype(np.int64)[ok]
+    dev = ops["device_id"].to_numpy().astype(np.int64)[ok]
+    codes = codes[ok]
+    order = np.lexsort((st, corr, api0, pid))
+    pid, tid, corr, api0, api1, st, en, dev, codes = (x[order] for x in (pid, tid, corr, api0, api1, st, en, dev, codes))
+    first = np.ones(len(pid), dtype=bool)  # one launch = one (pid, correlation id): graph nodes share it
+    first[1:] = (pid[1:] != pid[:-1]) | (corr[1:] != corr[:-1])
+    cuts = np.flatnonzero(first)
+    dur = np.maximum(en - st, 0)
+    gstart = np.minimum.reduceat(st, cuts) if len(cuts) else st
+    gend = np.maximum.reduceat(en, cuts) if len(cuts) else en
+    gns = np.add.reduceat(dur, cuts) if len(cuts) else dur
+    pid, tid, api0, api1, dev, codes = (x[cuts] for x in (pid, tid, api0, api1, dev, codes))
+    if "api_name" in ops.columns:  # a graph launch traced per node: its own symbol, not its first kernel's
+        graph = ops["api_name"].astype(str).str.contains("GraphLaunch", regex=False).to_numpy()[ok][order][cuts]
+        codes = np.where(graph & (codes >= 0), codes + n_names, codes)
+    out = []
+    bounds = np.flatnonzero(np.concatenate([[True], pid[1:] != pid[:-1], [True]]))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        out.append(_Stream(int(pid[a]), tid[a:b], codes[a:b], api0[a:b], api1[a:b], gstart[a:b], gend[a:b],
+                           gns[a:b], dev[a:b]))
+    return out
+
+
+@dataclass(frozen=True)
+class _Unit:
+    starts: np.ndarray  # positions of the iterations' first launches in the stream
+    stop: int  # position after the last iteration's last launch
+    length: int  # launches in the typical iteration
+    anchor: int  # symbol code
+    score: float
+    first_symbol: int
+
+
+def _hashes(sym: np.ndarray) -> np.ndarray:
+    """Prefix sums (uint64, wrapping) of a per-symbol 64-bit weight: a segment's composition hash is a
+    difference of two of them, whatever the order of its symbols."""
+    w = (sym.astype(np.uint64) + np.uint64(1)) * _MIX
+    w ^= w >> np.uint64(29)
+    w *= np.uint64(0xBF58476D1CE4E5B9)
+    w ^= w >> np.uint64(32)
+    c = np.zeros(len(sym) + 1, dtype=np.uint64)
+    np.cumsum(w, out=c[1:])
+    return c
+
+
+def _scores(sym: np.ndarray, min_count: int, max_count: int | None,
+            runs: bool = True) -> list[tuple[float, int, int, np.ndarray, int]]:
+    """Per candidate anchor symbol: (score, count, symbol, positions, modal composition hash). With
+    ``runs``, a symbol issued k times in a row is one occurrence (the run's first: an optimizer
+    kernel once per parameter group); without, every launch is (a CUDA Graph replayed once a step)."""
+    at = np.flatnonzero(_run_starts(sym)) if runs else np.arange(len(sym))
+    counts = np.bincount(sym[at], minlength=int(sym.max()) + 1 if len(sym) else 0)
+    cand = np.flatnonzero((counts >= max(min_count, MIN_REPEATS)) & ((counts <= max_count) if max_count else True))
+    if not len(cand):
+        return []
+    order = at[np.argsort(sym[at], kind="stable")]
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    c = _hashes(sym)
+    out = []
+    with np.errstate(over="ignore"):
+        for s in cand.tolist():
+            p = order[offsets[s]:offsets[s + 1]]
+            h = c[p[1:]] - c[p[:-1]]
+            vals, inv, k = np.unique(h, return_inverse=True, return_counts=True)
+            j = int(np.argmax(k))
+            # the share of the span from the first occurrence to the last held by alike segments: a
+            # symbol issued in runs (a copy ten times in a row) makes alike one-launch segments that
+            # hold little of the stream
+            span = int(p[-1] - p[0])
+            alike = int(np.diff(p)[inv.reshape(-1) == j].sum())
+            # few segments are weak evidence: 3 alike segments of 3 requests say less than 130 of 135
+            # tokens (discounted by 1 / (segments + 1))
+            score = (alike / span if span else 0.0) * len(h) / (len(h) + 1)
+            out.append((score, int(counts[s]), s, p, int(vals[j])))
+    return out
+
+
+def _run_starts(sym: np.ndarray) -> np.ndarray:
+    """Which launches start a run of one symbol (the first of k identical launches in a row)."""
+    run = np.ones(len(sym), dtype=bool)
+    run[1:] = sym[1:] != sym[:-1]
+    return run
+
+
+def _optimizer_count(sym: np.ndarray, names: list[str]) -> int | None:
+    """How often the stream's least frequent optimizer kernel runs (one per step at least), if any."""
+    counts = np.bincount(sym[_run_starts(sym)])
+    seen = np.flatnonzero(counts >= MIN_REPEATS)
+    hits = [int(counts[s]) for s in seen.tolist() if s < len(names) and OPTIMIZER.search(names[s] or "")]
+    return min(hits) if hits else None
+
+
+def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names: list[str],
+              gpu_ns: np.ndarray | None = None) -> _Unit | None:
+    """The repeating unit of one launch stream (module doc), or None. ``gpu_ns``: each launch's GPU
+    time; the candidates whose occurrences span (nearly) the most of it are considered (as a range
+    must launch nearly the most GPU time to be the iteration)."""
+    n = len(sym)
+    if n < 2 * MIN_REPEATS:
+        return None
+    opt = _optimizer_count(sym, names)
+    lo, hi = (int(np.floor(opt * (1 - OPT_SLACK))), int(np.ceil(opt * (1 + OPT_SLACK)))) if opt else (MIN_REPEATS, None)
+    sc = _scores(sym, lo, hi, runs=True) + _scores(sym, lo, hi, runs=False)
+    sc = [x for x in sc if x[0] >= MIN_SCORE]
+    if not sc:
+        return None
+    if gpu_ns is not None and len(gpu_ns) == n and int(gpu_ns.sum()) > 0:
+        cum = np.concatenate([[0], np.cumsum(gpu_ns)])
+        share = [float(cum[min(n, int(x[3][-1]) + int(np.median(np.diff(x[3]))))] - cum[int(x[3][0])]) / float(cum[-1])
+                 for x in sc]
+        top = max(share)
+        sc = [x for x, s in zip(sc, share) if s >= COVERAGE_CLOSE * top]
+    best = max(x[0] for x in sc)
+    score, _, anchor, p, mode = max((x for x in sc if x[0] >= best - TIE), key=lambda x: (x[1], x[0], -x[2]))
+    c = _hashes(sym)
+    with np.errstate(over="ignore"):
+        h = c[p[1:]] - c[p[:-1]]
+    seg_len = np.diff(p)
+    modal = np.flatnonzero(h == np.uint64(mode))
+    length = int(np.median(seg_len[modal]))
+    offset = _boundary_offset(p[modal], length, api_start, api_end)
+    starts = p + offset if offset <= length // 2 else p[1:] - (length - offset)
+    starts = starts[(starts >= 0) & (starts < n)]
+    starts = _trim(np.unique(starts), length)
+    if len(starts) < MIN_REPEATS:
+        return None
+    stop = min(n, int(starts[-1]) + length)
+    first = np.bincount(sym[starts]).argmax()
+    return _Unit(starts, stop, length, int(anchor), score, int(first))
+
+
+def _boundary_offset(seg_starts: np.ndarray, length: int, api_start: np.ndarray, api_end: np.ndarray) -> int:
+    """The offset in the typical segment before which the CPU spends longest between two launches
+    (median over the typical segments)."""
+    if length <= 1 or len(seg_starts) == 0:
+        return 0
+    take = seg_starts
+    if len(take) * length > MAX_PHASE_CELLS:  # evenly spaced segments, enough for a median
+        take = take[np.linspace(0, len(take) - 1, max(MAX_PHASE_CELLS // length, 3)).astype(np.int64)]
+    idx = take[:, None] + np.arange(length)[None, :]
+    prev = np.maximum(idx - 1, 0)
+    gap = np.where(idx > 0, api_start[idx] - api_end[prev], 0)
+    med = np.median(gap, axis=0)
+    return int(np.argmax(med))
+
+
+def _trim(starts: np.ndarray, length: int) -> np.ndarray:
+    """Without leading and trailing iterations far longer than the typical one (the anchor's kernel
+    also ran in the start-up, or after the loop): they are not steps of this loop."""
+    if len(starts) < 2:
+        return starts
+    seg = np.diff(starts)
+    long = seg > 3 * max(length, 1)
+    a = 0
+    while a < len(seg) and long[a]:
+        a += 1
+    return starts[a:] if a < len(starts) - 1 else starts
+
+
+def _merge_threads(s: _Stream, names: list[str]) -> list[np.ndarray]:
+    """Which launches of the process form each loop: all of them (threads taking turns), or each
+    launching thread's own (threads launching side by side)."""
+    tids, counts = np.unique(s.tid, return_counts=True)
+    if len(tids) == 1:
+        return [np.arange(len(s.tid))]
+    unit = find_unit(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
+    switches = int(np.count_nonzero(s.tid[1:] != s.tid[:-1]))
+    if unit is not None and switches <= MAX_SWITCHES * len(unit.starts):
+        return [np.arange(len(s.tid))]
+    big = tids[counts >= max(2 * MIN_REPEATS, 0.05 * len(s.tid))]
+    return [np.flatnonzero(s.tid == t) for t in big.tolist()]
+
+
+def infer(ops: pd.DataFrame) -> Inferred:
+    """Iterations from the GPU work (module doc); ``instances`` is empty when none is found, and
+    ``why`` then says why."""
+    streams = launch_streams(ops)
+    names = symbol_names(ops) if len(ops) else []
+    total = sum(int(s.gpu_ns.sum()) for s in streams)  # the GPU time of ops whose launch is in the trace
+    rows: list[pd.DataFrame] = []
+    loops: list[dict[str, Any]] = []
+    covered = 0
+    for s in streams:
+        for rows_of in _merge_threads(s, names):
+            sym, a0, a1 = s.sym[rows_of], s.api_start[rows_of], s.api_end[rows_of]
+            unit = find_unit(sym, a0, a1, names, s.gpu_ns[rows_of])
+            if unit is None:
+                continue
+            frame, loop, cov = _instances(s, rows_of, unit, names)
+            rows.append(frame)
+            loops.append(loop)
+            covered += cov
+    empty = pd.DataFrame(columns=["pid", "tid", "start_ns", "end_ns", "dur_ns", "gpu_ops", "proj_start_ns",
+                                  "proj_end_ns", "proj_ns", "gpu_after_end_ns"])
+    if not rows:
+        return Inferred(empty, [], "no sequence of GPU operations repeats at least "
+                        f"{MIN_REPEATS} times alike on any launching thread")
+    if total > 0 and covered / total < MIN_COVERAGE:
+        return Inferred(empty, loops, f"the repeating sequences launched {covered / total:.0%} of the GPU time "
+                        f"(an iteration launches at least {MIN_COVERAGE:.0%})")
+    return Inferred(pd.concat(rows, ignore_index=True), loops, _why(loops, covered / total if total else 0.0))
+
+
+def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
+               names: list[str]) -> tuple[pd.DataFrame, dict[str, Any], int]:
+    """The iterations of one loop as range rows on its main thread, its summary and the GPU time its
+    launches hold."""
+    starts = unit.starts
+    ends = np.append(starts[1:], unit.stop)  # launch positions [start, end) of each iteration
+    tid_all = s.tid[rows_of]
+    main = int(np.bincount(np.unique(tid_all, return_inverse=True)[1][starts]).argmax())
+    main_tid = int(np.unique(tid_all)[main])
+    a0 = s.api_start[rows_of]
+    a1 = s.api_end[rows_of]
+    cpu_start = a0[starts]
+    last_end = np.maximum.reduceat(a1, starts)[-1] if len(starts) else 0
+    cpu_end = np.append(a0[starts[1:]] - 1, max(int(last_end), int(cpu_start[-1])))
+    on_main = tid_all == main_tid
+    gs, ge, gn = s.gpu_start[rows_of], s.gpu_end[rows_of], s.gpu_ns[rows_of]
+    n_it = len(starts)
+    count = np.zeros(n_it, dtype=np.int64)
+    p_start = np.full(n_it, -1, dtype=np.int64)
+    p_end = np.full(n_it, -1, dtype=np.int64)
+    cov = 0
+    for k in range(n_it):  # one numpy step per iteration (thousands at most in a capture of steps)
+        sl = slice(int(starts[k]), int(ends[k]))
+        m = on_main[sl]
+        cov += int(gn[sl].sum())
+        if m.any():
+            count[k] = int(m.sum())
+            p_start[k] = int(gs[sl][m].min())
+            p_end[k] = int(ge[sl][m].max())
+    has = count > 0
+    frame = pd.DataFrame({
+        "pid": np.full(n_it, s.pid, dtype=np.int64), "tid": np.full(n_it, main_tid, dtype=np.int64),
+        "start_ns": cpu_start.astype(np.int64), "end_ns": cpu_end.astype(np.int64),
+        "dur_ns": (cpu_end - cpu_start).astype(np.int64), "gpu_ops": count, "proj_start_ns": p_start,
+        "proj_end_ns": p_end, "proj_ns": np.where(has, p_end - p_start, 0),
+        "gpu_after_end_ns": np.where(has, np.maximum(p_end - cpu_end, 0), 0)})
+    devices = sorted(set(s.device[rows_of][int(starts[0]):unit.stop].tolist()))
+    loop = {"pid": s.pid, "tid": main_tid, "threads": int(len(np.unique(tid_all))), "iterations": n_it,
+            "launches_per_iteration": unit.length, "anchor": names[unit.anchor] if unit.anchor < len(names) else "",
+            "first": names[unit.first_symbol] if unit.first_symbol < len(names) else "",
+            "score": round(unit.score, 4), "devices": devices}
+    return frame, loop, cov
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[:limit - 3] + "..."
+
+
+def _why(loops: list[dict[str, Any]], coverage: float) -> str:
+    parts = []
+    for lp in loops:
+        dev = ", ".join(f"GPU {d}" for d in lp["devices"])
+        parts.append(f"a {lp['launches_per_iteration']}-launch sequence starting with '{_short(lp['first'])}' "
+                     f"repeats {lp['iterations']} times on thread {lp['tid']} of process {lp['pid']}"
+                     + (f" ({dev})" if dev else "")
+                     + (f"; {lp['score']:.0%} of the steps alike" if lp["score"] < 0.995 else ""))
+    return ("inferred from the GPU work, as no NVTX range of the program's own repeats: " + "; ".join(parts)
+            + f"; these iterations launched {coverage:.0%} of the GPU time")
