@@ -147,7 +147,7 @@ def _wrap(analysis, phase) -> None:
 
     targets = {
         "nsysan.analysis": ["_summaries", "_gaps", "_nvtx", "_busy", "_launches", "_steady", "_idle_samples",
-                            "_gpu_metrics", "graph_trace_mode"],
+                            "_gpu_metrics", "graph_trace_mode", "_beyond_time"],
         "nsysan.analyses.summaries": ["gpu_ops", "kernel_config_summary", "window_summaries"],
         "nsysan.analyses.nsys_rules": ["instances", "cross_check"],
         "nsysan.analyses.comm": ["comm_ops", "collectives", "comm_per_iteration", "nccl_calls"],
@@ -158,9 +158,18 @@ def _wrap(analysis, phase) -> None:
         "nsysan.analyses.nvtx": ["owned_ops", "ranges", "range_summary"],
         "nsysan.analyses.launch": ["launches", "launch_summary", "per_kernel"],
         "nsysan.report.view": ["_timeline", "timeline"],
+        # the analyses beyond time (issue 41), imported by name when ``analysis._beyond_time`` runs
+        "nsysan.analyses.memory": ["memory_use"],
+        "nsysan.analyses.unified": ["unified_memory"],
+        "nsysan.analyses.sched": ["thread_states"],
+        "nsysan.analyses.stages": ["stages"],
+        "nsysan.analyses.slow_iterations": ["slow_iterations"],
     }
     for modname, names in targets.items():
-        mod = importlib.import_module(modname)
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:  # a module renamed or gone: its functions are not labelled
+            continue
         for n in names:
             f = getattr(mod, n, None)
             if f is None:
@@ -176,11 +185,16 @@ def _wrap(analysis, phase) -> None:
             if modname != "nsysan.analysis" and hasattr(analysis, n):
                 setattr(analysis, n, w)
     from nsysan.analyses import gaps
-    for n in ("_thread", "_layers", "sums"):
-        f = getattr(gaps.ThreadActivity, n)
+    # the gap attribution's per-thread work, under whichever names this version has (``_layers`` and
+    # ``sums`` were merged into ``exclusive_sums``: missing methods are skipped, not an error)
+    for n in ("_thread", "_layers", "sums", "exclusive_sums", "nvtx_swept"):
+        f = getattr(gaps.ThreadActivity, n, None)
+        if f is None:
+            continue
         setattr(gaps.ThreadActivity, n, lambda self, *a, _f=f, _n=f"    ThreadActivity.{n}", **kw: phase(_n, _f, self, *a, **kw))
-    analysis.analyze_tensorrt = (lambda *a, _f=analysis.analyze_tensorrt, **kw:
-                                 phase("  tensorrt.analyze_tensorrt", _f, *a, **kw))
+    if hasattr(analysis, "analyze_tensorrt"):
+        analysis.analyze_tensorrt = (lambda *a, _f=analysis.analyze_tensorrt, **kw:
+                                     phase("  tensorrt.analyze_tensorrt", _f, *a, **kw))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python3 benchmarks/replicate.py SRC.sqlite DST.sqlite --copies 120
 
-Kernels, memcpy, memset, CUDA API, NVTX and OS runtime rows are copied ``copies`` times, each copy
+Kernels, memcpy, memset, CUDA API, NVTX, OS runtime and memory-usage rows are copied ``copies`` times, each copy
 shifted by the source's span (so intervals never overlap their originals) and given fresh
 correlation ids (offset by a multiple of the largest id), keeping every join valid. The source is
 only read.
@@ -18,6 +18,7 @@ import sys
 TABLES = {  # table: has correlationId
     "CUPTI_ACTIVITY_KIND_KERNEL": True, "CUPTI_ACTIVITY_KIND_MEMCPY": True, "CUPTI_ACTIVITY_KIND_MEMSET": True,
     "CUPTI_ACTIVITY_KIND_RUNTIME": True, "NVTX_EVENTS": False, "OSRT_API": False,
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": True,  # point events (``start`` only); absent from most exports
 }
 
 

@@ -157,13 +157,20 @@ def _growth(a: Any, ev: pd.DataFrame, delta: np.ndarray) -> pd.DataFrame:
 
 
 def _calls_between(api: pd.DataFrame, pid: int, lo: int, hi: int) -> dict[str, int]:
+    """The process's allocation and free calls starting in (lo, hi]. The names are matched per
+    category (no string per row), and only the rows of those names are read further: a trace without
+    such calls costs two passes over the name codes, not a string per call."""
     from nsysan.analyses.frames import name_in
 
-    st = api["start_ns"].to_numpy(np.int64)
-    m = (api["pid"].to_numpy() == pid) & (st > lo) & (st <= hi)
-    names = api["name"].astype(str)[m]
-    return {"alloc_calls": int(np.asarray(name_in(names, ALLOC_CALLS)).sum()),
-            "free_calls": int(np.asarray(name_in(names, FREE_CALLS)).sum())}
+    names = api["name"]
+    alloc = np.asarray(name_in(names, ALLOC_CALLS))
+    free = np.asarray(name_in(names, FREE_CALLS))
+    rows = np.flatnonzero(alloc | free)
+    if len(rows) == 0:
+        return {"alloc_calls": 0, "free_calls": 0}
+    st = api["start_ns"].to_numpy(np.int64)[rows]
+    m = (api["pid"].to_numpy()[rows] == pid) & (st > lo) & (st <= hi)
+    return {"alloc_calls": int(alloc[rows][m].sum()), "free_calls": int(free[rows][m].sum())}
 
 
 def _from_calls(a: Any) -> MemoryUse:

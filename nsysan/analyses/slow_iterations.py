@@ -38,7 +38,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses import libranges
-from nsysan.analyses.frames import name_in
+from nsysan.analyses.frames import category_mask, name_in
 from nsysan.analyses.iterations import steady_periods
 
 FACTOR = 2.0
@@ -89,8 +89,57 @@ def _covered(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarra
     return iv.covered_between(ms, me, lo, hi)
 
 
+def _in_span(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which intervals (s, e) can cover time inside the windows (lo, hi]: those that reach past the
+    first window's start and begin before the last window's end. The others add as much to every
+    window's covered-before at both ends (or nothing), so leaving them out of the union changes no
+    window's covered time, and the merge sorts fewer."""
+    if len(lo) == 0:
+        return np.zeros(len(s), dtype=bool)
+    return (e > lo.min()) & (s < hi.max())
+
+
 def _sorted_starts(df: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
     return np.sort(df["start_ns"].to_numpy(np.int64)[mask])
+
+
+def _labels(values: Any) -> tuple[np.ndarray, list[str]]:
+    """An integer label per row and each label's text, the text being ``str`` of the value as
+    ``astype(str)`` writes it (a categorical's missing value: "nan"); equal texts share one label.
+    Decided once per distinct value: no string per row."""
+    arr = values.array if isinstance(values, pd.Series) else values
+    if isinstance(arr, pd.Categorical):
+        texts = [str(c) for c in arr.categories] + ["nan"]
+        codes = np.asarray(arr.codes).astype(np.int64)
+        codes[codes < 0] = len(texts) - 1
+    else:
+        codes, uniq = pd.factorize(np.asarray(arr, dtype=object), use_na_sentinel=False)
+        texts = [str(u) for u in uniq]
+    canon: dict[str, int] = {}
+    remap = np.array([canon.setdefault(t, len(canon)) for t in texts], dtype=np.int64)
+    return (remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)), list(canon)
+
+
+def _new_names(codes: np.ndarray, texts: list[str], left: np.ndarray, right: np.ndarray,
+               slow: np.ndarray) -> list[list[str]]:
+    """Per interval i (rows ``left[i]:right[i]`` of the time-sorted ``codes``): for a slow one, the
+    sorted texts of its rows that no typical (not slow) interval's rows hold; [] for the others."""
+    out: list[list[str]] = [[] for _ in range(len(left))]
+    if len(codes) == 0 or not slow.any():
+        return out
+    typ = np.flatnonzero(~slow & (right > left))
+    depth = np.zeros(len(codes) + 1, dtype=np.int64)  # how many typical intervals hold each row
+    np.add.at(depth, left[typ], 1)
+    np.add.at(depth, right[typ], -1)
+    seen = np.zeros(len(texts), dtype=bool)
+    seen[codes[np.cumsum(depth[:-1]) > 0]] = True
+    new = ~seen[codes]
+    before = np.concatenate([[0], np.cumsum(new, dtype=np.int64)])
+    for i in np.flatnonzero(slow & (right > left)):
+        if before[right[i]] > before[left[i]]:
+            c = codes[left[i]:right[i]][new[left[i]:right[i]]]
+            out[i] = sorted(texts[k] for k in np.unique(c).tolist())
+    return out
 
 
 def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
@@ -144,53 +193,66 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
 
 
 def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> dict[str, Any]:
-    """Per interval (lo, hi] of one sequence: the measures the module doc lists."""
+    """Per interval (lo, hi] of one sequence: the measures the module doc lists. Vectorised: the
+    names through their categories' codes, the busy intervals the analysis merged (``a.busy``)."""
     tr = a.trace
     n = len(lo)
     ops = a.ops
-    of_pid = ops["pid"].to_numpy() == pid
-    pops = ops.loc[of_pid]
-    devs = np.unique(pops["device_id"].to_numpy()) if len(pops) else np.array([], dtype=np.int64)
+    busy_iv = getattr(a, "busy", None)
+    op_pid = ops["pid"].to_numpy()
+    of_pid = op_pid == pid
+    if busy_iv is not None:
+        devs = sorted(d for (p, d) in busy_iv.per_pid_dev if p == pid)
+    else:
+        devs = np.unique(ops["device_id"].to_numpy()[of_pid]).tolist()
     busy = np.zeros(n, dtype=np.int64)
-    for d in devs.tolist():
-        dm = ops["device_id"].to_numpy() == d
-        busy += _covered(ops["start_ns"].to_numpy(np.int64)[dm], ops["end_ns"].to_numpy(np.int64)[dm], lo, hi)
+    gpu_s: list[np.ndarray] = []
+    gpu_e: list[np.ndarray] = []
+    for d in devs:
+        if busy_iv is not None and d in busy_iv.per_dev:
+            ms, me = busy_iv.per_dev[d]["all"]
+            busy += iv.covered_between(ms, me, lo, hi)
+            ps, pe = busy_iv.per_pid_dev[(pid, d)]["all"]
+            gpu_s.append(np.asarray(ps, dtype=np.int64))
+            gpu_e.append(np.asarray(pe, dtype=np.int64))
+        else:
+            dm = ops["device_id"].to_numpy() == d
+            busy += _covered(ops["start_ns"].to_numpy(np.int64)[dm], ops["end_ns"].to_numpy(np.int64)[dm], lo, hi)
+    if busy_iv is None or not devs:
+        gpu_s = [ops["start_ns"].to_numpy(np.int64)[of_pid]]
+        gpu_e = [ops["end_ns"].to_numpy(np.int64)[of_pid]]
     # kernels launched by the process in each interval (by their launching call's start)
-    kmask = (pops["op"].astype(str).to_numpy() == "kernel") if len(pops) else np.zeros(0, dtype=bool)
-    kops = pops.loc[kmask]
-    kt = kops["api_start_ns"].to_numpy(np.int64) if len(kops) else np.zeros(0, dtype=np.int64)
+    krows = np.flatnonzero(of_pid & np.asarray(name_in(ops["op"], ("kernel",)))) if len(ops) else np.zeros(0, np.int64)
+    kt = ops["api_start_ns"].to_numpy(np.int64)[krows] if len(krows) else np.zeros(0, dtype=np.int64)
     ko = np.argsort(kt, kind="stable")
     kt = kt[ko]
-    knames = kops["name"].astype(str).to_numpy()[ko] if len(kops) else np.zeros(0, dtype=object)
+    kcodes, ktexts = _labels(ops["name"].iloc[krows[ko]]) if len(krows) else (np.zeros(0, np.int64), [])
     kernels = iv.sums_between(kt, lo, hi)
     left = np.searchsorted(kt, lo, side="right")
     right = np.searchsorted(kt, hi, side="right")
-    seen: set[str] = set()
-    for i in np.flatnonzero(~slow):
-        seen.update(knames[left[i]:right[i]].tolist())
-    new_kernels: list[list[str]] = [[] for _ in range(n)]
-    for i in np.flatnonzero(slow):
-        names = knames[left[i]:right[i]]
-        new_kernels[i] = sorted({x for x in names.tolist() if x not in seen})
+    new_kernels = _new_names(kcodes, ktexts, left, right, slow)
     api = tr.cuda_api
     apid = api["pid"].to_numpy() == pid
-    anames = api["name"].astype(str)
+    anames = api["name"]
     alloc = _sorted_starts(api, apid & np.asarray(name_in(anames, ALLOC_APIS)))
-    sm = apid & anames.str.startswith(SETUP_PREFIXES).to_numpy()
+    sm = apid & np.asarray(category_mask(anames, lambda x: x.startswith(SETUP_PREFIXES)))
     setup = _sorted_starts(api, sm)
     setup_ns = _covered(api["start_ns"].to_numpy(np.int64)[sm], api["end_ns"].to_numpy(np.int64)[sm], lo, hi)
     osrt = tr.osrt
     opid = osrt["pid"].to_numpy() == pid
-    io = opid & np.asarray(name_in(osrt["name"].astype(str), IO_CALLS))
+    io = opid & np.asarray(name_in(osrt["name"], IO_CALLS))
     io_s, io_e = osrt["start_ns"].to_numpy(np.int64)[io], osrt["end_ns"].to_numpy(np.int64)[io]
     io_ns = _covered(io_s, io_e, lo, hi)
-    # the thread's traced time: its CUDA and OS calls, and its process's GPU work
+    # the thread's traced time: its CUDA and OS calls, and its process's GPU work (only what reaches
+    # into the sequence's span counts: the rest adds as much to both ends of every window)
     th_api = apid & (api["tid"].to_numpy() == tid)
     th_os = opid & (osrt["tid"].to_numpy() == tid)
-    s = np.concatenate([api["start_ns"].to_numpy(np.int64)[th_api], osrt["start_ns"].to_numpy(np.int64)[th_os],
-                        pops["start_ns"].to_numpy(np.int64)])
-    e = np.concatenate([api["end_ns"].to_numpy(np.int64)[th_api], osrt["end_ns"].to_numpy(np.int64)[th_os],
-                        pops["end_ns"].to_numpy(np.int64)])
+    parts = [(api["start_ns"].to_numpy(np.int64)[th_api], api["end_ns"].to_numpy(np.int64)[th_api]),
+             (osrt["start_ns"].to_numpy(np.int64)[th_os], osrt["end_ns"].to_numpy(np.int64)[th_os]),
+             *zip(gpu_s, gpu_e)]
+    keep = [_in_span(ps, pe, lo, hi) for ps, pe in parts]
+    s = np.concatenate([ps[k] for (ps, _), k in zip(parts, keep)])
+    e = np.concatenate([pe[k] for (_, pe), k in zip(parts, keep)])
     untraced = (hi - lo) - _covered(s, e, lo, hi)
     return {"gpu_busy_ns": busy, "kernels": kernels, "new_kernels": new_kernels,
             "alloc_calls": iv.sums_between(alloc, lo, hi), "setup_calls": iv.sums_between(setup, lo, hi),
@@ -218,12 +280,8 @@ def _extra_ranges(a: Any, pid: int, lo: np.ndarray, hi: np.ndarray, slow: np.nda
     o = np.argsort(t, kind="stable")
     t, nm = t[o], nm[o]
     left, right = np.searchsorted(t, lo, side="right"), np.searchsorted(t, hi, side="right")
-    seen: set[str] = set()
-    for i in np.flatnonzero(~slow):
-        seen.update(nm[left[i]:right[i]].tolist())
-    for i in np.flatnonzero(slow):
-        out[i] = sorted({x for x in nm[left[i]:right[i]].tolist() if x not in seen})
-    return out
+    codes, texts = _labels(nm)
+    return _new_names(codes, texts, left, right, slow)
 
 
 def a_enclosing(a: Any) -> str | None:
