@@ -7,7 +7,16 @@ An interrupted write leaves no temp file behind: each live temp file is named in
 is created, so an interruption at any point (Ctrl-C between the creation and the ``try``, a second
 Ctrl-C during the clean-up) still finds it: ``remove_leftovers`` (the command line calls it on its
 way out) removes what a clean-up missed, and while one is live in the main thread, SIGTERM and SIGHUP
-remove them all before the process dies of that signal (as it would have)."""
+remove them all before the process dies of that signal (as it would have).
+
+The command line turns SIGTERM and SIGHUP into ``Terminated`` (a ``KeyboardInterrupt``, so every
+clean-up Ctrl-C runs runs for them too: worker processes and nsys' process group stopped, temp files
+removed) for its whole run (``terminating``, installed in one place: ``nsysan.cli.main``).
+
+Several outputs that belong together (one trace's JSON, HTML and CSV tables; a run's summary files)
+are renamed together (``together``): each is written to its temp file, and only when all are written
+are they renamed, one after the other with SIGTERM, SIGHUP and SIGINT held back, so an interruption
+leaves all of them or none of them new."""
 
 from __future__ import annotations
 
@@ -24,6 +33,104 @@ _LIVE: set[str] = set()  # the temp files being written now, by any thread
 _LOCK = threading.RLock()  # reentrant: the signal handler runs in the main thread, which may hold it
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 _INSTALLED: dict[int, Any] = {}  # signal -> the handler it had (SIG_DFL) while ours is on
+_BATCH = threading.local()  # .items: the renames ``together`` holds back in this thread, or None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while the command line runs (``terminating``): ``signum`` is the signal; the
+    command exits 128 + signum once everything it started is stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def terminating() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` in the main thread inside the block (where their
+    action was the default, dying); the handlers before are restored after. Elsewhere (another
+    thread, a signal the program handles itself) nothing changes."""
+    before: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        try:
+            for sig in _SIGNALS:
+                if signal.getsignal(sig) == signal.SIG_DFL:
+                    before[sig] = signal.signal(sig, _raise_terminated)
+        except (ValueError, OSError):  # not the main interpreter
+            pass
+    try:
+        yield
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+
+
+def default_signals() -> None:
+    """A worker process' start (forked from a command line in ``terminating``): SIGTERM and SIGHUP
+    back to their default action, so the parent can stop it (``_guard`` still removes its temp files)."""
+    for sig in _SIGNALS:
+        try:
+            if signal.getsignal(sig) is _raise_terminated:
+                signal.signal(sig, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+@contextmanager
+def together() -> Iterator[None]:
+    """The ``replacing(..., batched=True)`` writes of this thread inside the block replace their
+    files only at its end, all of them, with SIGTERM, SIGHUP and SIGINT held back meanwhile: an error
+    or an interruption before then leaves every old file as it was and no temp file. Nested: the
+    outermost block renames."""
+    if getattr(_BATCH, "items", None) is not None:
+        yield
+        return
+    items: list[tuple[str, str, Callable[[], None] | None]] = []
+    _BATCH.items = items
+    try:
+        yield
+        _BATCH.items = None
+        for _tmp, _path, check in items:  # every check before any rename
+            if check is not None:
+                check()
+        held = _hold_signals(True)
+        try:
+            while items:
+                tmp, path, _check = items[0]
+                os.replace(tmp, path)
+                items.pop(0)
+                with _LOCK:
+                    _LIVE.discard(tmp)
+        finally:
+            _hold_signals(False, held)
+    finally:
+        _BATCH.items = None
+        for tmp, _path, _check in items:  # not renamed: removed
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            with _LOCK:
+                _LIVE.discard(tmp)
+        with _LOCK:
+            empty = not _LIVE
+        if empty:
+            _guard(False)
+
+
+def _hold_signals(on: bool, held: Any = None) -> Any:
+    sigs = {*_SIGNALS, signal.SIGINT}
+    try:
+        if on:
+            return signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held if held is not None else set())
+    except (AttributeError, ValueError, OSError):  # no pthread_sigmask (Windows)
+        pass
+    return None
 
 
 def remove_leftovers() -> None:
@@ -105,14 +212,15 @@ def _new_temp(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
 @contextmanager
 def replacing(path: str | os.PathLike[str], *, prefix: str = ".nsysan-", suffix: str = ".tmp",
               durable: bool = False, shared: bool = True,
-              check: Callable[[], None] | None = None) -> Iterator[IO[bytes]]:
+              check: Callable[[], None] | None = None, batched: bool = False) -> Iterator[IO[bytes]]:
     """A binary file whose content replaces ``path`` when the ``with`` block ends without an error.
     ``durable``: flushed and fsync'ed before the rename (on disk before it replaces the old file).
     ``shared``: the permissions of the file it replaces (a private report stays private), or for a
     new file 0666 less the umask; otherwise mkstemp's 0600. ``check``: called just before the
     rename (it raises to keep the old file). The temp name is short (``prefix``, random, ``suffix``):
     the target's own name may already be near NAME_MAX. Errors (``OSError`` included) propagate to
-    the caller; on any error or interruption the temp file is removed."""
+    the caller; on any error or interruption the temp file is removed. ``batched``: inside
+    ``together``, the rename waits for the end of its block (the checks run again then)."""
     folder = Path(path).parent
     tmp, settled = "", False  # settled: the temp file renamed or removed (else left for remove_leftovers)
     _guard(True)
@@ -132,8 +240,12 @@ def replacing(path: str | os.PathLike[str], *, prefix: str = ".nsysan-", suffix:
             os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         if check is not None:
             check()
-        os.replace(tmp, path)
-        settled = True
+        batch = getattr(_BATCH, "items", None) if batched else None
+        if batch is not None:
+            batch.append((tmp, os.fspath(path), check))  # renamed (or removed) by ``together``
+        else:
+            os.replace(tmp, path)
+            settled = True
     except BaseException:
         if tmp:
             try:

@@ -130,3 +130,55 @@ def default_workers(events: int | None = None) -> int:
 def event_rows(trace: Any) -> int:
     """The trace's event rows (kernels, copies, memsets, CUDA and OS runtime calls, NVTX)."""
     return sum(len(getattr(trace, name, ())) for name in ("kernels", "memcpy", "memset", "cuda_api", "osrt", "nvtx"))
+
+
+def worker_start(threads: str) -> None:
+    """A worker process' initializer (``processes``): its analysis threads (``NSYSAN_THREADS``),
+    SIGTERM and SIGHUP back to their default action (the parent stops its workers with SIGTERM), and
+    on Linux SIGTERM when the parent dies (even of SIGKILL): no worker outlives its command."""
+    import signal
+
+    from nsysan._atomic import default_signals
+
+    os.environ["NSYSAN_THREADS"] = threads
+    default_signals()
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(128 + int(signal.SIGTERM))
+
+
+def processes(workers: int, threads: str) -> Any:
+    """A ``ProcessPoolExecutor`` of ``workers`` processes started by ``worker_start``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, initializer=worker_start, initargs=(threads,))
+
+
+def stop_pool(pool: Any, wait: float = 5.0) -> None:
+    """Stop ``pool``'s worker processes now (an interruption, or an error that ends the run): queued
+    tasks cancelled, SIGTERM to each worker (it removes its temp files and dies), SIGKILL to one still
+    there after ``wait`` seconds; each reaped."""
+    import time
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    deadline = time.monotonic() + wait
+    for p in procs:
+        try:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(3.0)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass

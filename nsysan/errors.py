@@ -105,3 +105,26 @@ def as_nsysan_error(e: BaseException) -> NsysanError:
     if isinstance(e, RecursionError):
         return UsageError("input nested too deeply")
     raise TypeError(f"no nsysan error for {type(e).__name__}")
+
+
+# what ``explain`` says in words of its own (anything else is an internal error, a bug)
+EXPLAINED = (NsysanError, KeyboardInterrupt, MemoryError, RecursionError)
+
+
+def explain(e: BaseException) -> tuple[int, list[str]]:
+    """What the command line prints of ``e`` (after ``nsysan: ``, each line escaped by the caller) and
+    its exit code: an nsysan error (or running out of memory or stack) with its hint; Ctrl-C (130)
+    or SIGTERM/SIGHUP (``_atomic.Terminated``: 128 + the signal); anything else an internal error
+    (1), in one line, never a traceback."""
+    if isinstance(e, (NsysanError, MemoryError, RecursionError)):
+        err = as_nsysan_error(e)
+        return err.exit_code, [f"error: {err}"] + ([f"hint: {err.hint}"] if err.hint else [])
+    if isinstance(e, KeyboardInterrupt):
+        signum = int(getattr(e, "signum", 2))
+        if signum == 2:
+            return 130, ["interrupted"]
+        import signal
+
+        return 128 + signum, [f"terminated ({signal.Signals(signum).name})"]
+    return 1, [f"internal error: {type(e).__name__}: {e}"[:2000],
+               "hint: please report this with the command line (NSYSAN_DEBUG=1 shows the traceback)"]

@@ -11,7 +11,7 @@ import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nsysan.errors import UsageError
 from nsysan.units import clean_text as _say
@@ -20,12 +20,15 @@ SET_SHAPE = "expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1"
 CONFIG_SHAPE = "expected {\"rules\": {RULE: {THRESHOLD: VALUE}}}"
 
 
+MAX_NUMBER = 1 << 62  # no count, size, time or threshold a user types is larger (and it fits int64)
+
+
 def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, integer: bool = False) -> Any:
     """A finite number >= minimum (> with ``strict``; an integer with ``integer``), from a number or
     from command-line text; ``ValueError("'TEXT': expected a number >= 0")`` otherwise (the message
     the CLI shows after the option's name)."""
     what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
-    bad = ValueError(f"{_say(repr(value))}: expected {what}")
+    bad = ValueError(f"{_say(repr(value))[:80]}: expected {what}, at most 2^62")
     if isinstance(value, str):
         try:
             v = int(value, 10) if integer else float(value)
@@ -39,8 +42,8 @@ def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, inte
         v = int(value)
     else:
         v = float(value)
-    if not math.isfinite(v) or v < minimum or (strict and v == minimum):
-        raise bad
+    if not -MAX_NUMBER <= v <= MAX_NUMBER or not math.isfinite(v) or v < minimum or (strict and v == minimum):
+        raise bad  # (compared before isfinite: a 400-digit integer is no float)
     return v
 
 
@@ -99,13 +102,14 @@ def check_threshold(rid: str, name: str, value: Any, default: Any) -> Any:
     """A threshold value of the default's kind (an integer where the default is one, else a number),
     finite and >= 0; a usage error that names it otherwise."""
     kind = "an integer" if isinstance(default, int) and not isinstance(default, bool) else "a number"
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_NUMBER
+          and math.isfinite(value))
     if ok and kind == "an integer":
         ok = float(value).is_integer()
         value = int(value) if ok else value
     if not ok:
         shown = _say(json.dumps(value) if not isinstance(value, str) else value)[:60]
-        raise UsageError(f"{rid}.{name}={shown}: expected {kind} >= 0 (default {default})")
+        raise UsageError(f"{rid}.{name}={shown}: expected {kind} >= 0, at most 2^62 (default {default})")
     return value
 
 
@@ -226,6 +230,18 @@ def _type_error(message: str) -> Exception:
     import argparse
 
     return argparse.ArgumentTypeError(message)
+
+
+def one_line_parser(**kw: Any) -> Any:
+    """argparse's parser (its subcommands' too), whose usage errors are one line (the option and what
+    it accepts) and a hint, not its usage block of 7 to 11 lines (``-h`` prints that); exit 2."""
+    import argparse
+
+    class OneLineParser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            self.exit(2, f"{self.prog}: error: {_say(message)}\nnsysan: hint: `{self.prog} -h` lists the options\n")
+
+    return OneLineParser(**kw)
 
 
 def opt_number(option: str, **kw: Any) -> Any:

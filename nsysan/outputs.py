@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from nsysan import _atomic
 from nsysan._atomic import replacing
 from nsysan._cache import user_cache  # noqa: F401  (its former home, kept importable)
 from nsysan.errors import OutputError, OutputExistsError, TraceNotFoundError, TraceUnreadableError, UsageError
@@ -189,11 +190,24 @@ def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] =
             refuse_special("", path)
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path, durable=True, check=still_writable) as f:
+        with replacing(path, durable=True, check=still_writable, batched=True) as f:
             yield f
     except OSError as e:
         old = " (the existing file is unchanged)" if exists else ""
         raise OutputError(f"{shown}: cannot write: {reason(e)}{old}") from e
+
+
+@contextmanager
+def together() -> Iterator[None]:
+    """The outputs written inside the block (``atomic_file``, ``write_atomic``) appear together at its
+    end, or none of them (``_atomic.together``): one trace's JSON, HTML and CSV tables are never left
+    half of them new by an error, Ctrl-C, SIGTERM or SIGHUP. A rename that fails is ``OutputError``."""
+    try:
+        with _atomic.together():
+            yield
+    except OSError as e:
+        shown = _say(e.filename2 or e.filename or "")
+        raise OutputError(f"{shown}: cannot write: {reason(e)}") from e
 
 
 def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[int, int]] = ()) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from nsysan._version import __version__
 from nsysan.errors import NsysanError, OutputError, OutputExistsError, UsageError
 from nsysan.outputs import identity as _identity
-from nsysan.outputs import own_output, path_too_long, reason, refuse_special, write_atomic
+from nsysan.outputs import own_output, path_too_long, reason, refuse_special, together, write_atomic
 from nsysan.units import clean_text as _say
 
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
@@ -179,26 +179,34 @@ def analyze_single(trace: str, opts: dict[str, Any], *, quiet: bool, max_events:
 def run_many(jobs: list[tuple[str, dict[str, Any]]], *, jobs_n: int,
              on_error: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
     """Several traces in local processes (``cluster.run_many``: on a Dask cluster); each failure goes
-    to ``on_error`` as it comes. Returns the summaries and the number of failures."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from nsysan import _startup
+    to ``on_error`` as it comes. Returns the summaries and the number of failures. An output that
+    cannot be written (``OutputError``: a full disk, a read-only folder) ends the run at once, as an
+    interruption (Ctrl-C, SIGTERM, SIGHUP) does: the workers are stopped (``_executor.stop_pool``), so
+    none outlives the command or writes after it, and the error is raised once."""
+    from nsysan import _executor, _startup
     from nsysan.options import positive_jobs
 
     results, failed = [], 0
     workers = positive_jobs(jobs_n, len(jobs))
     threads = _startup.pool_threads(workers)  # each process analyses on its share of the cores
-    with ProcessPoolExecutor(max_workers=workers, initializer=_startup.set_threads, initargs=(threads,)) as pool:
+    pool = _executor.processes(workers, threads)
+    try:
         futs = [(t, pool.submit(analyze_one, t, o)) for t, o in jobs]
         for t, f in futs:
             try:
                 results.append(f.result())
+            except OutputError:
+                raise
             except NsysanError as e:
                 failed += 1
                 on_error(str(e))
             except Exception as e:  # noqa: BLE001 - one trace's failure (a crashed worker) is reported, not raised
                 failed += 1
                 on_error(f"{t}: internal error ({type(e).__name__}: {e})")
+    except BaseException:
+        _executor.stop_pool(pool)
+        raise
+    pool.shutdown()
     return results, failed
 
 
@@ -206,22 +214,23 @@ def write_cross(cs: dict[str, Any], out_dir: str, *, html: bool, force: bool, pr
                 wrote: Callable[[Path], None]) -> None:
     """The cross-trace summary's outputs in ``out_dir``: summary.json, summary.html, ranks.csv."""
     summary = Path(out_dir) / "summary.json"
-    write_atomic(summary, json.dumps(cs, indent=1, default=str) + "\n", force=force, protect=protect)
-    wrote(summary)
-    if html:
-        from nsysan.report.cross import render_cross_html
+    written = [summary]
+    with together():  # all of them or none: never a summary that looks complete beside a missing page
+        write_atomic(summary, json.dumps(cs, indent=1, default=str) + "\n", force=force, protect=protect)
+        if html:
+            from nsysan.report.cross import render_cross_html
 
-        page = summary.with_name("summary.html")
-        write_atomic(page, render_cross_html(cs), force=force, protect=protect)
-        wrote(page)
-    if cs.get("ranks", {}).get("ranks"):
-        import pandas as pd
+            written.append(summary.with_name("summary.html"))
+            write_atomic(written[-1], render_cross_html(cs), force=force, protect=protect)
+        if cs.get("ranks", {}).get("ranks"):
+            import pandas as pd
 
-        from nsysan.report.jsonout import to_csv
+            from nsysan.report.jsonout import to_csv
 
-        table = summary.with_name("ranks.csv")
-        write_atomic(table, to_csv(pd.DataFrame(cs["ranks"]["ranks"])), force=force, protect=protect)
-        wrote(table)
+            written.append(summary.with_name("ranks.csv"))
+            write_atomic(written[-1], to_csv(pd.DataFrame(cs["ranks"]["ranks"])), force=force, protect=protect)
+    for p in written:
+        wrote(p)
 
 
 # -- diff and compare --------------------------------------------------------------------------------
@@ -278,10 +287,15 @@ def ladder(traces: Sequence[str], names: str | None, *, metric: str | None, iter
     sources = [resolve_input(t, quiet) for t in traces]
     workers = positive_jobs(jobs_n, len(sources))
     if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from nsysan import _executor, _startup
 
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = _executor.processes(workers, _startup.pool_threads(workers))
+        try:
             dicts = list(pool.map(compare.load, sources, [iteration_range] * len(sources)))
+        except BaseException:  # an interruption (Ctrl-C, SIGTERM, SIGHUP) or a failure: no worker left
+            _executor.stop_pool(pool)
+            raise
+        pool.shutdown()
     else:
         dicts = [compare.load(t, iteration_range=iteration_range) for t in sources]
     lad = compare.ladder(list(zip(rows, dicts)), metric)
@@ -336,7 +350,9 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
         a = analyze(trace, params, rule_config=opts["rule_config"],
                     on_analyses=begin if opts["html"] and opts["json"] else None,
                     progress=_prefixed(show, "analysing: "))
-        return _write_outputs(a, trace, trace_path, source, opts, protect, outputs, t0, show)
+        with together():  # the trace's outputs appear together, or none of them (an error, a signal)
+            _write_outputs(a, trace, trace_path, source, opts, protect, outputs, show)
+        return summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
     finally:
         if prog:
             prog.stop()
@@ -345,7 +361,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[str, Any], protect: list[Any],
-                   outputs: list[str], t0: float, show: Any = None) -> dict[str, Any]:
+                   outputs: list[str], show: Any = None) -> None:
     from nsysan.report import html as html_mod
     from nsysan.report import jsonout, view
 
@@ -382,7 +398,6 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
         writing("Perfetto timeline", "perfetto")
         write_perfetto(a, Path(opts["perfetto"]), force=opts["force"], protect=protect)
         outputs.append(opts["perfetto"])
-    return summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
 
 
 def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> dict[str, Any]:

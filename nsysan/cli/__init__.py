@@ -7,22 +7,32 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from nsysan._atomic import Terminated, remove_leftovers, terminating
 from nsysan.cli.parser import build_parser
-from nsysan.errors import NsysanError, as_nsysan_error
+from nsysan.errors import EXPLAINED, explain
 from nsysan.units import clean_text as _say
 
 __all__ = ["build_parser", "main", "run"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from nsysan import _startup
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # `nsysan` alone: what it can do, not an error
         build_parser().print_help()
         return 0
     args = build_parser().parse_args(argv)
+    with terminating():  # SIGTERM and SIGHUP: Terminated, cleaned up as Ctrl-C is
+        try:
+            return _run(args)
+        except Terminated as e:  # a second one during the clean-up
+            return 128 + e.signum
+
+
+def _run(args: Any) -> int:
+    from nsysan import _startup
+
     try:
         from nsysan.cli import commands
         from nsysan.examples import resolve
@@ -34,27 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "analyze":  # the collector resumes after the imports (pipeline.analyze_one)
             _startup.pause_collector()
         return int(getattr(commands, f"cmd_{args.cmd}")(args))
-    except (NsysanError, MemoryError, RecursionError) as e:
-        err = as_nsysan_error(e)
-        print(f"nsysan: error: {_say(err)}", file=sys.stderr)
-        if err.hint:
-            print(f"nsysan: hint: {_say(err.hint)}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print("nsysan: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
-    except Exception as e:  # noqa: BLE001 - the last resort: one line, never a traceback
-        if os.environ.get("NSYSAN_DEBUG"):
+    except (Exception, KeyboardInterrupt) as e:  # one line and a hint, never a traceback
+        if os.environ.get("NSYSAN_DEBUG") and not isinstance(e, EXPLAINED):
             raise
-        print(f"nsysan: internal error: {type(e).__name__}: {_say(e)}"[:2000], file=sys.stderr)
-        print("nsysan: hint: please report this with the command line (NSYSAN_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
-        return 1
+        code, lines = explain(e)  # Ctrl-C, SIGTERM, SIGHUP: what nsysan started is stopped by now
+        for line in lines:
+            print(f"nsysan: {_say(line)}", file=sys.stderr)
+        return code
     finally:
-        from nsysan._atomic import remove_leftovers
-
         remove_leftovers()  # a temp file whose clean-up a second Ctrl-C interrupted
         _startup.resume_collector()
 

@@ -9,7 +9,7 @@ from importlib import import_module
 from pathlib import Path
 
 from nsysan._version import __version__
-from nsysan.options import LazyChoices, opt_number, scheduler_address, time_range
+from nsysan.options import LazyChoices, one_line_parser, opt_number, scheduler_address, time_range
 
 
 def _analyze(a: argparse.ArgumentParser) -> None:
@@ -106,8 +106,8 @@ def _compare(c: argparse.ArgumentParser, metrics: Sequence[str]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
-                                "and what to change.")
+    p = one_line_parser(prog="nsysan", description="Where the time goes in an Nsight Systems trace, "
+                        "and what to change.")
     p.add_argument("--version", action="version", version=f"nsysan {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     _analyze(sub.add_parser("analyze", help="analyse one or more nsys SQLite exports"))
