@@ -13,8 +13,11 @@ one by one.
 
 **The anchor.** Every symbol issued at least ``MIN_REPEATS`` times cuts the stream into segments,
 one from each occurrence to the next. A symbol issued once per step cuts it into steps, and steps
-look alike: the same operations in the same numbers. The score of a symbol is the share of its
-segments with the most common composition (an order-free 64-bit hash of the segment's symbols, exact);
+look alike: the same operations in the same numbers. The score of a symbol is the share of the stream
+between its first and last occurrence held by segments of the most common composition (an order-free
+64-bit hash of the segment's symbols, exact), or, at 0.9 of the weight, by segments within 10% of the
+median length (steps whose shapes vary use other kernel variants in the same number), discounted for
+few segments;
 a symbol issued once per layer scores lower, since one segment per step also holds the step's head
 and tail. The anchor is the best-scoring symbol (within ``TIE`` of the best, the finest: the one
 issued most often). When the stream holds optimizer kernels (``multi_tensor_apply``, Adam, SGD ...),
@@ -52,6 +55,9 @@ MIN_SCORE = 0.5
 MIN_COVERAGE = 0.25
 COVERAGE_CLOSE = 0.8
 TIE = 0.03
+LENGTH_SLACK = 0.1
+LENGTH_WEIGHT = 0.9
+MERGED_SCORE = 0.8  # threads whose merged stream repeats this alike are one loop
 MAX_SWITCHES = 8  # thread switches per step beyond which threads of a process are separate loops
 OPT_SLACK = 0.15
 MAX_PHASE_CELLS = 4_000_000  # offsets x segments read to find the boundary (segments sampled beyond)
@@ -166,7 +172,9 @@ def _scores(sym: np.ndarray, min_count: int, max_count: int | None,
     out = []
     with np.errstate(over="ignore"):
         for s in cand.tolist():
-            p = order[offsets[s]:offsets[s + 1]]
+            p = _inner(order[offsets[s]:offsets[s + 1]])
+            if len(p) < MIN_REPEATS:
+                continue
             h = c[p[1:]] - c[p[:-1]]
             vals, inv, k = np.unique(h, return_inverse=True, return_counts=True)
             j = int(np.argmax(k))
@@ -174,12 +182,36 @@ def _scores(sym: np.ndarray, min_count: int, max_count: int | None,
             # symbol issued in runs (a copy ten times in a row) makes alike one-launch segments that
             # hold little of the stream
             span = int(p[-1] - p[0])
-            alike = int(np.diff(p)[inv.reshape(-1) == j].sum())
+            d = np.diff(p)
+            alike = int(d[inv.reshape(-1) == j].sum())
+            # steps whose shapes vary (another GEMM variant for another sequence length) differ in
+            # composition but not in length: segments within LENGTH_SLACK of the median length count,
+            # at LENGTH_WEIGHT (an exact match wins a tie)
+            med = float(np.median(d))
+            near = int(d[np.abs(d - med) <= LENGTH_SLACK * med].sum())
+            alike = max(alike, int(LENGTH_WEIGHT * near))
             # few segments are weak evidence: 3 alike segments of 3 requests say less than 130 of 135
             # tokens (discounted by 1 / (segments + 1))
             score = (alike / span if span else 0.0) * len(h) / (len(h) + 1)
             out.append((score, int(counts[s]), s, p, int(vals[j])))
     return out
+
+
+def _inner(p: np.ndarray) -> np.ndarray:
+    """Occurrences without the leading and trailing ones more than 3x the median segment away from
+    the next (the anchor's kernel also ran in the start-up, or after the loop)."""
+    if len(p) < MIN_REPEATS + 1:
+        return p
+    d = np.diff(p)
+    far = d > 3 * max(float(np.median(d)), 1.0)
+    if not far.any():
+        return p
+    a, b = 0, len(d)
+    while a < b and far[a]:
+        a += 1
+    while b > a and far[b - 1]:
+        b -= 1
+    return p[a:b + 1]
 
 
 def _run_starts(sym: np.ndarray) -> np.ndarray:
@@ -272,7 +304,7 @@ def _merge_threads(s: _Stream, names: list[str]) -> list[np.ndarray]:
         return [np.arange(len(s.tid))]
     unit = find_unit(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
     switches = int(np.count_nonzero(s.tid[1:] != s.tid[:-1]))
-    if unit is not None and switches <= MAX_SWITCHES * len(unit.starts):
+    if unit is not None and (unit.score >= MERGED_SCORE or switches <= MAX_SWITCHES * len(unit.starts)):
         return [np.arange(len(s.tid))]
     big = tids[counts >= max(2 * MIN_REPEATS, 0.05 * len(s.tid))]
     return [np.flatnonzero(s.tid == t) for t in big.tolist()]
