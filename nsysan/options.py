@@ -343,4 +343,6 @@ def check_analyze_outputs(*, many: bool, out_dir: str | None, json_path: str | N
         raise UsageError("--perfetto writes the timeline of one trace; it cannot be combined with several traces "
                          "or --out-dir")
     if out_dir and (os.path.exists(out_dir) or os.path.islink(out_dir)) and not os.path.isdir(out_dir):
-        raise UsageError(f"--out-dir {_say(out_dir)}: exists and is not a directory")
+        from nsysan.errors import OutputError
+
+        raise OutputError(f"--out-dir {_say(out_dir)}: cannot write: exists and is not a directory")

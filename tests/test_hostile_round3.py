@@ -84,3 +84,88 @@ def test_a_bad_option_value_is_one_line_and_a_hint_not_the_usage_block(trace, ca
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 2 and "--max-events" in lines[0] and "'many'" in lines[0], err
     assert lines[1].startswith("nsysan: hint:") and "usage:" not in err
+
+
+# -- 5 and 7: a full disk, a read-only out-dir, an out-dir that is a file: exit 12, one line ---------
+
+def _three(trace: Path) -> list[str]:
+    out = []
+    for stem in "ABC":
+        p = trace.with_name(f"{stem}.sqlite")
+        shutil.copy(trace, p)
+        out.append(str(p))
+    return out
+
+
+def _limit_file_size(nbytes: int):
+    def pre() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+    return pre
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_a_full_disk_during_out_dir_is_exit_12_and_nothing_looks_complete(trace, tmp_path, case):
+    rnd = random.Random(f"{SEED}-full-{case}")
+    room = rnd.choice([4096, rnd.randint(20_000, 400_000)])  # no output fits, or the JSON but not the page
+    od = tmp_path / "od"
+    r = cli_proc(["analyze", *_three(trace), "--out-dir", str(od), "--jobs", str(rnd.choice([1, 2])), "-q"],
+                 preexec_fn=_limit_file_size(room))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 12, r.stderr
+    assert lines[0].startswith("nsysan: error:") and "cannot write" in lines[0] and len(lines) <= 2, r.stderr
+    names = sorted(p.name for p in od.iterdir()) if od.exists() else []
+    assert not [n for n in names if n.startswith(("summary", "."))], names
+    for stem in "ABC":  # a trace's outputs: both or neither
+        assert {f"{stem}.json", f"{stem}.html"} & set(names) in (set(), {f"{stem}.json", f"{stem}.html"}), names
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to drop to nobody")
+def test_a_read_only_out_dir_is_one_line(trace, tmp_path):
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="nsysan-ro-"))
+    try:
+        top.chmod(0o755)
+        traces = []
+        for stem in "ABC":
+            shutil.copy(trace, top / f"{stem}.sqlite")
+            (top / f"{stem}.sqlite").chmod(0o644)
+            traces.append(str(top / f"{stem}.sqlite"))
+        od = top / "ro"
+        od.mkdir()
+        od.chmod(0o555)
+
+        # every module imported first (nobody may not read this Python's library), then as nobody
+        assert main(["analyze", traces[0], "--json", str(top / "warm.json"), "-q"]) == 0
+        import concurrent.futures.process  # noqa: F401
+        import multiprocessing.popen_fork  # noqa: F401
+        import multiprocessing.synchronize  # noqa: F401
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 99
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                sys.stderr = os.fdopen(w, "w")
+                code = main(["analyze", *traces, "--out-dir", str(od), "-q", "--jobs", "2"])
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        os.close(w)
+        err = os.fdopen(r).read()
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        lines = err.strip().splitlines()
+        assert code == 12 and len(lines) == 1 and "permission denied" in lines[0], err
+        assert list(od.iterdir()) == []
+    finally:
+        shutil.rmtree(top)
+
+
+def test_an_out_dir_that_is_a_file_is_exit_12(trace, tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code, _, err = cli(["analyze", str(trace), "--out-dir", str(f), "-q"], capsys)
+    assert code == 12 and "not a directory" in err and f.read_text() == "x", err
