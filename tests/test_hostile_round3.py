@@ -110,7 +110,7 @@ def test_a_full_disk_during_out_dir_is_exit_12_and_nothing_looks_complete(trace,
     room = rnd.choice([4096, rnd.randint(20_000, 400_000)])  # no output fits, or the JSON but not the page
     od = tmp_path / "od"
     r = cli_proc(["analyze", *_three(trace), "--out-dir", str(od), "--jobs", str(rnd.choice([1, 2])), "-q"],
-                 preexec_fn=_limit_file_size(room))
+                 preexec_fn=_limit_file_size(room), PYTHONDONTWRITEBYTECODE="1")  # no cut .pyc either
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 12, r.stderr
     assert lines[0].startswith("nsysan: error:") and "cannot write" in lines[0] and len(lines) <= 2, r.stderr
