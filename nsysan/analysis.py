@@ -24,6 +24,7 @@ from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
+from nsysan.analyses import phases as phases_mod
 from nsysan.analyses.gpu import Window, in_window  # noqa: F401  (in_window: its former home, kept importable)
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.analyses.program import program
@@ -98,6 +99,7 @@ class Analysis:
     thread_states: Any = None  # sched.ThreadStates
     stages: Any = None  # stages.Stages
     slow_iterations: Any = None  # slow_iterations.SlowIterations
+    phases: Any = None  # phases.Phases: start-up, GPU-active part, tail; every second of the capture by cause
     inputs_missing: list[dict[str, str]] = field(default_factory=list)
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -147,6 +149,18 @@ def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
     if len(ops):
         return Window(int(ops["start_ns"].min()), int(ops["end_ns"].max()), "gpu activity")
     return Window(0, 0, "empty")
+
+
+def gpu_active(ops: pd.DataFrame, capture: Window) -> Window:
+    """The GPU-active part of the capture: its first GPU operation's start to its last one's end (the
+    judged window of a trace without iterations: never the start-up before the first GPU work nor the
+    tail after the last); the capture when nothing ran on the GPU."""
+    if len(ops) == 0:
+        return capture
+    lo, hi = int(ops["start_ns"].min()), int(ops["end_ns"].max())
+    if capture.label == "capture":
+        lo, hi = max(lo, capture.start_ns), min(hi, capture.end_ns)
+    return Window(lo, hi, "GPU-active part") if hi > lo else capture
 
 
 def _gaps(trace: Trace, ops: pd.DataFrame, capture: Window,
@@ -337,7 +351,7 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
     owned, rg, its, nvtx_summary = nvtx_f.result()
     step("GPU busy time")
-    steady = its.steady if its.steady is not None else capture
+    steady = its.steady if its.steady is not None else gpu_active(ops, capture)
     trt_f = pool.submit(analyze_tensorrt, trace, ops, rg, steady)
     busy, busy_capture, utilization, concurrency = busy_f.result()
     step("steady state")
@@ -366,6 +380,7 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
         nccl_calls=comm_mod.nccl_calls(rg),
         breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
         steady_summaries=window_f.result(),
+        phases=phases_mod.phases(capture, ops, steady, busy_steady, gp, trace.cuda_api, trace.osrt),
     )
     # the analyses that read the others
     a = replace(a, ranks=analyze_ranks(a), idle_samples=_idle_samples(trace, a), gpu_metrics=_gpu_metrics(trace, a),

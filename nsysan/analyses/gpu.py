@@ -24,7 +24,7 @@ class Window:
 
     start_ns: int
     end_ns: int
-    label: str  # "capture", "gpu activity", "steady state", "range:<name>"
+    label: str  # "capture", "gpu activity", "GPU-active part" (first to last GPU op), "steady state", "range:<name>"
 
     @property
     def dur_ns(self) -> int:

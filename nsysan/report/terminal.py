@@ -104,7 +104,7 @@ def _summary_head(res: dict[str, Any], say: Any) -> None:
                 f"{fmt_pct(share)} of the steady iterations' time: see slow-iterations", "yellow", indent=2, first="")
         say(f"chosen: {res.get('why', '')}", "dim", indent=2)
     elif res.get("why"):
-        say(f"Iteration: none ({res['why']}); the whole capture is judged", indent=2, first="")
+        say(f"Iteration: none ({res['why']})", indent=2, first="")
     say(f"Window: {res['window']}, {fmt_ns(res['window_ns'])}", indent=2, first="")
     if not res.get("gpu_recorded", True):
         say("GPU activity was not recorded in this trace (no kernel, memcpy or memset tables): record it with "

@@ -40,11 +40,15 @@ class Finding:
     # in it, when the window is the steady state of an iteration model (``run_rules`` sets it after
     # allocating); None for a finding of the whole capture or of another window, or without a saving.
     per_iteration_ns: int | None = None
+    # The idle or wasted time a finding without its own estimate explains (a summary of causes the
+    # other rules cost: gpu-low-util's idle time): ranks it above small savings, never counted.
+    covers_ns: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity.name.lower(), "title": self.title,
                 "message": self.message, "suggestion": self.suggestion, "impact_ns": int(self.impact_ns),
-                "evidence": [dict(e) for e in self.evidence], "window": dict(self.window)}
+                "evidence": [dict(e) for e in self.evidence], "window": dict(self.window),
+                **({"covers_ns": int(self.covers_ns)} if self.covers_ns > 0 else {})}
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,8 @@ def window_name(w: Any) -> str:
     "the whole capture" ("the span of GPU activity" for an export without capture bounds). A
     whole-capture finding never says "steady state"."""
     label = str(getattr(w, "label", "") or "")
-    return "the steady state" if label == "steady state" else "the span of GPU activity" \
-        if label == "gpu activity" else "the whole capture"
+    return ("the steady state" if label == "steady state" else "the span of GPU activity" if label == "gpu activity"
+            else "the GPU-active part" if label == "GPU-active part" else "the whole capture")
 
 
 _QUOTED = re.compile(r"(?<![A-Za-z0-9])'[^']*'(?![A-Za-z0-9])")

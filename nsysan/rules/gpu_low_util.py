@@ -43,6 +43,7 @@ def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
         rows = np.flatnonzero(inside & (gaps["device_id"].to_numpy() == r["device_id"])) if len(gaps) else inside
         cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in _by_cause(gaps, rows)) or "no gaps above the threshold"
         yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=0, suggestion=advice(of(ctx.a)),
+                      covers_ns=int(r["idle_ns"]),
                       message=f"Device {int(r['device_id'])} was busy {fmt_pct(r['busy_frac'])} of the "
                               f"{fmt_ns(w.dur_ns)} {w.label} ({fmt_ns(r['idle_ns'])} idle). Idle gaps by cause: "
                               f"{cause_text}. A summary: the savings are counted by the rules that name the causes.",

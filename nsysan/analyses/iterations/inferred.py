@@ -15,7 +15,7 @@ one by one.
 one from each occurrence to the next. A symbol issued once per step cuts it into steps, and steps
 look alike: the same operations in the same numbers. The score of a symbol is the share of the stream
 between its first and last occurrence held by segments of the most common composition (an order-free
-64-bit hash of the segment's symbols, exact), or, at 0.9 of the weight, by segments within 10% of the
+64-bit hash of the segment's symbols, exact), or, at 0.9 of the weight, by segments within 25% of the
 median length (steps whose shapes vary use other kernel variants in the same number), discounted for
 few segments;
 a symbol issued once per layer scores lower, since one segment per step also holds the step's head
@@ -55,7 +55,7 @@ MIN_SCORE = 0.5
 MIN_COVERAGE = 0.25
 COVERAGE_CLOSE = 0.8
 TIE = 0.03
-LENGTH_SLACK = 0.1
+LENGTH_SLACK = 0.25
 LENGTH_WEIGHT = 0.9
 MERGED_SCORE = 0.8  # threads whose merged stream repeats this alike are one loop
 MAX_SWITCHES = 8  # thread switches per step beyond which threads of a process are separate loops
