@@ -59,6 +59,9 @@ NO_SAMPLES = ("no CPU or Python samples in this trace: record with `nsys profile
 BLOBS_LOST = ("Python samples were recorded but exported without their frames: re-export with "
               "`nsys export --type sqlite --include-blobs=true report.nsys-rep`")
 COLUMNS = ["function", "file", "line", "module", "self_samples", "self_share", "inclusive_samples", "inclusive_share"]
+# The functions of an input pipeline that runs on the training thread: a map-style Dataset's item and
+# batch access, collation and the DataLoader's own fetch (PyTorch, Lightning and HF all use it)
+INPUT_FUNCTIONS = r"__getitem__|__getitems__|(default_)?collate(_fn)?|_next_data|fetch|_MapDatasetFetcher.*|__iter__"
 TOP_STACKS = 10
 STACK_FRAMES = 14  # frames shown per stack (innermost kept)
 
@@ -268,6 +271,15 @@ class Attribution:
             if INTERPRETER_MODULE.search(str(self.table.iloc[0]["module"])):
                 tail += " (the Python interpreter: only Python samples tell which Python function ran)"
         return ", ".join(parts) + f" of {self.samples:,} {what}{tail}"
+
+    def input_share(self) -> float:
+        """The share of the samples inside the input pipeline (``INPUT_FUNCTIONS``: a ``Dataset``'s
+        ``__getitem__``, collate, the DataLoader's fetch), by inclusive samples; 0 without enough."""
+        if not self.attributed or self.source != "python":
+            return 0.0
+        t = self.table
+        hit = t["function"].astype(str).str.fullmatch(INPUT_FUNCTIONS).to_numpy()
+        return float(t["inclusive_share"].to_numpy()[hit].max()) if hit.any() else 0.0
 
     def to_dict(self, limit: int = 20) -> dict[str, Any]:
         return {"key": self.key, "label": self.label, "kind": self.kind, "source": self.source, "gaps": self.gaps,

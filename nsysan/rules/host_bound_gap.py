@@ -62,6 +62,34 @@ def blocked_advice(p: Program) -> str:
             "lock, shorten what holds it.")
 
 
+INPUT_MIN = 0.5  # share of the gaps' Python samples inside the input pipeline that names it
+
+
+def _input_share(ctx: Any, gaps: Any) -> float:
+    """The share of the Python samples in ``gaps`` taken inside the input pipeline (``samples.INPUT_FUNCTIONS``)."""
+    s = getattr(ctx.a, "idle_samples", None)
+    if s is None or not getattr(s, "source", "") or not hasattr(s, "for_gaps"):
+        return 0.0
+    return s.for_gaps(gaps).input_share()
+
+
+def input_advice(p: Program) -> str:
+    """The framework's fix for an input pipeline on the training thread."""
+    if p.torch:
+        return ("Load, decode and collate the batches in DataLoader worker processes: ``DataLoader(dataset, "
+                "batch_size=..., num_workers=N, persistent_workers=True, pin_memory=True, prefetch_factor=2)`` with "
+                "N about the CPU cores per GPU (start at 4-8); with Lightning, return that DataLoader from "
+                "``train_dataloader()``; with the Hugging Face Trainer, ``TrainingArguments(dataloader_num_workers=N, "
+                "dataloader_pin_memory=True, dataloader_persistent_workers=True)``. Keep per-item work vectorised "
+                "(decode on the GPU, e.g. torchvision.io / DALI, when the CPU is the limit).")
+    if p.jax:
+        return ("Prepare batches ahead of the step in background threads or processes (``tf.data`` with "
+                "``prefetch``, ``grain`` with worker processes, or a thread that fills a queue) and "
+                "``jax.device_put`` the next batch before it is needed.")
+    return ("Prepare the next batches in worker threads or processes that fill a queue ahead of the loop, in "
+            "pinned host memory, so the thread that submits GPU work only takes ready batches.")
+
+
 ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out of timed and latency-critical "
                 "regions (do it before the loop, warm up first, cache compiled kernels or engines), or run it "
                 "in the background.")
@@ -113,10 +141,15 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
         by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
         parts = _doing(activity_time(full, ctx.a.gap_activity, rec_rows), total)
         state, blocked = _running_or_blocked(ctx, rec, g_st, cut)
+        share = _input_share(ctx, rec)
+        extra: dict[str, str] = {"suggestion": blocked_advice(of(ctx.a))} if blocked else {}
+        if share >= INPUT_MIN:
+            extra = {"suggestion": input_advice(of(ctx.a)), "title": "Input pipeline on the training thread"}
+            state += (f" The input pipeline ran on the submitting thread in these gaps: {share:.0%} of the Python "
+                      "samples taken in them are inside a Dataset's item access, collation or the DataLoader's fetch.")
         yield finding(ctx, "host-bound-gap",
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
-                      impact_ns=saving, claims=claims_of(g_st, cut),
-                      **({"suggestion": blocked_advice(of(ctx.a))} if blocked else {}),
+                      impact_ns=saving, claims=claims_of(g_st, cut), **extra,
                       message=f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
                               f"What the submitting thread was doing: {parts}.{state}{tail_note}"
                               f"{_python_note(ctx, rec, by)}{once_note}",
