@@ -410,6 +410,7 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
                        "per_iteration_ns": f.per_iteration_ns, "title": f.title, "message": f.message,
                        "suggestion": f.suggestion} for f in a.findings],
             "breakdown": _breakdown_lines(a),
+            "capture_time": _capture_lines(a),
             "gpu_metrics": _gpu_metrics_lines(a),
             "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
                             a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
@@ -444,6 +445,20 @@ def slow_share(a: Any) -> tuple[int, int, float] | None:
     from nsysan.analyses.slow_iterations import headline
 
     return headline(a)
+
+
+def _capture_lines(a: Any) -> dict[str, Any]:
+    """Where every second of the capture went (``analyses.phases``): the parts, the start-up's fillers,
+    the window's idle share."""
+    from nsysan.report.tables import capture_parts
+
+    ph = getattr(a, "phases", None)
+    if ph is None:
+        return {}
+    span = ph.judged.dur_ns
+    return {"capture_ns": ph.capture.dur_ns, "parts": capture_parts(ph),
+            "startup_filled": [(x["what"], int(x["ns"])) for x in sorted(ph.startup_filled, key=lambda x: -x["ns"])[:4]],
+            "window_idle_frac": (ph.idle_ns / span) if span else 0.0, "window": ph.judged.label}
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:

@@ -160,4 +160,4 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
     untraced = span - int((ue - us).sum())
     if untraced > 0:
         out.append({"what": "untraced CPU work", "ns": untraced})
-    return out
+    return sorted(out, key=lambda x: -x["ns"])

@@ -106,6 +106,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "schema": SCHEMA,
         "trace": _trace_dict(a, show_env),
         "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
+        "phases": a.phases.to_dict() if getattr(a, "phases", None) is not None else None,
         "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit),
                     "steady_by_name": records(ss["kernels"], limit) if "kernels" in ss else []},
         "cuda_api": {"by_name": records(a.cuda_api, limit),

@@ -59,6 +59,30 @@ BREAKDOWN_PARTS = (("compute", "compute", "bd-compute"), ("comm_exposed", "commu
                    ("copy_exposed", "copies alone", "bd-copy"), ("idle", "idle", "bd-idle"))
 
 
+CAPTURE_CSS = {"start-up": "bd-startup", "before the window": "bd-outside", "GPU busy": "bd-compute",
+               "after the window": "bd-outside", "tail": "bd-startup"}
+
+
+def capture_parts(ph: Any) -> list[tuple[str, int, float]]:
+    """Where every second of the capture went (``analyses.phases``): (part, ns, share of the capture)
+    in time order, the parts without time left out; they add up to the capture."""
+    if ph is None or ph.capture.dur_ns <= 0:
+        return []
+    cap = ph.capture.dur_ns
+    return [(name, ns, ns / cap) for name, ns in ph.parts() if ns > 0]
+
+
+def capture_rows(ph: Any) -> list[tuple[str, list[tuple[str, float, str, str]]]]:
+    """The capture's parts as one stacked bar (the breakdown's shape): idle parts red, busy blue."""
+    parts = capture_parts(ph)
+    if not parts:
+        return []
+    bar = [(name, round(100 * share, 2), CAPTURE_CSS.get(name, "bd-idle"), f"{name} {fmt_ns(ns)} ({fmt_pct(share)})")
+           for name, ns, share in parts]
+    return [(f"capture: {fmt_ns(ph.capture.dur_ns)}; judged window ({ph.judged.label}): {fmt_ns(ph.judged.dur_ns)}",
+             bar)]
+
+
 def breakdown_rows(a: Any) -> list[tuple[str, list[tuple[str, float, str, str]]]]:
     """One stacked bar per sequence of iterations (per process when there are several): the mean
     steady iteration period split into compute, exposed communication, copies alone and idle."""

@@ -113,6 +113,15 @@ def _summary_head(res: dict[str, Any], say: Any) -> None:
         say(f"GPU {dev}: busy {fmt_pct(frac)}, idle {fmt_ns(idle)} in the window", indent=2, first="")
     for line in res.get("gpu_metrics", []):
         say(line, indent=2, first="")
+    ct = res.get("capture_time") or {}
+    if ct.get("parts"):
+        say(f"Where the {fmt_ns(ct['capture_ns'])} capture went: " + ", ".join(
+            f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})" for p, ns, fr in ct["parts"]), indent=2, first="")
+        if ct.get("startup_filled") and any(p == "start-up" and fr >= 0.05 for p, _, fr in ct["parts"]):
+            say("start-up: " + ", ".join(f"{w} {fmt_ns(ns)}" for w, ns in ct["startup_filled"]), "dim", indent=2)
+        if ct.get("window_idle_frac", 0) > 0.5:
+            say(f"The GPU was idle {fmt_pct(ct['window_idle_frac'])} of the judged window ({ct['window']}): the "
+                "first fixes below cost what filled it", "yellow", indent=2, first="")
     for label, span, parts in res.get("breakdown", []):
         say(f"Where {label}'s {fmt_ns(span)} goes: " + ", ".join(f"{p} {fmt_ns(ns)} ({fmt_pct(fr)})"
                                                               for p, ns, fr in parts), indent=2, first="")

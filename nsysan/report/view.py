@@ -22,7 +22,7 @@ from nsysan.report.jsonout import ranks_to_dict
 from nsysan.report.ranks_view import ranks_view
 from nsysan.report.resources_view import resources_tables
 from nsysan.report.samples_view import samples_view
-from nsysan.report.tables import BREAKDOWN_PARTS, MAX_TABLE_ROWS, SHOW_ROWS, Table, breakdown_rows, table  # noqa: F401
+from nsysan.report.tables import BREAKDOWN_PARTS, MAX_TABLE_ROWS, SHOW_ROWS, Table, breakdown_rows, capture_rows, table  # noqa: F401
 from nsysan.report.timeline import build_timeline, evidence_span
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
 
@@ -67,6 +67,8 @@ class Report:
     capture: list[tuple[str, str]] = field(default_factory=list)
     # where one iteration's time goes: (label, [(part, width %, css class, text)]) per row
     breakdown: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
+    # where every second of the capture went: start-up, GPU busy, idle by cause, tail (one bar)
+    capture_time: list[tuple[str, list[tuple[str, float, str, str]]]] = field(default_factory=list)
     # several ranks in this export: the ranks panel (report/ranks_view.py), shared with summary.html
     ranks_view: dict[str, Any] = field(default_factory=dict)
     # the first screen: the top fixes (rank, severity, title, rule, saving, share of the window, anchor)
@@ -353,7 +355,8 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                             _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
     return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=_headline(a),
                   info=_info(a, gpus), findings=findings, tables=tables, kernel_bars=_kernel_bars(a),
-                  breakdown=breakdown_rows(a), iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
+                  breakdown=breakdown_rows(a), capture_time=capture_rows(getattr(a, "phases", None)),
+                  iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                   overlap_bars=_overlap_bars(a),
                   timeline=build_timeline(a), rules_log=rules_log,
                   warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
