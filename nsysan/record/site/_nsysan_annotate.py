@@ -22,8 +22,10 @@ names for the analyzer; a test keeps them equal):
 * marks ``synchronize FILE:LINE`` and ``item FILE:LINE`` where ``torch.cuda.synchronize`` and
   ``Tensor.item`` are called (the caller's file and line).
 
-NVTX comes from the ``nvtx`` package when it imports, else from libnvToolsExt / libnvtx3interop
-through ctypes; ``NSYSAN_ANNOTATE_NVTX=package|ctypes`` picks one. Without either the program runs
+NVTX comes from libnvToolsExt / libnvtx3interop (CUDA's, the nvidia-nvtx wheel's) through ctypes,
+with ASCII messages (nsys 2025.3 loses registered strings in JAX processes: ``[Unknown]``), else
+from the ``nvtx`` package (registered strings); ``NSYSAN_ANNOTATE_NVTX=ctypes|package`` picks one.
+A mark at the first range says which (``nsysan profile --annotate: sitecustomize, NVTX through ...``). Without either the program runs
 unannotated, with one line on stderr. Standard library only; runs on Python 3.8+.
 """
 
@@ -87,33 +89,36 @@ def _package_backend():
     return push, dom.pop_range, start, dom.end_range, mark
 
 
-def _nvtx_library():
-    """Path or name of a C library with the NVTX domain API, or None."""
+def _nvtx_libraries():
+    """Candidate C libraries with the NVTX domain API, most likely first."""
     import ctypes.util
 
     names = ["libnvToolsExt.so.1", "libnvtx3interop.so.1"]
-    found = os.environ.get("NSYSAN_NVTX_LIBRARY") or ctypes.util.find_library("nvToolsExt")
-    if found:
-        return found
+    found = [os.environ.get("NSYSAN_NVTX_LIBRARY", ""), ctypes.util.find_library("nvToolsExt") or ""]
     roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda",
              *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
     for root in filter(None, roots):
         for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
-            for n in names:
-                if os.path.exists(os.path.join(root, sub, n)):
-                    return os.path.join(root, sub, n)
+            found += [os.path.join(root, sub, n) for n in names if os.path.exists(os.path.join(root, sub, n))]
     for p in sys.path:  # the nvidia-nvtx wheel (nvidia/nvtx/lib, nvidia/cu13/lib)
         for n in names:
-            hits = glob.glob(os.path.join(p or ".", "nvidia", "*", "lib", n))
-            if hits:
-                return hits[0]
-    return names[0]  # the loader's own search (LD_LIBRARY_PATH, ld.so.cache)
+            found += glob.glob(os.path.join(p or ".", "nvidia", "*", "lib", n))
+    return [*filter(None, found), *names]  # last: the loader's own search (LD_LIBRARY_PATH, ld.so.cache)
 
 
 def _ctypes_backend():
     import ctypes
 
-    lib = ctypes.CDLL(_nvtx_library())
+    errors = []
+    for path in _nvtx_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+            lib.nvtxDomainCreateA  # noqa: B018 - the domain API is there
+            break
+        except (OSError, AttributeError) as e:
+            errors.append(str(e))
+    else:
+        raise OSError("no libnvToolsExt / libnvtx3interop: " + "; ".join(errors[-2:]))
 
     class Attr(ctypes.Structure):  # nvtxEventAttributes_t (v2, 48 bytes)
         _fields_ = [("version", ctypes.c_uint16), ("size", ctypes.c_uint16), ("category", ctypes.c_uint32),
@@ -124,8 +129,6 @@ def _ctypes_backend():
     vp = ctypes.c_void_p
     lib.nvtxDomainCreateA.restype = vp
     lib.nvtxDomainCreateA.argtypes = [ctypes.c_char_p]
-    lib.nvtxDomainRegisterStringA.restype = vp
-    lib.nvtxDomainRegisterStringA.argtypes = [vp, ctypes.c_char_p]
     lib.nvtxDomainRangePushEx.argtypes = [vp, ctypes.POINTER(Attr)]
     lib.nvtxDomainRangePop.argtypes = [vp]
     lib.nvtxDomainRangeStartEx.restype = ctypes.c_uint64
@@ -137,11 +140,10 @@ def _ctypes_backend():
 
     def attr(name):
         a = attrs.get(name)
-        if a is None:
-            handle = lib.nvtxDomainRegisterStringA(dom, name.encode("utf-8", "replace"))
-            a = Attr(version=3, size=ctypes.sizeof(Attr), message_type=3 if handle else 1,
-                     message=handle or ctypes.cast(ctypes.c_char_p(name.encode("utf-8", "replace")), vp).value)
-            a._keep = name  # the ASCII message (no registered string) must outlive the struct's pointer
+        if a is None:  # an ASCII message, not a registered string (nsys 2025.3 loses those in JAX processes)
+            text = ctypes.create_string_buffer(name.encode("utf-8", "replace"))
+            a = Attr(version=3, size=ctypes.sizeof(Attr), message_type=1, message=ctypes.addressof(text))
+            a._text = text  # the message must live as long as the attributes
             attrs[name] = a = ctypes.byref(a)
         return a
 
@@ -157,7 +159,7 @@ def _load_backend():
         return bool(_backend)
     choice = os.environ.get("NSYSAN_ANNOTATE_NVTX", "auto")
     errors = []
-    for kind, make in (("package", _package_backend), ("ctypes", _ctypes_backend)):
+    for kind, make in (("ctypes", _ctypes_backend), ("package", _package_backend)):
         if choice not in ("auto", kind):
             continue
         try:
@@ -171,6 +173,7 @@ def _load_backend():
              "running unannotated (" + "; ".join(errors)[:300] + ")")
         return False
     _push, _pop, _start, _end, _mark = _backend
+    _mark(f"nsysan profile --annotate: sitecustomize, NVTX through {kind}")  # which path recorded the ranges
     return True
 
 
