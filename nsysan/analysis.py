@@ -154,9 +154,15 @@ def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
 def gpu_active(ops: pd.DataFrame, capture: Window) -> Window:
     """The GPU-active part of the capture: its first GPU operation's start to its last one's end (the
     judged window of a trace without iterations: never the start-up before the first GPU work nor the
-    tail after the last); the capture when nothing ran on the GPU."""
+    tail after the last); the capture when nothing ran on the GPU. Only operations a call of the
+    program launched count where there are any: unified-memory migrations that CPU page faults start
+    after the last kernel (the host reading results back) are the tail's, not GPU work."""
     if len(ops) == 0:
         return capture
+    if "api_start_ns" in ops.columns:
+        launched = ops["api_start_ns"].to_numpy() >= 0
+        if launched.any() and not launched.all():
+            ops = ops.loc[launched]
     lo, hi = int(ops["start_ns"].min()), int(ops["end_ns"].max())
     if capture.label == "capture":
         lo, hi = max(lo, capture.start_ns), min(hi, capture.end_ns)
@@ -380,7 +386,8 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
         nccl_calls=comm_mod.nccl_calls(rg),
         breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
         steady_summaries=window_f.result(),
-        phases=phases_mod.phases(capture, ops, steady, busy_steady, gp, trace.cuda_api, trace.osrt),
+        phases=phases_mod.phases(capture, ops, gpu_active(ops, capture), steady, busy_steady, gp, trace.cuda_api,
+                                 trace.osrt),
     )
     # the analyses that read the others
     a = replace(a, ranks=analyze_ranks(a), idle_samples=_idle_samples(trace, a), gpu_metrics=_gpu_metrics(trace, a),

@@ -2,7 +2,8 @@
 
 A capture has a **start-up** (from its start to the first GPU operation: imports, CUDA context
 creation, module loading, model building), a **GPU-active part** (first GPU operation to the last
-one's end) and a **tail** (after the last GPU operation: writing results, tear-down). The judged
+one's end; of the operations a call launched, where there are any: ``analysis.gpu_active``) and a
+**tail** (after the last GPU operation: writing results, reading managed memory back, tear-down). The judged
 window (``Analysis.steady``: the steady iterations, or the GPU-active part when there is no
 iteration) lies inside the GPU-active part; what of it comes before the window (warm-up iterations,
 the work before the loop) and after it is its own line.
@@ -66,16 +67,17 @@ class Phases:
                 "startup_filled": list(self.startup_filled)}
 
 
-def phases(capture: Window, ops: pd.DataFrame, judged: Window, busy_steady: pd.DataFrame, gaps: pd.DataFrame,
-           cuda_api: pd.DataFrame | None = None, osrt: pd.DataFrame | None = None) -> Phases:
-    """The capture's phases and its time accounted for (module doc). ``busy_steady``: per device the
-    busy and idle time of the judged window (``gpu.device_busy``); ``gaps``: the idle gaps."""
+def phases(capture: Window, ops: pd.DataFrame, active: Window, judged: Window, busy_steady: pd.DataFrame,
+           gaps: pd.DataFrame, cuda_api: pd.DataFrame | None = None, osrt: pd.DataFrame | None = None) -> Phases:
+    """The capture's phases and its time accounted for (module doc). ``active``: the GPU-active part
+    (``analysis.gpu_active``); ``busy_steady``: per device the busy and idle time of the judged window
+    (``gpu.device_busy``); ``gaps``: the idle gaps."""
     if len(ops) == 0 or capture.dur_ns <= 0:
         return Phases(capture, None, judged, None, busy_ns=0, idle_by_cause={}, tail_ns=0,
                       before_ns=0, startup_ns=capture.dur_ns)
     c0, c1 = capture.start_ns, capture.end_ns
-    g0 = min(max(int(ops["start_ns"].min()), c0), c1)
-    g1 = max(min(int(ops["end_ns"].max()), c1), g0)
+    g0 = min(max(active.start_ns, c0), c1)
+    g1 = max(min(active.end_ns, c1), g0)
     w0 = min(max(judged.start_ns, g0), g1)
     w1 = min(max(judged.end_ns, w0), g1)
     dev, busy = None, 0
@@ -85,8 +87,12 @@ def phases(capture: Window, ops: pd.DataFrame, judged: Window, busy_steady: pd.D
     span = w1 - w0
     busy = min(max(busy, 0), span)
     idle = _idle_by_cause(gaps, dev, w0, w1, span - busy)
-    first = ops.loc[ops["start_ns"].to_numpy() == ops["start_ns"].min()].iloc[0]
-    main = (int(first["pid"]), int(first["tid"])) if "tid" in ops.columns and int(first.get("tid", -1)) >= 0 else None
+    main = None
+    if "tid" in ops.columns and "api_start_ns" in ops.columns:
+        launched = ops.loc[ops["api_start_ns"].to_numpy() >= 0]
+        if len(launched):
+            first = launched.iloc[int(np.argmin(launched["start_ns"].to_numpy()))]
+            main = (int(first["pid"]), int(first["tid"]))
     filled = _startup_filled(cuda_api, osrt, c0, g0, main)
     return Phases(capture, Window(g0, g1, "GPU-active part"), Window(w0, w1, judged.label), dev,
                   startup_ns=g0 - c0, before_ns=w0 - g0, busy_ns=busy, idle_by_cause=idle, after_ns=g1 - w1,

@@ -32,9 +32,8 @@ starts (their union over devices; the rest of each gap, from the call's start to
 call's own latency: a pageable copy the driver stages, a queued launch, which moving work off the
 thread does not remove),
 allocated against the other findings (see ``nsysan.rules``). When only one-time gaps pass the
-threshold, the finding is informational with impact 0, except in a run with no loop (no iteration:
-a one-shot program), where the one-time costs are all there is: they are costed as recurring gaps
-are (up to the launching calls' starts) and ranked with the rest.
+threshold, the finding is informational with impact 0. In a run with no loop (no iteration: a
+one-shot program) one-time costs are all there is: every gap is counted as a recurring one is.
 """
 
 from __future__ import annotations
@@ -112,10 +111,12 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
     min_gap = int(p50 * min_gap_frac_of_iteration) if p50 else 0
     rows = rows[full["gap_ns"].to_numpy()[rows] >= min_gap]
     one = one_time_mask(ctx, full["activity"].iloc[rows], full["gap_ns"].to_numpy()[rows])
+    one_shot = not len(ctx.a.iterations.table)
+    if one_shot:  # a run with no loop: its one-time costs are all there is, so every gap counts
+        one[:] = False
     rec_rows = rows[~one]
     rec = full if len(rec_rows) == len(full) else full.iloc[rec_rows]
-    rows_once = rows[one]
-    once = full.iloc[rows_once]
+    once = full.iloc[rows[one]]
     del rows
     dev_max = lambda d: int(d.groupby("device_id")["gap_ns"].sum().max()) if len(d) else 0
     once_note = ""
@@ -150,24 +151,11 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
         yield finding(ctx, "host-bound-gap",
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=saving, claims=claims_of(g_st, cut), **extra,
-                      message=f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
+                      message=("This run has no loop (no iteration found): its one-time costs are its cost. " if one_shot
+                               else "") + f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
                               f"What the submitting thread was doing: {parts}.{state}{tail_note}"
                               f"{_python_note(ctx, rec, by)}{once_note}",
                       evidence=_evidence(rec))
-    elif dev_max(once) >= min_frac * w.dur_ns and not len(ctx.a.iterations.table):
-        # a one-shot program (no loop: a benchmark that runs each kernel once, a sample, a script):
-        # one-time costs are all there is, so they are the story, costed as the host-bound gaps are
-        g_st, g_en = once["start_ns"].to_numpy(), once["end_ns"].to_numpy()
-        cut = np.clip(once["api_start_ns"].to_numpy(), g_st, g_en)
-        parts = _doing(activity_time(full, ctx.a.gap_activity, rows_once), int(once["gap_ns"].sum()))
-        yield finding(ctx, "host-bound-gap",
-                      severity=Severity.CRITICAL if dev_max(once) > 0.2 * w.dur_ns else Severity.WARNING,
-                      title="One-time CPU work left the GPU idle", impact_ns=int((cut - g_st).sum()),
-                      claims=claims_of(g_st, cut), suggestion=ONE_TIME_FIX,
-                      message=f"This run has no loop (no iteration found), so its one-time costs are its cost: the GPU "
-                              f"sat idle during one-time CPU work, per device: {by_device(once, w)}. What the "
-                              f"submitting thread was doing: {parts}.{_python_note(ctx, once)}",
-                      evidence=_evidence(once))
     elif dev_max(once) >= min_frac * w.dur_ns:
         yield finding(ctx, "host-bound-gap", severity=Severity.INFO, impact_ns=0,
                       title="One-time CPU work left the GPU idle",
