@@ -2,8 +2,8 @@
 
 The join is on correlation id AND process (correlation ids are unique only within a process).
 Per launch: api_ns (the call's CPU duration), queue_ns (API start -> GPU start: launch latency
-plus time queued behind earlier work), gpu_ns, and launch_dominated (api_ns > gpu_ns). CUDA Graph
-launches (``cudaGraphLaunch``/``cuGraphLaunch``) are kept apart: ``is_graph``. Compare ``nsys stats -r
+plus time queued behind earlier work; 0 for an operation that starts before its call), gpu_ns, and
+launch_dominated (api_ns > gpu_ns). CUDA Graph launches (``cudaGraphLaunch``/``cuGraphLaunch``) are kept apart: ``is_graph``. Compare ``nsys stats -r
 cuda_kern_exec_sum``.
 
 **A graph launch is one launch**, however the graph was traced: one row per launch call that ran on
@@ -53,8 +53,10 @@ def launches(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
         j = ops if bool(keep.all()) else ops.loc[keep]
         is_graph = filled(0, len(j), bool)
         nodes = as_column(j, filled(0, len(j), np.int32))
+    # a GPU operation cannot start before the call that launched it: one that does (clocks apart, a
+    # damaged trace) queued 0 ns, never a negative time
     j = j.assign(gpu_ns=j["dur_ns"], api_ns=j["api_end_ns"] - j["api_start_ns"],
-                 queue_ns=j["start_ns"] - j["api_start_ns"])
+                 queue_ns=(j["start_ns"] - j["api_start_ns"]).clip(lower=0))
     j = j.assign(launch_dominated=as_column(j, compact((j["api_ns"] > j["gpu_ns"]).to_numpy())),
                  is_graph=as_column(j, compact(is_graph)), graph_nodes=nodes)
     j = j[COLUMNS]

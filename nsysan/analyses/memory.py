@@ -71,9 +71,19 @@ def _signed(events: pd.DataFrame) -> np.ndarray:
                                                    events["address"].tolist(), op.tolist(), b.tolist())):
             if o == ALLOC:
                 last[(d, p, ad)] = n
-            elif n == 0:
-                b[i] = last.pop((d, p, ad), 0)
+            elif o == FREE:  # a 0-byte free takes its allocation's bytes; a later one at that address none
+                b[i] = last.pop((d, p, ad), 0) if n == 0 else b[i]
     return np.where(free, -b, np.where(op == ALLOC, b, 0))
+
+
+def _live(delta: np.ndarray) -> np.ndarray:
+    """Live bytes after each event: the running sum of ``delta``, never below 0 (a free of memory
+    not held takes nothing; the loader sets such frees aside, this holds for what it cannot see:
+    a 0-byte free of an address freed before)."""
+    live = np.cumsum(delta)
+    if len(live) and int(live.min()) < 0:
+        live = live - np.minimum(np.minimum.accumulate(live), 0)
+    return live
 
 
 def _downsample(t: np.ndarray, live: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +103,7 @@ def memory_use(a: Any) -> MemoryUse:
     tr = a.trace
     ev = tr.gpu_memory_usage
     totals = dict(zip(tr.gpus["device_id"].tolist(), tr.gpus["total_memory_bytes"].tolist())) if len(tr.gpus) else {}
+    totals = {d: int(v) if pd.notna(v) and v > 0 else 0 for d, v in totals.items()}  # NULL, <= 0: unknown (0)
     if len(ev):
         ev = ev.loc[~np.isin(ev["mem_kind"].to_numpy(), HOST_KINDS)]
     if len(ev) == 0:
@@ -102,14 +113,14 @@ def memory_use(a: Any) -> MemoryUse:
     pp, series = [], []
     for (dev, pid), g in ev.groupby(["device_id", "pid"], sort=True):
         idx = g.index.to_numpy()
-        live = np.cumsum(delta[idx])
+        live = _live(delta[idx])
         t = g["start_ns"].to_numpy(np.int64)
         k = int(np.argmax(live))
         op = g["operation"].to_numpy()
         pp.append({"device_id": int(dev), "pid": int(pid), "allocations": int((op == ALLOC).sum()),
                    "frees": int((op == FREE).sum()), "allocated_bytes": int(delta[idx][op == ALLOC].sum()),
                    "freed_bytes": int(-delta[idx][op == FREE].sum()), "peak_bytes": int(live[k]), "peak_ns": int(t[k]),
-                   "live_end_bytes": int(live[-1]), "device_total_bytes": int(totals.get(int(dev), 0) or 0)})
+                   "live_end_bytes": int(live[-1]), "device_total_bytes": totals.get(int(dev), 0)})
         st, sl = _downsample(t, live, LANE_POINTS)
         series.append(pd.DataFrame({"device_id": int(dev), "pid": int(pid), "t_ns": st, "live_bytes": sl}))
     per = pd.DataFrame(pp, columns=_PP)
@@ -142,7 +153,7 @@ def _growth(a: Any, ev: pd.DataFrame, delta: np.ndarray) -> pd.DataFrame:
         if not m.any():
             continue
         t = ev["start_ns"].to_numpy(np.int64)[m]
-        live = np.cumsum(delta[m])  # over every device of the process
+        live = _live(delta[m])  # over every device of the process
         at = np.searchsorted(t, done, side="right") - 1
         lv = np.where(at >= 0, live[np.clip(at, 0, None)], 0)
         inside = (t > done[0]) & (t <= done[-1])

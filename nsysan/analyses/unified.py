@@ -161,8 +161,9 @@ def unified_memory(a: Any) -> UnifiedMemory:
     by: dict[str, dict[str, int]] = {}
     for c in np.unique(cause).tolist():
         m = cause == c
-        by[CAUSES.get(int(c), str(c))] = {"count": int(m.sum()), "bytes": int(um["bytes"].to_numpy(np.int64)[m].sum()),
-                                          "ns": int(um["dur_ns"].to_numpy(np.int64)[m].sum())}
+        name = CAUSES.get(int(c), f"unknown ({int(c)})")  # a cause no nsys writes: named by its number
+        by[name] = {"count": int(m.sum()), "bytes": int(um["bytes"].to_numpy(np.int64)[m].sum()),
+                    "ns": int(um["dur_ns"].to_numpy(np.int64)[m].sum())}
     kind = um["copy_kind"].to_numpy()
     lo, hi = a.steady.start_ns, a.steady.end_ns
     b = _bounds(a)

@@ -259,8 +259,12 @@ def dumps(d: dict[str, Any]) -> str:
 
 # what a spreadsheet skips before it decides that a cell is a formula: white space of every kind
 # (a tab, NBSP, U+3000 ideographic space), invisible format characters (U+200B zero-width space,
-# U+FEFF, soft hyphen, ...)
-_CSV_SKIP = re.compile(r"[\s\u00ad\u180e\u200b-\u200d\u2060-\u2064\ufeff]*")
+# U+FEFF, soft hyphen, direction marks, variation selectors, tags, ...) and characters that draw
+# nothing (the Hangul fillers U+115F, U+1160, U+3164, U+FFA0, the blank braille pattern U+2800,
+# the combining grapheme joiner U+034F, Khmer's inherent vowels U+17B4-5, musical format marks)
+_CSV_SKIP = re.compile(r"[\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                       r"\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001d173-\U0001d17a"
+                       r"\U000e0000-\U000e0fff]*")
 _CSV_FORMULA = frozenset("=+-@\u2212")  # with NFKC, also the full-width and small forms (＝ ＋ － ＠ ﹦ ...)
 
 

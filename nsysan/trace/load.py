@@ -543,9 +543,12 @@ def _implausible(frames: dict[str, pd.DataFrame], session: tuple[int, int] | Non
     timed = [n for n in timed if len(frames[n])]
     if timed:
         starts = [frames[n]["start_ns"].to_numpy() for n in timed]
-        span = max(int(s.max()) for s in starts) - min(int(s.min()) for s in starts)
+        # the capture's span: the session's when it is sound (the starts' extent is no measure then: a
+        # range that starts days early would widen it), else the extent of the events' starts
         if session is not None and 0 < session[1] - session[0] < TIME_LIMIT:
-            span = max(span, session[1] - session[0])
+            span = session[1] - session[0]
+        else:
+            span = max(int(s.max()) for s in starts) - min(int(s.min()) for s in starts)
         span = max(SPAN_FACTOR * span, SPAN_FLOOR)
         for name in timed:
             d = frames[name]["dur_ns"]
@@ -559,6 +562,7 @@ def _implausible(frames: dict[str, pd.DataFrame], session: tuple[int, int] | Non
             b = df["bytes"].to_numpy()
             if int(b.min()) < 0 or int(b.max()) > MAX_BYTES:
                 drop(name, (b < 0) | (b > MAX_BYTES))
+    _fault_rows(frames, warnings)
     gpus = frames["gpus"]
     unset = []
     for col, (lo, hi) in GPU_LIMITS.items():
@@ -574,17 +578,83 @@ def _implausible(frames: dict[str, pd.DataFrame], session: tuple[int, int] | Non
                         ", ".join(f"{name} {k:,} row(s)" for name, k in dropped.items()))
     if unset:
         warnings.append("GPU properties out of range (" + BOUNDS_NOTE + ") read as unknown: " + ", ".join(unset))
+    _check_sums(frames, timed)
+    _memory_frees(frames, warnings)
+
+
+MAX_FAULTS = 1 << 32  # page faults in one fault row (one page's faults in one group): more is damage
+
+
+def _check_sums(frames: dict[str, pd.DataFrame], timed: list[str]) -> None:
+    """``CorruptTraceError`` when the durations of the ``timed`` tables, the byte counts (copies, sets,
+    memory usage events) or the GPU page faults add up to ``SUM_LIMIT`` or more."""
     def fsum(col: pd.Series) -> float:  # in float64, chunk by chunk (no float copy of the column)
         v = col.to_numpy(dtype=np.int64, na_value=0) if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) \
             else col.to_numpy()
         return float(np.add.reduce(v, dtype=np.float64))
 
     total = sum(fsum(frames[n]["dur_ns"]) for n in timed if len(frames[n]))
-    total_bytes = sum(fsum(frames[n]["bytes"]) for n in ("memcpy", "memset") if len(frames[n]) and "bytes" in frames[n])
-    if total >= SUM_LIMIT or total_bytes >= SUM_LIMIT:
-        what = "durations" if total >= SUM_LIMIT else "byte counts"
-        raise CorruptTraceError(f"the events' {what} add up to {max(total, total_bytes):.3g}, beyond 2^62: "
+    total_bytes = sum(fsum(frames[n]["bytes"]) for n in ("memcpy", "memset", "gpu_memory_usage")
+                      if len(frames[n]) and "bytes" in frames[n])
+    faults = fsum(frames["um_gpu_faults"]["faults"]) if "faults" in frames.get("um_gpu_faults", ()) else 0.0
+    if total >= SUM_LIMIT or total_bytes >= SUM_LIMIT or faults >= SUM_LIMIT:
+        what = "durations" if total >= SUM_LIMIT else "byte counts" if total_bytes >= SUM_LIMIT else "page faults"
+        raise CorruptTraceError(f"the events' {what} add up to {max(total, total_bytes, faults):.3g}, beyond 2^62: "
                                 "the trace is damaged (no recording holds that much)")
+
+
+def _fault_rows(frames: dict[str, pd.DataFrame], warnings: list[str]) -> None:
+    """GPU page fault rows that end before they start or count faults beyond 0..``MAX_FAULTS``, set
+    aside with a warning that counts them."""
+    gf = frames.get("um_gpu_faults")
+    if gf is not None and len(gf) and "faults" in gf and "end_ns" in gf:
+        n, st, en = gf["faults"].to_numpy(), gf["start_ns"].to_numpy(), gf["end_ns"].to_numpy()
+        bad = (n < 0) | (n > MAX_FAULTS) | (en < st)
+        if bad.any():
+            frames["um_gpu_faults"] = gf.loc[~bad].reset_index(drop=True)
+            warnings.append(f"GPU page fault rows set aside as damaged (fault counts in 0..2^32, none ending "
+                            f"before it starts): {int(bad.sum()):,} row(s)")
+
+
+def _memory_frees(frames: dict[str, pd.DataFrame], warnings: list[str]) -> None:
+    """Frees of device memory a process did not hold then (``_overdrawn_frees``), set aside with a
+    warning that counts them (after the byte sums are known to be below 2^62: no sum here wraps)."""
+    gm = frames.get("gpu_memory_usage")
+    if gm is not None and len(gm) and {"operation", "bytes", "mem_kind", "pid", "device_id"} <= set(gm.columns):
+        bad = _overdrawn_frees(gm)
+        if bad.any():
+            frames["gpu_memory_usage"] = gm.loc[~bad].reset_index(drop=True)
+            warnings.append(f"device memory: {int(bad.sum()):,} free(s) of memory the process did not hold then "
+                            "(no allocation before, a second free, more bytes than it held) set aside: live "
+                            "memory never goes below 0")
+
+
+def _overdrawn_frees(gm: pd.DataFrame) -> np.ndarray:
+    """Per (device, process), in time order: the frees of device memory (not host kinds) that would
+    take live memory (allocations - frees, the frees kept so far) below 0. A sound trace costs one
+    cumulative sum; a process whose sum goes negative is walked row by row from there."""
+    bad = np.zeros(len(gm), dtype=bool)
+    op, b = gm["operation"].to_numpy(), gm["bytes"].to_numpy(np.int64)
+    device = ~np.isin(gm["mem_kind"].to_numpy(), (0, 1))  # analyses.memory.HOST_KINDS
+    d = np.where(device & (op == 0), b, np.where(device & (op == 1), -b, 0))
+    if not (d < 0).any():
+        return bad
+    dev, pid = gm["device_id"].to_numpy(), gm["pid"].to_numpy()
+    order = np.lexsort((gm["start_ns"].to_numpy(), pid, dev))  # stable: ties keep the table's order
+    ds, ps = dev[order], pid[order]
+    cuts = np.flatnonzero((ds[1:] != ds[:-1]) | (ps[1:] != ps[:-1])) + 1
+    for idx in np.split(order, cuts):
+        s = np.cumsum(d[idx])
+        if int(s.min()) >= 0:
+            continue
+        first = int(np.argmax(s < 0))
+        live = int(s[first - 1]) if first else 0
+        for j, x in zip(idx[first:].tolist(), d[idx[first:]].tolist()):
+            if live + x < 0:
+                bad[j] = True
+            else:
+                live += x
+    return bad
 
 
 def _int_or_none(v: Any) -> int | None:
