@@ -375,3 +375,37 @@ def test_invisible_characters_before_a_formula_are_neutralised_in_csv(case):
         v = lead + rnd.choice("=+-@") + "HYPERLINK(\"http://x\")"
         out = csv_safe(v)  # a leading ', or the invisible character written visibly (\u200f)
         assert out.startswith("'") or out.lstrip(" \u3000\u200b" + ch).startswith("\\"), repr(v)
+
+
+# -- 6: nsysan profile's failures, each to its documented code ---------------------------------------
+
+PROFILE_PENDING = pytest.mark.xfail(strict=True, reason="issue 54 item 6: needs record/profile.py and "
+                                    "cli/commands.cmd_profile, which another change owns")
+
+
+def _profile(tmp_path: Path, fixture_dir: Path, mode: str, out: str = "t") -> subprocess.CompletedProcess[str]:
+    from test_inputs_profile import FAKE_NSYS, fake_nsys
+
+    fake, path = fake_nsys(tmp_path, FAKE_NSYS.replace(
+        'if mode == "none" or', 'if mode == "exit3":\n        sys.exit(3)\n    if mode == "none" or'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NSYSAN_", "FAKE_"))}
+    env.update(PATH=path, PYTHONPATH=str(ROOT), NSYSAN_NSYS=str(fake), XDG_CACHE_HOME=str(tmp_path / "cache"),
+               FAKE_LOG=str(tmp_path / "nsys.log"), FAKE_SQLITE=str(fixture_dir / "launch_graph.sqlite"),
+               FAKE_PIDS=str(tmp_path / "pids"), FAKE_MODE=mode)
+    r = subprocess.run([sys.executable, "-m", "nsysan", "profile", "-o", out, "--", "true"], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+@PROFILE_PENDING
+@pytest.mark.parametrize("mode", ["none", "exit3"])
+def test_profile_without_a_trace_is_exit_12(tmp_path, fixture_dir, mode):
+    r = _profile(tmp_path, fixture_dir, mode)
+    assert r.returncode == 12 and "t.sqlite" in r.stderr and "error:" in r.stderr, r.stderr
+
+
+@PROFILE_PENDING
+def test_profile_output_name_over_255_bytes_is_exit_12(tmp_path, fixture_dir):
+    r = _profile(tmp_path, fixture_dir, "ok", out="n" * random.Random(f"{SEED}-name").randint(256, 400))
+    assert r.returncode == 12 and "255 bytes" in r.stderr and len(r.stderr.strip().splitlines()) <= 2, r.stderr
