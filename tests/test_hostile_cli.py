@@ -301,7 +301,7 @@ def test_output_paths_that_cannot_be(trace, tmp_path, capsys):
     code, _, err = cli(["analyze", str(trace), "--json", str(f / "r.json"), "-q"], capsys)
     assert code == 12 and "not a directory" in err  # issue 40: an output that cannot be written
     code, _, err = cli(["analyze", str(trace), "--out-dir", str(f), "-q"], capsys)
-    assert code == 2 and "not a directory" in err
+    assert code == 12 and "not a directory" in err  # issue 54: as the README's table says
     code, _, err = cli(["analyze", str(trace), "--json", str(tmp_path / ("n" * 300 + ".json")), "-q"], capsys)
     assert code == 12 and "255" in err
 
