@@ -18,10 +18,15 @@ program and so cannot import this module: a test keeps the names equal):
   ``Tensor.item`` call sites.
 
 The recorder's ranges are the iteration when the program has no ranges of its own; the report says
-they were added by the recorder.
+they were added by the recorder. One ``step`` is not an iteration: the one the last optimizer step
+opens is never ended, and nsys closes it at the end of the capture (the program's teardown, often
+seconds); :func:`iteration_steps` leaves out every ``step`` that holds no ``optimizer`` end.
 """
 
 from __future__ import annotations
+
+import numpy as np
+import pandas as pd
 
 RECORDER_DOMAIN = "nsysan"
 
@@ -69,3 +74,36 @@ def recorder_text(name: str, domain: str | None = None) -> str | None:
 def is_jitted_function(text: str) -> bool:
     """A recorder range text that is a jitted JAX function's call (not one of the fixed names)."""
     return text not in RANGES
+
+
+def recorder_mask(nvtx: pd.DataFrame) -> np.ndarray:
+    """Per row of ``nvtx`` (the trace's NVTX frame: ``domain``), whether the recorder added it."""
+    if not len(nvtx):
+        return np.zeros(0, dtype=bool)
+    return (nvtx["domain"].astype("string").str.strip() == RECORDER_DOMAIN).fillna(False).to_numpy(dtype=bool)
+
+
+def iteration_steps(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """The recorder's ``step`` ranges that are iterations: closed, and, where the process recorded any
+    ``optimizer`` range, holding the end of one on its thread (start < optimizer end <= end). The
+    step the last optimizer step opened, closed by nsys at the capture's end, is left out, and so is
+    a step opened by a forward that no optimizer step followed (evaluation after training).
+
+    ``nvtx``: the trace's NVTX frame (columns domain, text, start_ns, end_ns, pid, tid). Returns its
+    rows (same columns and index), sorted by (pid, tid, start_ns)."""
+    rec = nvtx.loc[recorder_mask(nvtx)]
+    steps = rec.loc[(rec["text"] == STEP) & rec["end_ns"].notna()]
+    opt = rec.loc[(rec["text"] == OPTIMIZER) & rec["end_ns"].notna()]
+    if not len(steps):
+        return steps
+    keep = np.ones(len(steps), dtype=bool)
+    with_opt = set(opt["pid"].astype(int))
+    for (pid, tid), idx in steps.groupby(["pid", "tid"], sort=True).indices.items():
+        if int(pid) not in with_opt:
+            continue
+        ends = np.sort(opt.loc[(opt["pid"] == pid) & (opt["tid"] == tid), "end_ns"].to_numpy(dtype=np.int64))
+        s0 = steps["start_ns"].to_numpy(dtype=np.int64)[idx]
+        s1 = steps["end_ns"].to_numpy(dtype=np.int64)[idx]
+        # an optimizer end in (start, end]: the count of ends <= end exceeds the count of ends <= start
+        keep[idx] = np.searchsorted(ends, s1, side="right") > np.searchsorted(ends, s0, side="right")
+    return steps.loc[keep].sort_values(["pid", "tid", "start_ns"], kind="stable")

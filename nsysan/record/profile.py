@@ -73,7 +73,7 @@ def annotate_env(command: Sequence[str], annotate: bool | None, *, diagnose: boo
     why = ann.blocked(command) or (None if "nvtx" in trace.split(",") else f"-t {trace} does not trace NVTX")
     if why:
         if annotate:
-            raise UsageError(f"--annotate: {_say(why)}", hint="drop that option, or pass --no-annotate")
+            raise UsageError(f"--annotate: {_say(why)}; drop that, or pass --no-annotate")
         say(f"nsysan: not annotated: {_say(why)}")
         return None
     if not is_python(command):

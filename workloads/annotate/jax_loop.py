@@ -10,6 +10,7 @@ Prints ``[train] annotate_jax: ... per step ...`` (wall clock between consecutiv
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 
@@ -28,7 +29,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     sizes = [512, *[args.width] * 5, 10]
     params = [(jnp.asarray(rng.standard_normal((a, b), np.float32) / np.sqrt(a)), jnp.zeros(b))
-              for a, b in zip(sizes[:-1], sizes[1:])]
+              for a, b in itertools.pairwise(sizes)]
     opt = optax.adamw(1e-3)
     state = opt.init(params)
 
