@@ -45,15 +45,24 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+_RECEIVED: list[int] = []  # the signals ``terminating`` turned into ``Terminated``
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    _RECEIVED.append(signum)
     raise Terminated(signum)
 
 
 @contextmanager
 def terminating() -> Iterator[None]:
     """SIGTERM and SIGHUP raise ``Terminated`` in the main thread inside the block (where their
-    action was the default, dying); the handlers before are restored after. Elsewhere (another
-    thread, a signal the program handles itself) nothing changes."""
+    action was the default, dying); the handlers before are restored after, and when one of them
+    came, the process then dies of it, as it would have at once (exit status 128 + the signal), now
+    that everything the block started is stopped. Elsewhere (another thread, a signal the program
+    handles itself) nothing changes."""
+    import sys
+
+    _RECEIVED.clear()
     before: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         try:
@@ -67,6 +76,13 @@ def terminating() -> Iterator[None]:
     finally:
         for sig, old in before.items():
             signal.signal(sig, old)
+        if _RECEIVED and signal.getsignal(_RECEIVED[0]) == signal.SIG_DFL:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os.kill(os.getpid(), _RECEIVED[0])
 
 
 def default_signals() -> None:

@@ -28,7 +28,7 @@ def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, inte
     from command-line text; ``ValueError("'TEXT': expected a number >= 0")`` otherwise (the message
     the CLI shows after the option's name)."""
     what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
-    bad = ValueError(f"{_say(repr(value))[:80]}: expected {what}, at most 2^62")
+    bad = ValueError(f"{_say(repr(value))[:80]}: expected {what}")
     if isinstance(value, str):
         try:
             v = int(value, 10) if integer else float(value)
@@ -42,8 +42,10 @@ def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, inte
         v = int(value)
     else:
         v = float(value)
-    if not -MAX_NUMBER <= v <= MAX_NUMBER or not math.isfinite(v) or v < minimum or (strict and v == minimum):
-        raise bad  # (compared before isfinite: a 400-digit integer is no float)
+    if v > MAX_NUMBER:  # (compared before isfinite: a 400-digit integer is no float)
+        raise ValueError(f"{_say(repr(value))[:80]}: expected {what}, at most 2^62")
+    if v < -MAX_NUMBER or not math.isfinite(v) or v < minimum or (strict and v == minimum):
+        raise bad
     return v
 
 
