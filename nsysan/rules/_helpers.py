@@ -65,7 +65,7 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     iteration sequence: with several ranks or threads, one loop's) times, those whose
     key names setup work (``ONE_TIME_NAMES``: compile, JIT, module load, init, autotune, warm-up,
     build), and outliers over ``ONE_TIME_OUTLIER`` x their key's median (a JIT compile among
-    ordinary gaps)."""
+    ordinary gaps) unless such outliers of their key recur as often as a loop's events do."""
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=bool)
@@ -80,7 +80,11 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     med = np.zeros(len(counts))
     for c in np.flatnonzero(counts >= need).tolist():
         med[c] = float(np.median(sizes[codes == c]))
-    return one | (sizes > ONE_TIME_OUTLIER * np.maximum(med[codes], 1.0))
+    big = sizes > ONE_TIME_OUTLIER * np.maximum(med[codes], 1.0)
+    # large ones that themselves recur (a data load each step among the slivers of untraced CPU work
+    # between launches, in a trace whose ranges do not tell them apart) are the loop's, not outliers
+    recurring = np.bincount(codes[big], minlength=len(counts)) >= need
+    return one | (big & ~recurring[codes])
 
 
 def call_sites(ctx: Any, api_names: Any, correlation: Any = None) -> str:

@@ -8,8 +8,8 @@ of GPU operations once per step. This module finds that unit.
 a CUDA Graph launch; the nodes of one graph launch share its correlation id and count once), in the
 order the CPU issued them. Threads of one process that take turns (PyTorch's autograd thread
 launches the backward pass while the main thread waits) are one stream; threads that launch side by
-side, switching more than ``MAX_SWITCHES`` times per step, each run their own loop and are inferred
-one by one.
+side, each its own loop (worker threads, several execution contexts), are inferred one by one:
+whichever reading holds more GPU time in alike iterations wins (``_loops``).
 
 **The anchor.** Every symbol issued at least ``MIN_REPEATS`` times cuts the stream into segments,
 one from each occurrence to the next. A symbol issued once per step cuts it into steps, and steps
@@ -51,14 +51,14 @@ import pandas as pd
 INFERRED_NAME = "GPU-inferred step"
 INFERRED_HOW = "inferred (from the GPU work: no NVTX range of the program's own repeats)"
 MIN_REPEATS = 3
+INFERRED_LEAD = 0.25  # the leading share of inferred iterations a slow one extends the warm-up over
 MIN_SCORE = 0.5
 MIN_COVERAGE = 0.25
 COVERAGE_CLOSE = 0.8
 TIE = 0.03
 LENGTH_SLACK = 0.25
 LENGTH_WEIGHT = 0.9
-MERGED_SCORE = 0.8  # threads whose merged stream repeats this alike are one loop
-MAX_SWITCHES = 8  # thread switches per step beyond which threads of a process are separate loops
+MERGED_SHARE = 0.8  # the merged stream's loop wins when its alike steps hold this share of the per-thread loops'
 OPT_SLACK = 0.15
 MAX_PHASE_CELLS = 4_000_000  # offsets x segments read to find the boundary (segments sampled beyond)
 OPTIMIZER = re.compile(r"multi_tensor_apply|adam|sgd|lamb_|lion|optimizer|adagrad|rmsprop|fused_adam", re.I)
@@ -142,6 +142,7 @@ class _Unit:
     anchor: int  # symbol code
     score: float
     first_symbol: int
+    held: int = 0  # GPU time of the alike iterations
 
 
 def _hashes(sym: np.ndarray) -> np.ndarray:
@@ -156,11 +157,12 @@ def _hashes(sym: np.ndarray) -> np.ndarray:
     return c
 
 
-def _scores(sym: np.ndarray, min_count: int, max_count: int | None,
-            runs: bool = True) -> list[tuple[float, int, int, np.ndarray, int]]:
-    """Per candidate anchor symbol: (score, count, symbol, positions, modal composition hash). With
-    ``runs``, a symbol issued k times in a row is one occurrence (the run's first: an optimizer
-    kernel once per parameter group); without, every launch is (a CUDA Graph replayed once a step)."""
+def _scores(sym: np.ndarray, min_count: int, max_count: int | None, runs: bool = True,
+            cum: np.ndarray | None = None) -> list[tuple[float, int, int, np.ndarray, int, int]]:
+    """Per candidate anchor symbol: (score, count, symbol, positions, modal composition hash, GPU time
+    of its alike segments). With ``runs``, a symbol issued k times in a row is one occurrence (the
+    run's first: an optimizer kernel once per parameter group); without, every launch is (a CUDA Graph
+    replayed once a step). ``cum``: the prefix sums of the launches' GPU time."""
     at = np.flatnonzero(_run_starts(sym)) if runs else np.arange(len(sym))
     counts = np.bincount(sym[at], minlength=int(sym.max()) + 1 if len(sym) else 0)
     cand = np.flatnonzero((counts >= max(min_count, MIN_REPEATS)) & ((counts <= max_count) if max_count else True))
@@ -183,17 +185,21 @@ def _scores(sym: np.ndarray, min_count: int, max_count: int | None,
             # hold little of the stream
             span = int(p[-1] - p[0])
             d = np.diff(p)
-            alike = int(d[inv.reshape(-1) == j].sum())
+            same = inv.reshape(-1) == j
+            alike = int(d[same].sum())
             # steps whose shapes vary (another GEMM variant for another sequence length) differ in
             # composition but not in length: segments within LENGTH_SLACK of the median length count,
             # at LENGTH_WEIGHT (an exact match wins a tie)
             med = float(np.median(d))
-            near = int(d[np.abs(d - med) <= LENGTH_SLACK * med].sum())
-            alike = max(alike, int(LENGTH_WEIGHT * near))
+            close = np.abs(d - med) <= LENGTH_SLACK * med
+            near = int(d[close].sum())
+            if LENGTH_WEIGHT * near > alike:
+                alike, same = int(LENGTH_WEIGHT * near), close
+            held = int((cum[p[1:][same]] - cum[p[:-1][same]]).sum()) if cum is not None else 0
             # few segments are weak evidence: 3 alike segments of 3 requests say less than 130 of 135
             # tokens (discounted by 1 / (segments + 1))
             score = (alike / span if span else 0.0) * len(h) / (len(h) + 1)
-            out.append((score, int(counts[s]), s, p, int(vals[j])))
+            out.append((score, int(counts[s]), s, p, int(vals[j]), held))
     return out
 
 
@@ -239,18 +245,16 @@ def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names
         return None
     opt = _optimizer_count(sym, names)
     lo, hi = (int(np.floor(opt * (1 - OPT_SLACK))), int(np.ceil(opt * (1 + OPT_SLACK)))) if opt else (MIN_REPEATS, None)
-    sc = _scores(sym, lo, hi, runs=True) + _scores(sym, lo, hi, runs=False)
+    cum = np.concatenate([[0], np.cumsum(gpu_ns)]) if gpu_ns is not None and len(gpu_ns) == n else None
+    sc = _scores(sym, lo, hi, True, cum) + _scores(sym, lo, hi, False, cum)
     sc = [x for x in sc if x[0] >= MIN_SCORE]
     if not sc:
         return None
-    if gpu_ns is not None and len(gpu_ns) == n and int(gpu_ns.sum()) > 0:
-        cum = np.concatenate([[0], np.cumsum(gpu_ns)])
-        share = [float(cum[min(n, int(x[3][-1]) + int(np.median(np.diff(x[3]))))] - cum[int(x[3][0])]) / float(cum[-1])
-                 for x in sc]
-        top = max(share)
-        sc = [x for x, s in zip(sc, share) if s >= COVERAGE_CLOSE * top]
+    if cum is not None and cum[-1] > 0:  # of the loops, the ones whose alike steps hold nearly the most GPU time
+        top = max(x[5] for x in sc)
+        sc = [x for x in sc if x[5] >= COVERAGE_CLOSE * top]
     best = max(x[0] for x in sc)
-    score, _, anchor, p, mode = max((x for x in sc if x[0] >= best - TIE), key=lambda x: (x[1], x[0], -x[2]))
+    score, _, anchor, p, mode, held = max((x for x in sc if x[0] >= best - TIE), key=lambda x: (x[1], x[0], -x[2]))
     c = _hashes(sym)
     with np.errstate(over="ignore"):
         h = c[p[1:]] - c[p[:-1]]
@@ -263,9 +267,21 @@ def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names
     starts = _trim(np.unique(starts), length)
     if len(starts) < MIN_REPEATS:
         return None
-    stop = min(n, int(starts[-1]) + length)
+    stop = _last_stop(starts, length, api_start, n)
     first = np.bincount(sym[starts]).argmax()
-    return _Unit(starts, stop, length, int(anchor), score, int(first))
+    return _Unit(starts, stop, length, int(anchor), score, int(first), int(held))
+
+
+def _last_stop(starts: np.ndarray, length: int, api_start: np.ndarray, n: int) -> int:
+    """Where the last iteration ends: its typical number of launches, cut where its CPU time passes
+    twice the typical iteration's (what follows the loop, a tail of other work or another loop, is
+    not its step)."""
+    stop = min(n, int(starts[-1]) + length)
+    per = np.diff(api_start[starts])
+    if len(per):
+        limit = int(api_start[starts[-1]]) + 2 * int(np.median(per))
+        stop = min(stop, max(int(starts[-1]) + 1, int(np.searchsorted(api_start, limit, side="right"))))
+    return stop
 
 
 def _boundary_offset(seg_starts: np.ndarray, length: int, api_start: np.ndarray, api_end: np.ndarray) -> int:
@@ -296,18 +312,28 @@ def _trim(starts: np.ndarray, length: int) -> np.ndarray:
     return starts[a:] if a < len(starts) - 1 else starts
 
 
-def _merge_threads(s: _Stream, names: list[str]) -> list[np.ndarray]:
-    """Which launches of the process form each loop: all of them (threads taking turns), or each
-    launching thread's own (threads launching side by side)."""
-    tids, counts = np.unique(s.tid, return_counts=True)
+def _loops(s: _Stream, names: list[str]) -> list[tuple[np.ndarray, _Unit]]:
+    """The loops of one process, each as (its launches' positions, its unit): one over all of its
+    launches (threads taking turns: the autograd thread launches the backward pass while the main
+    thread waits), or one per launching thread (threads launching side by side, each its own loop:
+    worker threads, several execution contexts), whichever holds more GPU time in alike iterations
+    (the merged one at ``MERGED_SHARE`` of the other's or more)."""
+    every = np.arange(len(s.tid))
+    merged = find_unit(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
+    tids = np.unique(s.tid)
     if len(tids) == 1:
-        return [np.arange(len(s.tid))]
-    unit = find_unit(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
-    switches = int(np.count_nonzero(s.tid[1:] != s.tid[:-1]))
-    if unit is not None and (unit.score >= MERGED_SCORE or switches <= MAX_SWITCHES * len(unit.starts)):
-        return [np.arange(len(s.tid))]
-    big = tids[counts >= max(2 * MIN_REPEATS, 0.05 * len(s.tid))]
-    return [np.flatnonzero(s.tid == t) for t in big.tolist()]
+        return [(every, merged)] if merged is not None else []
+    per: list[tuple[np.ndarray, _Unit]] = []
+    for t in tids.tolist():
+        rows = np.flatnonzero(s.tid == t)
+        if len(rows) < 2 * MIN_REPEATS:
+            continue
+        u = find_unit(s.sym[rows], s.api_start[rows], s.api_end[rows], names, s.gpu_ns[rows])
+        if u is not None:
+            per.append((rows, u))
+    if merged is not None and merged.held >= MERGED_SHARE * sum(u.held for _, u in per):
+        return [(every, merged)]
+    return per
 
 
 def infer(ops: pd.DataFrame) -> Inferred:
@@ -320,11 +346,7 @@ def infer(ops: pd.DataFrame) -> Inferred:
     loops: list[dict[str, Any]] = []
     covered = 0
     for s in streams:
-        for rows_of in _merge_threads(s, names):
-            sym, a0, a1 = s.sym[rows_of], s.api_start[rows_of], s.api_end[rows_of]
-            unit = find_unit(sym, a0, a1, names, s.gpu_ns[rows_of])
-            if unit is None:
-                continue
+        for rows_of, unit in _loops(s, names):
             frame, loop, cov = _instances(s, rows_of, unit, names)
             rows.append(frame)
             loops.append(loop)
@@ -352,7 +374,7 @@ def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
     a0 = s.api_start[rows_of]
     a1 = s.api_end[rows_of]
     cpu_start = a0[starts]
-    last_end = np.maximum.reduceat(a1, starts)[-1] if len(starts) else 0
+    last_end = int(a1[int(starts[-1]):unit.stop].max()) if unit.stop > int(starts[-1]) else int(a1[int(starts[-1])])
     cpu_end = np.append(a0[starts[1:]] - 1, max(int(last_end), int(cpu_start[-1])))
     on_main = tid_all == main_tid
     gs, ge, gn = s.gpu_start[rows_of], s.gpu_end[rows_of], s.gpu_ns[rows_of]

@@ -11,7 +11,7 @@ import pandas as pd
 
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations.choice import _pick, _why_chosen
-from nsysan.analyses.iterations.inferred import INFERRED_HOW, INFERRED_NAME, infer
+from nsysan.analyses.iterations.inferred import INFERRED_HOW, INFERRED_LEAD, INFERRED_NAME, infer
 from nsysan.analyses.iterations.levels import _levels
 from nsysan.analyses.iterations.nesting import _pushpop, encloses_same
 from nsysan.analyses.iterations.timing import _helper_thread_work, _iteration_stats, _sequence_columns, _sequences
@@ -92,7 +92,7 @@ def _build(it: pd.DataFrame, chosen: str, how: str, warmup_factor: float, owned:
         "gpu_ops": it["gpu_ops"], "latency_ns": end - it["start_ns"].to_numpy(),
         "gpu_after_end_ns": it["gpu_after_end_ns"],
     })
-    parts = [_sequence_columns(g.reset_index(drop=True), warmup_factor)
+    parts = [_sequence_columns(g.reset_index(drop=True), warmup_factor, INFERRED_LEAD if inferred is not None else 0.0)
              for _, g in table.groupby(["pid", "tid"], sort=True)]
     table = pd.concat(parts, ignore_index=True).sort_values(["start_ns", "pid", "tid"], kind="stable")
     table = table.reset_index(drop=True).assign(index=np.arange(len(table)))

@@ -35,8 +35,11 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, int]:
             f"{prefix}p99_ns": int(round(float(p99)))}
 
 
-def _sequence_columns(it: pd.DataFrame, warmup_factor: float) -> pd.DataFrame:
-    """period, queue depth, service time and warm-up of one (pid, tid) sequence sorted by start."""
+def _sequence_columns(it: pd.DataFrame, warmup_factor: float, lead: float = 0.0) -> pd.DataFrame:
+    """period, queue depth, service time and warm-up of one (pid, tid) sequence sorted by start. With
+    ``lead`` > 0 (iterations inferred from the GPU work, where the loop's own warm-up steps outside any
+    range are iterations too), the warm-up runs to the last slow iteration in the leading ``lead``
+    share of the sequence, not only to the first fast one."""
     start = it["start_ns"].to_numpy()
     done = it["end_ns"].to_numpy()
     n = len(it)
@@ -56,6 +59,11 @@ def _sequence_columns(it: pd.DataFrame, warmup_factor: float) -> pd.DataFrame:
             warm += 1
         else:
             break
+    if lead > 0 and n > 2:
+        head = int(n * lead)
+        slow = np.flatnonzero(service[:head] > warmup_factor * np.median(service))
+        if len(slow):
+            warm = max(warm, min(int(slow[-1]) + 1, limit))
     return it.assign(period_ns=period, queue_depth=depth.astype(np.int64), service_ns=service,
                      warmup=np.arange(n) < warm)
 
