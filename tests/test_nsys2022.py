@@ -6,7 +6,7 @@ nsysan's. Skipped cleanly when that nsys is not installed (set ``NSYSAN_NSYS2022
 ``nsys2022`` on PATH).
 
 2022.4 differs from 2025.3 in ways this test pins down: ``gpukernsum`` groups by name *and* launch
-configuration (nsysan's ``kernels.by_config``), copy labels are ``[CUDA memcpy HtoD]``, sizes are in
+configuration (nsysan's ``kernels.by_config``), copy labels are ``[CUDA memcpy HtoD]`` and ``[CUDA Unified Memory memcpy DtoH]`` (``summaries.nsys_operation``), sizes are in
 MB rounded to 3 decimals and averages/std to 0.1 ns, and API names keep their ``_v7000`` suffix.
 """
 
@@ -82,7 +82,8 @@ def test_summaries_match_nsys_2022(name, fixture_dir, tmp_path_factory, load):
         rows += check(summaries.api_summary(trace), api, "name", "Name", "Num Calls")
     # else: nsys 2022.4 counts each backtraced call twice (cudaMalloc + cudaMalloc_v3020, one
     # correlation id): test_backtraced_calls_count_once checks nsysan's counts against SQL
-    mem = summaries.memcpy_summary(trace).assign(op=lambda d: "[CUDA memcpy " + d["kind"].astype(str) + "]")
+    mem = summaries.memcpy_summary(trace)
+    mem = mem.assign(op=[summaries.nsys_operation(k, "2022.4") for k in mem["kind"].astype(str)])
     ms = summaries.memset_summary(trace).assign(op="[CUDA memset]")
     both = pd.concat([d for d in (mem, ms) if len(d)], ignore_index=True) if len(mem) + len(ms) else mem
     rows += check(both, ref["gpumemtimesum"], "op", "Operation", "Count")

@@ -182,6 +182,17 @@ MEMCPY_LABEL = {
 }
 
 
+def nsys_operation(kind: str, nsys: str = "2023") -> str:
+    """The name ``nsys stats`` gives a copy kind (``kind``: nsysan's ``HtoD`` ... ``UVM DtoH``) in its
+    GPU memory summaries' ``Operation`` column, per nsys version (``nsys``: its year, ``"2022.4"``):
+    2022 and before ``[CUDA memcpy HtoD]`` and, for unified memory, ``[CUDA Unified Memory memcpy
+    HtoD]``; 2023 and later the export's own label, ``[CUDA memcpy Host-to-Device]``,
+    ``[CUDA memcpy Unified Host-to-Device]``."""
+    if int(str(nsys).split(".")[0]) <= 2022:
+        return f"[CUDA Unified Memory memcpy {kind[4:]}]" if kind.startswith("UVM ") else f"[CUDA memcpy {kind}]"
+    return f"[CUDA memcpy {MEMCPY_LABEL.get(kind, kind)}]"
+
+
 def memcpy_summary(trace: Trace) -> pd.DataFrame:
     """Per copy kind: duration stats, bytes, throughput (bytes / busy time of that kind), and the host
     memory split (pageable vs pinned, from the export's own enum: 0 pageable, 1 pinned)."""
