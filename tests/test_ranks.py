@@ -183,3 +183,35 @@ def test_cross_trace_summary_of_one_export_per_process(fixture_dir, tmp_path, ca
     assert len(s["ranks"]["ranks"]) == 2 and s["ranks"]["collectives_aligned"] == 0
     assert not any(t["straggler"] for t in s["traces"])
     assert "ranks:" in capsys.readouterr().out
+
+
+def test_unrelated_programs_side_by_side_have_no_straggler(fixture_dir, tmp_path):
+    """Issue 49 item 9: three exports of three programs (by SQL: META_DATA_CAPTURE's command and script
+    differ) are not ranks of one job: none is a straggler, though one's p50 passes 1.2x the median."""
+    import json
+    import shutil
+    import sqlite3
+
+    from nsysan.analyses.ranks import SLOWER, cross_stragglers
+    from nsysan.cli import main
+
+    names = ["decode_eager", "timing", "ladder_baseline"]
+    programs = set()
+    for n in names:
+        con = sqlite3.connect(f"file:{fixture_dir / (n + '.sqlite')}?mode=ro&immutable=1", uri=True)
+        programs.add(con.execute("SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:ARGUMENT_0'").fetchone())
+    assert len(programs) == 3
+    files = []
+    for n in names:
+        shutil.copy(fixture_dir / f"{n}.sqlite", tmp_path / f"{n}.sqlite")
+        files.append(str(tmp_path / f"{n}.sqlite"))
+    out = tmp_path / "out"
+    assert main(["analyze", *files, "--out-dir", str(out), "-q", "--jobs", "1"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    p50s = [t["p50_ns"] for t in s["traces"]]
+    med = sorted(p50s)[1]
+    assert any(p > SLOWER * med for p in p50s)  # the old rule would have named one
+    assert not any(t["straggler"] for t in s["traces"])
+    # the same numbers as ranks of one program: the slow one is named
+    same = [{"trace": t["trace"], "p50_ns": t["p50_ns"], "program": "python3 train.py"} for t in s["traces"]]
+    assert cross_stragglers(same)[2] == [p > SLOWER * med for p in p50s]

@@ -437,13 +437,23 @@ def cross_stragglers(results: list[dict[str, Any]]) -> tuple[float | None, RankA
     their iteration time p50s, the ranks aligned on their collectives (``combine``; None unless the
     rank payloads come from two traces or more) and, per result, whether it is the straggler: the
     trace of the rank the others wait for when the ranks are aligned, else a trace whose p50 exceeds
-    ``SLOWER`` x the median. ``results``: per trace its ``p50_ns`` and ``rank_payloads``."""
+    ``SLOWER`` x the median of the traces of the same program. ``results``: per trace its ``p50_ns``,
+    ``rank_payloads`` and, where known, ``program`` (``trace.db.launched_program``): without
+    communication only traces of one program are ranks of one job, so a trace is compared with the
+    others of its program, and a program recorded once (unrelated programs side by side) has no
+    straggler. Results without ``program`` are taken as one program."""
     p50s = [r["p50_ns"] for r in results if r.get("p50_ns")]
     med = statistics.median(p50s) if p50s else None
     payloads = [p for r in results for p in (r.get("rank_payloads") or [])]
     ranks = combine(payloads) if len({p["trace"] for p in payloads}) >= 2 else None
     if ranks is None:
-        return med, None, [bool(med and r.get("p50_ns") and r["p50_ns"] > SLOWER * med) for r in results]
+        by_program: dict[Any, list[int]] = {}
+        for r in results:
+            if r.get("p50_ns"):
+                by_program.setdefault(r.get("program"), []).append(r["p50_ns"])
+        med_of = {k: statistics.median(v) for k, v in by_program.items() if len(v) >= 2}
+        return med, None, [bool(r.get("p50_ns") and r.get("program") in med_of
+                                and r["p50_ns"] > SLOWER * med_of[r.get("program")]) for r in results]
     late = {ranks.straggler["rank"]} if ranks.straggler else set()
     late_traces = {str(ranks.ranks.loc[ranks.ranks["rank"] == k, "trace"].iloc[0]) for k in late} if late else set()
     return med, ranks, [str(r["trace"]) in late_traces for r in results]

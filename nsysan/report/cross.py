@@ -21,7 +21,7 @@ def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     hold the ranks of one job (processes with communication kernels in several exports), the ranks
     are aligned on their collectives on the exports' common clock (``analyses/ranks.combine``) and
     the straggler is the rank the others wait for; otherwise a trace whose iteration time p50 exceeds
-    1.2x the median is marked slower."""
+    1.2x the median of the traces of its program (``program`` per result) is marked slower."""
     med, ranks, late = cross_stragglers(results)
     rows = []
     for r, straggler in zip(results, late):
@@ -32,7 +32,8 @@ def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema": "nsysan.cross/2", "median_p50_ns": med,
         "straggler_rule": ("the rank that arrives last at the aligned collectives (see ranks)" if ranks is not None
-                           else "no communication across the traces: iteration time p50 > 1.2 x median p50"),
+                           else "no communication across the traces: iteration time p50 > 1.2 x the median p50 of the "
+                           "traces of the same program (unrelated programs have no straggler)"),
         "traces": rows}
     if ranks is not None:
         out["ranks"] = ranks_to_dict(ranks)

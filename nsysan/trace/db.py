@@ -129,6 +129,35 @@ def _connect(path: Path) -> sqlite3.Connection:
     return con
 
 
+def launched_program(path: Path) -> str | None:
+    """The program nsys launched for this export: ``META_DATA_CAPTURE``'s ``PROCESS_0:COMMAND`` and its
+    first argument that is not an option (the script or ``-m`` module), e.g. ``python3 train.py``; the
+    other arguments (a rank, a step) are left out. None when the export does not say or cannot be read."""
+    try:
+        con = _connect(Path(path))
+        try:
+            rows = con.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS\\_0:%' "
+                               "ESCAPE '\\'").fetchall()
+        finally:
+            con.close()
+    except (sqlite3.Error, OSError):
+        return None
+    got = {str(k): str(v) for k, v in rows}
+    cmd = got.get("PROCESS_0:COMMAND")
+    if not cmd:
+        return None
+    args = [got[f"PROCESS_0:ARGUMENT_{i}"] for i in range(len(got)) if f"PROCESS_0:ARGUMENT_{i}" in got]
+    words = [cmd]
+    for i, a in enumerate(args):
+        if a == "-m" and i + 1 < len(args):
+            words += [a, args[i + 1]]
+            break
+        if not a.startswith("-"):
+            words.append(a)
+            break
+    return " ".join(words)
+
+
 @dataclass
 class Caps:
     """Which tables and columns the export has (nsys' ``table_checks`` idea)."""
