@@ -349,7 +349,8 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     # a section with no rows is left out (no TensorRT, no communication, one rank...); the iterations'
     # stays: its note says why none was found and how to choose one
     tables = [tb for tb in tables if tb.rows or (tb.alt is not None and tb.alt.rows) or tb.id == "iterations"]
-    rules_log = [(r["rule"], r["status"]) for r in a.rule_log]
+    rules_log = [(r["rule"], f"not checked ({r['reason']})" if r["status"] == "not_checked" else r["status"])
+                 for r in a.rule_log]
     capture = [(k, v) for k, v in m.capture] if show_env else []
     findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
                             _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]

@@ -82,7 +82,9 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
             continue
         got = job.result()
         findings += got
-        log.append({"rule": rid, "status": "fired" if got else "passed", "thresholds": params})
+        lacks = None if got else unmet_input(rid, analysis.trace)
+        log.append({"rule": rid, "status": "fired" if got else "not_checked" if lacks else "passed",
+                    **({"reason": f"the trace lacks {lacks}"} if lacks else {}), "thresholds": params})
     steady = analysis.steady
     whole = getattr(steady, "label", "") != "steady state"  # no iteration model: the window is the capture
     n_steady = 0 if whole else steps_per_sequence(analysis.iterations.table)
@@ -94,6 +96,47 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         out.append(f if per == f.per_iteration_ns and text == f.message
                    else replace(f, per_iteration_ns=per, message=text))
     return ranked(out), log
+
+
+GPU_METRICS_INPUT = (("GPU_METRICS",), "GPU metrics (nsys profile --gpu-metrics-devices=all)")
+# rule -> (tables of which the trace must hold one, what they are and the flag that records them):
+# without them the rule cannot judge, so it is logged "not_checked", not "passed"
+NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "memory-growth": (("CUDA_GPU_MEMORY_USAGE_EVENTS",),
+                      "GPU memory usage events (nsys profile --cuda-memory-usage=true)"),
+    "unified-memory-faults": (("CUDA_UM_GPU_PAGE_FAULT_EVENTS", "CUDA_UM_CPU_PAGE_FAULT_EVENTS"),
+                              "unified memory page faults and migrations (nsys profile "
+                              "--cuda-um-gpu-page-faults=true --cuda-um-cpu-page-faults=true)"),
+    "memory-bound": GPU_METRICS_INPUT, "pcie-bound-copies": GPU_METRICS_INPUT,
+    "sms-mostly-idle": GPU_METRICS_INPUT, "tensor-cores-idle": GPU_METRICS_INPUT,
+}
+
+
+def unmet_input(rid: str, trace: Any) -> str | None:
+    """What the trace lacks that rule ``rid`` needs (``NEEDS``), or None when it has it, the rule needs
+    nothing special, or the program could not have used it: no CUDA calls (memory growth), no kernels
+    (GPU metrics), no managed allocation call (``cudaMallocManaged``/``cuMemAllocManaged``: unified
+    memory; its migrations recorded as copies, UVM kinds 11-13, count as the input)."""
+    need = NEEDS.get(rid)
+    if need is None:
+        return None
+    tables = set(getattr(trace.meta, "tables", ()) or ())
+    if any(t in tables for t in need[0]):
+        return None
+    if rid == "memory-growth" and len(trace.cuda_api) == 0:
+        return None
+    if need is GPU_METRICS_INPUT and len(trace.kernels) == 0:
+        return None
+    if rid == "unified-memory-faults":
+        mc = trace.memcpy
+        if len(mc) and bool(np.isin(mc["copy_kind"].to_numpy(), (11, 12, 13)).any()):
+            return None
+        names = trace.cuda_api["name"]
+        cats = names.cat.categories if hasattr(names, "cat") else names.unique()
+        managed = [str(c) for c in cats if "AllocManaged" in str(c) or "MallocManaged" in str(c)]
+        if not managed or not bool(names.isin(managed).any()):
+            return None
+    return need[1]
 
 
 SMALL_SAVING = 0.01  # of the window: a saving below it ranks after a summary that covers much of the window
@@ -225,5 +268,5 @@ def allocate(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-__all__ = ["allocate", "graded", "per_iteration", "ranked", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity",
+__all__ = ["NEEDS", "unmet_input", "allocate", "graded", "per_iteration", "ranked", "REGISTRY", "Finding", "Rule", "RuleContext", "Severity",
            "rule", "run_rules"]
