@@ -397,3 +397,29 @@ def test_million_nvtx_ranges_stay_within_the_estimate_and_the_limit_refuses_firs
     assert ran["peak"] <= est.peak(), f"{ran['peak'] / MB:.0f} MB measured, {est.peak() / MB:.0f} MB estimated"
     print(f"1M NVTX ranges, {p.stat().st_size / MB:.0f} MB file: peak {ran['peak'] / MB:.0f} MB in {ran['s']:.1f} s; "
           f"estimated {est.peak() / MB:.0f} MB; refused under {limit / MB:.0f} MB at {refused['peak'] / MB:.0f} MB")
+
+
+@pytest.mark.parametrize("view", [
+    # a view that selects from itself (SQLite: "circularly defined" when run)
+    "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    # two views that select from each other
+    "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM loop_b",
+])
+def test_an_event_table_that_is_an_endless_view_is_damage(fixture_dir, tmp_path, view):
+    """Issue 49 item 9: the kernel table replaced by an endless view is refused (exit 6), not read as a
+    trace without kernels (whose GPU would look idle)."""
+    p = _copy(fixture_dir, tmp_path, "view")
+    con = sqlite3.connect(p)
+    con.execute(f'DROP TABLE "{KERNELS}"')
+    con.execute(view)
+    if "loop_b" in view:
+        con.execute(f'CREATE VIEW loop_b AS SELECT * FROM "{KERNELS}"')
+    con.commit()
+    # GIVEN: by construction, the kernel table is now a view and SQLite cannot run it
+    assert con.execute("SELECT type FROM sqlite_master WHERE name = ?", (KERNELS,)).fetchone() == ("view",)
+    with pytest.raises(sqlite3.OperationalError):
+        con.execute(f'SELECT count(*) FROM "{KERNELS}"').fetchone()
+    con.close()
+    with pytest.raises(CorruptTraceError) as e:
+        nsysan.open_trace(p)
+    assert e.value.exit_code == 6 and "is a view" in str(e.value)

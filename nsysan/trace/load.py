@@ -799,6 +799,21 @@ def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -
             for rng in slices or [None]]
 
 
+def _refuse_event_views(path: Path, ignored: tuple[str, ...]) -> None:
+    """A view or virtual table standing where an event table nsysan reads belongs (``CUPTI_ACTIVITY_KIND_KERNEL``
+    ...) is damage, refused (``CorruptTraceError``, exit 6): nsys writes tables, a view is a query that
+    can run without end (one that selects from itself, or a recursive one), and skipping it would
+    analyse a trace without that table: a GPU without kernels looks idle. Other views are left unread."""
+    events = {src.upper() for spec in S.ALL_SPECS for src in spec.sources}
+    bad = sorted(t for t in ignored if t.upper() in events)
+    if bad:
+        raise CorruptTraceError(
+            f"{display(path)}: the event table {', '.join(clean_text(t) for t in bad[:3])} is a view or "
+            "virtual table, not a table nsys writes (a query, which can run without end): the trace is damaged, "
+            "and is not read as one without those events",
+            hint="export the report again with nsys export --type sqlite")
+
+
 def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all_columns: bool,
                 workers: int | None, time_range: tuple[float, float] | None = None) -> Trace:
     """See ``open_trace``."""
@@ -807,6 +822,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     warnings = _being_written(path)
     with Database(path) as db:
         caps = db.caps
+        _refuse_event_views(path, caps.ignored)
         if caps.ignored:
             warnings.append(f"not read: {', '.join(clean_text(t) for t in caps.ignored[:5])}"
                             f"{' ...' if len(caps.ignored) > 5 else ''}: views or virtual tables, which nsys "
