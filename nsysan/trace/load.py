@@ -799,18 +799,30 @@ def _sql_queries(db: Database, spec: S.TableSpec, src: str, all_columns: bool) -
             for rng in slices or [None]]
 
 
-def _refuse_event_views(path: Path, ignored: tuple[str, ...]) -> None:
-    """A view or virtual table standing where an event table nsysan reads belongs (``CUPTI_ACTIVITY_KIND_KERNEL``
-    ...) is damage, refused (``CorruptTraceError``, exit 6): nsys writes tables, a view is a query that
-    can run without end (one that selects from itself, or a recursive one), and skipping it would
-    analyse a trace without that table: a GPU without kernels looks idle. Other views are left unread."""
+def _refuse_event_views(db: Database, path: Path, ignored: tuple[str, ...]) -> None:
+    """An endless view standing where an event table nsysan reads belongs (``CUPTI_ACTIVITY_KIND_KERNEL``
+    ...) is damage, refused (``CorruptTraceError``, exit 6), never run: one whose query is recursive
+    (``WITH RECURSIVE``), names itself, or names another view or virtual table (a loop through views).
+    Skipping it would analyse a trace without that table (a GPU without kernels looks idle). Other
+    views, which nsys never writes either, are left unread with a warning."""
     events = {src.upper() for spec in S.ALL_SPECS for src in spec.sources}
-    bad = sorted(t for t in ignored if t.upper() in events)
+    mine = [t for t in ignored if t.upper() in events]
+    if not mine:
+        return
+    others = [t.upper() for t in ignored]
+    bad = []
+    for name in mine:
+        rows = db.rows("SELECT sql FROM sqlite_master WHERE name = ?", (name,))
+        text = " ".join(str(r[0] or "") for r in rows).upper()
+        body = text.split(" AS ", 1)[1] if " AS " in text else text
+        words = set(re.findall(r"[A-Z_][A-Z0-9_]*", body.replace('"', " ").replace("`", " ").replace("[", " ")))
+        if "RECURSIVE" in words or any(o in words for o in others):
+            bad.append(name)
     if bad:
         raise CorruptTraceError(
-            f"{display(path)}: the event table {', '.join(clean_text(t) for t in bad[:3])} is a view or "
-            "virtual table, not a table nsys writes (a query, which can run without end): the trace is damaged, "
-            "and is not read as one without those events",
+            f"{display(path)}: the event table {', '.join(clean_text(t) for t in bad[:3])} is a view that can run "
+            "without end (recursive, or selecting from itself or another view), not a table nsys writes: the "
+            "trace is damaged, and is not read as one without those events",
             hint="export the report again with nsys export --type sqlite")
 
 
@@ -822,7 +834,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     warnings = _being_written(path)
     with Database(path) as db:
         caps = db.caps
-        _refuse_event_views(path, caps.ignored)
+        _refuse_event_views(db, path, caps.ignored)
         if caps.ignored:
             warnings.append(f"not read: {', '.join(clean_text(t) for t in caps.ignored[:5])}"
                             f"{' ...' if len(caps.ignored) > 5 else ''}: views or virtual tables, which nsys "
