@@ -1,0 +1,283 @@
+"""Synchronizations inside an iteration: every point where the host waited for the GPU in the steady
+iterations, per iteration and per call site, and what each costs the GPU afterwards.
+
+A *sync call* is a blocking synchronize (``cudaStreamSynchronize``/``cudaDeviceSynchronize``/
+``cudaEventSynchronize`` and the driver's ``cuStreamSynchronize``/``cuCtxSynchronize``/
+``cuEventSynchronize``: ``gaps.BLOCKING_SYNC_APIS``) or a blocking device-to-host copy: a copy of
+kind DtoH (its kind and host memory known from the copy the call launched, joined by process and
+correlation id) made by a synchronous copy call (``cudaMemcpy``, ``cuMemcpyDtoH``...), or by an
+asynchronous one into pageable memory (``cudaMemcpyAsync`` into pageable host memory returns only
+once the copy is done). PyTorch's ``.item()``, ``.cpu()``, ``print(tensor)``, ``.tolist()``,
+``nonzero``, boolean-mask indexing and ``torch.unique`` each make one (a pageable ``cudaMemcpyAsync``
+then a ``cudaStreamSynchronize``).
+
+A *sync point* is the calls of one thread after which the same GPU operation is the next to start on
+the device (the copy and the synchronize of one ``.item()`` are one point). Its *drain* is the GPU
+idle time that follows it while the host refills the queue: the device's idle time from when the
+awaited work finished (the end of the last GPU operation before the point's end; never before the
+point began: idle time before the wait is the host's) to the start of the next GPU operation on that
+device, through the point's end (the host resumes); zero when other work kept the device busy. At
+least the time from the point's end to that next start when the device is idle there, at most the
+time from the point's start to it. Drains are subsets of the device's idle time in the window, so
+they never exceed it; a host that does not wait queues the next work before the GPU runs dry.
+
+The call site of a point is its first call's own-code frame from Python backtraces (else CUDA
+backtraces: ``samples.site_calls``), else the API name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nsysan.analyses.frames import name_in
+from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
+
+SYNC_COPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyFromSymbol", "cuMemcpyDtoH",
+                  "cuMemcpy", "cuMemcpy2D", "cuMemcpy3D")  # blocking whatever the host memory
+ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cudaMemcpyFromSymbolAsync",
+                   "cuMemcpyDtoHAsync", "cuMemcpyAsync", "cuMemcpy2DAsync", "cuMemcpy3DAsync")  # blocking into pageable
+
+POINT_COLUMNS = ["pid", "tid", "iteration", "device_id", "start_ns", "end_ns", "wait_ns", "next_start_ns",
+                 "drain_start_ns", "drain_end_ns", "drain_ns", "calls", "api", "site", "source"]
+SITE_COLUMNS = ["site", "api", "source", "points", "calls", "per_iteration", "drain_ns", "other_thread"]
+
+
+@dataclass(frozen=True)
+class Syncs:
+    """The host synchronizations of the steady iterations (module docstring).
+
+    ``points``: one row per sync point (``POINT_COLUMNS``; ``iteration`` the iteration table's
+    ``index``), by start; ``per_iteration``: per steady iteration (pid, tid, index, start_ns) its
+    ``calls``, ``points`` and ``drain_ns``; ``sites``: per call site (``SITE_COLUMNS``),
+    most drain first; ``iterations``: the steady iterations, ``with_syncs`` those holding a point;
+    ``calls``/``drain_ns``: totals; ``source``: where the sites come from."""
+
+    points: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=POINT_COLUMNS))
+    per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sites: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SITE_COLUMNS))
+    iterations: int = 0
+    with_syncs: int = 0
+    calls: int = 0
+    drain_ns: int = 0
+    source: str = "API names"
+
+    @property
+    def per_step(self) -> float:
+        """Sync points per steady iteration (mean)."""
+        return len(self.points) / self.iterations if self.iterations else 0.0
+
+
+def sync_calls(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """Every blocking sync call and blocking device-to-host copy call of the trace: pid, tid,
+    start_ns, end_ns, correlation_id, api, device_id (-1 when the call names none: a synchronize),
+    by start."""
+    cols = ["pid", "tid", "start_ns", "end_ns", "correlation_id", "api", "device_id"]
+    api = cuda_api.loc[name_in(cuda_api["name"], BLOCKING_SYNC_APIS)] if len(cuda_api) else cuda_api
+    parts = [pd.DataFrame({"pid": api["pid"].to_numpy(np.int64), "tid": api["tid"].to_numpy(np.int64),
+                           "start_ns": api["start_ns"].to_numpy(np.int64), "end_ns": api["end_ns"].to_numpy(np.int64),
+                           "correlation_id": api["correlation_id"].to_numpy(np.int64),
+                           "api": api["name"].astype(str).to_numpy(), "device_id": np.full(len(api), -1, np.int64)})]
+    if len(ops) and "api_name" in ops.columns:
+        c = ops.loc[(ops["op"].astype(str) == "memcpy").to_numpy() & (ops["kind"].astype(str) == "DtoH").to_numpy()
+                    & (ops["api_start_ns"].to_numpy() >= 0)]
+        if len(c):
+            sync_api = name_in(c["api_name"], SYNC_COPY_APIS)
+            async_api = name_in(c["api_name"], ASYNC_COPY_APIS)
+            pageable = _host_mem(c, memcpy) == "Pageable"
+            c = c.loc[sync_api | (async_api & pageable)]
+            parts.append(pd.DataFrame({
+                "pid": c["pid"].to_numpy(np.int64), "tid": c["tid"].to_numpy(np.int64),
+                "start_ns": c["api_start_ns"].to_numpy(np.int64), "end_ns": c["api_end_ns"].to_numpy(np.int64),
+                "correlation_id": c["correlation_id"].to_numpy(np.int64), "api": c["api_name"].astype(str).to_numpy(),
+                "device_id": c["device_id"].to_numpy(np.int64)}))
+    out = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) \
+        else pd.DataFrame({k: pd.Series(dtype="int64" if k != "api" else object) for k in cols})
+    return out.sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)[cols]
+
+
+def _host_mem(copies: pd.DataFrame, memcpy: pd.DataFrame) -> np.ndarray:
+    """Per copy op, its host memory kind ("Pageable", "Pinned"...) from the copy table, by (pid,
+    correlation id); "" when not found."""
+    out = np.full(len(copies), "", dtype=object)
+    if len(memcpy) == 0 or "host_mem" not in memcpy.columns:
+        return out
+    m = memcpy.loc[(memcpy["kind"].astype(str) == "DtoH").to_numpy()]
+    look = dict(zip(zip(m["pid"].to_numpy(np.int64).tolist(), m["correlation_id"].to_numpy(np.int64).tolist()),
+                    m["host_mem"].astype(str).tolist()))
+    keys = zip(copies["pid"].to_numpy(np.int64).tolist(), copies["correlation_id"].to_numpy(np.int64).tolist())
+    return np.array([look.get(k, "") for k in keys], dtype=object)
+
+
+def _devices(calls: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Each call's device: its copy's, else the device of the last GPU op its thread launched before
+    it, else its process's most used device (-1 when the process launched nothing)."""
+    dev = calls["device_id"].to_numpy(np.int64).copy()
+    if len(ops) == 0 or "api_start_ns" not in ops.columns:
+        return dev
+    launched = ops.loc[ops["api_start_ns"].to_numpy() >= 0]
+    lp, lt = launched["pid"].to_numpy(np.int64), launched["tid"].to_numpy(np.int64)
+    ls, ld = launched["api_start_ns"].to_numpy(np.int64), launched["device_id"].to_numpy(np.int64)
+    cp, ct, cs = calls["pid"].to_numpy(np.int64), calls["tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64)
+    for pid in np.unique(cp[dev < 0]).tolist():
+        mine = lp == pid
+        if not mine.any():
+            continue
+        u, n = np.unique(ld[mine], return_counts=True)
+        fallback = int(u[np.argmax(n)])
+        for tid in np.unique(ct[(cp == pid) & (dev < 0)]).tolist():
+            rows = np.flatnonzero((cp == pid) & (ct == tid) & (dev < 0))
+            sel = np.flatnonzero(mine & (lt == tid))
+            if len(sel) == 0:
+                dev[rows] = fallback
+                continue
+            o = sel[np.argsort(ls[sel], kind="stable")]
+            i = np.searchsorted(ls[o], cs[rows], side="right") - 1
+            dev[rows] = np.where(i >= 0, ld[o][np.clip(i, 0, None)], fallback)
+    return dev
+
+
+def _iteration_of(calls: pd.DataFrame, steady_its: pd.DataFrame) -> np.ndarray:
+    """Each call's steady iteration (the table's ``index``; -1 outside every one): one of its own
+    thread's when that thread runs iterations, else its process's (lowest thread id first) holding
+    the call's start."""
+    out = np.full(len(calls), -1, dtype=np.int64)
+    if len(steady_its) == 0 or len(calls) == 0:
+        return out
+    cp, ct, cs = calls["pid"].to_numpy(np.int64), calls["tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64)
+    seqs = sorted({(int(p), int(t)) for p, t in zip(steady_its["pid"], steady_its["tid"])})
+    own = {(p, t) for p, t in seqs}
+    for pid, tid in seqs:
+        g = steady_its.loc[(steady_its["pid"].to_numpy() == pid) & (steady_its["tid"].to_numpy() == tid)]
+        g = g.sort_values("start_ns", kind="stable")
+        s, e, idx = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64), g["index"].to_numpy(np.int64)
+        cand = (cp == pid) & (out < 0) & np.array([(pid, t) not in own or t == tid for t in ct.tolist()], dtype=bool)
+        rows = np.flatnonzero(cand)
+        if len(rows) == 0:
+            continue
+        k = np.searchsorted(s, cs[rows], side="right") - 1
+        ok = (k >= 0) & (cs[rows] < e[np.clip(k, 0, None)])
+        out[rows[ok]] = idx[k[ok]]
+    return out
+
+
+def _sites(calls: pd.DataFrame, site_calls: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's site ('loss_mask() train.py:55') and its source ('python', 'native', 'api')."""
+    from nsysan.analyses.samples import where
+
+    site = calls["api"].astype(str).to_numpy().astype(object)
+    source = np.full(len(calls), "api", dtype=object)
+    if site_calls is None or len(site_calls) == 0:
+        return site, source
+    look = {(int(r["pid"]), int(r["correlation_id"])): (where(r), str(r["source"]))
+            for r in site_calls.to_dict("records")}
+    for j, k in enumerate(zip(calls["pid"].tolist(), calls["correlation_id"].tolist())):
+        hit = look.get((int(k[0]), int(k[1])))
+        if hit is not None:
+            site[j], source[j] = hit
+    return site, source
+
+
+def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame, iterations: pd.DataFrame | None,
+                 window: tuple[int, int], site_calls: pd.DataFrame | None = None) -> Syncs:
+    """The sync points of the steady iterations of ``iterations`` (the iteration table: its rows
+    without ``warmup``), their drains and call sites (module docstring). ``ops``: the GPU ops
+    (``summaries.gpu_ops``: launching call's thread and times, copy kind); ``memcpy``: the copy table
+    (host memory kind); ``window``: (start, end) ns, the steady window the drains are clipped to;
+    ``site_calls``: ``samples.site_calls`` (None without backtraces)."""
+    if iterations is None or len(iterations) == 0:
+        return Syncs()
+    its = iterations.loc[~iterations["warmup"].to_numpy(dtype=bool)]
+    n_its = len(its)
+    if n_its == 0:
+        return Syncs()
+    calls = sync_calls(cuda_api, memcpy, ops)
+    it = _iteration_of(calls, its)
+    calls = calls.loc[it >= 0].assign(iteration=it[it >= 0]).reset_index(drop=True)
+    per_it_keys = its[["pid", "tid", "index", "start_ns"]].reset_index(drop=True)
+    if len(calls) == 0:
+        return Syncs(per_iteration=per_it_keys.assign(calls=0, points=0, drain_ns=0),
+                     iterations=n_its)
+    calls = calls.assign(device_id=_devices(calls, ops))
+    site, source = _sites(calls, site_calls)
+    calls = calls.assign(site=site, source=source)
+    # per call: the first GPU op start at or after its end on its device
+    nxt = np.full(len(calls), -1, dtype=np.int64)
+    ce, cd = calls["end_ns"].to_numpy(np.int64), calls["device_id"].to_numpy(np.int64)
+    od, ost = ops["device_id"].to_numpy(np.int64), ops["start_ns"].to_numpy(np.int64)
+    oen = ops["end_ns"].to_numpy(np.int64)
+    cover = np.full(len(calls), np.iinfo(np.int64).min, dtype=np.int64)  # the latest end of ops started before
+    for d in np.unique(cd).tolist():
+        rows = np.flatnonzero(cd == d)
+        sel = np.flatnonzero(od == d)
+        if len(sel) == 0:
+            continue
+        o = sel[np.argsort(ost[sel], kind="stable")]
+        s_sorted, e_run = ost[o], np.maximum.accumulate(oen[o])
+        k = np.searchsorted(s_sorted, ce[rows], side="left")  # first op starting at or after the end
+        ok = k < len(o)
+        nxt[rows[ok]] = s_sorted[k[ok]]
+        before = k - 1
+        has = before >= 0
+        cover[rows[has]] = e_run[before[has]]
+    keep = nxt >= 0
+    calls = calls.assign(next_start_ns=nxt, cover_ns=cover).loc[keep].reset_index(drop=True)
+    if len(calls) == 0:
+        return Syncs(per_iteration=per_it_keys.assign(calls=0, points=0, drain_ns=0),
+                     iterations=n_its)
+    # points: the calls of one thread sharing the next op start
+    g = calls.groupby(["pid", "tid", "device_id", "next_start_ns"], sort=False)
+    pts = g.agg(iteration=("iteration", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
+                cover_ns=("cover_ns", "max"), calls=("api", "size"),
+                api=("api", lambda s: " + ".join(dict.fromkeys(s.tolist()))),
+                site=("site", "first"), source=("source", "first")).reset_index()
+    # a site named by a backtrace wins over an API name within the point
+    named = calls.loc[calls["source"].to_numpy() != "api"].groupby(
+        ["pid", "tid", "device_id", "next_start_ns"], sort=False).agg(s=("site", "first"), src=("source", "first"))
+    if len(named):
+        key = pd.MultiIndex.from_frame(pts[["pid", "tid", "device_id", "next_start_ns"]])
+        hit = named.reindex(key)
+        has = hit["s"].notna().to_numpy()
+        pts = pts.assign(site=np.where(has, hit["s"].to_numpy(), pts["site"].to_numpy()),
+                         source=np.where(has, hit["src"].to_numpy(), pts["source"].to_numpy()))
+    end, nx, cov = pts["end_ns"].to_numpy(np.int64), pts["next_start_ns"].to_numpy(np.int64), pts["cover_ns"].to_numpy(np.int64)
+    # idle from when the awaited work finished (the last op before the point's end), never before the
+    # point began (idle before it is the host's, not the wait's), to the next op start
+    d_start = np.maximum(pts["start_ns"].to_numpy(np.int64), cov)
+    d_start, d_end = np.clip(d_start, window[0], window[1]), np.clip(nx, window[0], window[1])
+    drain = np.maximum(d_end - d_start, 0)
+    d_start = np.where(drain > 0, d_start, d_end)
+    # points of several threads before one op start: the drain counted once (the latest-ending point's)
+    order = np.lexsort((d_start, pts["device_id"].to_numpy(np.int64), nx))
+    dup = np.zeros(len(pts), dtype=bool)
+    same = (np.diff(nx[order]) == 0) & (np.diff(pts["device_id"].to_numpy(np.int64)[order]) == 0)
+    dup[order[:-1][same]] = True  # all but the last-starting drain of an (op start, device)
+    drain = np.where(dup, 0, drain)
+    d_start = np.where(dup, d_end, d_start)
+    wait = (end - pts["start_ns"].to_numpy(np.int64)).astype(np.int64)
+    pts = pts.assign(wait_ns=wait, drain_start_ns=d_start, drain_end_ns=d_end, drain_ns=drain)
+    pts = pts.sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)[POINT_COLUMNS]
+    # per iteration
+    agg = pts.groupby("iteration", sort=True).agg(points=("start_ns", "size"), calls=("calls", "sum"),
+                                                  drain_ns=("drain_ns", "sum"))
+    per_it = per_it_keys.join(agg, on="index").fillna({"points": 0, "calls": 0, "drain_ns": 0})
+    per_it = per_it.astype({"points": "int64", "calls": "int64", "drain_ns": "int64"})
+    # per site
+    main_threads = {(int(p), int(t)) for p, t in zip(its["pid"], its["tid"])}
+    other = np.array([(int(p), int(t)) not in main_threads for p, t in zip(pts["pid"], pts["tid"])], dtype=bool)
+    sites = (pts.assign(other_thread=other)
+             .groupby(["site", "source"], sort=False)
+             .agg(api=("api", lambda s: " + ".join(dict.fromkeys(" + ".join(s.tolist()).split(" + ")))),
+                  points=("start_ns", "size"), calls=("calls", "sum"), drain_ns=("drain_ns", "sum"),
+                  other_thread=("other_thread", "all"))
+             .reset_index())
+    sites = sites.assign(per_iteration=sites["points"] / n_its)
+    sites = sites.sort_values(["drain_ns", "points", "site"], ascending=[False, False, True],
+                              kind="stable").reset_index(drop=True)[SITE_COLUMNS]
+    srcs = set(pts["source"].tolist())
+    source = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
+    return Syncs(points=pts, per_iteration=per_it, sites=sites, iterations=n_its,
+                 with_syncs=int((per_it["points"] > 0).sum()), calls=int(pts["calls"].sum()),
+                 drain_ns=int(drain.sum()), source=source)
