@@ -27,6 +27,7 @@ from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses import phases as phases_mod
 from nsysan.analyses.gpu import Window, in_window  # noqa: F401  (in_window: its former home, kept importable)
 from nsysan.analyses.iterations import Iterations, iterations
+from nsysan.analyses.join import launched
 from nsysan.analyses.program import program
 from nsysan.analyses.ranks import analyze_ranks
 from nsysan.analyses.tensorrt import analyze_tensorrt
@@ -100,6 +101,7 @@ class Analysis:
     stages: Any = None  # stages.Stages
     slow_iterations: Any = None  # slow_iterations.SlowIterations
     phases: Any = None  # phases.Phases: start-up, GPU-active part, tail; every second of the capture by cause
+    syncs: Any = None  # syncs.Syncs: host synchronizations in the steady iterations, their call sites and drains
     inputs_missing: list[dict[str, str]] = field(default_factory=list)
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -159,10 +161,9 @@ def gpu_active(ops: pd.DataFrame, capture: Window) -> Window:
     after the last kernel (the host reading results back) are the tail's, not GPU work."""
     if len(ops) == 0:
         return capture
-    if "api_start_ns" in ops.columns:
-        launched = ops["api_start_ns"].to_numpy() >= 0
-        if launched.any() and not launched.all():
-            ops = ops.loc[launched]
+    done = launched(ops)
+    if done.any() and not done.all():
+        ops = ops.loc[done]
     lo, hi = int(ops["start_ns"].min()), int(ops["end_ns"].max())
     if capture.label == "capture":
         lo, hi = max(lo, capture.start_ns), min(hi, capture.end_ns)
@@ -403,10 +404,13 @@ def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
     from nsysan.analyses.sched import thread_states
     from nsysan.analyses.slow_iterations import slow_iterations
     from nsysan.analyses.stages import stages
+    from nsysan.analyses.syncs import hidden_syncs
     from nsysan.analyses.unified import unified_memory
 
     return replace(a, memory=memory_use(a), unified=unified_memory(a), thread_states=thread_states(trace),
-                   stages=stages(a), slow_iterations=slow_iterations(a), inputs_missing=missing_inputs(trace))
+                   stages=stages(a), slow_iterations=slow_iterations(a), inputs_missing=missing_inputs(trace),
+                   syncs=hidden_syncs(trace.cuda_api, trace.memcpy, a.ops, a.iterations.table,
+                                      (a.steady.start_ns, a.steady.end_ns), getattr(a.idle_samples, "site_calls", None)))
 
 
 STEPS = 10  # the calls of ``_Steps`` in ``analyze``, the rules' included
