@@ -35,6 +35,12 @@ between launches and claimed on those gaps. Fires when at least ``min_kernels`` 
 either ``min_dominated_frac`` of them are launch-dominated or the GPU waited for launches at least
 ``min_frac`` of the window. Graph launches (``cudaGraphLaunch``) are recognised and reported
 apart; they are not counted.
+
+**Optimizers that loop over parameters** (``analyses/optimizer.py``): when the optimizer part of
+the steady iterations (an NVTX range named like ``optimizer``/``opt``, else the launches after the
+last backward kernel) launches at least 100 small element-wise kernels per iteration and no fused
+``multi_tensor_apply`` kernel (``torch.optim`` with ``foreach=False``), the message says so and the
+fix leads with the optimizer's own flag (``fused=True``/``foreach=True``, ``apex.optimizers.FusedAdam``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import rows_of, top_rows
+from nsysan.analyses.optimizer import per_parameter_optimizer
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
@@ -131,8 +138,16 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
                    f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
     top = lau[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
+    prog = program_of(ctx.a)
+    suggestion = advice(prog)
+    opt = None if prog.jax else per_parameter_optimizer(lau, ctx.trace.nvtx, steady_iterations(ctx))
+    if opt is not None:  # the optimizer's own flag, before graphs or compilation
+        message += (f" The optimizer loops over parameters: {opt.kernels:g} small element-wise kernels per "
+                    f"iteration ({opt.part}, median; {fmt_ns(opt.gpu_ns)} of GPU work) and no fused "
+                    "multi_tensor_apply kernel.")
+        suggestion = OPTIMIZER_FIX + " " + suggestion
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
-                  suggestion=advice(program_of(ctx.a)),
+                  suggestion=suggestion,
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
 
 
@@ -422,6 +437,12 @@ def _median_per_key(key: np.ndarray, v: np.ndarray, own: bool = False) -> tuple[
     ends = np.concatenate([starts[1:], [len(k)]])
     lo, hi = (starts + ends - 1) // 2, (starts + ends) // 2
     return k[starts], (vs[lo] + vs[hi]) / 2
+
+
+OPTIMIZER_FIX = ("Use the optimizer's fused or multi-tensor form, one flag: ``torch.optim.AdamW(params, ..., "
+                 "fused=True)`` (or ``foreach=True``; the same for Adam and SGD), or ``apex.optimizers.FusedAdam``: "
+                 "a few ``multi_tensor_apply`` kernels a step instead of several per parameter (optax under "
+                 "``jax.jit`` is fused already).")
 
 
 def advice(p: Program) -> str:

@@ -1,0 +1,90 @@
+"""Optimizers that loop over parameters: many small element-wise kernels per step, no fused kernel.
+
+``torch.optim.Adam``/``AdamW``/``SGD`` with ``foreach=False`` (or an optimizer written as a Python
+loop over ``model.parameters()``) launches several element-wise kernels per parameter each step:
+thousands for a model of hundreds of small tensors, each far shorter than its launch. The
+``foreach`` and ``fused`` implementations (and ``apex.optimizers.FusedAdam``, optax under
+``jax.jit``) run them as a few ``multi_tensor_apply`` kernels instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+ELEMENTWISE = re.compile(r"elementwise|pointwise|_foreach_|Functor", re.I)
+FUSED = re.compile(r"multi_tensor_apply|FusedOptimizer|fused_?adam|FusedAdam|fused_sgd", re.I)
+OPTIMIZER_RANGE = re.compile(r"(?:^|[^a-z])(?:optim\w*|opt|opt_step|optimizer_step)(?:$|[^a-z])", re.I)
+BACKWARD = re.compile(r"backward|bwd|_grad_|Backward|dgrad|wgrad", re.I)
+
+
+@dataclass(frozen=True)
+class OptimizerLoop:
+    """The optimizer part of the steady iterations, when it loops over parameters."""
+
+    iterations: int  # steady iterations with an optimizer part
+    kernels: float  # small element-wise kernel launches in it per iteration (median)
+    gpu_ns: int  # their GPU time per iteration (median)
+    part: str  # how the optimizer part was found: "NVTX range 'NAME'" or "after the last backward kernel"
+
+
+def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iterations: pd.DataFrame, *,
+                            min_kernels: int = 100, max_kernel_ns: int = 50_000) -> OptimizerLoop | None:
+    """Per steady iteration (``iterations``: pid, tid, start_ns, end_ns), the optimizer part on its
+    thread: an NVTX range inside the iteration named like ``optimizer``/``opt``/``optim_step``, else
+    the launches after the iteration's last backward kernel (names with ``backward``, ``bwd``,
+    ``dgrad``...). It loops over parameters when its median count of element-wise kernel launches
+    that run at most ``max_kernel_ns`` each is at least ``min_kernels`` and none of its kernels is a
+    fused one (``multi_tensor_apply``, ``FusedAdam``...). ``launches``: ``analyses.launch.launches``
+    (name, pid, tid, api_start_ns, gpu_ns, is_graph). None when the optimizer part is not found or is
+    fused or small."""
+    if len(iterations) == 0 or len(launches) == 0:
+        return None
+    lo_all, hi_all = int(iterations["start_ns"].min()), int(iterations["end_ns"].max())
+    a_all = launches["api_start_ns"].to_numpy()
+    keep = (a_all >= lo_all) & (a_all <= hi_all) & ~launches["is_graph"].to_numpy(dtype=bool)
+    lau = launches.loc[keep]
+    order = np.argsort(lau["api_start_ns"].to_numpy(), kind="stable")
+    lau = lau.iloc[order]
+    codes, uniq = pd.factorize(lau["name"].astype(object), use_na_sentinel=False)
+    text = pd.Series([str(u) for u in uniq], dtype=object)
+    g = lau["gpu_ns"].to_numpy()
+    elem = text.str.contains(ELEMENTWISE).to_numpy()[codes] & (g <= max_kernel_ns) if len(text) else np.zeros(0, bool)
+    fused = text.str.contains(FUSED).to_numpy()[codes] if len(text) else np.zeros(0, bool)
+    back = text.str.contains(BACKWARD).to_numpy()[codes] if len(text) else np.zeros(0, bool)
+    a, pid, tid = lau["api_start_ns"].to_numpy(), lau["pid"].to_numpy(), lau["tid"].to_numpy()
+    nv = nvtx.loc[nvtx["end_ns"].notna()] if len(nvtx) else nvtx
+    if len(nv):
+        nv = nv.loc[nv["text"].fillna("").astype(str).str.contains(OPTIMIZER_RANGE).to_numpy()]
+    counts, gpus, parts = [], [], set()
+    for it in iterations.itertuples(index=False):
+        s, e = int(it.start_ns), int(it.end_ns)
+        i0, i1 = int(np.searchsorted(a, s, side="left")), int(np.searchsorted(a, e, side="right"))
+        mine = np.flatnonzero((pid[i0:i1] == it.pid) & (tid[i0:i1] == it.tid)) + i0
+        lo, hi, part = None, e, ""
+        if len(nv):
+            r = nv.loc[(nv["pid"].to_numpy() == it.pid) & (nv["tid"].to_numpy() == it.tid)
+                       & (nv["start_ns"].to_numpy() >= s) & (nv["end_ns"].to_numpy(dtype=np.int64) <= e)
+                       & ((nv["start_ns"].to_numpy() > s) | (nv["end_ns"].to_numpy(dtype=np.int64) < e))]
+            if len(r):
+                lo, hi = int(r["start_ns"].iloc[-1]), int(r["end_ns"].iloc[-1])
+                part = f"NVTX range '{r['text'].iloc[-1]}'"
+        if lo is None:
+            b = mine[back[mine]]
+            if not len(b):
+                continue
+            lo, part = int(a[b].max()) + 1, "after the last backward kernel"
+        inside = mine[(a[mine] >= lo) & (a[mine] <= hi)]
+        if fused[inside].any():
+            return None
+        sel = inside[elem[inside]]
+        counts.append(len(sel))
+        gpus.append(int(g[sel].sum()))
+        parts.add(part)
+    if not counts or np.median(counts) < min_kernels:
+        return None
+    return OptimizerLoop(iterations=len(counts), kernels=float(np.median(counts)), gpu_ns=int(np.median(gpus)),
+                         part=sorted(parts)[0])
