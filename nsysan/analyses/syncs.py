@@ -21,6 +21,12 @@ least the time from the point's end to that next start when the device is idle t
 time from the point's start to it. Drains are subsets of the device's idle time in the window, so
 they never exceed it; a host that does not wait queues the next work before the GPU runs dry.
 
+Its *cost* (the saving a finding claims) is the drain, at most the GPU work queued before the point
+(the device's busy time from the previous point's next operation on that thread, or the window's
+start, to the point's end): a host that runs ahead hides the refill behind the work it queued, and
+no more than that. A loop that waits for its input after a sync (the drain is the data loading) is
+charged only the step's GPU work, not the input wait.
+
 The call site of a point is its first call's own-code frame from Python backtraces (else CUDA
 backtraces: ``samples.site_calls``), else the API name.
 """
@@ -41,8 +47,8 @@ ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", 
                    "cuMemcpyDtoHAsync", "cuMemcpyAsync", "cuMemcpy2DAsync", "cuMemcpy3DAsync")  # blocking into pageable
 
 POINT_COLUMNS = ["pid", "tid", "iteration", "device_id", "start_ns", "end_ns", "wait_ns", "next_start_ns",
-                 "drain_start_ns", "drain_end_ns", "drain_ns", "calls", "api", "site", "source"]
-SITE_COLUMNS = ["site", "api", "source", "points", "calls", "per_iteration", "drain_ns", "other_thread"]
+                 "drain_start_ns", "drain_end_ns", "drain_ns", "queued_ns", "cost_ns", "calls", "api", "site", "source"]
+SITE_COLUMNS = ["site", "api", "source", "points", "calls", "per_iteration", "drain_ns", "cost_ns", "other_thread"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,9 @@ class Syncs:
 
     ``points``: one row per sync point (``POINT_COLUMNS``; ``iteration`` the iteration table's
     ``index``), by start; ``per_iteration``: per steady iteration (pid, tid, index, start_ns) its
-    ``calls``, ``points`` and ``drain_ns``; ``sites``: per call site (``SITE_COLUMNS``),
+    ``calls``, ``points``, ``drain_ns`` and ``cost_ns``; ``sites``: per call site (``SITE_COLUMNS``),
     most drain first; ``iterations``: the steady iterations, ``with_syncs`` those holding a point;
-    ``calls``/``drain_ns``: totals; ``source``: where the sites come from."""
+    ``calls``/``drain_ns``/``cost_ns``: totals; ``source``: where the sites come from."""
 
     points: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=POINT_COLUMNS))
     per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -62,6 +68,7 @@ class Syncs:
     with_syncs: int = 0
     calls: int = 0
     drain_ns: int = 0
+    cost_ns: int = 0
     source: str = "API names"
 
     @property
@@ -180,6 +187,38 @@ def _sites(calls: pd.DataFrame, site_calls: pd.DataFrame | None) -> tuple[np.nda
     return site, source
 
 
+def _queued(pts: pd.DataFrame, nx: np.ndarray, ops: pd.DataFrame, window: tuple[int, int]) -> np.ndarray:
+    """Per point, the device's busy time from the previous point of its thread (its next op start; its
+    end when it had none) or the window's start, to the point's end: the GPU work queued before it."""
+    from nsysan.analyses import intervals as iv
+
+    out = np.zeros(len(pts), dtype=np.int64)
+    od = ops["device_id"].to_numpy(np.int64)
+    end = pts["end_ns"].to_numpy(np.int64)
+    mark = np.where(nx >= 0, nx, end)
+    dev, pid, tid = (pts[c].to_numpy(np.int64) for c in ("device_id", "pid", "tid"))
+    for d in np.unique(dev).tolist():
+        sel = od == d
+        if not sel.any():
+            continue
+        ms, me = iv.merge(ops["start_ns"].to_numpy(np.int64)[sel], ops["end_ns"].to_numpy(np.int64)[sel])
+        cum = np.concatenate([[0], np.cumsum(me - ms)])
+        for p, t in set(zip(pid[dev == d].tolist(), tid[dev == d].tolist())):
+            rows = np.flatnonzero((dev == d) & (pid == p) & (tid == t))
+            rows = rows[np.argsort(end[rows], kind="stable")]
+            lo = np.concatenate([[window[0]], mark[rows][:-1]])
+            hi = end[rows]
+            out[rows] = np.maximum(_busy_before(ms, me, cum, hi) - _busy_before(ms, me, cum, lo), 0)
+    return out
+
+
+def _busy_before(ms: np.ndarray, me: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time of the merged intervals (ms, me) before each time t."""
+    k = np.searchsorted(ms, t, side="right")
+    part = np.where(k > 0, np.minimum(me[np.clip(k - 1, 0, None)], t) - ms[np.clip(k - 1, 0, None)], 0)
+    return cum[k - np.where(k > 0, 1, 0)] + np.where(k > 0, np.maximum(part, 0), 0)
+
+
 def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame, iterations: pd.DataFrame | None,
                  window: tuple[int, int], site_calls: pd.DataFrame | None = None) -> Syncs:
     """The sync points of the steady iterations of ``iterations`` (the iteration table: its rows
@@ -198,7 +237,7 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     calls = calls.loc[it >= 0].assign(iteration=it[it >= 0]).reset_index(drop=True)
     per_it_keys = its[["pid", "tid", "index", "start_ns"]].reset_index(drop=True)
     if len(calls) == 0:
-        return Syncs(per_iteration=per_it_keys.assign(calls=0, points=0, drain_ns=0),
+        return Syncs(per_iteration=per_it_keys.assign(calls=0, points=0, drain_ns=0, cost_ns=0),
                      iterations=n_its)
     calls = calls.assign(device_id=_devices(calls, ops))
     site, source = _sites(calls, site_calls)
@@ -222,11 +261,8 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
         before = k - 1
         has = before >= 0
         cover[rows[has]] = e_run[before[has]]
-    keep = nxt >= 0
-    calls = calls.assign(next_start_ns=nxt, cover_ns=cover).loc[keep].reset_index(drop=True)
-    if len(calls) == 0:
-        return Syncs(per_iteration=per_it_keys.assign(calls=0, points=0, drain_ns=0),
-                     iterations=n_its)
+    # a call after the device's last op (or on a device without ops) has no drain: next start -1
+    calls = calls.assign(next_start_ns=nxt, cover_ns=cover)
     # points: the calls of one thread sharing the next op start
     g = calls.groupby(["pid", "tid", "device_id", "next_start_ns"], sort=False)
     pts = g.agg(iteration=("iteration", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
@@ -247,23 +283,24 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     # point began (idle before it is the host's, not the wait's), to the next op start
     d_start = np.maximum(pts["start_ns"].to_numpy(np.int64), cov)
     d_start, d_end = np.clip(d_start, window[0], window[1]), np.clip(nx, window[0], window[1])
-    drain = np.maximum(d_end - d_start, 0)
+    drain = np.where(nx >= 0, np.maximum(d_end - d_start, 0), 0)
     d_start = np.where(drain > 0, d_start, d_end)
     # points of several threads before one op start: the drain counted once (the latest-ending point's)
     order = np.lexsort((d_start, pts["device_id"].to_numpy(np.int64), nx))
     dup = np.zeros(len(pts), dtype=bool)
     same = (np.diff(nx[order]) == 0) & (np.diff(pts["device_id"].to_numpy(np.int64)[order]) == 0)
-    dup[order[:-1][same]] = True  # all but the last-starting drain of an (op start, device)
+    dup[order[:-1][same & (nx[order][:-1] >= 0)]] = True  # all but the last-starting drain of an (op start, device)
     drain = np.where(dup, 0, drain)
     d_start = np.where(dup, d_end, d_start)
     wait = (end - pts["start_ns"].to_numpy(np.int64)).astype(np.int64)
-    pts = pts.assign(wait_ns=wait, drain_start_ns=d_start, drain_end_ns=d_end, drain_ns=drain)
+    queued = _queued(pts, nx, ops, window)
+    pts = pts.assign(wait_ns=wait, drain_start_ns=d_start, drain_end_ns=d_end, drain_ns=drain, queued_ns=queued, cost_ns=np.minimum(drain, queued))
     pts = pts.sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)[POINT_COLUMNS]
     # per iteration
     agg = pts.groupby("iteration", sort=True).agg(points=("start_ns", "size"), calls=("calls", "sum"),
-                                                  drain_ns=("drain_ns", "sum"))
-    per_it = per_it_keys.join(agg, on="index").fillna({"points": 0, "calls": 0, "drain_ns": 0})
-    per_it = per_it.astype({"points": "int64", "calls": "int64", "drain_ns": "int64"})
+                                                  drain_ns=("drain_ns", "sum"), cost_ns=("cost_ns", "sum"))
+    per_it = per_it_keys.join(agg, on="index").fillna({"points": 0, "calls": 0, "drain_ns": 0, "cost_ns": 0})
+    per_it = per_it.astype({"points": "int64", "calls": "int64", "drain_ns": "int64", "cost_ns": "int64"})
     # per site
     main_threads = {(int(p), int(t)) for p, t in zip(its["pid"], its["tid"])}
     other = np.array([(int(p), int(t)) not in main_threads for p, t in zip(pts["pid"], pts["tid"])], dtype=bool)
@@ -271,7 +308,7 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
              .groupby(["site", "source"], sort=False)
              .agg(api=("api", lambda s: " + ".join(dict.fromkeys(" + ".join(s.tolist()).split(" + ")))),
                   points=("start_ns", "size"), calls=("calls", "sum"), drain_ns=("drain_ns", "sum"),
-                  other_thread=("other_thread", "all"))
+                  cost_ns=("cost_ns", "sum"), other_thread=("other_thread", "all"))
              .reset_index())
     sites = sites.assign(per_iteration=sites["points"] / n_its)
     sites = sites.sort_values(["drain_ns", "points", "site"], ascending=[False, False, True],
@@ -280,4 +317,4 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     source = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
     return Syncs(points=pts, per_iteration=per_it, sites=sites, iterations=n_its,
                  with_syncs=int((per_it["points"] > 0).sum()), calls=int(pts["calls"].sum()),
-                 drain_ns=int(drain.sum()), source=source)
+                 drain_ns=int(drain.sum()), cost_ns=int(pts["cost_ns"].sum()), source=source)
