@@ -79,7 +79,13 @@ def check(ctx: Any, *, min_iter_share: float, min_share: float) -> Iterator[Find
 
 
 def advice(p: Program) -> str:
-    """No waits inside the step, in the program's terms."""
+    """No waits inside the step, in the program's terms (an inference loop needs each result: it
+    overlaps reading one with queueing the next)."""
+    if p.kind == "inference":
+        return ("Queue the next request before reading this one's result: launch step k+1, then read step k's output "
+                "(a device-to-host copy into pinned memory, ``non_blocking=True`` in PyTorch, read after an event; "
+                "``jax.device_get`` after dispatching the next step in JAX); keep data-dependent sizes on the GPU "
+                "(``torch.where``/masks instead of boolean indexing) and read metrics every N steps.")
     if p.torch:
         return ("Keep the host from waiting inside the step: replace boolean indexing (``x[mask]``, ``nonzero``, "
                 "``masked_select``, ``torch.unique``) with ``torch.where(mask, x, 0)`` or masked arithmetic "
