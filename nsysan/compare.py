@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 
 from nsysan.errors import UsageError
-from nsysan.saved import SAVED_SHAPE, validate_saved  # noqa: F401  (SAVED_SHAPE: its former home)
-from nsysan.saved import loads_saved
+from nsysan.saved import SAVED_SHAPE, loads_saved, validate_saved  # noqa: F401  (SAVED_SHAPE: its former home)
 
 MIN_SAMPLES = 5
 ALPHA = 0.01
@@ -549,7 +548,6 @@ def _iqr(v: np.ndarray) -> float | None:
 # -- names ---------------------------------------------------------------------------------------
 
 from nsysan.report.names import ELLIPSIS, short_names  # noqa: E402,F401  (their former home)
-
 
 # -- the gate ------------------------------------------------------------------------------------
 

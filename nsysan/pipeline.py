@@ -403,8 +403,11 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
 def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> dict[str, Any]:
     """What ``nsysan analyze`` prints of an analysis (``report.terminal.print_summary``), and what a
     run of many traces collects per trace: plain values."""
+    from nsysan.trace.db import launched_program
+
     st = a.iterations.stats
-    return {"trace": trace_path, "seconds": seconds, "outputs": outputs,
+    # the program the trace recorded (only traces of one program are ranks of one job: a straggler)
+    return {"trace": trace_path, "seconds": seconds, "outputs": outputs, "program": launched_program(Path(trace_path)),
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
                        "per_iteration_ns": f.per_iteration_ns, "title": f.title, "message": f.message,

@@ -107,11 +107,18 @@ def test_jit_compile_gap_is_not_ranked_as_host_bound():
     assert comp and comp[0][1] - comp[0][0] > 200_000_000
     lo, hi = comp[0]
     a = corpus_analysis(name)
-    for f in a.findings:
-        if f.rule == "host-bound-gap" and f.impact_ns > 0:
-            # a ranked host-bound finding claims no nanosecond of the compile
-            cs, ce = f.claims
-            assert not ((cs < hi) & (ce > lo)).any()
+    if len(a.iterations.table):
+        for f in a.findings:
+            if f.rule == "host-bound-gap" and f.impact_ns > 0:
+                # in a loop, a ranked host-bound finding claims no nanosecond of the compile
+                cs, ce = f.claims
+                assert not ((cs < hi) & (ce > lo)).any()
+    else:
+        # a run with no loop (issue 48: one-shot programs): its one-time costs are its cost, the compile
+        # among them, costed and given the one-time fix (cache compiled kernels, warm up first)
+        f = next(f for f in a.findings if f.rule == "host-bound-gap")
+        cs, ce = f.claims
+        assert ((cs < hi) & (ce > lo)).any() and "one-time cost" in f.suggestion and "compile" in f.message
 
 
 # 2. savings never overlap and never exceed their window

@@ -108,14 +108,19 @@ def test_sub_microsecond_ranges_are_rejected():
     steps = [(i * 10_000, i * 10_000 + 200) for i in range(20)]
     kern = [[(s + 50, s + 600)] for s, _ in steps]  # 550 ns of GPU work: the whole iteration < 1 us
     it = analyze(F.make_trace(**_loop(steps, kern)), rules=False).iterations
-    assert it.range_name is None and it.steady is None
     assert {c["verdict"] for c in it.candidates} == {"shorter than 1 us"}
+    # the range is not the iteration; the GPU work still repeats (one kernel every 10 us): the loop
+    # inferred from it, whose period is the kernels' spacing
+    assert it.how.startswith("inferred") and it.range_name != "step"
+    assert it.stats["period_p50_ns"] == 10_000
 
 
-def test_no_iteration_means_the_whole_capture_is_judged():
+def test_no_iteration_means_the_gpu_active_part_is_judged():
     a = analyze(F.make_trace(kernels=F.kernels([(0, 1_000, 7), (5_000, 9_000, 7)])), rules=False)
-    assert a.iterations.range_name is None and a.steady == a.capture
-    assert "whole capture" in a.iterations.why
+    assert a.iterations.range_name is None
+    # two kernels, nothing repeats: the window is the first kernel's start to the last one's end
+    assert (a.steady.start_ns, a.steady.end_ns, a.steady.label) == (0, 9_000, "GPU-active part")
+    assert "GPU-active part" in a.iterations.why
 
 
 def test_unknown_iteration_range_is_a_usage_error_listing_candidates():

@@ -82,6 +82,16 @@ def first_match(table_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
     return np.where(hit, order[pc], -1)
 
 
+def launched(ops: pd.DataFrame) -> np.ndarray:
+    """Which ops have their launching call in the trace (``attach_launch_calls``: api_name set; the
+    call's start is -1 where it is missing, and a real call's time may be negative in a test trace)."""
+    if "api_name" in ops.columns:
+        return ops["api_name"].notna().to_numpy()
+    if "api_start_ns" in ops.columns:
+        return ops["api_start_ns"].to_numpy() != -1
+    return np.zeros(len(ops), dtype=bool)
+
+
 def with_launch_calls(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """``ops`` with the launching-call columns: as given when ``gpu_ops`` already joined them."""
     return ops if "api_start_ns" in ops.columns else attach_launch_calls(trace, ops)

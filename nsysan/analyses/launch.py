@@ -24,7 +24,6 @@ from nsysan.analyses.frames import category_mask, compact, filled, name_in, sort
 from nsysan.analyses.join import with_launch_calls
 from nsysan.trace.model import Trace, as_column
 
-
 GRAPH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver (``_v10000``, ``_ptsz`` ...)
 GRAPH_NAME = "[CUDA graph]"  # a graph launch traced at node level (the export does not name its graph)
 COLUMNS = ["start_ns", "end_ns", "gpu_ns", "device_id", "stream_id", "pid", "tid", "correlation_id", "name", "op",

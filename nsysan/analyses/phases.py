@@ -29,6 +29,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.gpu import Window
+from nsysan.analyses.join import launched
 
 CAUSE_ORDER = ("host", "sync", "dependency", "launch", "other", "short gaps")
 MAX_FILLED = 6
@@ -88,10 +89,10 @@ def phases(capture: Window, ops: pd.DataFrame, active: Window, judged: Window, b
     busy = min(max(busy, 0), span)
     idle = _idle_by_cause(gaps, dev, w0, w1, span - busy)
     main = None
-    if "tid" in ops.columns and "api_start_ns" in ops.columns:
-        launched = ops.loc[ops["api_start_ns"].to_numpy() >= 0]
-        if len(launched):
-            first = launched.iloc[int(np.argmin(launched["start_ns"].to_numpy()))]
+    if "tid" in ops.columns:
+        done = ops.loc[launched(ops)]
+        if len(done):
+            first = done.iloc[int(np.argmin(done["start_ns"].to_numpy()))]
             main = (int(first["pid"]), int(first["tid"]))
     filled = _startup_filled(cuda_api, osrt, c0, g0, main)
     return Phases(capture, Window(g0, g1, "GPU-active part"), Window(w0, w1, judged.label), dev,

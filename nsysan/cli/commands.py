@@ -40,12 +40,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from nsysan.report.cross import cross_summary
     from nsysan.report.terminal import print_cross
 
-    from pathlib import Path
-
-    from nsysan.trace.db import launched_program
-
-    # the program each trace recorded: only traces of one program are ranks of one job (a straggler)
-    cs = cross_summary([{**r, "program": launched_program(Path(r["trace"]))} for r in results])
+    cs = cross_summary(results)  # each result names its program (pipeline.summary): ranks of one job
     print_cross(cs)
     if args.out_dir:
         pipeline.write_cross(cs, args.out_dir, html=not args.no_html, force=args.force, protect=protect,

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.libranges import library_of
 from nsysan.analyses.gpu import in_window
+from nsysan.analyses.libranges import library_of
 
 ONE_TIME_OUTLIER = 20.0  # a gap this many times its group's median is a one-time cost, not a loop's
 # activities that are setup by their nature (JIT compiles, module loads, initialisation, autotuning)

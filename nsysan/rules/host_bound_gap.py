@@ -50,6 +50,7 @@ from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
 from nsysan.units import fmt_ns
 
+
 def blocked_advice(p: Program) -> str:
     """The fix when the submitting thread was blocked, not busy: feed it sooner, in the program's terms."""
     feed = ("more input workers producing ahead of the loop (PyTorch ``DataLoader(num_workers=..., prefetch_factor=..., "
@@ -143,7 +144,9 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
         parts = _doing(activity_time(full, ctx.a.gap_activity, rec_rows), total)
         state, blocked = _running_or_blocked(ctx, rec, g_st, cut)
         share = _input_share(ctx, rec)
-        extra: dict[str, str] = {"suggestion": blocked_advice(of(ctx.a))} if blocked else {}
+        extra: dict[str, str] = ({"suggestion": blocked_advice(of(ctx.a))} if blocked else
+                                 {"suggestion": ONE_TIME_FIX, "title": "One-time CPU work left the GPU idle"} if one_shot
+                                 else {})
         if share >= INPUT_MIN:
             extra = {"suggestion": input_advice(of(ctx.a)), "title": "Input pipeline on the training thread"}
             state += (f" The input pipeline ran on the submitting thread in these gaps: {share:.0%} of the Python "

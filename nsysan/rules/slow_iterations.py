@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import ONE_TIME_NAMES
 from nsysan.units import fmt_ns
@@ -36,9 +37,7 @@ ADVICE = {
     "new kernels": ("New kernels or set-up calls (module loads, library handles) appear in these iterations: code that "
                     "runs for the first time mid-run (lazy module loading: run every code path in the warm-up, or set "
                     "``CUDA_MODULE_LOADING=EAGER``), or new input shapes that re-trigger autotuning or recompilation: use "
-                    "fixed or bucketed shapes (pad to a few sizes); with PyTorch, ``torch.backends.cudnn.benchmark = "
-                    "False`` when shapes vary and ``torch.compile(dynamic=True)`` (or ``torch._dynamo.mark_dynamic``) for a "
-                    "compiled model; with JAX, pad to a few shapes so the jitted step is not recompiled."),
+                    "fixed or bucketed shapes (pad to a few sizes)."),
     "file I/O": ("These iterations spend their extra time in file I/O (a checkpoint, logging): write from a background "
                  "thread or process (asynchronous checkpointing: copy the state to the host, then save outside the "
                  "loop), and less often."),
@@ -51,6 +50,16 @@ ADVICE = {
     "allocation": ("These iterations allocate device memory: the allocator grows or a buffer is created mid-run; "
                    "allocate it before the loop and keep shapes fixed."),
 }
+
+
+SHAPES = {"torch": (" With PyTorch, ``torch.backends.cudnn.benchmark = False`` when shapes vary and "
+                    "``torch.compile(dynamic=True)`` (or ``torch._dynamo.mark_dynamic``) for a compiled model."),
+          "jax": " With JAX, pad to a few shapes so the jitted step is not recompiled."}
+
+
+def new_kernels_advice(p: Program) -> str:
+    """The advice for iterations with new kernels, in the program's terms (PyTorch's and JAX's only for them)."""
+    return ADVICE["new kernels"] + (SHAPES["torch"] if p.torch else "") + (SHAPES["jax"] if p.jax else "")
 
 
 @rule("slow-iterations", "Slow iterations in the middle of the run", min_share=0.05)
@@ -78,7 +87,9 @@ def check(ctx: Any, *, min_share: float) -> Iterator[Finding]:
     if s.periodic:
         every = sorted(set(s.periodic.values()))
         periodic = f" They recur every {', '.join(str(e) for e in every)} iterations."
-    advice = " ".join(ADVICE.get(c, ADVICE["extra work"]) if not c.startswith("start of each") else
+    prog = of(ctx.a)
+    advice = " ".join((new_kernels_advice(prog) if c == "new kernels" else ADVICE.get(c, ADVICE["extra work"]))
+                      if not c.startswith("start of each") else
                       f"The first iteration of each {c[len('start of each '):]} does that range's own set-up: "
                       "count it as that range's cost, or move the set-up off the loop."
                       for c in by.index[:2])

@@ -55,7 +55,8 @@ def advice(p: Program) -> str:
         return ("Untraced CPU work before the first kernel is mostly imports and model building: measure the imports "
                 "with ``python -X importtime``, build the model on the GPU (``torch.device('cuda')`` as the default "
                 "device, weights loaded with ``safetensors`` straight to it), keep ``torch.compile``'s cache between "
-                "runs (``TORCHINDUCTOR_CACHE_DIR``), and start DataLoader workers once (``persistent_workers=True``). "
+                "runs (``TORCHINDUCTOR_CACHE_DIR``)"
+                + (", and start DataLoader workers once (``persistent_workers=True``). " if p.training else ". ")
                 + alone.format(start="``torch.cuda.profiler.start()``", stop="``stop()``"))
     if p.jax:
         return ("Before the first kernel JAX imports, initialises its backend and compiles: keep compiled executables "

@@ -60,9 +60,9 @@ bounded by what the file can hold (``Database.row_bound``): one row at rowid 2^6
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 BASE = 200 << 20  # interpreter, imports, the report's fixed parts

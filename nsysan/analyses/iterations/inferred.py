@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.join import launched
+
 INFERRED_NAME = "GPU-inferred step"
 INFERRED_HOW = "inferred (from the GPU work: no NVTX range of the program's own repeats)"
 MIN_REPEATS = 3
@@ -93,15 +95,15 @@ def symbol_names(ops: pd.DataFrame) -> list[str]:
     the first node of a CUDA Graph launch traced per node."""
     names = ([str(x) for x in ops["name"].cat.categories] if isinstance(ops["name"].dtype, pd.CategoricalDtype)
              else [str(x) for x in pd.factorize(ops["name"].astype(str))[1]])
-    return names + [f"[CUDA graph launch: {x}, ...]" for x in names]
+    return names + [f"[CUDA graph launch: {x}, ...]" for x in names] + ["[unnamed]"]
 
 
 def launch_streams(ops: pd.DataFrame) -> list[_Stream]:
     """One stream of launches per process (ops with their launching call), in issue order."""
     if len(ops) == 0 or "api_start_ns" not in ops.columns:
         return []
-    n_names = len(symbol_names(ops)) // 2
-    ok = ops["api_start_ns"].to_numpy() >= 0
+    n_names = (len(symbol_names(ops)) - 1) // 2
+    ok = launched(ops)
     names = ops["name"]
     codes = (names.cat.codes.to_numpy() if isinstance(names.dtype, pd.CategoricalDtype)
              else pd.factorize(names.astype(str))[0]).astype(np.int64)
@@ -126,6 +128,9 @@ def launch_streams(ops: pd.DataFrame) -> list[_Stream]:
     if "api_name" in ops.columns:  # a graph launch traced per node: its own symbol, not its first kernel's
         graph = ops["api_name"].astype(str).str.contains("GraphLaunch", regex=False).to_numpy()[ok][order][cuts]
         codes = np.where(graph & (codes >= 0), codes + n_names, codes)
+    codes = np.where(codes < 0, 2 * n_names, codes)  # an op without a name: one symbol of its own
+    if len(pid) == 0:
+        return []
     out = []
     bounds = np.flatnonzero(np.concatenate([[True], pid[1:] != pid[:-1], [True]]))
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
