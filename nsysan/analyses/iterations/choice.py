@@ -14,6 +14,7 @@ from nsysan.analyses.frames import one_key
 from nsysan.analyses.iterations.facts import _Facts
 from nsysan.analyses.iterations.nesting import _outer_or_inner
 from nsysan.analyses.libranges import library_of, xla_module
+from nsysan.analyses.recorder_ranges import added_by_recorder
 from nsysan.errors import UsageError
 
 MIN_INSTANCES = 3
@@ -181,7 +182,7 @@ def _candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
              "threads": int(stats["threads"][j]),
              "median_ns": int(stats["median_lat"][j]), "total_ns": int(stats["total"][j]),
              "depth": float(stats["median_depth"][j]), "with_gpu_frac": round(with_gpu, 4),
-             "gpu_coverage": 0.0, "library": lib, "verdict": ""}
+             "gpu_coverage": 0.0, "library": lib, "verdict": "", "recorder": added_by_recorder(domain)}
         basic = (c["per_thread_max"] >= MIN_INSTANCES and not (gpu_recorded and with_gpu < 0.5)
                  and c["median_ns"] >= (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS))
         if lib is not None:
@@ -235,6 +236,12 @@ def _pick(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = None,
                 c["verdict"] = "chosen (option)"
         return chosen, "option", cands, facts
     ok = [c for c in cands if not c["verdict"]]
+    if any(not c["recorder"] for c in ok) and any(c["recorder"] for c in ok):
+        # the ranges nsysan profile --annotate added are the iteration only where the program has none
+        for c in ok:
+            if c["recorder"]:
+                c["verdict"] = "added by the recorder (nsysan profile --annotate): the program's own ranges come first"
+        ok = [c for c in ok if not c["recorder"]]
     if gpu_recorded:
         best = max((c["gpu_coverage"] for c in ok), default=0.0)
         if best < MIN_COVERAGE:
@@ -334,7 +341,9 @@ def _why_chosen(chosen: str, how: str, cands: list[dict[str, Any]], n: int, gpu_
     else:
         c = next(c for c in cands if c["name"] == chosen)
         subs = [x["name"] for x in cands if x["verdict"].startswith(f"a sub-step of {chosen!r}")]
-        why = (f"'{chosen}': the most repeated range of the program's own that launched "
+        why = (f"'{chosen}': the most repeated of the ranges the recorder added (nsysan profile --annotate; not "
+               f"written in the program), launching {c['gpu_coverage']:.0%} of the GPU time" if c.get("recorder") else
+               f"'{chosen}': the most repeated range of the program's own that launched "
                f"{c['gpu_coverage']:.0%} of the GPU time" if gpu_recorded else
                f"'{chosen}': the most repeated range of the program's own (no GPU activity was recorded)")
         if subs:

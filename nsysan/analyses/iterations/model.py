@@ -15,6 +15,7 @@ from nsysan.analyses.iterations.inferred import INFERRED_HOW, INFERRED_LEAD, INF
 from nsysan.analyses.iterations.levels import _levels
 from nsysan.analyses.iterations.nesting import _pushpop, encloses_same
 from nsysan.analyses.iterations.timing import _helper_thread_work, _iteration_stats, _sequence_columns, _sequences
+from nsysan.analyses.recorder_ranges import RECORDER_DOMAIN, STEP, added_by_recorder, iteration_steps, recorder_text
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
                               why + ": the GPU-active part of the capture is judged")
         return _build(found.instances, INFERRED_NAME, INFERRED_HOW, warmup_factor, owned, threads, regions,
                       cands, found.why, 0, inferred=found.loops)
-    it = rg.loc[rg["name"] == chosen]
+    it = _recorder_steps(rg.loc[rg["name"] == chosen], rg)
     # an instance around later instances of itself (an outer 'train_step' around the next 14) is a
     # region that encloses iterations, not one: the innermost instances are the iterations
     outer = encloses_same(it["pid"].to_numpy().astype(np.int64), it["tid"].to_numpy().astype(np.int64),
@@ -74,6 +75,19 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
     out = _build(it, chosen, how, warmup_factor, owned, threads, regions, cands, why, enclosing)
     substeps, levels = _levels(out.table, rg, chosen, facts)
     return replace(out, substeps=substeps, levels=levels)
+
+
+def _recorder_steps(it: pd.DataFrame, rg: pd.DataFrame) -> pd.DataFrame:
+    """The recorder's ``step`` instances that are iterations (``recorder_ranges.iteration_steps``: the
+    one nsys closed at the capture's end, which no optimizer step ended, left out); other ranges as given."""
+    if not len(it) or "domain" not in it.columns or not added_by_recorder(str(it["domain"].iloc[0])):
+        return it
+    if recorder_text(str(it["name"].iloc[0]), str(it["domain"].iloc[0])) != STEP:
+        return it
+    rec = rg.loc[(rg["domain"].astype(str) == RECORDER_DOMAIN).to_numpy()]
+    frame = rec.assign(text=[recorder_text(str(n), RECORDER_DOMAIN) for n in rec["name"].tolist()])
+    keep = iteration_steps(frame).index
+    return it.loc[it.index.isin(keep)] if len(keep) else it
 
 
 def _build(it: pd.DataFrame, chosen: str, how: str, warmup_factor: float, owned: pd.DataFrame | None,
