@@ -9,10 +9,12 @@ Truth by plain SQL on each export (``sqltruth``), independent of nsysan's tables
   correlation id) is a synchronous copy call, or an asynchronous one into pageable memory
   (``dstKind`` 0);
 * its iteration: a steady iteration of nsysan's iteration table (the model tested elsewhere) of its
-  process holding the call's start, its own thread's when that thread runs iterations;
+  process whose CPU range [start, start + cpu_ns) holds the call's start, its own thread's when that
+  thread runs iterations;
 * its device: its copy's, else the device of the last GPU op its thread launched before it, else its
   process's most used one; the next op start: the first GPU op start at or after its end on that
-  device (all GPU op tables); a point: the calls of one thread with the same next op start;
+  device (all GPU op tables); a point: the calls of one thread in one iteration with the same next op
+  start;
 * its drain lies between (next start - point end), when the device is idle at the point's end, and
   (next start - point start); the drains of a window never exceed the device's idle time there (the
   window's length minus the union of its GPU ops).
@@ -118,7 +120,7 @@ def test_syncs_against_sql(name: str, analysis) -> None:
     # iterations: per sequence (pid, tid) its steady rows
     seqs = defaultdict(list)
     for r in steady_its.itertuples():
-        seqs[(int(r.pid), int(r.tid))].append((int(r.start_ns), int(r.end_ns), int(r.index)))
+        seqs[(int(r.pid), int(r.tid))].append((int(r.start_ns), int(r.start_ns) + int(r.cpu_ns), int(r.index)))
     per_it = defaultdict(int)
     mine = []
     for c in syncs:
@@ -161,9 +163,10 @@ def test_syncs_against_sql(name: str, analysis) -> None:
         c["next"] = lst[k][0] if k < len(lst) else -1
     points = defaultdict(list)
     for c in mine:
-        points[(c["pid"], c["tid"], c["device"], c["next"])].append(c)
+        points[(c["pid"], c["tid"], c["device"], c["next"], c["iteration"])].append(c)
     assert len(s.points) == len(points), name
-    got_pts = {(int(r.pid), int(r.tid), int(r.device_id), int(r.next_start_ns)): r for r in s.points.itertuples()}
+    got_pts = {(int(r.pid), int(r.tid), int(r.device_id), int(r.next_start_ns), int(r.iteration)): r
+               for r in s.points.itertuples()}
     assert set(got_pts) == set(points), name
     w0, w1 = a.steady.start_ns, a.steady.end_ns
     by_next = defaultdict(list)
@@ -198,7 +201,7 @@ def test_syncs_against_sql(name: str, analysis) -> None:
         assert int(s.points.loc[s.points["device_id"] == dev, "drain_ns"].sum()) <= idle, name
     f = [f for f in a.findings if f.rule == "hidden-syncs"]
     if f:
-        assert 0 < f[0].impact_ns <= s.cost_ns <= s.drain_ns
+        assert 0 <= f[0].impact_ns <= s.cost_ns <= s.drain_ns  # 0: other findings claimed that time first
         assert s.with_syncs >= 0.5 * s.iterations
         n = len(points) / s.iterations
         assert f"synchronizes {'once' if round(n) == 1 else 'twice' if round(n) == 2 else f'{n:.0f} times'}" \

@@ -11,8 +11,8 @@ once the copy is done). PyTorch's ``.item()``, ``.cpu()``, ``print(tensor)``, ``
 ``nonzero``, boolean-mask indexing and ``torch.unique`` each make one (a pageable ``cudaMemcpyAsync``
 then a ``cudaStreamSynchronize``).
 
-A *sync point* is the calls of one thread after which the same GPU operation is the next to start on
-the device (the copy and the synchronize of one ``.item()`` are one point). Its *drain* is the GPU
+A *sync point* is the calls of one thread in one iteration after which the same GPU operation is the
+next to start on the device (the copy and the synchronize of one ``.item()`` are one point). Its *drain* is the GPU
 idle time that follows it while the host refills the queue: the device's idle time from when the
 awaited work finished (the end of the last GPU operation before the point's end; never before the
 point began: idle time before the wait is the host's) to the start of the next GPU operation on that
@@ -148,8 +148,8 @@ def _devices(calls: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
 
 def _iteration_of(calls: pd.DataFrame, steady_its: pd.DataFrame) -> np.ndarray:
     """Each call's steady iteration (the table's ``index``; -1 outside every one): one of its own
-    thread's when that thread runs iterations, else its process's (lowest thread id first) holding
-    the call's start."""
+    thread's when that thread runs iterations, else its process's (lowest thread id first) whose CPU
+    range (start, start + cpu_ns) holds the call's start."""
     out = np.full(len(calls), -1, dtype=np.int64)
     if len(steady_its) == 0 or len(calls) == 0:
         return out
@@ -159,7 +159,9 @@ def _iteration_of(calls: pd.DataFrame, steady_its: pd.DataFrame) -> np.ndarray:
     for pid, tid in seqs:
         g = steady_its.loc[(steady_its["pid"].to_numpy() == pid) & (steady_its["tid"].to_numpy() == tid)]
         g = g.sort_values("start_ns", kind="stable")
-        s, e, idx = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64), g["index"].to_numpy(np.int64)
+        s, idx = g["start_ns"].to_numpy(np.int64), g["index"].to_numpy(np.int64)
+        # its CPU range (the table's end is the completion, which overlaps the next iteration's start)
+        e = s + g["cpu_ns"].to_numpy(np.int64) if "cpu_ns" in g.columns else g["end_ns"].to_numpy(np.int64)
         cand = (cp == pid) & (out < 0) & np.array([(pid, t) not in own or t == tid for t in ct.tolist()], dtype=bool)
         rows = np.flatnonzero(cand)
         if len(rows) == 0:
@@ -264,16 +266,17 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     # a call after the device's last op (or on a device without ops) has no drain: next start -1
     calls = calls.assign(next_start_ns=nxt, cover_ns=cover)
     # points: the calls of one thread sharing the next op start
-    g = calls.groupby(["pid", "tid", "device_id", "next_start_ns"], sort=False)
-    pts = g.agg(iteration=("iteration", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
+    g = calls.groupby(["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False)
+    pts = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
                 cover_ns=("cover_ns", "max"), calls=("api", "size"),
                 api=("api", lambda s: " + ".join(dict.fromkeys(s.tolist()))),
                 site=("site", "first"), source=("source", "first")).reset_index()
     # a site named by a backtrace wins over an API name within the point
     named = calls.loc[calls["source"].to_numpy() != "api"].groupby(
-        ["pid", "tid", "device_id", "next_start_ns"], sort=False).agg(s=("site", "first"), src=("source", "first"))
+        ["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False).agg(s=("site", "first"),
+                                                                                 src=("source", "first"))
     if len(named):
-        key = pd.MultiIndex.from_frame(pts[["pid", "tid", "device_id", "next_start_ns"]])
+        key = pd.MultiIndex.from_frame(pts[["pid", "tid", "device_id", "next_start_ns", "iteration"]])
         hit = named.reindex(key)
         has = hit["s"].notna().to_numpy()
         pts = pts.assign(site=np.where(has, hit["s"].to_numpy(), pts["site"].to_numpy()),
