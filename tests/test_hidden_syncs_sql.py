@@ -60,7 +60,7 @@ def _calls(conn: sqlite3.Connection) -> dict[tuple[int, int, int], dict]:
 def truth_syncs(conn: sqlite3.Connection) -> list[dict]:
     """Every sync call: pid, tid, start, end, device (-1: a synchronize)."""
     calls = _calls(conn)
-    out = [dict(pid=p, tid=t, start=c["start"], end=c["end"], device=-1)
+    out = [{"pid": p, "tid": t, "start": c["start"], "end": c["end"], "device": -1}
            for (p, t, _), c in calls.items() if c["name"] in SYNC]
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables(conn):
         by_corr = {(p, k): (t, c) for (p, t, k), c in calls.items() if k >= 0}
@@ -71,7 +71,7 @@ def truth_syncs(conn: sqlite3.Connection) -> list[dict]:
                 continue
             t, c = hit
             if c["name"] in COPY_SYNC or (c["name"] in COPY_ASYNC and dst == 0):
-                out.append(dict(pid=(gp >> 24) & M24, tid=t, start=c["start"], end=c["end"], device=dev))
+                out.append({"pid": (gp >> 24) & M24, "tid": t, "start": c["start"], "end": c["end"], "device": dev})
     return out
 
 

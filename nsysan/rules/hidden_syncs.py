@@ -66,9 +66,9 @@ def check(ctx: Any, *, min_iter_share: float, min_share: float) -> Iterator[Find
                            f"for the GPU ({s.calls} calls) in {s.with_syncs} of the {s.iterations} steady iterations."
                            + where + "; ".join(sites) + more + "."
                            + f" After each the GPU sat idle while the host refilled its queue: "
-                           f"{fmt_ns(int(round(s.drain_ns / s.iterations)))} a step ({fmt_ns(int(s.drain_ns))}, "
+                           f"{fmt_ns(round(s.drain_ns / s.iterations))} a step ({fmt_ns(int(s.drain_ns))}, "
                            f"{fmt_pct(s.drain_ns / w.dur_ns)} of the {w.label})"
-                           + (f"; a host that runs ahead hides {fmt_ns(int(round(s.cost_ns / s.iterations)))} a step of "
+                           + (f"; a host that runs ahead hides {fmt_ns(round(s.cost_ns / s.iterations))} a step of "
                               "it behind the GPU work it queued before each sync (the rest is the host's own time)"
                               if s.cost_ns < 0.9 * s.drain_ns else "") + "."),
                   evidence=tuple({"site": str(r["site"]), "api": str(r["api"]), "source": str(r["source"]),
