@@ -103,7 +103,10 @@ def test_public_nccl_export_reads_as_one_exposed_all_reduce():
     assert not [x for x in a.findings if x.rule == "exposed-communication"]
     # communicator set-up is NCCL's own range, never the iteration nor a ranked finding
     assert "NCCL:ncclCommInitRank" in set(a.nccl_calls["name"])
-    assert all("CommInit" not in x.message for x in a.findings if x.impact_ns > 0)
+    # the communicator's set-up is never a loop's cost; in a run with no loop (issue 48: its one-time
+    # costs are its cost) it may be named, as one-time work with the one-time fix
+    assert all("CommInit" not in x.message or ("one-time" in x.suggestion and not len(a.iterations.table))
+               for x in a.findings if x.impact_ns > 0)
 
 
 def test_iteration_breakdown_adds_up_and_splits_compute_comm_idle():

@@ -291,7 +291,9 @@ def test_gap_classes_count_the_samples_in_their_gaps():
     sync = classes["cuda_api:cudaDeviceSynchronize"]
     assert sync.attributed and sync.samples >= 10
     f = next(f for f in a.findings if f.rule == "host-bound-gap")
-    assert "Per gap class: " in f.message and "cuda_api:cudaDeviceSynchronize: " in f.message
+    # the synchronize time is named among what the thread did (its own class only where the counted gaps
+    # of the window hold it: in the inferred loop's steady state they are mostly untraced CPU work)
+    assert "cuda_api:cudaDeviceSynchronize: " in f.message
 
 
 # -- Python samples: the steady loop ------------------------------------------------------------------
@@ -363,7 +365,12 @@ def test_missing_inputs_name_their_flags(analysis, fixture_dir, name):
         if m["input"] in FLAGS:
             assert FLAGS[m["input"]] in m["flag"]
     cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
-    lost = con.execute("SELECT count(*) - count(binaryData) FROM NVTX_EVENTS WHERE eventType = 34").fetchone()[0] \
+    # Python samples are marks (eventType 34) in nsys's Python domains; a mark of another domain (the
+    # recorder's 'item FILE:LINE' of nsysan profile --annotate) carries no frames and none are lost
+    lost = con.execute(
+        "SELECT count(*) - count(e.binaryData) FROM NVTX_EVENTS e WHERE e.eventType = 34 AND EXISTS (SELECT 1 FROM "
+        "NVTX_EVENTS d LEFT JOIN StringIds s ON s.id = d.textId WHERE d.eventType = 75 AND d.domainId = e.domainId "
+        "AND (d.globalTid >> 24) = (e.globalTid >> 24) AND coalesce(d.text, s.value) LIKE 'Python %')").fetchone()[0] \
         if "binaryData" in cols else 0
     assert ("python_frames" in {m["input"] for m in missing}) == bool(lost)
     d = json.loads(a.to_json())["samples"]

@@ -145,8 +145,11 @@ def test_fixes_are_graded_ranked_and_shown_in_that_order(case, tmp_path, capsys)
     path, a = case
     w = a.steady.dur_ns
     fs = a.findings
-    # measured savings first, largest first; then the findings without a time estimate, by severity
-    keys = [(f.impact_ns <= 0, -f.impact_ns, -int(f.severity)) for f in fs]
+    # savings of 1% or more first, largest first; summaries covering a quarter of the window; the
+    # smaller savings; then the findings without a time estimate, by severity (tests/ranking.py)
+    from ranking import finding_key
+
+    keys = [finding_key(f) for f in fs]
     assert keys == sorted(keys)
     for f in fs:
         if f.impact_ns > 0 and w > 0:

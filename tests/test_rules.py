@@ -70,8 +70,10 @@ def test_impact_has_the_right_order_of_magnitude(step, rule_id, nxt, analysis):
 
 
 def test_findings_sorted_by_impact(analysis):
+    from ranking import finding_key
+
     f = analysis("ladder_baseline").findings
-    assert [x.impact_ns for x in f] == sorted((x.impact_ns for x in f), reverse=True)
+    assert [finding_key(x) for x in f] == sorted(finding_key(x) for x in f)
 
 
 def test_findings_shape(analysis):
