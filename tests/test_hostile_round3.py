@@ -379,10 +379,6 @@ def test_invisible_characters_before_a_formula_are_neutralised_in_csv(case):
 
 # -- 6: nsysan profile's failures, each to its documented code ---------------------------------------
 
-PROFILE_PENDING = pytest.mark.xfail(strict=True, reason="issue 54 item 6: needs record/profile.py and "
-                                    "cli/commands.cmd_profile, which another change owns")
-
-
 def _profile(tmp_path: Path, fixture_dir: Path, mode: str, out: str = "t") -> subprocess.CompletedProcess[str]:
     from test_inputs_profile import FAKE_NSYS, fake_nsys
 
@@ -398,14 +394,12 @@ def _profile(tmp_path: Path, fixture_dir: Path, mode: str, out: str = "t") -> su
     return r
 
 
-@PROFILE_PENDING
 @pytest.mark.parametrize("mode", ["none", "exit3"])
 def test_profile_without_a_trace_is_exit_12(tmp_path, fixture_dir, mode):
     r = _profile(tmp_path, fixture_dir, mode)
     assert r.returncode == 12 and "t.sqlite" in r.stderr and "error:" in r.stderr, r.stderr
 
 
-@PROFILE_PENDING
 def test_profile_output_name_over_255_bytes_is_exit_12(tmp_path, fixture_dir):
     r = _profile(tmp_path, fixture_dir, "ok", out="n" * random.Random(f"{SEED}-name").randint(256, 400))
     assert r.returncode == 12 and "255 bytes" in r.stderr and len(r.stderr.strip().splitlines()) <= 2, r.stderr

@@ -244,6 +244,26 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     calls = calls.assign(device_id=_devices(calls, ops))
     site, source = _sites(calls, site_calls)
     calls = calls.assign(site=site, source=source)
+    calls = _next_ops(calls, ops)
+    pts = _points(calls)
+    pts, drain = _drains(pts, ops, window)
+    # per iteration
+    agg = pts.groupby("iteration", sort=True).agg(points=("start_ns", "size"), calls=("calls", "sum"),
+                                                  drain_ns=("drain_ns", "sum"), cost_ns=("cost_ns", "sum"))
+    per_it = per_it_keys.join(agg, on="index").fillna({"points": 0, "calls": 0, "drain_ns": 0, "cost_ns": 0})
+    per_it = per_it.astype({"points": "int64", "calls": "int64", "drain_ns": "int64", "cost_ns": "int64"})
+    sites = _per_site(pts, its, n_its)
+    srcs = set(pts["source"].tolist())
+    source = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
+    return Syncs(points=pts, per_iteration=per_it, sites=sites, iterations=n_its,
+                 with_syncs=int((per_it["points"] > 0).sum()), calls=int(pts["calls"].sum()),
+                 drain_ns=int(drain.sum()), cost_ns=int(pts["cost_ns"].sum()), source=source)
+
+
+def _next_ops(calls: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """``calls`` with, per call, the first GPU op start at or after its end on its device
+    (``next_start_ns``, -1 after the device's last op) and the latest end of the ops started before
+    it (``cover_ns``)."""
     # per call: the first GPU op start at or after its end on its device
     nxt = np.full(len(calls), -1, dtype=np.int64)
     ce, cd = calls["end_ns"].to_numpy(np.int64), calls["device_id"].to_numpy(np.int64)
@@ -264,7 +284,12 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
         has = before >= 0
         cover[rows[has]] = e_run[before[has]]
     # a call after the device's last op (or on a device without ops) has no drain: next start -1
-    calls = calls.assign(next_start_ns=nxt, cover_ns=cover)
+    return calls.assign(next_start_ns=nxt, cover_ns=cover)
+
+
+def _points(calls: pd.DataFrame) -> pd.DataFrame:
+    """The sync points: the calls of one thread sharing the next op start, each named by its call site
+    (a backtrace's over an API name)."""
     # points: the calls of one thread sharing the next op start
     g = calls.groupby(["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False)
     pts = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
@@ -281,6 +306,12 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
         has = hit["s"].notna().to_numpy()
         pts = pts.assign(site=np.where(has, hit["s"].to_numpy(), pts["site"].to_numpy()),
                          source=np.where(has, hit["src"].to_numpy(), pts["source"].to_numpy()))
+    return pts
+
+
+def _drains(pts: pd.DataFrame, ops: pd.DataFrame, window: tuple[int, int]) -> tuple[pd.DataFrame, np.ndarray]:
+    """The points with their wait, drain (clipped to ``window``, once per op start and device) and
+    cost (the drain, at most the GPU work queued before the sync); and the drains."""
     end, nx, cov = pts["end_ns"].to_numpy(np.int64), pts["next_start_ns"].to_numpy(np.int64), pts["cover_ns"].to_numpy(np.int64)
     # idle from when the awaited work finished (the last op before the point's end), never before the
     # point began (idle before it is the host's, not the wait's), to the next op start
@@ -298,12 +329,12 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     wait = (end - pts["start_ns"].to_numpy(np.int64)).astype(np.int64)
     queued = _queued(pts, nx, ops, window)
     pts = pts.assign(wait_ns=wait, drain_start_ns=d_start, drain_end_ns=d_end, drain_ns=drain, queued_ns=queued, cost_ns=np.minimum(drain, queued))
-    pts = pts.sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)[POINT_COLUMNS]
-    # per iteration
-    agg = pts.groupby("iteration", sort=True).agg(points=("start_ns", "size"), calls=("calls", "sum"),
-                                                  drain_ns=("drain_ns", "sum"), cost_ns=("cost_ns", "sum"))
-    per_it = per_it_keys.join(agg, on="index").fillna({"points": 0, "calls": 0, "drain_ns": 0, "cost_ns": 0})
-    per_it = per_it.astype({"points": "int64", "calls": "int64", "drain_ns": "int64", "cost_ns": "int64"})
+    return pts.sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)[POINT_COLUMNS], drain
+
+
+def _per_site(pts: pd.DataFrame, its: pd.DataFrame, n_its: int) -> pd.DataFrame:
+    """Per call site: its points, calls, drain and cost, per iteration, and whether it runs on a thread
+    other than the iterations'."""
     # per site
     main_threads = {(int(p), int(t)) for p, t in zip(its["pid"], its["tid"])}
     other = np.array([(int(p), int(t)) not in main_threads for p, t in zip(pts["pid"], pts["tid"])], dtype=bool)
@@ -314,10 +345,5 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
                   cost_ns=("cost_ns", "sum"), other_thread=("other_thread", "all"))
              .reset_index())
     sites = sites.assign(per_iteration=sites["points"] / n_its)
-    sites = sites.sort_values(["drain_ns", "points", "site"], ascending=[False, False, True],
+    return sites.sort_values(["drain_ns", "points", "site"], ascending=[False, False, True],
                               kind="stable").reset_index(drop=True)[SITE_COLUMNS]
-    srcs = set(pts["source"].tolist())
-    source = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
-    return Syncs(points=pts, per_iteration=per_it, sites=sites, iterations=n_its,
-                 with_syncs=int((per_it["points"] > 0).sum()), calls=int(pts["calls"].sum()),
-                 drain_ns=int(drain.sum()), cost_ns=int(pts["cost_ns"].sum()), source=source)

@@ -56,6 +56,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from nsysan.errors import OutputError
     from nsysan.record.export import stderr_line
     from nsysan.record.profile import profile
 
@@ -63,9 +64,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         args.command, output=args.output, nsys=args.nsys, force=args.force, timeout=args.timeout, say=stderr_line,
         annotate=args.annotate, trace=args.trace, graph_nodes=args.graph_nodes, diagnose=args.diagnose,
         python=args.python_sampling, gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
-    if not written:
-        print(f"nsysan: nsys exited {rc} and wrote no {_say(sqlite)}", file=sys.stderr)
-        return rc or 1
+    if not written:  # an output that is not there: exit 12 (errors.OutputError), nsys' own status named
+        raise OutputError(f"nsys exited {rc} and wrote no {_say(sqlite)}", hint="see nsys' messages above")
     print(f"trace: {_say(sqlite)}\nnext:  nsysan analyze {_say(sqlite)}")
     return rc
 

@@ -36,8 +36,14 @@ def output_name(output: str) -> str:
 
 
 def _prepare(out: str, force: bool) -> tuple[Path, Path, list[Path]]:
-    """The report and export paths, and those that exist (refused without ``force``)."""
+    """The report and export paths, and those that exist (refused without ``force``); a name over the
+    file system's limits is an output error (exit 12), before nsys runs."""
+    from nsysan.outputs import path_too_long
+
     report, sqlite = Path(out + ".nsys-rep"), Path(out + ".sqlite")
+    too_long = path_too_long(report)
+    if too_long:
+        raise OutputError(f"-o {_say(out[:60])}...: {too_long}", hint="choose a shorter -o name")
     existing = [p for p in (report, sqlite) if p.exists() or p.is_symlink()]
     for p in existing:
         if p.is_dir() and not p.is_symlink():

@@ -138,6 +138,14 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
                    f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
     top = lau[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
+    message, suggestion = _optimizer_words(ctx, lau, message)
+    yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
+                  suggestion=suggestion,
+                  evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
+
+
+def _optimizer_words(ctx: Any, lau: Any, message: str) -> tuple[str, str]:
+    """The message and the fix, the optimizer's own flag first when the optimizer loops over parameters."""
     prog = program_of(ctx.a)
     suggestion = advice(prog)
     opt = None if prog.jax else per_parameter_optimizer(lau, ctx.trace.nvtx, steady_iterations(ctx))
@@ -146,9 +154,7 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
                     f"iteration ({opt.part}, median; {fmt_ns(opt.gpu_ns)} of GPU work) and no fused "
                     "multi_tensor_apply kernel.")
         suggestion = OPTIMIZER_FIX + " " + suggestion
-    yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
-                  suggestion=suggestion,
-                  evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
+    return message, suggestion
 
 
 @dataclass(frozen=True)
