@@ -22,23 +22,20 @@ SLACK_NS, SLACK_FRAC = 50_000_000, 0.05  # launch latency between a step's CPU s
 
 
 def _active(conn: sqlite3.Connection) -> tuple[int, int] | None:
-    """[first start, last end] of the launched GPU operations (of all of them when none was launched)."""
+    """[first start, last end] of the launched GPU operations (of all of them when none was launched):
+    an op is launched when a runtime row of its process has its (non-zero) correlation id."""
     ops = gpu_tables(conn)
     if not ops:
         return None
-    launched = []
+    rows = [r for t in ops for r in conn.execute(f'SELECT start, "end", correlationId, globalPid >> 24 FROM "{t}"')]
+    if not rows:
+        return None
+    calls: set[tuple[int, int]] = set()
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables(conn):
-        for t in ops:
-            launched.append(
-                f'SELECT o.start AS s, o."end" AS e FROM "{t}" o WHERE EXISTS (SELECT 1 FROM '
-                'CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = o.correlationId AND o.correlationId != 0 '
-                'AND (r.globalTid >> 24) = (o.globalPid >> 24))')
-    for parts in (launched, [f'SELECT start AS s, "end" AS e FROM "{t}"' for t in ops]):
-        if parts:
-            row = conn.execute(f"SELECT MIN(s), MAX(e) FROM ({' UNION ALL '.join(parts)})").fetchone()
-            if row[0] is not None:
-                return int(row[0]), int(row[1])
-    return None
+        calls = {(int(c), int(p)) for c, p in conn.execute(
+            "SELECT correlationId, globalTid >> 24 FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId != 0")}
+    launched = [(s, e) for s, e, c, p in rows if c and (int(c), int(p)) in calls] or [(s, e) for s, e, _, _ in rows]
+    return int(min(s for s, _ in launched)), int(max(e for _, e in launched))
 
 
 def _check(path: Path, window_inside: bool = True) -> None:
