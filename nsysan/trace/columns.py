@@ -114,6 +114,9 @@ def from_values(values: Sequence[Any]) -> Col | None:
         return Col("str", _objects(values), mask)
     if types == {bytes}:
         return Col("bytes", _objects(values), mask)
+    if types == {str, bytes}:  # as Arrow types them: binary, the strings as their UTF-8 bytes
+        return Col("bytes", _objects([v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v for v in values]),
+                   mask)
     return None
 
 
