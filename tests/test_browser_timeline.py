@@ -268,6 +268,7 @@ def test_nvtx_nesting_rows_and_tooltip_text(report):
     t0 = tl(page, "T.data.t0")
     tl(page, f"T.zoomTo({s - t0 - (e - s)}, {e - t0 + (e - s)})")
     g = tl(page, f"[T.geometry(), T.lanes[{i}].y]")
+    page.locator("#tl").scroll_into_view_if_needed()  # (the first screen's bars above it may push it below the fold)
     box = page.locator("#tl").bounding_box()
     x = box["x"] + g[0]["label"] + g[0]["plotW"] / 2
     page.mouse.move(x, box["y"] + g[1] + 2 + g[0]["row"] + 6)  # second row, middle of the view
