@@ -294,8 +294,8 @@ def _points(calls: pd.DataFrame) -> pd.DataFrame:
     g = calls.groupby(["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False)
     pts = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
                 cover_ns=("cover_ns", "max"), calls=("api", "size"),
-                api=("api", lambda s: " + ".join(dict.fromkeys(s.tolist()))),
                 site=("site", "first"), source=("source", "first")).reset_index()
+    pts = pts.assign(api=_api_names(calls["api"], g.ngroup().to_numpy(), len(pts)))
     # a site named by a backtrace wins over an API name within the point
     named = calls.loc[calls["source"].to_numpy() != "api"].groupby(
         ["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False).agg(s=("site", "first"),
@@ -307,6 +307,23 @@ def _points(calls: pd.DataFrame) -> pd.DataFrame:
         pts = pts.assign(site=np.where(has, hit["s"].to_numpy(), pts["site"].to_numpy()),
                          source=np.where(has, hit["src"].to_numpy(), pts["source"].to_numpy()))
     return pts
+
+
+def _api_names(api: pd.Series, group: np.ndarray, n: int) -> np.ndarray:
+    """Per group (``group``: each call's group number, ``n`` groups), its calls' API names joined with
+    " + " in the order they first appear among all calls: one bit per name OR-ed over the group (no
+    Python step per group: a trace holds tens of thousands of points and a few distinct names)."""
+    codes, names = pd.factorize(api.astype(str))
+    out = np.empty(n, dtype=object)
+    if len(names) > 62:  # more names than bits: one Python step per group
+        for k, idx in pd.Series(np.arange(len(group))).groupby(group).indices.items():
+            out[k] = " + ".join(dict.fromkeys(names[codes[idx]].tolist()))
+        return out
+    mask = np.zeros(n, dtype=np.int64)
+    np.bitwise_or.at(mask, group, np.left_shift(np.int64(1), codes.astype(np.int64)))
+    for m in np.unique(mask).tolist():
+        out[mask == m] = " + ".join(str(names[b]) for b in range(len(names)) if m >> b & 1)
+    return out
 
 
 def _drains(pts: pd.DataFrame, ops: pd.DataFrame, window: tuple[int, int]) -> tuple[pd.DataFrame, np.ndarray]:
