@@ -126,16 +126,21 @@ def together() -> Iterator[None]:
     finally:
         _BATCH.items = None
         for tmp, _path, _check in items:  # not renamed: removed
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            with _LOCK:
-                _LIVE.discard(tmp)
+            _drop(tmp)
         with _LOCK:
             empty = not _LIVE
         if empty:
             _guard(False)
+
+
+def _drop(tmp: str) -> None:
+    """Remove a temp file of ours (gone already: nothing to do) and forget it."""
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    with _LOCK:
+        _LIVE.discard(tmp)
 
 
 def _hold_signals(on: bool, held: Any = None) -> Any:
@@ -215,12 +220,7 @@ def _new_temp(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
                 _LIVE.discard(tmp)
             raise
         except BaseException:  # an interruption (Ctrl-C) just after the file was created: ours to remove
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            with _LOCK:
-                _LIVE.discard(tmp)
+            _drop(tmp)
             raise
     raise FileExistsError(f"{folder}: no free temporary file name")
 

@@ -407,7 +407,7 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
 
     st = a.iterations.stats
     # the program the trace recorded (only traces of one program are ranks of one job: a straggler)
-    return {"trace": trace_path, "seconds": seconds, "outputs": outputs, "program": launched_program(Path(trace_path)),
+    return {"trace": trace_path, "seconds": seconds, "outputs": outputs, "program": launched_program(trace.meta.capture),
             "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
             "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
                        "per_iteration_ns": f.per_iteration_ns, "title": f.title, "message": f.message,

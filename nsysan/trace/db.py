@@ -31,7 +31,7 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,20 +129,12 @@ def _connect(path: Path) -> sqlite3.Connection:
     return con
 
 
-def launched_program(path: Path) -> str | None:
-    """The program nsys launched for this export: ``META_DATA_CAPTURE``'s ``PROCESS_0:COMMAND`` and its
-    first argument that is not an option (the script or ``-m`` module), e.g. ``python3 train.py``; the
-    other arguments (a rank, a step) are left out. None when the export does not say or cannot be read."""
-    try:
-        con = _connect(Path(path))
-        try:
-            rows = con.execute("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS\\_0:%' "
-                               "ESCAPE '\\'").fetchall()
-        finally:
-            con.close()
-    except (sqlite3.Error, OSError):
-        return None
-    got = {str(k): str(v) for k, v in rows}
+def launched_program(capture: Iterable[tuple[str, str]]) -> str | None:
+    """The program nsys launched, from its ``META_DATA_CAPTURE`` rows (``TraceMeta.capture``, read at
+    load): ``PROCESS_0:COMMAND`` and its first argument that is not an option (the script or ``-m``
+    module), e.g. ``python3 train.py``; the other arguments (a rank, a step) are left out. None when
+    the export does not say."""
+    got = {str(k): str(v) for k, v in capture if str(k).startswith("PROCESS_0:")}
     cmd = got.get("PROCESS_0:COMMAND")
     if not cmd:
         return None

@@ -116,7 +116,8 @@ def launch_streams(ops: pd.DataFrame) -> list[_Stream]:
     dev = ops["device_id"].to_numpy().astype(np.int64)[ok]
     codes = codes[ok]
     order = np.lexsort((st, corr, api0, pid))
-    pid, tid, corr, api0, api1, st, en, dev, codes = (x[order] for x in (pid, tid, corr, api0, api1, st, en, dev, codes))
+    cols = (pid, tid, corr, api0, api1, st, en, dev, codes)
+    pid, tid, corr, api0, api1, st, en, dev, codes = (x[order] for x in cols)
     first = np.ones(len(pid), dtype=bool)  # one launch = one (pid, correlation id): graph nodes share it
     first[1:] = (pid[1:] != pid[:-1]) | (corr[1:] != corr[:-1])
     cuts = np.flatnonzero(first)
@@ -126,7 +127,8 @@ def launch_streams(ops: pd.DataFrame) -> list[_Stream]:
     gns = np.add.reduceat(dur, cuts) if len(cuts) else dur
     pid, tid, api0, api1, dev, codes = (x[cuts] for x in (pid, tid, api0, api1, dev, codes))
     if "api_name" in ops.columns:  # a graph launch traced per node: its own symbol, not its first kernel's
-        graph = ops["api_name"].astype(str).str.contains("GraphLaunch", regex=False).to_numpy()[ok][order][cuts]
+        graph = ops["api_name"].astype(str).str.contains("GraphLaunch", regex=False).to_numpy()
+        graph = graph[ok][order][cuts]
         codes = np.where(graph & (codes >= 0), codes + n_names, codes)
     codes = np.where(codes < 0, 2 * n_names, codes)  # an op without a name: one symbol of its own
     if len(pid) == 0:
@@ -162,12 +164,12 @@ def _hashes(sym: np.ndarray) -> np.ndarray:
     return c
 
 
-def _scores(sym: np.ndarray, min_count: int, max_count: int | None, runs: bool = True,
-            cum: np.ndarray | None = None) -> list[tuple[float, int, int, np.ndarray, int, int]]:
+def _scores(sym: np.ndarray, min_count: int, max_count: int | None, runs: bool = True, cum: np.ndarray | None = None,
+            c: np.ndarray | None = None) -> list[tuple[float, int, int, np.ndarray, int, int]]:
     """Per candidate anchor symbol: (score, count, symbol, positions, modal composition hash, GPU time
     of its alike segments). With ``runs``, a symbol issued k times in a row is one occurrence (the
     run's first: an optimizer kernel once per parameter group); without, every launch is (a CUDA Graph
-    replayed once a step). ``cum``: the prefix sums of the launches' GPU time."""
+    replayed once a step). ``cum``: the prefix sums of the launches' GPU time; ``c``: ``_hashes(sym)``."""
     at = np.flatnonzero(_run_starts(sym)) if runs else np.arange(len(sym))
     counts = np.bincount(sym[at], minlength=int(sym.max()) + 1 if len(sym) else 0)
     cand = np.flatnonzero((counts >= max(min_count, MIN_REPEATS)) & ((counts <= max_count) if max_count else True))
@@ -175,7 +177,7 @@ def _scores(sym: np.ndarray, min_count: int, max_count: int | None, runs: bool =
         return []
     order = at[np.argsort(sym[at], kind="stable")]
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    c = _hashes(sym)
+    c = _hashes(sym) if c is None else c
     out = []
     with np.errstate(over="ignore"):
         for s in cand.tolist():
@@ -251,7 +253,8 @@ def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names
     opt = _optimizer_count(sym, names)
     lo, hi = (int(np.floor(opt * (1 - OPT_SLACK))), int(np.ceil(opt * (1 + OPT_SLACK)))) if opt else (MIN_REPEATS, None)
     cum = np.concatenate([[0], np.cumsum(gpu_ns)]) if gpu_ns is not None and len(gpu_ns) == n else None
-    sc = _scores(sym, lo, hi, True, cum) + _scores(sym, lo, hi, False, cum)
+    c = _hashes(sym)
+    sc = _scores(sym, lo, hi, True, cum, c) + _scores(sym, lo, hi, False, cum, c)
     sc = [x for x in sc if x[0] >= MIN_SCORE]
     if not sc:
         return None
@@ -260,7 +263,6 @@ def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names
         sc = [x for x in sc if x[5] >= COVERAGE_CLOSE * top]
     best = max(x[0] for x in sc)
     score, _, anchor, p, mode, held = max((x for x in sc if x[0] >= best - TIE), key=lambda x: (x[1], x[0], -x[2]))
-    c = _hashes(sym)
     with np.errstate(over="ignore"):
         h = c[p[1:]] - c[p[:-1]]
     seg_len = np.diff(p)
@@ -372,30 +374,26 @@ def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
     """The iterations of one loop as range rows on its main thread, its summary and the GPU time its
     launches hold."""
     starts = unit.starts
-    ends = np.append(starts[1:], unit.stop)  # launch positions [start, end) of each iteration
+    stop = unit.stop  # the iterations hold launches [starts[k], starts[k + 1]) and the last [starts[-1], stop)
     tid_all = s.tid[rows_of]
     main = int(np.bincount(np.unique(tid_all, return_inverse=True)[1][starts]).argmax())
     main_tid = int(np.unique(tid_all)[main])
     a0 = s.api_start[rows_of]
-    a1 = s.api_end[rows_of]
     cpu_start = a0[starts]
-    last_end = int(a1[int(starts[-1]):unit.stop].max()) if unit.stop > int(starts[-1]) else int(a1[int(starts[-1])])
-    cpu_end = np.append(a0[starts[1:]] - 1, max(int(last_end), int(cpu_start[-1])))
-    on_main = tid_all == main_tid
-    gs, ge, gn = s.gpu_start[rows_of], s.gpu_end[rows_of], s.gpu_ns[rows_of]
+    last_end = int(s.api_end[rows_of][int(starts[-1]):stop].max())
+    cpu_end = np.append(a0[starts[1:]] - 1, max(last_end, int(cpu_start[-1])))
+    on_main = (tid_all == main_tid)[:stop]
+    gs, ge = s.gpu_start[rows_of][:stop], s.gpu_end[rows_of][:stop]
+    cov = int(s.gpu_ns[rows_of][int(starts[0]):stop].sum())
+    # per iteration, over the main thread's launches only (the others' are the helper threads' work the
+    # model adds): their count and first start and last end, one reduction each (no step per iteration)
+    in_main = np.concatenate([[0], np.cumsum(on_main)])
+    count = (in_main[np.append(starts[1:], stop)] - in_main[starts]).astype(np.int64)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    p_start = np.minimum.reduceat(np.where(on_main, gs, big), starts)
+    p_end = np.maximum.reduceat(np.where(on_main, ge, small), starts)
     n_it = len(starts)
-    count = np.zeros(n_it, dtype=np.int64)
-    p_start = np.full(n_it, -1, dtype=np.int64)
-    p_end = np.full(n_it, -1, dtype=np.int64)
-    cov = 0
-    for k in range(n_it):  # one numpy step per iteration (thousands at most in a capture of steps)
-        sl = slice(int(starts[k]), int(ends[k]))
-        m = on_main[sl]
-        cov += int(gn[sl].sum())
-        if m.any():
-            count[k] = int(m.sum())
-            p_start[k] = int(gs[sl][m].min())
-            p_end[k] = int(ge[sl][m].max())
+    p_start, p_end = np.where(count > 0, p_start, -1), np.where(count > 0, p_end, -1)
     has = count > 0
     frame = pd.DataFrame({
         "pid": np.full(n_it, s.pid, dtype=np.int64), "tid": np.full(n_it, main_tid, dtype=np.int64),
@@ -403,7 +401,7 @@ def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
         "dur_ns": (cpu_end - cpu_start).astype(np.int64), "gpu_ops": count, "proj_start_ns": p_start,
         "proj_end_ns": p_end, "proj_ns": np.where(has, p_end - p_start, 0),
         "gpu_after_end_ns": np.where(has, np.maximum(p_end - cpu_end, 0), 0)})
-    devices = sorted(set(s.device[rows_of][int(starts[0]):unit.stop].tolist()))
+    devices = sorted(set(s.device[rows_of][int(starts[0]):stop].tolist()))
     loop = {"pid": s.pid, "tid": main_tid, "threads": int(len(np.unique(tid_all))), "iterations": n_it,
             "launches_per_iteration": unit.length, "anchor": names[unit.anchor] if unit.anchor < len(names) else "",
             "first": names[unit.first_symbol] if unit.first_symbol < len(names) else "",
