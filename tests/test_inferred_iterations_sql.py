@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 import sqltruth
-from conftest import FIXTURE_NAMES
+from conftest import CORPUS, FIXTURE_NAMES, analyzed
 
 TOL = 0.15  # period: within 15%
 VERDICT_FACTOR = 2.0  # saving per iteration: within 2x
@@ -458,3 +458,49 @@ def test_strip_keeps_library_domains_and_leaves_fixture(fixture_dir, tmp_path):
     with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as c:
         assert len(sqltruth.range_instances(c, "step")) == 60
     assert (src.stat().st_mtime_ns, src.stat().st_size) == before
+
+
+# --- the figures add up on the stripped copies and on the public exports (what most users bring) ---
+
+def _adds_up(a) -> None:
+    """Savings within their windows and never counted twice in one; the capture's parts add up to it;
+    each sequence's periods add up to the span of its completions; each iteration's breakdown adds
+    up to its span; the sync drains per iteration add up to the total; busy + idle = the window."""
+    per_window: dict[tuple[int, int], int] = {}
+    for f in a.findings:
+        lo, hi = f.window["start_ns"], f.window["end_ns"]
+        assert 0 <= f.impact_ns <= hi - lo, (f.rule, f.impact_ns, hi - lo)
+        per_window[(lo, hi)] = per_window.get((lo, hi), 0) + f.impact_ns
+    assert all(v <= hi - lo for (lo, hi), v in per_window.items()), per_window
+    assert sum(ns for _, ns in a.phases.parts()) == a.capture.dur_ns
+    assert all(ns >= 0 for _, ns in a.phases.parts())
+    t = a.iterations.table
+    for _, g in (t.groupby(["pid", "tid"]) if len(t) else []):
+        g = g.sort_values("start_ns", kind="stable")
+        done = g["end_ns"].to_numpy()
+        assert int(g["period_ns"].to_numpy()[1:].sum()) == int(done.max() - done[0])
+    b = a.breakdown
+    if len(b):
+        parts = b["compute_ns"] + b["comm_exposed_ns"] + b["copy_exposed_ns"] + b["idle_ns"]
+        assert (parts == b["span_ns"]).all()
+    s = getattr(a, "syncs", None)
+    if s is not None and len(s.per_iteration):
+        assert int(s.per_iteration["drain_ns"].sum()) == s.drain_ns
+        assert int(s.per_iteration["cost_ns"].sum()) == s.cost_ns <= s.drain_ns
+    w = a.steady.dur_ns
+    for r in a.busy_steady.itertuples():
+        assert r.busy_ns + r.idle_ns == w and 0 <= r.busy_frac <= 1
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURE_NAMES if n != "cpu_nsys2022"])
+def test_stripped_figures_add_up(stripped, name):
+    _adds_up(stripped(name))
+
+
+PUBLIC = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
+
+
+@pytest.mark.skipif(not PUBLIC, reason="public corpus not present (../shared)")
+@pytest.mark.parametrize("path", PUBLIC, ids=[f.name[:40] for f in PUBLIC])
+def test_public_export_figures_add_up(path):
+    _adds_up(analyzed(path))
