@@ -1,6 +1,6 @@
 """Scaling guard (CI): every analysis linear in the trace's rows, and no cost where there is no input.
 
-    python3 benchmarks/scaling_guard.py [--fixture launch_eager,slow_iters,mem_growth] [--scales 1,4,16] [--reps 2]
+    python3 benchmarks/scaling_guard.py [--fixture launch_eager,slow_iters,mem_growth,slow_iters:no-nvtx] [--scales 1,4,16] [--reps 2]
 
 Replicas of small fixtures (``benchmarks/replicate.py``: every event copied N times, shifted in
 time) at 1x, 4x and 16x are analysed (``nsysan.analyze``, analyses and rules, one analysis thread so
@@ -64,6 +64,9 @@ TARGETS = {
     "nsysan.analyses.stages": ["stages"],
     "nsysan.analyses.slow_iterations": ["slow_iterations"],
     "nsysan.analyses.recorded": ["missing_inputs"],
+    "nsysan.analyses.syncs": ["hidden_syncs"],
+    "nsysan.analyses.phases": ["phases"],
+    "nsysan.analyses.iterations.inferred": ["infer"],
     "nsysan.rules": ["run_rules"],
 }
 
@@ -188,8 +191,16 @@ def _replicas(fixture: str, scales: list[int], tmp: Path) -> dict[int, Path]:
     import replicate
 
     src = tmp / "source.sqlite"
-    with lzma.open(FIXTURES / fixture / "trace.sqlite.xz") as f, open(src, "wb") as g:
+    base, _, variant = fixture.partition(":")
+    with lzma.open(FIXTURES / base / "trace.sqlite.xz") as f, open(src, "wb") as g:
         shutil.copyfileobj(f, g)
+    if variant == "no-nvtx":  # as most users' traces arrive: the loop inferred from the GPU work
+        import sqlite3
+
+        con = sqlite3.connect(src)
+        con.execute("DELETE FROM NVTX_EVENTS")
+        con.commit()
+        con.close()
     out = {}
     for n in scales:
         dst = tmp / f"x{n}.sqlite"
@@ -291,7 +302,7 @@ def report(runs: list[dict[str, Any]], top: int = 12) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fixture", default="launch_eager,slow_iters,mem_growth",
+    ap.add_argument("--fixture", default="launch_eager,slow_iters,mem_growth,slow_iters:no-nvtx",
                     help="fixtures, comma-separated (default: a launch loop with no memory, unified-memory or "
                          "scheduling input; slow iterations with checkpoints; memory-usage events)")
     ap.add_argument("--scales", default="1,4,16", help="replica sizes, ascending (default 1,4,16)")
