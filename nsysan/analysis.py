@@ -358,7 +358,8 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
     owned, rg, its, nvtx_summary = nvtx_f.result()
     step("GPU busy time")
-    steady = its.steady if its.steady is not None else gpu_active(ops, capture)
+    active = gpu_active(ops, capture)  # the judged window without iterations, and the phases' middle
+    steady = its.steady if its.steady is not None else active
     trt_f = pool.submit(analyze_tensorrt, trace, ops, rg, steady)
     busy, busy_capture, utilization, concurrency = busy_f.result()
     step("steady state")
@@ -387,7 +388,7 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
         nccl_calls=comm_mod.nccl_calls(rg),
         breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
         steady_summaries=window_f.result(),
-        phases=phases_mod.phases(capture, ops, gpu_active(ops, capture), steady, busy_steady, gp, trace.cuda_api,
+        phases=phases_mod.phases(capture, ops, active, steady, busy_steady, gp, trace.cuda_api,
                                  trace.osrt),
     )
     # the analyses that read the others
