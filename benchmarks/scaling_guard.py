@@ -64,7 +64,6 @@ TARGETS = {
     "nsysan.analyses.stages": ["stages"],
     "nsysan.analyses.slow_iterations": ["slow_iterations"],
     "nsysan.analyses.recorded": ["missing_inputs"],
-    "nsysan.analyses.syncs": ["hidden_syncs"],
     "nsysan.analyses.phases": ["phases"],
     "nsysan.analyses.iterations.inferred": ["infer"],
     "nsysan.rules": ["run_rules"],

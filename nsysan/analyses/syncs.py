@@ -88,7 +88,7 @@ def sync_calls(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame) 
                            "correlation_id": api["correlation_id"].to_numpy(np.int64),
                            "api": api["name"].astype(str).to_numpy(), "device_id": np.full(len(api), -1, np.int64)})]
     if len(ops) and "api_name" in ops.columns:
-        c = ops.loc[(ops["op"].astype(str) == "memcpy").to_numpy() & (ops["kind"].astype(str) == "DtoH").to_numpy()
+        c = ops.loc[name_in(ops["op"], ("memcpy",)) & name_in(ops["kind"], ("DtoH",))
                     & (ops["api_start_ns"].to_numpy() >= 0)]
         if len(c):
             sync_api = name_in(c["api_name"], SYNC_COPY_APIS)
@@ -156,14 +156,18 @@ def _iteration_of(calls: pd.DataFrame, steady_its: pd.DataFrame) -> np.ndarray:
     cp, ct, cs = calls["pid"].to_numpy(np.int64), calls["tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64)
     seqs = sorted({(int(p), int(t)) for p, t in zip(steady_its["pid"], steady_its["tid"])})
     own = {(p, t) for p, t in seqs}
+    # each call's thread runs iterations of its own or not; the calls of each process, found once
+    # (a Python step per call and a scan of every call per sequence grew with processes x calls)
+    in_own = np.array([(p, t) in own for p, t in zip(cp.tolist(), ct.tolist())], dtype=bool)
+    by_pid = pd.Series(np.arange(len(cp))).groupby(cp).indices
+    its_by_thread = steady_its.groupby(["pid", "tid"], sort=False).indices
     for pid, tid in seqs:
-        g = steady_its.loc[(steady_its["pid"].to_numpy() == pid) & (steady_its["tid"].to_numpy() == tid)]
-        g = g.sort_values("start_ns", kind="stable")
+        g = steady_its.iloc[its_by_thread[(pid, tid)]].sort_values("start_ns", kind="stable")
         s, idx = g["start_ns"].to_numpy(np.int64), g["index"].to_numpy(np.int64)
         # its CPU range (the table's end is the completion, which overlaps the next iteration's start)
         e = s + g["cpu_ns"].to_numpy(np.int64) if "cpu_ns" in g.columns else g["end_ns"].to_numpy(np.int64)
-        cand = (cp == pid) & (out < 0) & np.array([(pid, t) not in own or t == tid for t in ct.tolist()], dtype=bool)
-        rows = np.flatnonzero(cand)
+        mine = by_pid.get(pid, np.zeros(0, dtype=np.int64))
+        rows = mine[(out[mine] < 0) & (~in_own[mine] | (ct[mine] == tid))]
         if len(rows) == 0:
             continue
         k = np.searchsorted(s, cs[rows], side="right") - 1
@@ -205,8 +209,9 @@ def _queued(pts: pd.DataFrame, nx: np.ndarray, ops: pd.DataFrame, window: tuple[
             continue
         ms, me = iv.merge(ops["start_ns"].to_numpy(np.int64)[sel], ops["end_ns"].to_numpy(np.int64)[sel])
         cum = np.concatenate([[0], np.cumsum(me - ms)])
-        for p, t in set(zip(pid[dev == d].tolist(), tid[dev == d].tolist())):
-            rows = np.flatnonzero((dev == d) & (pid == p) & (tid == t))
+        on = np.flatnonzero(dev == d)  # its points per thread, found once (not a scan of them per thread)
+        for rows in pd.Series(on).groupby([pid[on], tid[on]]).indices.values():
+            rows = on[rows]
             rows = rows[np.argsort(end[rows], kind="stable")]
             lo = np.concatenate([[window[0]], mark[rows][:-1]])
             hi = end[rows]
