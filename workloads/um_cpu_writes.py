@@ -107,7 +107,7 @@ def run(mode: str, steps: int, warmup: int, mib: int) -> dict[str, float]:
     print(f"[um_cpu_writes] mode {mode}: {steps} steps (after {warmup} warm-up) over {mib} MiB; per step mean "
           f"{res['mean']:.3f} ms, p50 {res['p50']:.3f} ms; host write mean {res['host']:.3f} ms; GPU read (CUDA "
           f"events) mean {res['gpu']:.3f} ms; checksum {sum(out[-3:]):.1f}", file=sys.stderr, flush=True)
-    del x
+    x = None  # the tensor over the managed buffer dropped before the buffer is freed
     if ptr:
         check(cudart.cudaFree(ptr))
     return res
