@@ -2,7 +2,9 @@
 
 Truth by SQL on the recordings (``workloads/mem_loop.py``, ``--cuda-memory-usage=true``): live device
 memory is the running sum of the usage events (allocation +bytes, deallocation -bytes; host kinds
-left out), read at each steady ``train_step``'s completion (``sqltruth.range_instances``).
+left out), read at the CPU bounds of the steady ``train_step`` ranges (each one's start, then the last
+one's end: ``sqltruth.range_instances``), where their allocation calls are (issue 49 item 3; the
+run-ahead case and the calls joined by correlation id: ``test_memory_leak_sql.py``).
 """
 
 from __future__ import annotations
@@ -27,20 +29,18 @@ def _live_at(con: sqlite3.Connection, times: list[int]) -> list[int]:
     return out
 
 
-def _steady_completions(a, con: sqlite3.Connection) -> list[int]:
-    inst = sqltruth.range_instances(con, "train_step")
-    done = sorted(i["completion"] for i in inst)
-    return done[a.iterations.warmup:]
+def _steady_bounds(a, con: sqlite3.Connection) -> list[int]:
+    inst = sqltruth.range_instances(con, "train_step")[a.iterations.warmup:]
+    return [i["start"] - 1 for i in inst] + [inst[-1]["end"] - 1]
 
 
 def test_growth_per_iteration_matches_the_usage_events(analysis, fixture_dir):
     """GIVEN a loop that keeps a 128 MiB tensor alive every step WHEN analysed THEN the growth per
-    iteration, the live memory at the first and last steady completion and the peak equal the SQL
+    iteration, the live memory at the first and last steady bound and the peak equal the SQL
     running sum of the usage events, and memory-growth fires with the figure and the iterations left."""
     a = analysis("mem_growth")
     con = sqltruth.open_export(fixture_dir / "mem_growth.sqlite")
-    done = _steady_completions(a, con)
-    live = _live_at(con, done)
+    live = _live_at(con, _steady_bounds(a, con))
     peak = con.execute("""SELECT MAX(s) FROM (SELECT SUM(CASE memoryOperationType WHEN 0 THEN bytes ELSE -bytes END)
                           OVER (ORDER BY start, rowid) AS s FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind NOT IN (0, 1))""").fetchone()[0]
     total = con.execute("SELECT totalMemory FROM TARGET_INFO_GPU").fetchone()[0]
@@ -58,11 +58,11 @@ def test_growth_per_iteration_matches_the_usage_events(analysis, fixture_dir):
 
 def test_churn_is_not_growth(analysis, fixture_dir):
     """GIVEN a loop that allocates and frees the same buffers every step WHEN analysed THEN live memory
-    at every steady completion is the same (SQL), no memory-growth finding, and alloc-in-loop calls it
+    at every steady bound is the same (SQL), no memory-growth finding, and alloc-in-loop calls it
     allocated and freed."""
     a = analysis("mem_churn")
     con = sqltruth.open_export(fixture_dir / "mem_churn.sqlite")
-    live = _live_at(con, _steady_completions(a, con))
+    live = _live_at(con, _steady_bounds(a, con))
     con.close()
     assert len(set(live)) == 1
     assert a.memory.growth.iloc[0]["growth_per_iteration_bytes"] == 0

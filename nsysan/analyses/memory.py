@@ -11,12 +11,22 @@ pool: memory it keeps but does not use counts as live.
 **Without them**, only the allocation and free calls of the CUDA API are known (how many, not how
 many bytes): ``source`` = "allocation calls" and ``missing`` names the flag that adds the rest.
 
-**Growth per iteration** (with an iteration model): live bytes at each steady iteration's completion
-in the process that runs it, on the devices that process holds memory on; growth = (live at the
-last completion - live at the first) / (steady iterations - 1), ``grew_in`` = how many of those
-steps live memory rose, ``freed_bytes`` = what was deallocated inside the steady window. Memory that
-grows every iteration and is never freed is a leak (references kept alive across iterations); memory
-allocated and freed each iteration is churn (``alloc-in-loop``).
+**Growth per iteration** (with an iteration model): counted on the CPU's iteration boundaries, where
+the allocation calls are. Steady iteration i of a process (its longest sequence's) owns the CPU time
+from its start to the next one's start (the last: to the end of its CPU range), and every allocation
+or free of the process whose call starts there (the call joined by process and correlation id; an
+event without a call: its own time, which lies inside the call that made it) counts towards it.
+``live_first``/``live_last`` = live bytes at the first iteration's start and the last one's CPU end,
+growth = (live_last - live_first) / steady iterations (= the mean of the iterations' net
+allocations), ``grew_in`` = how many iterations allocated more than they freed, ``grew_in_quarters``
+= in how many of the steady iterations' quarters (consecutive, min(4, n) of them) live memory rose
+(a pool that asks the driver for memory in chunks grows in some iterations only, but in every
+quarter), ``allocated_bytes``/``freed_bytes`` and the calls = what the iterations allocated and freed.
+Not the GPU's completions: an allocation happens when the CPU queues the step, and when the CPU runs
+many iterations ahead, live memory read at the completions lags it (flat once the CPU has finished,
+whatever the loop keeps). Memory that grows every iteration and is never freed is a leak
+(references kept alive across iterations); memory allocated and freed each iteration is churn
+(``alloc-in-loop``).
 """
 
 from __future__ import annotations
@@ -43,8 +53,9 @@ class MemoryUse:
     per_process: pd.DataFrame  # device_id, pid, allocations, frees, allocated_bytes, freed_bytes, peak_bytes,
     #                            peak_ns, live_end_bytes, device_total_bytes
     series: pd.DataFrame  # device_id, pid, t_ns, live_bytes (at most LANE_POINTS per pair, peaks kept)
-    growth: pd.DataFrame  # per (pid): device ids, steps, growth_per_iteration_bytes, grew_in, live_first/last,
-    #                       allocated_bytes, freed_bytes, alloc_calls, free_calls (in the steady window)
+    growth: pd.DataFrame  # per (pid): device ids, steps (steady iterations), growth_per_iteration_bytes, grew_in,
+    #                       grew_in_quarters, quarters, live_first/last, allocated_bytes, freed_bytes, alloc_calls,
+    #                       free_calls (in the iterations' CPU time), first_ns/last_ns (its bounds)
     missing: list[str] = field(default_factory=list)  # flags that would add what this trace lacks
 
     @property
@@ -54,8 +65,9 @@ class MemoryUse:
 
 _PP = ["device_id", "pid", "allocations", "frees", "allocated_bytes", "freed_bytes", "peak_bytes", "peak_ns",
        "live_end_bytes", "device_total_bytes"]
-_GROWTH = ["pid", "devices", "steps", "growth_per_iteration_bytes", "grew_in", "live_first_bytes", "live_last_bytes",
-           "allocated_bytes", "freed_bytes", "alloc_calls", "free_calls", "first_ns", "last_ns"]
+_GROWTH = ["pid", "devices", "steps", "growth_per_iteration_bytes", "grew_in", "grew_in_quarters", "quarters",
+           "live_first_bytes", "live_last_bytes", "allocated_bytes", "freed_bytes", "alloc_calls", "free_calls",
+           "first_ns", "last_ns"]
 
 
 def _signed(events: pd.DataFrame) -> np.ndarray:
@@ -129,46 +141,70 @@ def memory_use(a: Any) -> MemoryUse:
     return MemoryUse("usage events", per, ser, _growth(a, ev, delta), [])
 
 
-def _steady_completions(a: Any) -> dict[int, np.ndarray]:
-    """Per process: the sorted completions of its steady iterations (its first sequence's)."""
+def _steady_bounds(a: Any) -> dict[int, np.ndarray]:
+    """Per process: the CPU boundaries of its steady iterations (its longest sequence's): each one's
+    start, then the end of the last one's CPU range (n + 1 values; iteration i owns [b[i], b[i+1]))."""
     it = a.iterations.table
     if len(it) == 0:
         return {}
     st = it.loc[~it["warmup"].to_numpy(dtype=bool)]
     out: dict[int, np.ndarray] = {}
     for (pid, _tid), g in st.groupby(["pid", "tid"], sort=True):
-        done = np.sort(g["start_ns"].to_numpy(np.int64) + g["latency_ns"].to_numpy(np.int64))
-        if int(pid) not in out or len(done) > len(out[int(pid)]):
-            out[int(pid)] = done
+        s = g["start_ns"].to_numpy(np.int64)
+        o = np.argsort(s, kind="stable")
+        s, cpu_end = s[o], s[o] + g["cpu_ns"].to_numpy(np.int64)[o]
+        if int(pid) not in out or len(s) >= len(out[int(pid)]):
+            out[int(pid)] = np.append(s, max(int(cpu_end[-1]), int(s[-1]) + 1))
     return out
+
+
+def _call_times(a: Any, ev: pd.DataFrame) -> np.ndarray:
+    """Each usage event's CPU time: the start of the call that made it (same process and correlation
+    id), else the event's own time (it lies inside that call)."""
+    from nsysan.analyses.join import call_keys, first_match
+
+    t = ev["start_ns"].to_numpy(np.int64)
+    api = a.trace.cuda_api
+    if len(api) == 0 or "correlation_id" not in ev.columns or len(ev) == 0:
+        return t
+    corr = ev["correlation_id"].to_numpy()
+    ok = pd.notna(corr)
+    corr = np.where(ok, corr, -1).astype(np.int64)
+    idx = first_match(*call_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy(),
+                                 ev["pid"].to_numpy(), corr))
+    hit = ok & (corr > 0) & (idx >= 0)
+    return np.where(hit, api["start_ns"].to_numpy(np.int64)[np.where(hit, idx, 0)], t)
 
 
 def _growth(a: Any, ev: pd.DataFrame, delta: np.ndarray) -> pd.DataFrame:
     rows = []
     api = a.trace.cuda_api
-    for pid, done in _steady_completions(a).items():
-        if len(done) < 3:
-            continue
+    cpu_t = None
+    for pid, b in _steady_bounds(a).items():
+        n = len(b) - 1
         m = ev["pid"].to_numpy() == pid
-        if not m.any():
+        if n < 2 or not m.any():
             continue
-        t = ev["start_ns"].to_numpy(np.int64)[m]
-        live = _live(delta[m])  # over every device of the process
-        at = np.searchsorted(t, done, side="right") - 1
+        cpu_t = _call_times(a, ev) if cpu_t is None else cpu_t
+        o = np.argsort(cpu_t[m], kind="stable")
+        t, d = cpu_t[m][o], delta[m][o]
+        live = _live(d)  # over every device of the process, in the order of the calls
+        at = np.searchsorted(t, b, side="left") - 1  # the events before each boundary
         lv = np.where(at >= 0, live[np.clip(at, 0, None)], 0)
-        inside = (t > done[0]) & (t <= done[-1])
-        d = delta[m][inside]
-        rows.append({"pid": pid, "devices": sorted(set(ev["device_id"].to_numpy()[m].tolist())), "steps": len(done) - 1,
-                     "growth_per_iteration_bytes": float(lv[-1] - lv[0]) / (len(done) - 1),
-                     "grew_in": int((np.diff(lv) > 0).sum()), "live_first_bytes": int(lv[0]), "live_last_bytes": int(lv[-1]),
-                     "allocated_bytes": int(d[d > 0].sum()), "freed_bytes": int(-d[d < 0].sum()),
-                     **_calls_between(api, pid, int(done[0]), int(done[-1])), "first_ns": int(done[0]),
-                     "last_ns": int(done[-1])})
+        net = np.diff(lv)  # per iteration: what its calls allocated less what they freed
+        parts = np.array_split(net, min(4, n))
+        inside = d[(t >= b[0]) & (t < b[-1])]
+        rows.append({"pid": pid, "devices": sorted(set(ev["device_id"].to_numpy()[m].tolist())), "steps": n,
+                     "growth_per_iteration_bytes": float(lv[-1] - lv[0]) / n, "grew_in": int((net > 0).sum()),
+                     "grew_in_quarters": int(sum(int(q.sum()) > 0 for q in parts)), "quarters": len(parts),
+                     "live_first_bytes": int(lv[0]), "live_last_bytes": int(lv[-1]),
+                     "allocated_bytes": int(inside[inside > 0].sum()), "freed_bytes": int(-inside[inside < 0].sum()),
+                     **_calls_between(api, pid, int(b[0]), int(b[-1])), "first_ns": int(b[0]), "last_ns": int(b[-1])})
     return pd.DataFrame(rows, columns=_GROWTH)
 
 
 def _calls_between(api: pd.DataFrame, pid: int, lo: int, hi: int) -> dict[str, int]:
-    """The process's allocation and free calls starting in (lo, hi]. The names are matched per
+    """The process's allocation and free calls starting in [lo, hi). The names are matched per
     category (no string per row), and only the rows of those names are read further: a trace without
     such calls costs two passes over the name codes, not a string per call."""
     from nsysan.analyses.frames import name_in
@@ -180,7 +216,7 @@ def _calls_between(api: pd.DataFrame, pid: int, lo: int, hi: int) -> dict[str, i
     if len(rows) == 0:
         return {"alloc_calls": 0, "free_calls": 0}
     st = api["start_ns"].to_numpy(np.int64)[rows]
-    m = (api["pid"].to_numpy()[rows] == pid) & (st > lo) & (st <= hi)
+    m = (api["pid"].to_numpy()[rows] == pid) & (st >= lo) & (st < hi)
     return {"alloc_calls": int(alloc[rows][m].sum()), "free_calls": int(free[rows][m].sum())}
 
 
@@ -188,13 +224,13 @@ def _from_calls(a: Any) -> MemoryUse:
     """No usage events: the allocation and free calls per steady window of each process."""
     api = a.trace.cuda_api
     rows = []
-    for pid, done in _steady_completions(a).items():
-        if len(done) < 3:
+    for pid, b in _steady_bounds(a).items():
+        if len(b) < 3:
             continue
-        c = _calls_between(api, pid, int(done[0]), int(done[-1]))
-        rows.append({"pid": pid, "devices": [], "steps": len(done) - 1, "growth_per_iteration_bytes": float("nan"),
-                     "grew_in": 0, "live_first_bytes": 0, "live_last_bytes": 0, "allocated_bytes": 0, "freed_bytes": 0,
-                     **c, "first_ns": int(done[0]), "last_ns": int(done[-1])})
+        c = _calls_between(api, pid, int(b[0]), int(b[-1]))
+        rows.append({"pid": pid, "devices": [], "steps": len(b) - 1, "growth_per_iteration_bytes": float("nan"),
+                     "grew_in": 0, "grew_in_quarters": 0, "quarters": 0, "live_first_bytes": 0, "live_last_bytes": 0,
+                     "allocated_bytes": 0, "freed_bytes": 0, **c, "first_ns": int(b[0]), "last_ns": int(b[-1])})
     any_calls = len(api) > 0
     return MemoryUse("allocation calls" if any_calls else "none", pd.DataFrame(columns=_PP),
                      pd.DataFrame(columns=["device_id", "pid", "t_ns", "live_bytes"]),

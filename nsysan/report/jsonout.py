@@ -168,7 +168,7 @@ def _beyond_time(a: Any, limit: int) -> dict[str, Any]:
             "source": m.source, "per_process": records(m.per_process), "growth": records(m.growth),
             "series": records(m.series, 4 * limit), "missing_flags": list(m.missing),
             "note": "live device memory (allocations - deallocations, host kinds left out) per device and process; "
-                    "growth: live memory at the steady iterations' completions"},
+                    "growth: the allocations and frees whose calls lie in each steady iteration's CPU time"},
         "unified_memory": None if u is None or not u.present else u.to_dict(),
         "thread_states": None if th is None else th.to_dict(),
         "stages": None if st is None else st.to_dict(),

@@ -33,7 +33,7 @@ def _memory(a: Any) -> Table:
     if len(m.growth):
         g = m.growth.iloc[0]
         note += (f" Growth per steady iteration: {float(g['growth_per_iteration_bytes']) / MIB:,.1f} MiB (it rose in "
-                 f"{int(g['grew_in'])} of {int(g['steps'])} steps); allocated {fmt_bytes(int(g['allocated_bytes']))}, "
+                 f"{int(g['grew_in'])} of {int(g['steps'])} iterations, counted on their allocation calls); allocated {fmt_bytes(int(g['allocated_bytes']))}, "
                  f"freed {fmt_bytes(int(g['freed_bytes']))} in the steady state.")
     return table("memory", "Device memory", m.per_process, [
         ("GPU", "device_id", None), ("pid", "pid", None), ("Allocations", "allocations", _count),
