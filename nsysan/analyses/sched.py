@@ -87,6 +87,11 @@ class Schedule:
     def threads(self) -> list[tuple[int, int]]:
         return sorted(self._on)
 
+    def on_intervals(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The thread's merged on-CPU intervals (empty when it has no switch)."""
+        z = np.zeros(0, np.int64)
+        return self._on.get((int(pid), int(tid)), (z, z))
+
     def knows(self, pid: int, tid: int) -> bool:
         return (int(pid), int(tid)) in self._on
 

@@ -12,7 +12,8 @@ What the submitting thread was doing is measured by overlap (``analyses/gaps.py`
 is credited with the time it ran inside the gaps (up to the launching call's start), each
 nanosecond once, the most specific traced thing first (a CUDA API call, else an OS runtime call,
 else the innermost NVTX range); the rest is untraced CPU work, and the time from the launching
-call's start to the gap's end is listed apart, so the listed times add up to the gaps' total. Each
+call's start to the gap's end is listed apart, so the listed times add up to the gaps' total (the
+thread's time in them: where several devices idle at once, the thread is credited once). Each
 gap's class (its ``activity``) is the activity covering over half of it, else "mostly untraced CPU
 work" when untraced time does, else its largest activity; the evidence gives each gap's shares
 (adding up to at most 100%, the rest untraced). With Python sampling (``-s process-tree
@@ -141,7 +142,8 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                      "does not remove." if total - saving > 0.01 * total else "")
         # the gap classes (by label), for the samples per class
         by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-        parts = _doing(activity_time(full, ctx.a.gap_activity, rec_rows), total)
+        spent = activity_time(full, ctx.a.gap_activity, rec_rows)  # each thread nanosecond once (several devices)
+        parts = _doing(spent, int(spent["ns"].sum()))
         state, blocked = _running_or_blocked(ctx, rec, g_st, cut)
         share = _input_share(ctx, rec)
         extra: dict[str, str] = ({"suggestion": blocked_advice(of(ctx.a))} if blocked else
@@ -195,10 +197,23 @@ def _running_or_blocked(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray)
                     "on unified memory block the thread while the pages move (see unified-memory-faults; "
                     "prefetch to the host before the CPU touches it)."), False
         return (f" By the context switches the thread was blocked (off the CPU) {tt.off_share:.0%} of these gaps "
-                f"({', '.join(where)}): waiting (for its input, on output, another process or a lock), not computing."), True
+                f"({', '.join(where)}): waiting (for its input, on output, another process or a lock), not computing."
+                + _waker_note(ctx, st.schedule, rec, starts, cut)), True
     off = f"; off the CPU {tt.off_share:.0%} ({', '.join(where)})" if tt.off_ns else ""
     return (f" By the context switches the thread was running (on a CPU) {tt.running_share:.0%} of these gaps{off}: "
             "CPU work."), False
+
+
+def _waker_note(ctx: Any, schedule: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> str:
+    """Who the thread with the most gap time waited for, and what that thread did (``analyses/wakers.py``)."""
+    from nsysan.analyses.wakers import note, waker_of
+
+    key = (rec["pid"].to_numpy(np.int64) << 32) | rec["tid"].to_numpy(np.int64)
+    u, inv = np.unique(key, return_inverse=True)
+    top = int(u[np.bincount(inv, weights=cut - starts).argmax()])
+    m = key == top
+    w = waker_of(ctx.trace, schedule, top >> 32, top & 0xFFFFFFFF, starts[m], cut[m])
+    return note(w) if w is not None else ""
 
 
 def _managed_to_host(ctx: Any, starts: np.ndarray, ends: np.ndarray) -> int:
