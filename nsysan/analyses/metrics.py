@@ -17,9 +17,12 @@ fewer than ``MIN_SAMPLES`` samples is shown with its count but not judged.
 inside it, ``nvtx.ranges``' projection) when it launched any, else its CPU span. An iteration spans
 its start to its completion (``iterations``). Kernel groups are judged in the steady window, per
 device: the roles (``opclass``: compute, communication, copies per direction, memsets), the GEMM /
-convolution kernels (``MATMUL``, the names ``fp32-compute`` calls heavy) and the ``TOP_KERNELS``
-kernels with the most time; ``measured_ns`` is the part of a group's busy time that holds samples
-(runs of its ops at least one sampling period long): the rules judge and claim only that part.
+convolution kernels (``MATMUL``, the names ``fp32-compute`` calls heavy), the ``TOP_KERNELS``
+kernels with the most time, and per user range its kernels (kind ``range``, ``range_kernels``: the
+kernels launched inside one of its instances, on its thread: what the range asked the GPU to do,
+without the gaps between them that its span holds); ``measured_ns`` is the part of a group's busy
+time that holds samples (runs of its ops at least one sampling period long): the rules judge and
+claim only that part.
 
 **Verdicts** (thresholds in % of peak; several can hold):
 
@@ -276,6 +279,53 @@ def kernel_groups(ops: pd.DataFrame, device: int, lo: int, hi: int) -> list[tupl
     return out
 
 
+def range_kernels(ops: pd.DataFrame, g: pd.DataFrame, device: int, lo: int, hi: int) -> np.ndarray:
+    """Positions in ``ops`` (ascending) of a range's kernels on ``device`` that overlap [lo, hi): the
+    kernels whose launching call started inside one of the range's instances ``g`` (closed NVTX
+    ranges of one name: pid, tid, start_ns, end_ns), on the instance's own thread (``nvtx.ranges``'
+    projection counts the same launches)."""
+    if len(ops) == 0 or len(g) == 0:
+        return np.empty(0, np.int64)
+    on = ((ops["device_id"].to_numpy() == device) & (ops["start_ns"].to_numpy() < hi)
+          & (ops["end_ns"].to_numpy() > lo) & np.asarray(ops["op"] == "kernel", dtype=bool))
+    idx = np.flatnonzero(on)
+    if len(idx) == 0:
+        return idx.astype(np.int64)
+    pid, tid = ops["pid"].to_numpy()[idx], ops["tid"].to_numpy()[idx]
+    api = ops["api_start_ns"].to_numpy(np.int64)[idx]
+    keep = np.zeros(len(idx), dtype=bool)
+    gp, gt = g["pid"].to_numpy(), g["tid"].to_numpy()
+    gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+    for p, t in {(int(a), int(b)) for a, b in zip(gp, gt)}:
+        mine = (gp == p) & (gt == t)
+        s, e = iv.merge(gs[mine], ge[mine])  # instances nested in one another count once
+        same = np.flatnonzero((pid == p) & (tid == t))
+        # a launch at or after an instance's start and at or before its end (the projection's bounds)
+        k = np.searchsorted(s, api[same], side="right") - 1
+        keep[same] = (k >= 0) & (api[same] <= e[np.maximum(k, 0)])
+    return idx[keep].astype(np.int64)
+
+
+def _group_rows(out: GpuMetrics, pre: _Source, head: dict[str, Any], ops: pd.DataFrame,
+                ranges_by_name: list[tuple[str, pd.DataFrame]], device: int, steady: Any) -> list[dict[str, Any]]:
+    """The ``by_kernel`` rows of one device in the steady window (kernel groups, then each user
+    range's kernels), their clipped spans kept in ``out.group_spans``."""
+    lo, hi = steady.start_ns, steady.end_ns
+    st, en = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    groups: list[tuple[str, str, np.ndarray]] = [(k, grp, np.flatnonzero(m)) for k, grp, m in
+                                                 kernel_groups(ops, device, lo, hi)]
+    groups += [("range", name, p) for name, g in ranges_by_name
+               if len(p := range_kernels(ops, g, device, lo, hi))]
+    rows = []
+    for kind, group, pos in groups:
+        a, b = iv.clip(st[pos], en[pos], lo, hi)
+        out.group_spans[(device, kind, group)] = (a, b)
+        rows.append({**head, "kind": kind, "group": group, "ops": len(pos),
+                     "busy_ns": iv.total(*iv.merge(a, b)), "measured_ns": iv.total(*pre.measured(a, b)),
+                     **pre.union(a, b)})
+    return rows
+
+
 def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations: pd.DataFrame | None = None,
                     ops: pd.DataFrame | None = None) -> GpuMetrics | None:
     """Per device: the steady window and each user range (``by_range``), each iteration
@@ -312,13 +362,7 @@ def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations:
                     row[k] = None if v is None or np.isnan(v[j]) else round(float(v[j]), 2)
                 irows.append(row)
         if ops is not None and s.device_id is not None:
-            lo, hi = steady.start_ns, steady.end_ns
-            for kind, group, m in kernel_groups(ops, s.device_id, lo, hi):
-                a, b = iv.clip(ops["start_ns"].to_numpy(np.int64)[m], ops["end_ns"].to_numpy(np.int64)[m], lo, hi)
-                out.group_spans[(int(s.device_id), kind, group)] = (a, b)
-                krows.append({**head, "kind": kind, "group": group, "ops": int(m.sum()),
-                              "busy_ns": iv.total(*iv.merge(a, b)), "measured_ns": iv.total(*pre.measured(a, b)),
-                              **pre.union(a, b)})
+            krows += _group_rows(out, pre, head, ops, ranges_by_name, int(s.device_id), steady)
     rcols = ["source", "device_id", "device", "range", "instances", "samples", "coverage", *shown, "verdict"]
     br = pd.DataFrame(rrows)
     br["verdict"] = [verdict(r) for r in br.to_dict("records")]
