@@ -30,10 +30,32 @@ KEEP = ("SCHED_EVENTS", "COMPOSITE_EVENTS", "CUDA_GPU_MEMORY_USAGE_EVENTS", "CUD
         "CUDA_UM_CPU_PAGE_FAULT_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY", "OSRT_API")
 assert not set(DROP) & set(KEEP)
 # Log lines that are the workloads' own timings (copied into the fixture README).
-RESULT_TAGS = ("[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]", "[waits]", "[diagnose]")
+RESULT_TAGS = ("[producer_wait]", "[ladder]", "[launch_bound]", "[decode]", "[hf_generate]", "[train]", "[two_procs]", "[ddp]", "[waits]", "[diagnose]")
 
 
-def trim(src: Path, dest_dir: Path, keep_callchains: bool = False) -> Path:
+# nsys' Python sampler thread: its own context switches, hundreds of thousands in a short capture
+SAMPLER_THREAD = "NSys PySampling"
+SHORT_OSRT_NS = 10_000
+
+
+def loop_only(con: sqlite3.Connection, loop_range: str) -> list[str]:
+    """Before the first instance of the NVTX range ``loop_range``: drop the Python samples (NVTX event
+    type 34) and the OS runtime calls shorter than ``SHORT_OSRT_NS`` (what ``--osrt-threshold=10000``
+    would have recorded there); everywhere: the context switches of nsys' Python sampler thread.
+    Returns what was dropped, for the README."""
+    first = con.execute("select min(n.start) from NVTX_EVENTS n left join StringIds s on s.id = n.textId "
+                        "where coalesce(n.text, s.value) = ?", (loop_range,)).fetchone()[0]
+    if first is None:
+        raise SystemExit(f"no NVTX range {loop_range!r}")
+    con.execute("delete from NVTX_EVENTS where eventType = 34 and start < ?", (first,))
+    con.execute("delete from OSRT_API where start < ? and end - start < ?", (first, SHORT_OSRT_NS))
+    con.execute("delete from SCHED_EVENTS where globalTid in (select t.globalTid from ThreadNames t join StringIds s "
+                "on s.id = t.nameId where s.value = ?)", (SAMPLER_THREAD,))
+    return [(f"before the first `{loop_range}` range ({first} ns): the Python samples and the OS runtime calls "
+             f"under {SHORT_OSRT_NS // 1000} us; the SCHED_EVENTS rows of nsys' `{SAMPLER_THREAD}` thread")]
+
+
+def trim(src: Path, dest_dir: Path, keep_callchains: bool = False, loop_range: str = "") -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "trace.sqlite"
@@ -43,6 +65,7 @@ def trim(src: Path, dest_dir: Path, keep_callchains: bool = False) -> Path:
         dropped = [t for t in DROP if t in present and not (keep_callchains and t.endswith("CALLCHAINS"))]
         for table in dropped:
             con.execute(f'DROP TABLE "{table}"')
+        rows = loop_only(con, loop_range) if loop_range else []
         con.commit()
         con.execute("VACUUM")
         con.close()
@@ -63,6 +86,7 @@ def trim(src: Path, dest_dir: Path, keep_callchains: bool = False) -> Path:
         f"- GPU: {meta.get('gpu', 'unknown')} ({meta.get('gpu_memory', '?')}), driver {meta.get('driver', '?')}",
         f"- command: `{meta.get('command', 'unknown')}`",
         f"- trimmed by `workloads/trim.py`: dropped {', '.join(dropped) or 'nothing'}; VACUUM; xz -9",
+        *[f"- rows dropped (`--loop-only {loop_range}`): {r}" for r in rows],
         "- `stats/`: `nsys stats -f csv` reports made by the same nsys on the untrimmed export" if stats.is_dir()
         else "- no `stats/`: `nsys stats` was not run on this export",
     ]
@@ -78,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", type=Path, required=True)
     p.add_argument("names", nargs="*")
     p.add_argument("--keep-callchains", action="store_true", help="keep OSRT/SAMPLING_CALLCHAINS (CPU samples)")
+    p.add_argument("--loop-only", default="", metavar="RANGE",
+                   help="drop Python samples and short OS runtime calls before this NVTX range, and the sampler's switches")
     args = p.parse_args(argv)
     sources = [args.src / f"{n}.sqlite" for n in args.names] or sorted(args.src.glob("*.sqlite"))
     for src in sources:
-        out = trim(src, args.dest / src.stem, args.keep_callchains)
+        out = trim(src, args.dest / src.stem, args.keep_callchains, args.loop_only)
         size = (out / "trace.sqlite.xz").stat().st_size
         print(f"{src.name} -> {out}/trace.sqlite.xz ({size / 1024:.0f} KiB)")
     return 0
