@@ -221,9 +221,10 @@ def test_gap_time_is_credited_by_overlap_and_adds_up(case):
         if b:  # shares are rounded to 4 places each
             assert sum(float(x["share"]) for x in b) <= 1.0 + 1e-4 * len(b)
     at = activity_time(g, a.gap_activity)
-    assert int(at["ns"].sum()) == int(g["gap_ns"].to_numpy()[explained].sum())
-    if g["device_id"].nunique() != 1:
+    if g["device_id"].nunique() != 1:  # one thread feeding devices that idle at once: its time once (issue 49)
+        assert int(at["ns"].sum()) <= int(g["gap_ns"].to_numpy()[explained].sum())
         return
+    assert int(at["ns"].sum()) == int(g["gap_ns"].to_numpy()[explained].sum())
     con = _sql(path)
     if not _has(con, "CUPTI_ACTIVITY_KIND_RUNTIME"):
         return
