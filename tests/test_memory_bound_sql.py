@@ -151,3 +151,27 @@ def test_a_range_around_other_work_is_not_memory_bound(analysis, fixture_dir):
     k = a.gpu_metrics.by_kernel
     row = k.loc[(k["kind"] == "range") & (k["group"] == "step")].iloc[0]
     assert int(row["samples"]) == samples and "memory-bound" not in row["verdict"]
+
+
+def test_range_kernels_on_a_hand_built_frame():
+    """A range's kernels: launched on its own thread inside an instance (start and end included; nested
+    instances once), not another thread's launches at the same time, not a memcpy, not another device's
+    kernel, not one outside the window."""
+    import pandas as pd
+
+    from nsysan.analyses.metrics import kernel_launches, range_kernels
+
+    ops = pd.DataFrame({
+        "start_ns": [100, 200, 300, 400, 500, 600, 700, 5000],
+        "end_ns": [150, 250, 350, 450, 550, 650, 750, 5100],
+        "device_id": [0, 0, 0, 0, 1, 0, 0, 0],
+        "pid": [1, 1, 1, 1, 1, 1, 1, 1],
+        "tid": [1, 1, 2, 1, 1, 1, 1, 1],
+        "api_start_ns": [10, 20, 20, 30, 25, 40, 41, 35],
+        "op": pd.Categorical(["kernel", "kernel", "kernel", "kernel", "kernel", "memcpy", "kernel", "kernel"]),
+    })
+    g = pd.DataFrame({"pid": [1, 1, 1], "tid": [1, 1, 1], "start_ns": [20, 22, 30], "end_ns": [25, 24, 40]})
+    launches = kernel_launches(ops, 0, 0, 1000)
+    assert range_kernels(launches, g).tolist() == [1, 3]  # 20 (start), 30 (start); 41: after the end
+    assert range_kernels(launches, g.assign(end_ns=[25, 24, 41])).tolist() == [1, 3, 6]  # the end is included
+    assert range_kernels(kernel_launches(ops, 0, 0, 4000), g.iloc[:0]).tolist() == []

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import group_rows
 from nsysan.analyses.libranges import library_of
 
 MIN_SAMPLES = 20
@@ -279,31 +280,46 @@ def kernel_groups(ops: pd.DataFrame, device: int, lo: int, hi: int) -> list[tupl
     return out
 
 
-def range_kernels(ops: pd.DataFrame, g: pd.DataFrame, device: int, lo: int, hi: int) -> np.ndarray:
-    """Positions in ``ops`` (ascending) of a range's kernels on ``device`` that overlap [lo, hi): the
-    kernels whose launching call started inside one of the range's instances ``g`` (closed NVTX
-    ranges of one name: pid, tid, start_ns, end_ns), on the instance's own thread (``nvtx.ranges``'
-    projection counts the same launches)."""
-    if len(ops) == 0 or len(g) == 0:
-        return np.empty(0, np.int64)
+Launches = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def kernel_launches(ops: pd.DataFrame, device: int, lo: int, hi: int) -> Launches:
+    """The kernels on ``device`` that overlap [lo, hi), per launching thread (pid, tid): their launching
+    calls' starts, ascending, and their positions in ``ops`` (for ``range_kernels``; grouped once)."""
+    if len(ops) == 0:
+        return {}
     on = ((ops["device_id"].to_numpy() == device) & (ops["start_ns"].to_numpy() < hi)
           & (ops["end_ns"].to_numpy() > lo) & np.asarray(ops["op"] == "kernel", dtype=bool))
     idx = np.flatnonzero(on)
     if len(idx) == 0:
-        return idx.astype(np.int64)
-    pid, tid = ops["pid"].to_numpy()[idx], ops["tid"].to_numpy()[idx]
+        return {}
     api = ops["api_start_ns"].to_numpy(np.int64)[idx]
-    keep = np.zeros(len(idx), dtype=bool)
-    gp, gt = g["pid"].to_numpy(), g["tid"].to_numpy()
+    out = {}
+    for (p, t), rows in group_rows(ops["pid"].to_numpy()[idx], ops["tid"].to_numpy()[idx]):
+        order = rows[np.argsort(api[rows], kind="stable")]
+        out[(p, t)] = (api[order], idx[order].astype(np.int64))
+    return out
+
+
+def range_kernels(launches: Launches, g: pd.DataFrame) -> np.ndarray:
+    """Positions in ``ops`` (ascending) of a range's kernels: of ``kernel_launches``, those whose
+    launching call started inside one of the range's instances ``g`` (closed NVTX ranges of one name:
+    pid, tid, start_ns, end_ns), on the instance's own thread, its start and end included (the
+    launches ``nvtx.ranges``' projection counts)."""
+    if not launches or len(g) == 0:
+        return np.empty(0, np.int64)
+    gp, gt = g["pid"].to_numpy(np.int64), g["tid"].to_numpy(np.int64)
     gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
-    for p, t in {(int(a), int(b)) for a, b in zip(gp, gt)}:
-        mine = (gp == p) & (gt == t)
-        s, e = iv.merge(gs[mine], ge[mine])  # instances nested in one another count once
-        same = np.flatnonzero((pid == p) & (tid == t))
-        # a launch at or after an instance's start and at or before its end (the projection's bounds)
-        k = np.searchsorted(s, api[same], side="right") - 1
-        keep[same] = (k >= 0) & (api[same] <= e[np.maximum(k, 0)])
-    return idx[keep].astype(np.int64)
+    parts = []
+    for (p, t), rows in group_rows(gp, gt):
+        got = launches.get((p, t))
+        if got is None:
+            continue
+        api, pos = got
+        s, e = iv.merge(gs[rows], ge[rows])  # instances nested in one another count once
+        a, b = np.searchsorted(api, s, side="left"), np.searchsorted(api, e, side="right")
+        parts += [pos[x:y] for x, y in zip(a.tolist(), b.tolist()) if y > x]
+    return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
 
 def _group_rows(out: GpuMetrics, pre: _Source, head: dict[str, Any], ops: pd.DataFrame,
@@ -314,8 +330,8 @@ def _group_rows(out: GpuMetrics, pre: _Source, head: dict[str, Any], ops: pd.Dat
     st, en = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     groups: list[tuple[str, str, np.ndarray]] = [(k, grp, np.flatnonzero(m)) for k, grp, m in
                                                  kernel_groups(ops, device, lo, hi)]
-    groups += [("range", name, p) for name, g in ranges_by_name
-               if len(p := range_kernels(ops, g, device, lo, hi))]
+    launches = kernel_launches(ops, device, lo, hi) if ranges_by_name else {}
+    groups += [("range", name, p) for name, g in ranges_by_name if len(p := range_kernels(launches, g))]
     rows = []
     for kind, group, pos in groups:
         a, b = iv.clip(st[pos], en[pos], lo, hi)

@@ -17,11 +17,12 @@ launched inside its instances, ``metrics.range_kernels``) names the range, with 
 write shares: the innermost such ranges (least kernel time first; a range whose kernels overlap one
 already named, such as the iteration around a memory-bound phase, is not named again), each with at
 least ``min_share`` of the window in measured kernels. A memory-bound range fires the rule even when
-none of the top kernels does (many different kernels), with no estimate. Impact: for the kernels whose names say FP32 (``float``, ``f32``
-and no ``half``/``bf16``/``fp16``), ``assumed_saving_frac`` (0.25) of their wall-clock time: BF16
-halves the bytes a memory-bound kernel moves and so its time, counted at half that, as
-``fp32-compute`` counts; claimed on those kernels. Kernels already in reduced precision: no estimate
-(how much fusing saves depends on how many passes fuse, which the trace does not say): impact 0.
+none of the top kernels does (many different kernels), with no estimate. Impact: for the kernels
+whose names say FP32 (``float``, ``f32`` and no ``half``/``bf16``/``fp16``), ``assumed_saving_frac``
+(0.25) of their wall-clock time: BF16 halves the bytes a memory-bound kernel moves and so its time,
+counted at half that, as ``fp32-compute`` counts; claimed on those kernels. Kernels already in
+reduced precision: no estimate (how much fusing saves depends on how many passes fuse, which the
+trace does not say): impact 0.
 """
 
 from __future__ import annotations
@@ -139,5 +140,6 @@ def advice(p: Program) -> str:
                 "the data instead of several), keep temporaries in registers instead of arrays, and use single "
                 "precision (``float``/``real(4)``) where double is not needed.")
     return ("Move fewer bytes: fuse elementwise kernels so the data crosses DRAM once (no redundant passes), "
-            "keep temporaries in registers or shared memory instead of global arrays, load vectors (``float4``, ``__half2``/"
-            "``__nv_bfloat162``), and store in ``__half``/``__nv_bfloat16`` where precision allows (half the bytes).")
+            "keep temporaries in registers or shared memory instead of global arrays, load vectors (``float4``, "
+            "``__half2``/``__nv_bfloat162``), and store in ``__half``/``__nv_bfloat16`` where precision allows "
+            "(half the bytes).")
