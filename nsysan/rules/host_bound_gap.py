@@ -23,7 +23,12 @@ flags that would add them. With thread scheduling recorded (``SCHED_EVENTS``, ``
 ``analyses/sched.py``), the share of those gaps the submitting thread was on a CPU (running: CPU work)
 or off it (blocked: waiting on input, another process or a lock), and the OS call it sat in or "not
 in a traced call"; when it was blocked over half the time the fix is to feed it sooner (input
-workers, a faster producer), not to move CPU work. Gaps that happen once rather than per iteration (an activity seen in
+workers, a faster producer), not to move CPU work. With unified memory CPU page faults recorded
+(``--cuda-um-cpu-page-faults=true``) inside at least half of the waits, the cause is the CPU pulling
+managed memory back (the faults, the bytes migrated to the host, the range the thread was in) and
+the fix is the unified-memory one (prefetch to the CPU, or keep the data on one side). The
+per-gap threshold applies to a wait: the gaps of one device that end at the same launching call
+(migrations started by the CPU's faults split one wait into many short gaps). Gaps that happen once rather than per iteration (an activity seen in
 fewer than half the steady iterations (at least 3), one that names setup work (compile, JIT, module load, init,
 autotune, warm-up, build), or a gap over 20x its activity's median: a JIT compile, reading input,
 building a model) are one-time costs: they are listed apart and not counted. Fires when the
@@ -49,7 +54,7 @@ from nsysan.analyses.gaps import activity_time
 from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
-from nsysan.units import fmt_ns
+from nsysan.units import fmt_bytes, fmt_ns
 
 
 def blocked_advice(p: Program) -> str:
@@ -111,7 +116,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
         return
     p50 = int(ctx.a.iterations.stats.get("p50_ns", 0) or 0)
     min_gap = int(p50 * min_gap_frac_of_iteration) if p50 else 0
-    rows = rows[full["gap_ns"].to_numpy()[rows] >= min_gap]
+    rows = rows[_wait_ns(full, rows) >= min_gap]
     one = one_time_mask(ctx, full["activity"].iloc[rows], full["gap_ns"].to_numpy()[rows])
     one_shot = not len(ctx.a.iterations.table)
     if one_shot:  # a run with no loop: its one-time costs are all there is, so every gap counts
@@ -153,6 +158,10 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
             extra = {"suggestion": input_advice(of(ctx.a)), "title": "Input pipeline on the training thread"}
             state += (f" The input pipeline ran on the submitting thread in these gaps: {share:.0%} of the Python "
                       "samples taken in them are inside a Dataset's item access, collation or the DataLoader's fetch.")
+        um_note = _cpu_faults(ctx, rec, g_st, cut)
+        if um_note:
+            extra = {"suggestion": UM_CPU_FIX, "title": "GPU idle while the CPU pulls managed memory back"}
+            state += um_note
         yield finding(ctx, "host-bound-gap",
                       severity=Severity.CRITICAL if dev_max(rec) > 0.2 * w.dur_ns else Severity.WARNING,
                       impact_ns=saving, claims=claims_of(g_st, cut), **extra,
@@ -168,6 +177,71 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       message=f"The GPU sat idle during one-time CPU work, per device: {by_device(once, w)}. "
                               f"No recurring gap passes the threshold.{once_note}",
                       evidence=_evidence(once))
+
+
+def _wait_ns(full: Any, rows: np.ndarray) -> np.ndarray:
+    """Per gap ``rows``: the time of the whole wait it is part of, the gaps of one device that end
+    at the same launching call (unified memory migrations the CPU's page faults start split one wait
+    for one launch into many short gaps: each is short, the wait is not)."""
+    ns = full["gap_ns"].to_numpy()[rows]
+    if len(rows) < 2:
+        return ns
+    key = np.stack([full["device_id"].to_numpy()[rows], full["api_start_ns"].to_numpy()[rows]])
+    _, inv = np.unique(key, axis=1, return_inverse=True)
+    inv = inv.reshape(-1)
+    return np.bincount(inv, weights=ns)[inv].astype(np.int64)
+
+
+UM_CPU_FIX = ("the CPU touches managed memory that the GPU used last, and each page it touches faults and "
+              "migrates back from the device while the GPU waits. Prefetch it to the CPU in bulk before the CPU "
+              "touches it (``cudaMemPrefetchAsync(ptr, bytes, cudaCpuDeviceId, stream)``, CUDA 13: a "
+              "``cudaMemLocation`` of type ``cudaMemLocationTypeHost``; CuPy ``cupy.cuda.runtime.memPrefetchAsync``), "
+              "and to the device before the kernels; better, keep the data on one side: the CPU writes a pinned host "
+              "buffer and one asynchronous copy moves it to a device buffer (``cudaMemcpyAsync``; PyTorch "
+              "``dev.copy_(pinned, non_blocking=True)``), or the update runs on the GPU.")
+UM_CPU_SHARE = 0.5  # share of the recurring waits with a CPU page fault inside that names the cause
+
+
+def _cpu_faults(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> str:
+    """The CPU page faults on managed memory (``--cuda-um-cpu-page-faults=true``) of the submitting
+    processes inside the gaps (up to the launching calls), when they fall in at least ``UM_CPU_SHARE``
+    of the waits: the sentence that names them as the cause, else ""."""
+    cf = getattr(ctx.trace, "um_cpu_faults", None)
+    if cf is None or len(cf) == 0 or len(rec) == 0:
+        return ""
+    pid = rec["pid"].to_numpy()
+    t = np.sort(cf["start_ns"].to_numpy(np.int64)[np.isin(cf["pid"].to_numpy(), pid)])
+    n = np.searchsorted(t, cut, side="left") - np.searchsorted(t, starts, side="left")
+    key = np.stack([rec["device_id"].to_numpy(), rec["api_start_ns"].to_numpy()])
+    _, inv = np.unique(key, axis=1, return_inverse=True)
+    inv = inv.reshape(-1)
+    per_wait = np.bincount(inv, weights=n)
+    if len(per_wait) == 0 or (per_wait > 0).mean() < UM_CPU_SHARE:
+        return ""
+    # each wait from its first gap's start to its launching call: the migrations split it into gaps
+    lo = np.full(len(per_wait), np.iinfo(np.int64).max)
+    np.minimum.at(lo, inv, starts.astype(np.int64))
+    hi = np.zeros(len(per_wait), np.int64)
+    np.maximum.at(hi, inv, cut.astype(np.int64))
+    mc = ctx.trace.memcpy
+    back = 0
+    if len(mc):
+        from nsysan.analyses.unified import UM_DTOH
+
+        m = mc["copy_kind"].to_numpy() == UM_DTOH
+        ms = mc["start_ns"].to_numpy(np.int64)[m]
+        order = np.argsort(ms, kind="stable")
+        cum = np.concatenate([[0], np.cumsum(mc["bytes"].to_numpy(np.int64)[m][order])])
+        ms = ms[order]
+        back = int((cum[np.searchsorted(ms, hi, side="left")] - cum[np.searchsorted(ms, lo, side="left")]).sum())
+    acts = rec["activity"].astype(str).value_counts()
+    where = f", the thread mostly in {label(acts.index[0])}" if len(acts) else ""
+    return (f" The CPU page-faulted on managed memory in these gaps{where}: {int(n.sum()):,} CPU page faults in "
+            f"{int((per_wait > 0).sum())} of {len(per_wait)} waits (about {n.sum() / len(per_wait):,.0f} a wait), "
+            f"pulling {fmt_bytes(back)} back from the device (unified memory migrations to the host, "
+            f"{fmt_bytes(back // len(per_wait))} a wait): the CPU work that kept the GPU waiting touched memory the "
+            "GPU used last, and each page it touched migrated back on a fault (unified-memory-faults gives the GPU "
+            "side).")
 
 
 def _running_or_blocked(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> tuple[str, bool]:
