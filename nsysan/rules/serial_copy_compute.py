@@ -13,7 +13,10 @@ OpenACC/OpenMP ``async``/``nowait`` queues.
 Impact: the HtoD copy time not already overlapped, capped by the compute time it could hide behind,
 where a pageable copy counts at its time from pinned memory (``_copy_rates``: it cannot overlap
 until pinned, and pinning shortens it: pageable-memcpy's saving), claimed on the head of each copy
-(never counted twice with pageable-memcpy and sync-memcpy). Every percentage is per device; one
+(never counted twice with pageable-memcpy and sync-memcpy), and at most what the window gains with
+those copies off the GPU's queue, replayed on the trace's own launch times (``_critical_path``): the
+kernels behind a copy start no earlier than the host launched them, so a copy ahead of kernels the
+host launches one by one saves only the part the launches do not fill. Every percentage is per device; one
 finding for all devices, whose impact is the largest device's (devices copy at the same time: the
 saving is wall-clock).
 Fires when less than ``max_overlap_frac`` of the HtoD copy time overlaps compute.
@@ -26,9 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from nsysan.analyses.frames import name_in
+from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
+from nsysan.rules._critical_path import saving, window_ops
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -39,6 +45,7 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
     w = ctx.window
     parts, evidence, starts, ends = [], [], [], []
     estimate = 0
+    replayed = _replayed(ctx)
     for _, r in rows.iterrows():
         if r["copy_ns"] < min_copy_ns or r["compute_ns"] == 0 or r["overlap_frac_of_copy"] >= max_overlap_frac:
             continue
@@ -49,7 +56,8 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
         # copy's time (_copy_rates), the head of each copy; the rest is pageable-memcpy's saving
         pin = pinned_durations(ctx, cp, ASSUMED_SPEEDUP)
         hideable = int(r["copy_ns"]) - int((cp["dur_ns"].to_numpy() - pin).sum())
-        estimate = max(estimate, int(max(0, min(hideable - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"]))))
+        hidden = int(max(0, min(hideable - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"])))
+        estimate = max(estimate, min(hidden, replayed.get(int(r["device_id"]), 0)))
         starts.append(cp["start_ns"].to_numpy())
         ends.append(cp["start_ns"].to_numpy() + pin)
         parts.append(f"Device {int(r['device_id'])}: {fmt_ns(r['copy_ns'])} of host-to-device copies and "
@@ -64,6 +72,32 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
                   suggestion=advice(of(ctx.a)),
                   claims=claims_of(np.concatenate(starts), np.concatenate(ends)),
                   message="; ".join(parts) + ".", evidence=tuple(evidence))
+
+
+def _replayed(ctx: Any) -> dict[int, int]:
+    """Per device, what the window saves with its host-to-device copies off the GPU's queue (a
+    pageable one keeps what it takes over its pinned time: pageable-memcpy's part), by the replay of
+    ``_critical_path``: the kernels after a copy start no earlier than they were launched."""
+    rows = window_ops(ctx)
+    o = ctx.a.ops.iloc[rows]
+    h2d = (name_in(o["op"], ("memcpy",)) & name_in(o["kind"], ("HtoD",))) if len(o) else np.zeros(0, bool)
+    new = o["dur_ns"].to_numpy(np.int64).copy()
+    if h2d.any():
+        cp = o.loc[h2d].assign(host_mem=_host_mem(ctx, o.loc[h2d]))
+        new[h2d] = cp["dur_ns"].to_numpy(np.int64) - pinned_durations(ctx, cp, ASSUMED_SPEEDUP)
+    return saving(ctx, rows, new)
+
+
+def _host_mem(ctx: Any, copies: Any) -> np.ndarray:
+    """The host memory of these copies (ops rows), from the memcpy table by process and correlation id."""
+    m = ctx.trace.memcpy
+    keys = pack_keys(m["pid"].to_numpy(), m["correlation_id"].to_numpy())
+    order = np.argsort(keys, kind="stable")
+    want = pack_keys(copies["pid"].to_numpy(), copies["correlation_id"].to_numpy())
+    pos = np.clip(np.searchsorted(keys[order], want), 0, max(len(keys) - 1, 0))
+    hm = m["host_mem"].astype(str).to_numpy()
+    found = (keys[order][pos] == want) if len(keys) else np.zeros(len(want), bool)
+    return np.where(found, hm[order][pos], "Pinned") if len(keys) else np.full(len(want), "Pinned")
 
 
 def advice(p: Program) -> str:

@@ -1,0 +1,184 @@
+"""What shortening some GPU operations would save the window: the device's work replayed with the new
+durations, each operation starting no earlier than it could (the one model of "on the critical path"
+that serial-copy-compute and fp32-compute share).
+
+A saving only counts where the GPU was the bottleneck. When the host launches one kernel at a time
+and the GPU keeps up (an eager loop), a faster kernel only lengthens the idle after it; a copy taken
+off the GPU's queue lets the next kernels start only as early as they were launched. The replay
+measures this on the trace's own launch times instead of assuming the whole shortening is gained.
+
+**The replay**, per device, over the operations that start in the window (in start order):
+
+1. *Blocks*: the union of the operations' [start, end) intervals; in each block every stream (of a
+   process) keeps its own gaps and loses what its operations save, and the block's new length is
+   its longest stream's (a copy that ran beside kernels that go on removes nothing; concurrent
+   kernels shortened together count once).
+2. *Ready time* of an operation: when its launching call returned (``api_end_ns``; a synchronous
+   copy's call, which returns only once the copy is done, when it began), never later than it
+   started (a kernel can start before the call returns); its start where the call is not in the
+   trace. A block is ready when its first operation that remains is.
+3. *The host moves with the GPU it waited for*: an operation launched after its thread waited for
+   the GPU (a blocking synchronize or a blocking copy call, ``syncs.sync_calls``, and host-to-device
+   copy calls that returned only after their copy ended) is ready earlier by the time the replay
+   saved up to the block that wait ended with.
+4. Each block starts at the later of its ready time and the previous block's new end; the window's
+   saving is the last block's original end less its new end.
+
+Caveats: the device is replayed as one queue of blocks (streams that ran side by side stay inside
+one block; a block is never reordered before an earlier one, so a dependency across streams is
+kept, perhaps more than the program needs); waits the trace does not show (polling, a host thread
+waiting on another) move nothing, so the saving is then lower, never higher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nsysan.analyses.frames import name_in
+from nsysan.analyses.syncs import SYNC_COPY_APIS, sync_calls
+
+_NONE = 1 << 60  # no ready time (far beyond any timestamp)
+# a wait returns when the GPU work ends, by the host's clock: a synchronous copy's call was seen to end
+# 3.4 us before its copy did (ladder_reuse, nsys 2025.3), so an op ending this much after is still it
+SKEW_NS = 20_000
+
+
+def window_ops(ctx: Any) -> np.ndarray:
+    """Positions in ``ctx.a.ops`` of the GPU operations that start in the window."""
+    ops, w = ctx.a.ops, ctx.window
+    s = ops["start_ns"].to_numpy()
+    return np.flatnonzero((s >= w.start_ns) & (s < w.end_ns))
+
+
+def _blocking(o: Any) -> np.ndarray:
+    """Which of these ops (rows of ``ctx.a.ops``) were copies whose call returned only once they were
+    done: a synchronous copy call, or one that ended after its copy did."""
+    if len(o) == 0 or "api_name" not in o:
+        return np.zeros(len(o), dtype=bool)
+    return np.asarray(name_in(o["op"], ("memcpy",)) & (o["api_start_ns"].to_numpy() >= 0)
+                      & (name_in(o["api_name"], SYNC_COPY_APIS)
+                         | (o["api_end_ns"].to_numpy() >= o["end_ns"].to_numpy())), dtype=bool)
+
+
+def _waits(ctx: Any, o: Any, blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Calls after which the host had waited for the GPU, in the window: pid, tid, start_ns, end_ns."""
+    t, w = ctx.trace, ctx.window
+    api = t.cuda_api
+    if len(api):
+        api = api.loc[(api["end_ns"].to_numpy() >= w.start_ns) & (api["start_ns"].to_numpy() < w.end_ns)]
+    sc = sync_calls(api, t.memcpy, o)
+    b = o.loc[blocking]
+    cat = np.concatenate
+    return (cat([sc["pid"].to_numpy(np.int64), b["pid"].to_numpy(np.int64)]),
+            cat([sc["tid"].to_numpy(np.int64), np.asarray(b["tid"].to_numpy(), dtype=np.int64)]),
+            cat([sc["start_ns"].to_numpy(np.int64), b["api_start_ns"].to_numpy(np.int64)]),
+            cat([sc["end_ns"].to_numpy(np.int64), b["api_end_ns"].to_numpy(np.int64)]))
+
+
+def saving(ctx: Any, rows: np.ndarray, new_dur: np.ndarray) -> dict[int, int]:
+    """Per device, what the window would save (ns) if the operations at ``rows`` of ``ctx.a.ops``
+    (``window_ops``) took ``new_dur`` (aligned with ``rows``; 0 takes one off the queue, its own
+    duration leaves it as it is), by the replay of the module docstring."""
+    ops = ctx.a.ops
+    if len(rows) == 0:
+        return {}
+    o = ops.iloc[rows]
+    blocking = _blocking(o)
+    waits = _waits(ctx, o, blocking)
+    dev = o["device_id"].to_numpy()
+    out = {}
+    for d in np.unique(dev):
+        sel = np.flatnonzero(dev == d)
+        out[int(d)] = _replay(o.iloc[sel], np.asarray(new_dur, dtype=np.int64)[sel], blocking[sel], waits)
+    return out
+
+
+def _blocks(s: np.ndarray, e: np.ndarray, nd: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The blocks of ops (sorted by start): each op's block, the blocks' original starts and ends, and
+    their new lengths: each stream of a block keeps its own gaps and loses what its ops save, and
+    the block lasts as long as its longest stream then does (a copy beside a kernel that runs on
+    saves nothing; two streams that each halve, half)."""
+    run_end = np.maximum.accumulate(e)
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(first)
+    bid = np.cumsum(first) - 1
+    bs, be = s[idx], np.maximum.reduceat(e, idx)
+    _, key = np.unique(np.stack([bid, stream]), axis=1, return_inverse=True)
+    key = key.reshape(-1)
+    last = np.zeros(key.max() + 1, dtype=np.int64)
+    saved = np.zeros(key.max() + 1, dtype=np.int64)
+    kb = np.zeros(key.max() + 1, dtype=np.int64)
+    np.maximum.at(last, key, e)
+    np.add.at(saved, key, (e - s) - nd)
+    kb[key] = bid
+    length = np.zeros(len(bs), dtype=np.int64)
+    np.maximum.at(length, kb, np.maximum(0, last - bs[kb] - saved))
+    return bid, bs, be, np.minimum(length, be - bs)
+
+
+def _replay(o: Any, nd: np.ndarray, blocking: np.ndarray, waits: tuple[np.ndarray, ...]) -> int:
+    """One device's saving: the last block's original end less its replayed end."""
+    order = np.argsort(o["start_ns"].to_numpy(), kind="stable")
+    s = o["start_ns"].to_numpy(np.int64)[order]
+    e = o["end_ns"].to_numpy(np.int64)[order]
+    nd = np.clip(nd[order], 0, e - s)
+    api_s = o["api_start_ns"].to_numpy(np.int64)[order] if "api_start_ns" in o else np.full(len(s), -1)
+    api_e = o["api_end_ns"].to_numpy(np.int64)[order] if "api_end_ns" in o else np.full(len(s), -1)
+    # a call enqueues its op by the time it returns; a blocking copy's call, when it begins
+    ready = np.where(api_e >= 0, np.minimum(s, np.where(blocking[order], api_s, api_e)), s)
+    stream = o["stream_id"].to_numpy(np.int64)[order] * 4_194_304 + o["pid"].to_numpy(np.int64)[order] % 4_194_304
+    bid, bs, be, length = _blocks(s, e, nd, stream)
+    # the waits this device ended: the op end each waited for (t_w, in block b_w); per op, its thread's last
+    wait_of, tw, bw = _waited(o, order, api_s, e, bs, waits)
+    wgain = np.zeros(len(tw), dtype=np.int64)
+    kept = nd > 0
+    new_end = np.zeros(len(bs), dtype=np.int64)
+    lo, prev = 0, int(bs[0])
+    for hi in [*(np.unique(bw) + 1).tolist(), len(bs)]:
+        if hi <= lo:
+            continue
+        m = slice(*np.searchsorted(bid, [lo, hi]))  # ops sorted by start: a block range is a run of ops
+        shift = np.append(wgain, 0)[wait_of[m]]  # -1 (no wait): the appended 0
+        r = np.full(hi - lo, _NONE, dtype=np.int64)
+        k = kept[m]
+        np.minimum.at(r, bid[m][k] - lo, (ready[m] - shift)[k])
+        r[r == _NONE] = -_NONE  # a block whose ops are all taken off: no bound of its own
+        c = np.cumsum(length[lo:hi])
+        before = c - length[lo:hi]
+        new_end[lo:hi] = c + np.maximum(prev, np.maximum.accumulate(r - before))
+        done = (bw >= lo) & (bw < hi)  # what the replay saved by the op ends these waits ended with
+        b = bw[done]
+        span = np.maximum(be[b] - bs[b], 1)  # a point inside a block moves with it, in proportion
+        wgain[done] = np.maximum(0, tw[done] - (new_end[b] - length[b] + (tw[done] - bs[b]) * length[b] // span))
+        lo, prev = hi, int(new_end[hi - 1])
+    return max(0, int(be[-1] - new_end[-1]))
+
+
+def _waited(o: Any, order: np.ndarray, api_s: np.ndarray, e: np.ndarray, bs: np.ndarray,
+            waits: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The waits that ended with an op of this device (the latest op end at or before the wait's end,
+    reached while it waited): per op (in ``order``) the index of its thread's last such wait before
+    its launch (-1 for none), and per wait the op end it waited for and that op's block."""
+    wp, wt, ws, we = waits
+    out = np.full(len(order), -1, dtype=np.int64)
+    ends = np.sort(e)
+    j = np.searchsorted(ends, we + SKEW_NS, side="right") - 1
+    ok = j >= 0
+    ok[ok] = ends[j[ok]] >= ws[ok]
+    wp, wt, we = wp[ok], wt[ok], we[ok]
+    tw = ends[j[ok]]
+    bw = np.searchsorted(bs, tw, side="right") - 1  # the block an end falls in
+    if len(wp) == 0 or "tid" not in o:
+        return out, tw, bw
+    pid = o["pid"].to_numpy(np.int64)[order]
+    tid = np.asarray(o["tid"].to_numpy(), dtype=np.int64)[order]
+    for p, t in {(int(a), int(b)) for a, b in zip(wp, wt)}:
+        k = np.flatnonzero((wp == p) & (wt == t))
+        k = k[np.argsort(we[k], kind="stable")]
+        mine = np.flatnonzero((pid == p) & (tid == t) & (api_s >= 0))
+        i = np.searchsorted(we[k], api_s[mine], side="right") - 1
+        out[mine[i >= 0]] = k[i[i >= 0]]
+    return out, tw, bw
