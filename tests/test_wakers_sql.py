@@ -46,7 +46,7 @@ def _names(conn) -> dict[int, str]:
 def _truth(conn, call: str) -> dict:
     pid, tid = _thread(conn, "data")
     steps = [(s, e) for s, e, _ in _ranges(conn, "train_step")]
-    main = [g for _, _, g in _ranges(conn, "data")][0]
+    main = next(g for _, _, g in _ranges(conn, "data"))
     waits = conn.execute("SELECT o.start, o.\"end\" FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
                          "WHERE o.globalTid = ? AND s.value = ? AND o.\"end\" - o.start >= 1000000",
                          (main, call)).fetchall()
