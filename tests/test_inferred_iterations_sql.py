@@ -242,7 +242,6 @@ def _top(a):
 EXCEPTIONS: dict[str, tuple[str, str]] = {
     "launch_eager": ("pair", ("one kernel pair x100 per step, no other op, no host sync marks a step: the "
                               "kernel-name sequence has period 2 over the whole loop, the unit found is the pair")),
-    "ladder_graph": ("alternating", "two CUDA graphs alternate step by step: the GPU work repeats every 2 steps"),
     "hf_generate": ("sub-step", "4 generate() requests of 34 decode tokens each: the repeating unit is the token"),
     "metrics_mix": ("phases", ("3 'step' instances, each six phases (copies, matmuls, 3000 tiny kernels) whose "
                                "op counts differ by far more than 2x: the unit found repeats inside a phase, "
@@ -258,29 +257,18 @@ PHASES = {"metrics_mix": ("h2d_copy", "d2h_copy", "fp32_matmul", "bf16_matmul", 
           "waits_phases": ("memory_bound", "tensor_bound", "launch_bound")}
 
 # nsysan shortcomings (strict xfails: the test fails once they are fixed, to be moved out of here)
-_GRAPH_LOOP_LOST = ("the loop replays CUDA graphs (a graph launch and 2 copies per step); the inference takes the "
-                    "eager warm-up/capture runs before it instead ({}-launch sequence, {} repeats), and the whole "
-                    "graph-replayed loop ({:.1f} ms) is folded into its last iteration: {} of {} inferred "
-                    "iterations start before the loop; period {:.2f} ms vs SQL {:.2f} ms")
 _WARMUP_KEPT = ("inferred warm-up not recognised: {} inferred iterations {}, and the first steps' one-time "
                 "work ({}) is judged as steady, so slow-iterations ranks first ({:.1f} ms, {:.2f} ms per "
                 "iteration) over the annotated trace's {} ({:.1f} ms, {:.2f} ms per iteration)")
 _TAIL_KEPT = ("the last inferred iteration runs {:.1f} ms past the loop's last completion (post-loop work with new "
               "kernels folded into step #135), so the judged window grows from {:.1f} to {:.1f} ms and {}")
 
-PERIOD_BUGS: dict[str, str] = {
-    "ladder_multictx": _GRAPH_LOOP_LOST.format(181, 8, 51.0, 8, 8, 9.06, 8.22) + " (x1.10: a coincidence of lengths)",
-    "ladder_profiles": _GRAPH_LOOP_LOST.format(176, 8, 47.8, 8, 8, 7.54, 4.44) + " (x1.70)",
-}
+PERIOD_BUGS: dict[str, str] = {}
 VERDICT_BUGS: dict[str, str] = {
     "nested_steps": "step #14 (83.7 ms, new kernels) is the 15th of 59 inferred steps, in the leading quarter the "
                     "inferred model counts as warm-up (its steps include the loop's unannotated warm-up, so early "
                     "one-time work is warm-up there); the annotated model, whose range leaves the warm-up out, calls "
                     "it a slow iteration (slow-iterations 76.6 ms, top); stripped top: fp32-compute 39.8 ms",
-    "ladder_multictx": "the loop is lost (see the period test): top serial-copy-compute 7.9 ms annotated; inferred "
-                       "slow-iterations 34.8 ms (its last 'iteration' is the whole 56 ms loop)",
-    "ladder_profiles": "the loop is lost (see the period test): top sync-api 0.87 ms annotated; inferred "
-                       "slow-iterations 38.9 ms (its last 'iteration' is the whole loop)",
     "timing": _WARMUP_KEPT.format(8, "start inside the annotated warm-up step (866 ms)",
                                   "#7 105 ms, #5 36 ms, #3 35 ms, #1 32 ms: new kernels", 449.4, 4.01, "sync-api",
                                   281.0, 2.84),
@@ -292,12 +280,13 @@ def _params(bugs: dict[str, str]) -> list:
             for n in FIXTURE_NAMES if n not in UNANNOTATED]
 
 
-def _graphs_in(conn, lo: int, hi: int) -> tuple[int, ...]:
-    """The CUDA graphs launched by calls that started in [lo, hi]."""
+def _graphs_in(conn, lo: int, hi: int, tid: int) -> tuple[int, ...]:
+    """The CUDA graphs launched by calls of thread ``tid`` that started in [lo, hi]."""
     return tuple(int(r[0]) for r in conn.execute(
         f"SELECT g.graphId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE g JOIN {sqltruth.API_TABLE} a "
         "ON a.correlationId = g.correlationId AND (a.globalTid >> 24) = (g.globalPid >> 24) "
-        "WHERE a.start >= ? AND a.start <= ? ORDER BY a.start", (lo, hi)))
+        f"WHERE a.start >= ? AND a.start <= ? AND (a.globalTid & {sqltruth.MASK24}) = ? ORDER BY a.start",
+        (lo, hi, tid)))
 
 
 def _per_instance(b, inst: list[dict[str, Any]]) -> int:
@@ -338,15 +327,6 @@ def _check_exception(conn, name: str, a, b, kind: str) -> None:
         k = _per_instance(b, all_inst)
         assert k >= 2, k
         assert _within(got * k, sql_p), (got, k, sql_p)
-    elif kind == "alternating":
-        # the steps alternate between two CUDA graphs (one graph launch per step, by SQL): the GPU work
-        # repeats every 2 steps, so the inferred period is an even multiple of the step's
-        graphs = [_graphs_in(conn, r["start"], r["end"]) for r in all_inst]
-        assert all(len(g) == 1 for g in graphs), graphs
-        assert len(set(graphs)) == 2 and all(x != y for x, y in itertools.pairwise(graphs)), graphs
-        m = 2 * max(1, round(got / sql_p / 2))
-        assert _within(got / m, sql_p), (got, m, sql_p)
-        _assert_in_loop(b, (all_inst[0]["start"], max(r["completion"] for r in all_inst)))
     elif kind == "phases":
         # fewer than MIN_INSTANCES steps, each made of phases whose GPU op counts differ by more than
         # 2x: the unit found repeats inside a phase (k >= 2 of them per step)
@@ -441,6 +421,29 @@ def test_unannotated_period_equals_anchor(analysis, name):
     got = it.stats["p50_ns"]
     assert _within(got, anchor), f"inferred {got} ns vs anchor {anchor} ns ({_ratio(got, anchor):.3f})"
     assert a.steady is not None and a.steady.start_ns >= first, (a.steady, first)
+
+
+@pytest.mark.parametrize("name", ["ladder_graph", "ladder_multictx", "ladder_profiles"])
+def test_graphs_taking_turns_are_one_step(stripped, name):
+    """Double-buffered graphs (ladder_graph: two graphs replayed in turn; ladder_multictx and
+    ladder_profiles: a graph per execution context, contexts on threads started anew per phase): by
+    SQL, each step launches one graph and the graphs differ from step to step or thread to thread;
+    each inferred iteration launches exactly one graph, so the unit is the step, not a pair."""
+    b = stripped(name)
+    it = b.iterations
+    assert it is not None and it.how == INFERRED_HOW, it and it.how
+    conn = sqltruth.open_fixture(name)
+    try:
+        t = it.table.sort_values("start_ns")
+        nxt = t.groupby("tid")["start_ns"].shift(-1)  # an iteration's launches: up to its thread's next one
+        graphs = [_graphs_in(conn, int(r.start_ns), int(n) - 1 if n == n else int(r.end_ns), int(r.tid))
+                  for r, n in zip(t.itertuples(), nxt)]
+        every = {int(g) for (g,) in conn.execute("SELECT DISTINCT graphId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")}
+    finally:
+        conn.close()
+    assert len(every) >= 2, every  # graphs that take turns
+    assert len(graphs) >= MIN_INSTANCES - 2 and all(len(g) == 1 for g in graphs), graphs
+    assert len({g[0] for g in graphs}) >= 2, graphs
 
 
 def test_strip_keeps_library_domains_and_leaves_fixture(fixture_dir, tmp_path):

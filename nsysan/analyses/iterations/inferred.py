@@ -31,6 +31,18 @@ the typical segments. Each iteration runs from the launch at that offset to the 
 range ends where the next begins (the last one's where its last launch returned), so the host time
 between steps belongs to a step, as it does in the wall-clock period.
 
+**Graphs that take turns.** A program that double-buffers captures one CUDA Graph per buffer and
+replays them in turn: traced per graph, the two have names of their own, so the symbol sequence
+repeats only every two steps. Graphs whose replays take alike GPU time (within ``GRAPH_ALIKE``) are
+read as one symbol when that makes the unit a proper divisor of the unit without it (each graph
+plays the same role in the step); a forward and a backward graph of alike time do not shorten the
+unit, and stay apart.
+
+**Threads that continue a loop.** Execution contexts served by threads that are started anew for
+each phase leave a loop spread over several short-lived threads, some with too few steps of their
+own. A thread without a loop of its own whose launches cut by a found loop's first symbol give
+segments of that loop's composition runs that loop too (``_continued``).
+
 **Declined** when no symbol scores ``MIN_SCORE``, fewer than ``MIN_REPEATS`` iterations are found, or
 the iterations launched less than ``MIN_COVERAGE`` of the GPU time: then there is no iteration, as
 before, and ``why`` says what was tried.
@@ -62,6 +74,9 @@ LENGTH_SLACK = 0.25
 LENGTH_WEIGHT = 0.9
 MERGED_SHARE = 0.8  # the merged stream's loop wins when its alike steps hold this share of the per-thread loops'
 OPT_SLACK = 0.15
+INTERLEAVED = 0.5  # the share of launches that change the launching thread in side-by-side launching
+GRAPH_ALIKE = 0.25  # graphs whose mean replay times are within this share of each other may alias
+GRAPH_NAME = re.compile(r"^(\[CUDA graph launch: )?\[CUDA graph \d+\](, \.\.\.\])?$")  # a whole-graph replay
 MAX_PHASE_CELLS = 4_000_000  # offsets x segments read to find the boundary (segments sampled beyond)
 OPTIMIZER = re.compile(r"multi_tensor_apply|adam|sgd|lamb_|lion|optimizer|adagrad|rmsprop|fused_adam", re.I)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -150,6 +165,7 @@ class _Unit:
     score: float
     first_symbol: int
     held: int = 0  # GPU time of the alike iterations
+    mode: int = 0  # the composition hash (``_hashes``) of the typical iteration
 
 
 def _hashes(sym: np.ndarray) -> np.ndarray:
@@ -276,7 +292,47 @@ def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names
         return None
     stop = _last_stop(starts, length, api_start, n)
     first = np.bincount(sym[starts]).argmax()
-    return _Unit(starts, stop, length, int(anchor), score, int(first), int(held))
+    with np.errstate(over="ignore"):
+        comp = c[np.append(starts[1:], stop)] - c[starts]
+    vals, k = np.unique(comp, return_counts=True)
+    return _Unit(starts, stop, length, int(anchor), score, int(first), int(held), int(vals[int(np.argmax(k))]))
+
+
+def graph_aliases(sym: np.ndarray, names: list[str], gpu_ns: np.ndarray) -> np.ndarray | None:
+    """``sym`` with the symbols of whole-graph replays whose mean GPU times are alike (within
+    ``GRAPH_ALIKE``, chained in order of time) read as the first of them; None when no two alias."""
+    graphs = np.array([s for s in np.unique(sym).tolist() if s < len(names) and GRAPH_NAME.match(names[s])],
+                      dtype=np.int64)
+    if len(graphs) < 2:
+        return None
+    mean = np.array([float(gpu_ns[sym == g].mean()) for g in graphs.tolist()])
+    order = np.argsort(mean, kind="stable")
+    g, m = graphs[order], mean[order]
+    new_group = np.concatenate([[True], m[1:] > (1 + GRAPH_ALIKE) * np.maximum(m[:-1], 1.0)])
+    if new_group.all():
+        return None
+    head = g[np.flatnonzero(new_group)][np.cumsum(new_group) - 1]
+    lut = np.arange(int(sym.max()) + 1, dtype=sym.dtype)
+    lut[g] = head
+    return lut[sym]
+
+
+def find_loop(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names: list[str],
+              gpu_ns: np.ndarray) -> _Unit | None:
+    """``find_unit``, with alike graph replays read as one symbol where that divides the unit
+    (module doc: graphs that take turns)."""
+    unit = find_unit(sym, api_start, api_end, names, gpu_ns)
+    alias = graph_aliases(sym, names, gpu_ns)
+    if alias is None:
+        return unit
+    other = find_unit(alias, api_start, api_end, names, gpu_ns)
+    if other is None:
+        return unit
+    if unit is None:  # too few steps to repeat unaliased: graphs that take turns still repeat
+        return other if other.length >= 2 else None
+    if unit.length % other.length == 0 and unit.length // other.length >= 2 and other.score >= unit.score - TIE:
+        return other
+    return unit
 
 
 def _last_stop(starts: np.ndarray, length: int, api_start: np.ndarray, n: int) -> int:
@@ -326,21 +382,64 @@ def _loops(s: _Stream, names: list[str]) -> list[tuple[np.ndarray, _Unit]]:
     worker threads, several execution contexts), whichever holds more GPU time in alike iterations
     (the merged one at ``MERGED_SHARE`` of the other's or more)."""
     every = np.arange(len(s.tid))
-    merged = find_unit(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
+    merged = find_loop(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
     tids = np.unique(s.tid)
     if len(tids) == 1:
         return [(every, merged)] if merged is not None else []
     per: list[tuple[np.ndarray, _Unit]] = []
+    rest: list[np.ndarray] = []
     for t in tids.tolist():
         rows = np.flatnonzero(s.tid == t)
-        if len(rows) < 2 * MIN_REPEATS:
-            continue
-        u = find_unit(s.sym[rows], s.api_start[rows], s.api_end[rows], names, s.gpu_ns[rows])
+        u = find_loop(s.sym[rows], s.api_start[rows], s.api_end[rows], names, s.gpu_ns[rows]) \
+            if len(rows) >= 2 * MIN_REPEATS else None
         if u is not None:
             per.append((rows, u))
-    if merged is not None and merged.held >= MERGED_SHARE * sum(u.held for _, u in per):
+        else:
+            rest.append(rows)
+    per += [x for rows in rest if (x := _continued(s, rows, per, names)) is not None]
+    if merged is not None and merged.held >= MERGED_SHARE * sum(u.held for _, u in per) \
+            and not _side_by_side(s.tid[int(merged.starts[0]):merged.stop]):
         return [(every, merged)]
     return per
+
+
+def _side_by_side(tid: np.ndarray) -> bool:
+    """Whether the threads of a merged loop launch side by side, not in turns: threads that take
+    turns hand over a few times a step; threads launching at once interleave, the launching thread
+    changing more often than every ``1 / INTERLEAVED`` launches."""
+    return len(tid) > 1 and float((tid[1:] != tid[:-1]).mean()) > INTERLEAVED
+
+
+def _continued(s: _Stream, rows: np.ndarray, per: list[tuple[np.ndarray, _Unit]],
+               names: list[str]) -> tuple[np.ndarray, _Unit] | None:
+    """The loop a thread without one of its own continues (module doc), as (its launches, the unit
+    cut from them), or None: the first found loop whose first symbol cuts the thread's launches into
+    at least one segment of the loop's typical composition, alike graph replays of both threads read
+    as one symbol (one context's graph and another's)."""
+    for own, unit in per:
+        both = np.concatenate([own, rows])
+        joint = graph_aliases(s.sym[both], names, s.gpu_ns[both])
+        sym_all = s.sym[both] if joint is None else joint
+        mine, theirs = sym_all[:len(own)], sym_all[len(own):]
+        c_own, c = _hashes(mine), _hashes(theirs)
+        ends = np.append(unit.starts[1:], unit.stop)
+        with np.errstate(over="ignore"):
+            vals, k = np.unique(c_own[ends] - c_own[unit.starts], return_counts=True)
+        mode = vals[int(np.argmax(k))]
+        first = int(mine[int(unit.starts[0])])
+        starts = np.flatnonzero(theirs == first)
+        if len(starts) == 0:
+            continue
+        stops = np.append(starts[1:], min(len(theirs), int(starts[-1]) + unit.length))
+        with np.errstate(over="ignore"):
+            alike = (c[stops] - c[starts]) == mode
+        if not alike.any():
+            continue
+        inside = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(s.gpu_ns[rows], out=inside[1:])
+        held = int((inside[stops[alike]] - inside[starts[alike]]).sum())
+        return rows, _Unit(starts, int(stops[-1]), unit.length, unit.anchor, unit.score, first, held, int(mode))
+    return None
 
 
 def infer(ops: pd.DataFrame) -> Inferred:
@@ -352,8 +451,11 @@ def infer(ops: pd.DataFrame) -> Inferred:
     rows: list[pd.DataFrame] = []
     loops: list[dict[str, Any]] = []
     covered = 0
+    aside: list[str] = []
     for s in streams:
-        for rows_of, unit in _loops(s, names):
+        found, apart = _beside(s, _loops(s, names), names)
+        aside += [_describe(s, rows_of, unit, names) for rows_of, unit in apart]
+        for rows_of, unit in found:
             frame, loop, cov = _instances(s, rows_of, unit, names)
             rows.append(frame)
             loops.append(loop)
@@ -366,7 +468,45 @@ def infer(ops: pd.DataFrame) -> Inferred:
     if total > 0 and covered / total < MIN_COVERAGE:
         return Inferred(empty, loops, f"the repeating sequences launched {covered / total:.0%} of the GPU time "
                         f"(an iteration launches at least {MIN_COVERAGE:.0%})")
-    return Inferred(pd.concat(rows, ignore_index=True), loops, _why(loops, covered / total if total else 0.0))
+    why = _why(loops, covered / total if total else 0.0)
+    if aside:
+        why += "; not counted as steps, as they run before or after that loop: " + "; ".join(aside)
+    return Inferred(pd.concat(rows, ignore_index=True), loops, why)
+
+
+def _beside(s: _Stream, loops: list[tuple[np.ndarray, _Unit]],
+            names: list[str]) -> tuple[list[tuple[np.ndarray, _Unit]], list[tuple[np.ndarray, _Unit]]]:
+    """The loops of one process that are its loop (those of the unit holding the most GPU time, on
+    whichever threads, with alike graph replays read as one) and the loops that run beside it, apart
+    from those that run wholly before or after it (an engine's warm-up runs in the set-up, a phase
+    of other work): (kept, set apart)."""
+    if len(loops) < 2:
+        return loops, []
+    alias = graph_aliases(s.sym, names, s.gpu_ns)
+    sym = s.sym if alias is None else alias
+    keys, spans = [], []
+    for rows, unit in loops:
+        c = _hashes(sym[rows])
+        ends = np.append(unit.starts[1:], unit.stop)
+        with np.errstate(over="ignore"):
+            vals, k = np.unique(c[ends] - c[unit.starts], return_counts=True)
+        keys.append((unit.length, int(vals[int(np.argmax(k))])))
+        spans.append((int(s.api_start[rows][int(unit.starts[0])]), int(s.api_end[rows][:unit.stop].max())))
+    held: dict[tuple[int, int], int] = {}
+    for key, (_, unit) in zip(keys, loops):
+        held[key] = held.get(key, 0) + unit.held
+    main = max(held, key=lambda x: held[x])
+    lo = min(a for key, (a, _) in zip(keys, spans) if key == main)
+    hi = max(b for key, (_, b) in zip(keys, spans) if key == main)
+    keep = [key == main or (a < hi and b > lo) for key, (a, b) in zip(keys, spans)]
+    return [x for x, k in zip(loops, keep) if k], [x for x, k in zip(loops, keep) if not k]
+
+
+def _describe(s: _Stream, rows: np.ndarray, unit: _Unit, names: list[str]) -> str:
+    tid = int(np.bincount(np.unique(s.tid[rows], return_inverse=True)[1][unit.starts]).argmax())
+    first = names[unit.first_symbol] if unit.first_symbol < len(names) else ""
+    return (f"a {unit.length}-launch sequence starting with '{_short(first)}' repeats {len(unit.starts)} times "
+            f"on thread {int(np.unique(s.tid[rows])[tid])} of process {s.pid}")
 
 
 def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
