@@ -33,6 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import sqltruth
 from conftest import CORPUS, FIXTURE_NAMES, analyzed
@@ -436,7 +437,7 @@ def test_graphs_taking_turns_are_one_step(stripped, name):
     try:
         t = it.table.sort_values("start_ns")
         nxt = t.groupby("tid")["start_ns"].shift(-1)  # an iteration's launches: up to its thread's next one
-        graphs = [_graphs_in(conn, int(r.start_ns), int(n) - 1 if n == n else int(r.end_ns), int(r.tid))
+        graphs = [_graphs_in(conn, int(r.start_ns), int(n) - 1 if pd.notna(n) else int(r.end_ns), int(r.tid))
                   for r, n in zip(t.itertuples(), nxt)]
         every = {int(g) for (g,) in conn.execute("SELECT DISTINCT graphId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")}
     finally:

@@ -542,7 +542,7 @@ def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
         "proj_end_ns": p_end, "proj_ns": np.where(has, p_end - p_start, 0),
         "gpu_after_end_ns": np.where(has, np.maximum(p_end - cpu_end, 0), 0)})
     devices = sorted(set(s.device[rows_of][int(starts[0]):stop].tolist()))
-    loop = {"pid": s.pid, "tid": main_tid, "threads": int(len(np.unique(tid_all))), "iterations": n_it,
+    loop = {"pid": s.pid, "tid": main_tid, "threads": len(np.unique(tid_all)), "iterations": n_it,
             "launches_per_iteration": unit.length, "anchor": names[unit.anchor] if unit.anchor < len(names) else "",
             "first": names[unit.first_symbol] if unit.first_symbol < len(names) else "",
             "score": round(unit.score, 4), "devices": devices}
