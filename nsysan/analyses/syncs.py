@@ -252,17 +252,28 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     calls = _next_ops(calls, ops)
     pts = _points(calls)
     pts, drain = _drains(pts, ops, window)
-    # per iteration
-    agg = pts.groupby("iteration", sort=True).agg(points=("start_ns", "size"), calls=("calls", "sum"),
-                                                  drain_ns=("drain_ns", "sum"), cost_ns=("cost_ns", "sum"))
-    per_it = per_it_keys.join(agg, on="index").fillna({"points": 0, "calls": 0, "drain_ns": 0, "cost_ns": 0})
-    per_it = per_it.astype({"points": "int64", "calls": "int64", "drain_ns": "int64", "cost_ns": "int64"})
+    per_it = per_it_keys.assign(**_per_iteration(pts, per_it_keys["index"].to_numpy(np.int64)))
     sites = _per_site(pts, its, n_its)
     srcs = set(pts["source"].tolist())
     source = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
     return Syncs(points=pts, per_iteration=per_it, sites=sites, iterations=n_its,
                  with_syncs=int((per_it["points"] > 0).sum()), calls=int(pts["calls"].sum()),
                  drain_ns=int(drain.sum()), cost_ns=int(pts["cost_ns"].sum()), source=source)
+
+
+def _per_iteration(pts: pd.DataFrame, index: np.ndarray) -> dict[str, np.ndarray]:
+    """Per iteration ``index``: its points, calls, drain_ns and cost_ns (sums over its points; 0 without
+    any), int64, by one reduction each (no groupby and join)."""
+    it = pts["iteration"].to_numpy(np.int64)
+    u, inv = np.unique(it, return_inverse=True)
+    pos = np.clip(np.searchsorted(u, index), 0, max(len(u) - 1, 0))
+    hit = (pos < len(u)) & (u[pos] == index) if len(u) else np.zeros(len(index), dtype=bool)
+    out = {}
+    for name, col in (("points", None), ("calls", "calls"), ("drain_ns", "drain_ns"), ("cost_ns", "cost_ns")):
+        tot = np.zeros(len(u), dtype=np.int64)
+        np.add.at(tot, inv.ravel(), 1 if col is None else pts[col].to_numpy(np.int64))
+        out[name] = np.where(hit, tot[pos] if len(u) else 0, 0).astype(np.int64)
+    return out
 
 
 def _next_ops(calls: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -295,23 +306,48 @@ def _next_ops(calls: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
 def _points(calls: pd.DataFrame) -> pd.DataFrame:
     """The sync points: the calls of one thread sharing the next op start, each named by its call site
     (a backtrace's over an API name)."""
-    # points: the calls of one thread sharing the next op start
-    g = calls.groupby(["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False)
-    pts = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
-                cover_ns=("cover_ns", "max"), calls=("api", "size"),
-                site=("site", "first"), source=("source", "first")).reset_index()
-    pts = pts.assign(api=_api_names(calls["api"], g.ngroup().to_numpy(), len(pts)))
-    # a site named by a backtrace wins over an API name within the point
-    named = calls.loc[calls["source"].to_numpy() != "api"].groupby(
-        ["pid", "tid", "device_id", "next_start_ns", "iteration"], sort=False).agg(s=("site", "first"),
-                                                                                 src=("source", "first"))
+    # points: the calls of one thread sharing the next op start, numbered in order of first appearance;
+    # one sort of the calls and a reduction per column (pandas' named aggregations cost ~20 ms however
+    # few the points)
+    keys = ("pid", "tid", "device_id", "next_start_ns", "iteration")
+    gid, first = _first_seen_groups([calls[k].to_numpy(np.int64) for k in keys])
+    order = np.argsort(gid, kind="stable")  # each group's calls in their order
+    bounds = np.flatnonzero(np.concatenate([[True], gid[order][1:] != gid[order][:-1]]))
+    site, source = calls["site"].to_numpy(), calls["source"].to_numpy()
+    lead = order[bounds]  # each group's first call
+    # a site named by a backtrace wins over an API name within the point: the group's first such call
+    named = np.flatnonzero(source != "api")
     if len(named):
-        key = pd.MultiIndex.from_frame(pts[["pid", "tid", "device_id", "next_start_ns", "iteration"]])
-        hit = named.reindex(key)
-        has = hit["s"].notna().to_numpy()
-        pts = pts.assign(site=np.where(has, hit["s"].to_numpy(), pts["site"].to_numpy()),
-                         source=np.where(has, hit["src"].to_numpy(), pts["source"].to_numpy()))
-    return pts
+        g_named, at = np.unique(gid[named], return_index=True)
+        lead = lead.copy()
+        lead[g_named] = named[at]
+    cols = {k: calls[k].to_numpy(np.int64)[first] for k in keys}
+    cols.update(start_ns=np.minimum.reduceat(calls["start_ns"].to_numpy(np.int64)[order], bounds),
+                end_ns=np.maximum.reduceat(calls["end_ns"].to_numpy(np.int64)[order], bounds),
+                cover_ns=np.maximum.reduceat(calls["cover_ns"].to_numpy(np.int64)[order], bounds),
+                calls=np.diff(np.append(bounds, len(order))).astype(np.int64),
+                site=site[lead], source=source[lead], api=_api_names(calls["api"], gid, len(first)))
+    return pd.DataFrame(cols)
+
+
+def _first_seen_groups(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group number over the integer key arrays, groups numbered in order of their first
+    row (pandas' ``groupby(sort=False).ngroup()``), and each group's first row."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(keys[::-1])
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        ks = k[order]
+        change |= ks[1:] != ks[:-1]
+    sorted_gid = np.concatenate([[0], np.cumsum(change)])
+    gid = np.empty(n, dtype=np.int64)
+    gid[order] = sorted_gid
+    starts = order[np.concatenate([[0], np.flatnonzero(change) + 1])]  # lexsort is stable: first rows
+    rank = np.empty(len(starts), dtype=np.int64)
+    rank[np.argsort(starts, kind="stable")] = np.arange(len(starts))
+    return rank[gid], np.sort(starts)
 
 
 def _api_names(api: pd.Series, group: np.ndarray, n: int) -> np.ndarray:
@@ -357,15 +393,28 @@ def _drains(pts: pd.DataFrame, ops: pd.DataFrame, window: tuple[int, int]) -> tu
 def _per_site(pts: pd.DataFrame, its: pd.DataFrame, n_its: int) -> pd.DataFrame:
     """Per call site: its points, calls, drain and cost, per iteration, and whether it runs on a thread
     other than the iterations'."""
-    # per site
+    # per site, in order of first appearance (pandas' groupby(sort=False)), by one reduction per column
     main_threads = {(int(p), int(t)) for p, t in zip(its["pid"], its["tid"])}
     other = np.array([(int(p), int(t)) not in main_threads for p, t in zip(pts["pid"], pts["tid"])], dtype=bool)
-    sites = (pts.assign(other_thread=other)
-             .groupby(["site", "source"], sort=False)
-             .agg(api=("api", lambda s: " + ".join(dict.fromkeys(" + ".join(s.tolist()).split(" + ")))),
-                  points=("start_ns", "size"), calls=("calls", "sum"), drain_ns=("drain_ns", "sum"),
-                  cost_ns=("cost_ns", "sum"), other_thread=("other_thread", "all"))
-             .reset_index())
+    site_code, _ = pd.factorize(pts["site"])
+    source_code, _ = pd.factorize(pts["source"])
+    gid, first = _first_seen_groups([site_code.astype(np.int64), source_code.astype(np.int64)])
+    n = len(first)
+    api_code, api_names = pd.factorize(pts["api"])
+    _, at = np.unique(gid * (len(api_names) + 1) + api_code, return_index=True)
+    names: list[dict[str, None]] = [{} for _ in range(n)]
+    for g, c in zip(gid[np.sort(at)].tolist(), api_code[np.sort(at)].tolist()):  # a site's API names, first seen first
+        names[g].update(dict.fromkeys(str(api_names[c]).split(" + ")))
+
+    def total(col: str) -> np.ndarray:
+        out = np.zeros(n, dtype=np.int64)
+        np.add.at(out, gid, pts[col].to_numpy(np.int64))
+        return out
+    sites = pd.DataFrame({"site": pts["site"].to_numpy()[first], "source": pts["source"].to_numpy()[first],
+                          "api": np.array([" + ".join(d) for d in names], dtype=object),
+                          "points": np.bincount(gid, minlength=n).astype(np.int64), "calls": total("calls"),
+                          "drain_ns": total("drain_ns"), "cost_ns": total("cost_ns"),
+                          "other_thread": np.bincount(gid, weights=~other, minlength=n) == 0})
     sites = sites.assign(per_iteration=sites["points"] / n_its)
     return sites.sort_values(["drain_ns", "points", "site"], ascending=[False, False, True],
                               kind="stable").reset_index(drop=True)[SITE_COLUMNS]
