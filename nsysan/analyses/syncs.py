@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import name_in
+from nsysan.analyses.frames import group_rows, name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 
 SYNC_COPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyFromSymbol", "cuMemcpyDtoH",
@@ -124,20 +124,26 @@ def _devices(calls: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     dev = calls["device_id"].to_numpy(np.int64).copy()
     if len(ops) == 0 or "api_start_ns" not in ops.columns:
         return dev
-    launched = ops.loc[ops["api_start_ns"].to_numpy() >= 0]
-    lp, lt = launched["pid"].to_numpy(np.int64), launched["tid"].to_numpy(np.int64)
-    ls, ld = launched["api_start_ns"].to_numpy(np.int64), launched["device_id"].to_numpy(np.int64)
+    m = ops["api_start_ns"].to_numpy() >= 0  # the launched ops: four columns of them, not a frame
+    lp, lt = ops["pid"].to_numpy(np.int64)[m], ops["tid"].to_numpy(np.int64)[m]
+    ls, ld = ops["api_start_ns"].to_numpy(np.int64)[m], ops["device_id"].to_numpy(np.int64)[m]
     cp, ct, cs = calls["pid"].to_numpy(np.int64), calls["tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64)
-    for pid in np.unique(cp[dev < 0]).tolist():
-        mine = lp == pid
-        if not mine.any():
+    todo = np.flatnonzero(dev < 0)
+    if len(todo) == 0:
+        return dev
+    # the launched ops of each process and of each thread, found once (not a scan of every op per thread)
+    by_pid = dict(group_rows(lp))
+    by_thread = dict(group_rows(lp, lt))
+    for (pid,), rows_p in group_rows(cp[todo]):
+        mine = by_pid.get((pid,))
+        if mine is None:
             continue
         u, n = np.unique(ld[mine], return_counts=True)
         fallback = int(u[np.argmax(n)])
-        for tid in np.unique(ct[(cp == pid) & (dev < 0)]).tolist():
-            rows = np.flatnonzero((cp == pid) & (ct == tid) & (dev < 0))
-            sel = np.flatnonzero(mine & (lt == tid))
-            if len(sel) == 0:
+        for (tid,), rows in group_rows(ct[todo[rows_p]]):
+            rows = todo[rows_p[rows]]
+            sel = by_thread.get((pid, tid))
+            if sel is None:
                 dev[rows] = fallback
                 continue
             o = sel[np.argsort(ls[sel], kind="stable")]
@@ -386,8 +392,11 @@ def _drains(pts: pd.DataFrame, ops: pd.DataFrame, window: tuple[int, int]) -> tu
     d_start = np.where(dup, d_end, d_start)
     wait = (end - pts["start_ns"].to_numpy(np.int64)).astype(np.int64)
     queued = _queued(pts, nx, ops, window)
-    pts = pts.assign(wait_ns=wait, drain_start_ns=d_start, drain_end_ns=d_end, drain_ns=drain, queued_ns=queued, cost_ns=np.minimum(drain, queued))
-    return pts.sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)[POINT_COLUMNS], drain
+    cols = {c: pts[c].to_numpy() for c in pts.columns}
+    cols.update(wait_ns=wait, drain_start_ns=d_start, drain_end_ns=d_end, drain_ns=drain, queued_ns=queued,
+                cost_ns=np.minimum(drain, queued))
+    order = np.lexsort((cols["tid"], cols["start_ns"]))  # by start, then thread; stable (pandas' sort_values)
+    return pd.DataFrame({c: cols[c][order] for c in POINT_COLUMNS}), drain
 
 
 def _per_site(pts: pd.DataFrame, its: pd.DataFrame, n_its: int) -> pd.DataFrame:
