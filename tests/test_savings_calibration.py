@@ -355,3 +355,125 @@ def test_launch_bound_counts_idle_inside_launch_runs_only(pause_after):
     assert n >= 18
     assert f.window.get("estimate_ns", f.impact_ns) == per_step * n
     assert "launches 200 kernels" in f.message and "inside NVTX range 'step'" in f.message
+
+
+# Issue 49 item 8: every ladder step against the finding whose fix the step is. The test above credits
+# whatever rules the step resolved; this one names them: the saving per iteration the finding for B's fix
+# states on A ("Estimated saving", its own estimate before the allocation among findings; host-bound-gap
+# on ladder_overlap states 2.90 ms a step although hidden-syncs counts the same idle time), against the
+# change of the median 'infer' period by SQL, within 2x. Per step (workloads/ladder.py), measured / stated:
+#   baseline -> reuse      buffers reused        alloc-in-loop                        1.817 / 0.436  (xfail below)
+#   reuse -> pinned        pinned, async copies  pageable-memcpy + sync-memcpy        7.751 / 7.577
+#   pinned -> fp16         FP16                  fp32-compute                         1.841 / 1.176
+#   fp16 -> overlap        copy stream           serial-copy-compute                  0.744 / 1.349
+#   overlap -> worker      printing off-thread   host-bound-gap                       2.409 / 2.903
+#   worker -> graph        CUDA Graph            launch-bound + serial-copy-compute   1.317 / 0.820
+#   graph -> multictx      two contexts: 2 ms a batch slower (SQL), no finding proposes it
+#   multictx -> profiles   each batch split over both contexts (20 'infer' ranges for 10 batches against
+#                          10): no per-iteration unit in common, and no finding proposes the split
+LADDER_FIXES = [
+    pytest.param("ladder_baseline", "ladder_reuse", ("alloc-in-loop",), marks=pytest.mark.xfail(strict=True, reason=(
+        "the period fell 1.817 ms a batch (SQL), of which the allocation calls the fix removed took 0.389 ms; "
+        "1.41 ms came from work the fix leaves as it is, run again faster (per period, SQL medians: Print Result "
+        "3.765 -> 3.042 ms, host-to-device copies 9.181 -> 8.584, kernels 6.208 -> 6.114): one draw of a level "
+        "that moves by up to 4 ms between recordings (test_reuse_gain_is_mostly_work_it_does_not_touch)"))),
+    ("ladder_reuse", "ladder_pinned", ("pageable-memcpy", "sync-memcpy")),
+    ("ladder_pinned", "ladder_fp16", ("fp32-compute",)),
+    ("ladder_fp16", "ladder_overlap", ("serial-copy-compute",)),
+    ("ladder_overlap", "ladder_worker", ("host-bound-gap",)),
+    # a CUDA Graph removes the launches (launch-bound) and, in ladder_worker, also moves the next batch's
+    # copy: it is issued only after the batch's 167 eager launches, so it ran behind the compute it could
+    # have overlapped (serial-copy-compute); in the graph the launch is one call and the copy goes at once.
+    # The step is both fixes; the two findings count disjoint time (asserted), so their savings add
+    ("ladder_worker", "ladder_graph", ("launch-bound", "serial-copy-compute")),
+]
+
+
+def _stated(a, rule: str) -> float:
+    """The saving per iteration the findings of ``rule`` state (their own estimates), 0 without one."""
+    return sum(f.window.get("estimate_ns", f.impact_ns) for f in a.findings if f.rule == rule) / _per_seq(a)
+
+
+@pytest.mark.parametrize("before,after,rules", LADDER_FIXES)
+def test_ladder_step_saves_what_its_finding_states(fixture_dir, analysed, before, after, rules):
+    """GIVEN two neighbouring steps of the ladder (one program, one fix apart, same H200) WHEN nsysan
+    analyses the first THEN the findings whose fix the step applies fire there, and the saving per
+    iteration they state is within 2x of the change of the median 'infer' period (SQL)."""
+    a = analysed(before, "infer")
+    measured = _period(fixture_dir, before, "infer") - _period(fixture_dir, after, "infer")
+    for r in rules:
+        assert any(f.rule == r for f in a.findings), f"{r} does not fire on {before}"
+    if len(rules) > 1:  # several findings: none counts time another one also states
+        for f in a.findings:
+            if f.rule in rules:
+                assert not set(f.window.get("overlaps", ())) & set(rules), (f.rule, f.window.get("overlaps"))
+    stated = sum(_stated(a, r) for r in rules)
+    assert measured > 0
+    assert measured / 2 <= stated <= measured * 2, (
+        f"{before} -> {after}: {rules} state {stated / 1e6:.3f} ms per iteration, measured {measured / 1e6:.3f} ms")
+
+
+def _median_per_period(con: sqlite3.Connection, rng: str, sql: str) -> float:
+    """Median over consecutive completions of ``rng`` (one thread) of ``sql``'s sum between them
+    (``sql`` takes :t0 and :t1 and sums a duration of what starts in [t0, t1))."""
+    inst = sqltruth.range_instances(con, rng)
+    assert len({(r["pid"], r["tid"]) for r in inst}) == 1
+    return statistics.median(con.execute(sql, {"t0": a["completion"], "t1": b["completion"]}).fetchone()[0] or 0
+                             for a, b in zip(inst, inst[1:]))
+
+
+_NVTX_NAMED = """SELECT SUM(n.end - n.start) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                 WHERE n.start >= :t0 AND n.start < :t1 AND COALESCE(n.text, s.value) = 'Print Result'"""
+_H2D = "SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE start >= :t0 AND start < :t1 AND copyKind = 1"
+_KERNELS = "SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= :t0 AND start < :t1"
+_ALLOC = """SELECT SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+            WHERE r.start >= :t0 AND r.start < :t1 AND (s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%')"""
+
+
+def test_reuse_gain_is_mostly_work_it_does_not_touch(fixture_dir, analysed):
+    """GIVEN ladder_baseline (device buffers allocated and freed per batch) and ladder_reuse (allocated
+    once) WHEN the period change is split by SQL THEN the allocation calls the fix removed are under a
+    third of it, most of it is work the fix leaves as it is that ran faster (printing the result,
+    host-to-device copies, kernels: a recording's level, not the fix), and alloc-in-loop's stated
+    saving is within 2x of the allocation calls' time (what the fix removed)."""
+    per: dict[str, dict[str, float]] = {}
+    for name in ("ladder_baseline", "ladder_reuse"):
+        con = _con(fixture_dir, name)
+        try:
+            per[name] = {k: _median_per_period(con, "infer", q)
+                         for k, q in (("print", _NVTX_NAMED), ("h2d", _H2D), ("kernels", _KERNELS), ("alloc", _ALLOC))}
+        finally:
+            con.close()
+    b, r = per["ladder_baseline"], per["ladder_reuse"]
+    measured = _period(fixture_dir, "ladder_baseline", "infer") - _period(fixture_dir, "ladder_reuse", "infer")
+    untouched = sum(b[k] - r[k] for k in ("print", "h2d", "kernels"))
+    assert r["alloc"] == 0 and b["alloc"] < measured / 3
+    assert untouched > measured / 2, (untouched, measured)
+    stated = _stated(analysed("ladder_baseline", "infer"), "alloc-in-loop")
+    assert b["alloc"] / 2 <= stated <= 2 * b["alloc"], (stated, b["alloc"])
+
+
+def _timed_per_batch(con: sqlite3.Connection) -> float:
+    """The ladder's timed region ('Total Elapsed Time(3 batches)') per batch."""
+    (dur,), = con.execute("""SELECT n.end - n.start FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                             WHERE COALESCE(n.text, s.value) = 'Total Elapsed Time(3 batches)'""").fetchall()
+    return dur / 3
+
+
+def test_no_finding_proposes_the_step_that_made_it_slower(fixture_dir, analysis, analysed):
+    """GIVEN ladder_graph and ladder_multictx (two execution contexts on two threads, batches dealt
+    round-robin), whose timed region per batch got slower (SQL: 6.05 -> 8.04 ms; the per-thread
+    'infer' period is not comparable, each thread runs every other batch) WHEN nsysan analyses both
+    THEN no finding on ladder_graph that the step resolved claims a saving: none promises a gain the
+    step did not deliver."""
+    per_batch = {}
+    for name in ("ladder_graph", "ladder_multictx"):
+        con = _con(fixture_dir, name)
+        try:
+            per_batch[name] = _timed_per_batch(con)
+        finally:
+            con.close()
+    assert per_batch["ladder_multictx"] > per_batch["ladder_graph"]
+    predicted, rules = _predicted(analysis, analysed("ladder_graph", "infer"), analysed("ladder_multictx", "infer"),
+                                  "ladder_multictx", "infer")
+    assert predicted == 0, (predicted, rules)
