@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from factories import apply_sql
+from own_peak import MAIN_THEN_PEAK, cli_peak_kb
 
 import nsysan
 from nsysan.analysis import analyze
@@ -168,12 +169,21 @@ def test_one_long_string_among_many_costs_no_fixed_width_copy():
 
 def test_huge_string_id_in_a_real_trace_costs_no_memory(trace):
     mutated(trace, "INSERT INTO StringIds(id, value) VALUES (2147483648, 'x')")
-    code = ("import resource, sys; from nsysan.cli import main; rc = main(sys.argv[1:]); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-    r = subprocess.run([sys.executable, "-c", code, "analyze", str(trace), "--no-html", "-q"], capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 0, r.stderr
-    assert int(r.stdout.split()[-1]) < 1_000_000, r.stdout  # kB; before: 4.2 GB for a table sized by the id
+    rc, peak_kb, err = cli_peak_kb(["analyze", str(trace), "--no-html", "-q"], root=str(ROOT))
+    assert rc == 0, err
+    assert peak_kb < 1_000_000, peak_kb  # the child's own; 139 MB; before: 4.2 GB for a table sized by the id
+
+
+def test_a_child_s_peak_is_its_own_not_its_parent_s():
+    """The measurement above, started by a parent that once held 600 MB (as a pytest worker can under
+    the full suite): ru_maxrss read the parent's peak (1,023,440 kB once); the child's own VmHWM does not."""
+    parent = ("import subprocess, sys; x = bytearray(600 << 20); x[::4096] = b'\\1' * len(x[::4096]); del x; "
+              "r = subprocess.run([sys.executable, '-c', sys.argv[1], 'example'], capture_output=True, text=True); "
+              "print(r.stdout.split()[-1])")
+    r = subprocess.run([sys.executable, "-c", parent, MAIN_THEN_PEAK], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert int(r.stdout.split()[-1]) < 300_000, r.stdout  # kB: `nsysan example` alone, not the parent's 600 MB
 
 
 def test_jobs_are_validated_and_capped(capsys, trace):
