@@ -65,6 +65,7 @@ TARGETS = {
     "nsysan.analyses.slow_iterations": ["slow_iterations"],
     "nsysan.analyses.recorded": ["missing_inputs"],
     "nsysan.analyses.phases": ["phases"],
+    "nsysan.analyses.syncs": ["hidden_syncs"],
     "nsysan.analyses.iterations.inferred": ["infer"],
     "nsysan.rules": ["run_rules"],
 }
