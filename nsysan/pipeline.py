@@ -431,6 +431,10 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
             # clock, so the ranks of several exports (or cluster workers) can be aligned
             "rank_payloads": _rank_payloads(a, trace_path),
             "sequences": st.get("sequences"),
+            # per thread or rank that runs the loop: its name, steady iterations and period
+            "loops": [(str(q.get("thread") or f"pid {q['pid']} tid {q['tid']}"), int(q["pid"]), int(q["tid"]),
+                       int(q["count"]), q.get("period_p50_ns")) for q in (getattr(a.iterations, "sequences", None)
+                                                                         or [])],
             "ranks_verdict": (a.ranks.verdict if a.ranks is not None and len(a.ranks.ranks) > 1 else None),
             "warnings": list(trace.meta.warnings),
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in

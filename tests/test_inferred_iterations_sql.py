@@ -457,6 +457,37 @@ def test_graphs_taking_turns_are_one_step(stripped, name):
     assert len({g[0] for g in graphs}) >= 2, graphs
 
 
+def test_each_thread_loop_with_its_period(analysis, stripped, capsys):
+    """threads_loops: three worker threads, each its own 'worker_step' loop at its own pace. Per thread,
+    annotated and with the NVTX deleted, the loop's period p50 equals SQL's (the median of the
+    thread's steady completion-to-completion periods), the thread is named as ThreadNames names it,
+    and the terminal says so per thread (issue 49 item 6)."""
+    from nsysan.pipeline import summary
+    from nsysan.report.terminal import print_summary
+
+    conn = sqltruth.open_fixture("threads_loops")
+    try:
+        seqs = completions(conn, "worker_step")
+        names = {int(t) & sqltruth.MASK24: str(n) for t, n in conn.execute(
+            "SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId")}
+    finally:
+        conn.close()
+    assert len(seqs) == 3, list(seqs)
+    truth = {tid: float(sqltruth.median(steady_periods({k: v}))) for k, v in seqs.items() for tid in [k[1]]}
+    assert max(truth.values()) > 1.3 * min(truth.values()), truth  # the loops really run at different paces
+    for a in (analysis("threads_loops"), stripped("threads_loops")):
+        got = {q["tid"]: q for q in a.iterations.sequences}
+        for tid, p in truth.items():
+            assert tid in got, (tid, list(got))
+            assert _within(got[tid]["period_p50_ns"], p, 0.10), (tid, got[tid]["period_p50_ns"], p)
+            assert got[tid]["thread"] == names[tid], (got[tid]["thread"], names[tid])
+    a = analysis("threads_loops")
+    print_summary(summary(a, a.trace, "threads_loops", [], 0.0))
+    out = capsys.readouterr().out
+    for tid in truth:
+        assert f"{names[tid]} (pid " in out and f"tid {tid})" in out, out[:2000]
+
+
 def test_strip_keeps_library_domains_and_leaves_fixture(fixture_dir, tmp_path):
     """The helper on a trace with Python-sampling and backtrace domains: their rows stay, the
     program's 'step' ranges go, the source is untouched."""

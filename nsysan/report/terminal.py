@@ -98,6 +98,12 @@ def _summary_head(res: dict[str, Any], say: Any) -> None:
         n = f"{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
                                             if seqs > 1 else "")
         say(f"Iteration '{res['range']}' ({n}): {head}", indent=2, first="")
+        loops = res.get("loops") or []
+        if len(loops) > 1:
+            shown = [f"{name} (pid {pid}, tid {tid}) {k} steady, one every {fmt_ns(p50)}" if p50 else
+                     f"{name} (pid {pid}, tid {tid}) {k} steady" for name, pid, tid, k, p50 in loops[:4]]
+            more = f"; and {len(loops) - 4} more (--json: iterations.sequences)" if len(loops) > 4 else ""
+            say("per thread or rank: " + "; ".join(shown) + more, indent=2)
         if res.get("slow"):
             k, cost, share = res["slow"]
             say(f"{k} slow iteration{'s' if k != 1 else ''} (over 2x the typical period) cost {fmt_ns(cost)}, "
