@@ -84,24 +84,45 @@ def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, 
     file, every output folder can be one, no name is over the file system's limits, an existing
     output is a regular file whatever ``force`` says (not a FIFO, device or link into ``/proc``), and
     one nsysan did not write needs ``force``. ``outputs``: (option, path). Returns the inputs'
-    identities, which ``write_atomic`` checks again at the moment of writing."""
+    identities, which ``write_atomic`` checks again at the moment of writing. Every existing file
+    nsysan would not replace is named at once (exit 8), not one a run; the first other refusal in
+    ``outputs`` order still ends the check where it is, as it did."""
     protect = [i for i in (_identity(t) for t in inputs) if i is not None]
     seen: dict[str, str] = {}
+    exists: list[str] = []
     for option, out in outputs:
-        shown = _say(out)
-        ident = _identity(out)
-        if ident is not None and ident in protect:
-            raise UsageError(f"{option} {shown}: is an input of this run; refusing to write a report over it",
-                             hint="choose another output name")
-        key = os.path.normcase(os.path.realpath(out))
-        if key in seen:
-            raise UsageError(f"{option} {shown}: the same file as {seen[key]}; each output needs its own path")
-        seen[key] = f"{option} {shown}"
         try:
-            _check_output_path(option, out, ident, force)
-        except OSError as e:  # a lookup the file system refuses (a name too long, a loop of links)
-            raise OutputError(f"{option} {shown[:200]}: cannot write: {reason(e)}") from None
+            _check_output(option, out, protect, seen, force)
+        except OutputExistsError:
+            exists.append(_say(out))
+        except NsysanError:
+            if exists:  # an earlier output exists: that refusal came first, as before
+                break
+            raise
+    if len(exists) == 1:
+        raise OutputExistsError(f"{exists[0]}: exists, and nsysan did not write it",
+                                hint="pass --force to overwrite it")
+    if exists:
+        raise OutputExistsError(f"{len(exists)} outputs exist that nsysan did not write: {', '.join(exists)}",
+                                hint="pass --force to overwrite them")
     return protect
+
+
+def _check_output(option: str, out: str, protect: list[tuple[int, int]], seen: dict[str, str], force: bool) -> None:
+    """One output of ``check_outputs`` (``seen``: the outputs so far, by real path)."""
+    shown = _say(out)
+    ident = _identity(out)
+    if ident is not None and ident in protect:
+        raise UsageError(f"{option} {shown}: is an input of this run; refusing to write a report over it",
+                         hint="choose another output name")
+    key = os.path.normcase(os.path.realpath(out))
+    if key in seen:
+        raise UsageError(f"{option} {shown}: the same file as {seen[key]}; each output needs its own path")
+    seen[key] = f"{option} {shown}"
+    try:
+        _check_output_path(option, out, ident, force)
+    except OSError as e:  # a lookup the file system refuses (a name too long, a loop of links)
+        raise OutputError(f"{option} {shown[:200]}: cannot write: {reason(e)}") from None
 
 
 def _check_output_path(option: str, out: str, ident: tuple[int, int] | None, force: bool) -> None:
@@ -437,6 +458,9 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
                                                                          or [])],
             "ranks_verdict": (a.ranks.verdict if a.ranks is not None and len(a.ranks.ranks) > 1 else None),
             "warnings": list(trace.meta.warnings),
+            # how each rule ended: fired, passed (it looked at the data), not_checked (with the input the
+            # trace lacks), disabled; the JSON's "rules" and the report's "Rules run" carry the same
+            "rules_run": [(r["rule"], r["status"], r.get("reason")) for r in getattr(a, "rule_log", None) or []],
             "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                            a.nsys_rules.to_dict("records") if r["count"]]}
 

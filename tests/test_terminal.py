@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from nsysan.cli import main
-from nsysan.report.terminal import short_kernel_name
+from nsysan.report.terminal import plain_markup, short_kernel_name
 from nsysan.units import fmt_ns
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -33,11 +33,13 @@ def test_piped_output_is_not_wrapped_and_lists_fixes_with_suggestions(fixture_di
     out, d = _run_piped(fixture_dir, tmp_path, capsys)
     lines = out.splitlines()
     assert "\x1b[" not in out  # no colour when piped
-    # no line break between a number and its unit, and every finding's message whole on one line
+    # no line break between a number and its unit, and every finding's message whole on one line,
+    # its ``code`` markup shown as `code`
     assert not re.search(r"\d\n\s*(ns|us|ms|s|%)\b", out)
+    assert "``" not in out
     for f in d["findings"]:
-        assert any(ln.strip() == f["message"] for ln in lines), f["rule"]
-        assert any(ln.strip() == "fix: " + f["suggestion"] for ln in lines), f["rule"]
+        assert any(ln.strip() == plain_markup(f["message"]) for ln in lines), f["rule"]
+        assert any(ln.strip() == "fix: " + plain_markup(f["suggestion"]) for ln in lines), f["rule"]
     assert "nsys analyze would list" not in out  # jargon: that cross-check lives in the report and JSON
 
 

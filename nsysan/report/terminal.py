@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import textwrap
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,35 +49,129 @@ def _glue(text: str) -> str:
     return re.sub(r"(\d)\s(ns|us|ms|s|%|MB|GB|KB|B|GB/s|MB/s|x)\b", lambda m: m.group(1) + _NB + m.group(2), text)
 
 
-def _line(console: Any, width: int, text: object, style: str = "", indent: int = 0, first: str | None = None) -> None:
-    """One paragraph, wrapped to ``width`` under ``indent`` (``first``: the first line's lead)."""
+_CODE = re.compile(r"``(.+?)``|`([^`]+)`")  # ``code`` (the rules' and findings' markup) or `code`
+_ON, _OFF = "\x0e", "\x0f"  # a code span's ends while wrapping (clean_text has removed any from the trace)
+CODE_STYLE = "bold"
+
+
+def plain_markup(text: str) -> str:
+    """``code`` as `code`: what a terminal without colour shows (piped, NO_COLOR), one backtick each side."""
+    return _CODE.sub(lambda m: f"`{m.group(1) or m.group(2)}`", text)
+
+
+def _marked(text: str, colour: bool) -> str:
+    """The code spans of ``text`` between ``_ON`` and ``_OFF`` (styled, no backticks) on a colour
+    terminal; else ``plain_markup``."""
+    return _CODE.sub(lambda m: _ON + (m.group(1) or m.group(2)) + _OFF, text) if colour else plain_markup(text)
+
+
+def _styled(body: str, style: str) -> Any:
+    """``body`` (code spans marked by ``_marked``) as a rich Text in ``style``, code in ``CODE_STYLE``."""
     from rich.text import Text
 
-    body = _say(text)
-    lead = " " * indent if first is None else first
-    if width and width > indent + 20:
-        lines = textwrap.wrap(_glue(body), width=width, initial_indent=lead, subsequent_indent=" " * indent,
-                              break_on_hyphens=False, break_long_words=True) or [lead]
-        body = "\n".join(x.replace(_NB, " ") for x in lines)
-    else:
-        body = lead + body
-    console.print(Text(body, style=style))
+    t = Text(style=style)
+    code = False
+    for part in re.split(f"([{_ON}{_OFF}])", body):
+        if part in (_ON, _OFF):
+            code = part == _ON
+        elif part:
+            t.append(part, style=CODE_STYLE if code else None)
+    return t
+
+
+def _depth_zero(text: str, sep: re.Pattern[str]) -> list[str]:
+    """``text`` split where ``sep`` matches outside parentheses and brackets."""
+    parts, last, depth, pos = [], 0, 0, 0
+    for m in sep.finditer(text):
+        for ch in text[pos:m.start()]:
+            depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+        pos = m.start()
+        if depth <= 0:
+            parts.append(text[last:m.start()])
+            last = m.end()
+    return [*parts, text[last:]]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
+_CAUSES = re.compile(r";\s+")
+MIN_CAUSES = 3  # a sentence that lists this many causes ("What ... was doing: a; b; c") gets a line each
+
+
+def message_lines(text: str) -> list[tuple[int, str]]:
+    """A long message as (depth, text) lines: its first sentence at depth 0, each further sentence
+    at depth 1, and a sentence listing ``MIN_CAUSES`` or more causes after a colon as its lead
+    ("What the submitting thread was doing:") and one line a cause, one level deeper, led by "- ".
+    Every word of the message is kept, in order; only the "; " between the causes goes."""
+    out: list[tuple[int, str]] = []
+    for i, sentence in enumerate(s for s in _depth_zero(text, _SENTENCE_END) if s.strip()):
+        depth = min(i, 1)
+        head, _, rest = sentence.partition(": ")
+        causes = _depth_zero(rest, _CAUSES) if rest and "; " not in head and "(" not in head else []
+        if len(causes) >= MIN_CAUSES:
+            out.append((depth, head + ":"))
+            out += [(depth + 1, "- " + c) for c in causes]
+        else:
+            out.append((depth, sentence))
+    return out
+
+
+class Screen:
+    """Where the summary goes: a rich console, the width to wrap to (0: not wrapped, one line a
+    paragraph, as piped output without ``COLUMNS`` is, for grep and diff) and whether it has colour."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.width = wrap_width(console)
+        self.colour = bool(console.color_system) and not console.no_color
+
+    def line(self, text: object, style: str = "", indent: int = 0, first: str | None = None) -> None:
+        """One paragraph, wrapped to ``width`` under ``indent`` (``first``: the first line's lead);
+        code spans rendered (``_marked``); a token longer than the line is never broken."""
+        body = _marked(_say(text), self.colour)
+        lead = " " * indent if first is None else first
+        if self.width and self.width > indent + 20:
+            lines = textwrap.wrap(_glue(body), width=self.width, initial_indent=lead, subsequent_indent=" " * indent,
+                                  break_on_hyphens=False, break_long_words=False) or [lead]
+            body = "\n".join(x.replace(_NB, " ") for x in lines)
+        else:
+            body = lead + body
+        self.console.print(_styled(body, style))
+
+    def message(self, text: object, indent: int) -> None:
+        """A finding's message: one paragraph when it fits a line (or nothing is wrapped), else
+        ``message_lines``, each level two columns deeper, a cause's lines hanging under its text."""
+        body = _say(text)
+        if not self.width or len(body) <= self.width - indent:
+            self.line(body, indent=indent)
+            return
+        for depth, part in message_lines(body):
+            at = indent + 2 * depth
+            self.line(part, indent=at + 2 if part.startswith("- ") else at, first=" " * at)
+
+
+def wrap_width(console: Any) -> int:
+    """The width to wrap to: the terminal's, or ``COLUMNS`` when it is set (a pager, a CI log of
+    known width); 0 when piped without it."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return int(console.width)
+    return 0
 
 
 def print_summary(res: dict[str, Any]) -> None:
     """The terminal summary: the iteration, where its time goes, the fixes by saving (no estimate last)
-    (each with its evidence and what to change), the top kernels of the steady state. Lines are
-    wrapped to a terminal's width (never between a number and its unit) and not wrapped at all when
-    the output is piped; colour only on a terminal (rich honours NO_COLOR)."""
+    (each with its evidence and what to change), the rules that could not judge this trace, the top
+    kernels of the steady state. Lines are wrapped to a terminal's width (or ``COLUMNS``; never between
+    a number and its unit), a long message into its first sentence and indented lines, one a cause;
+    not wrapped at all when the output is piped without ``COLUMNS``; colour only on a terminal (rich
+    honours NO_COLOR), code shown in bold there and between single backticks without colour."""
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=True)
-    width = console.width if console.is_terminal else 0
-    say = partial(_line, console, width)
-    _summary_head(res, say)
-    console.print()
-    _summary_fixes(res, console, width, say)
-    _summary_tail(res, console, width, say)
+    scr = Screen(Console(highlight=False, soft_wrap=True))
+    _summary_head(res, scr.line)
+    scr.console.print()
+    _summary_fixes(res, scr)
+    _rules_run(res, scr.line)
+    _summary_tail(res, scr)
 
 
 def _summary_head(res: dict[str, Any], say: Any) -> None:
@@ -92,7 +185,8 @@ def _summary_head(res: dict[str, Any], say: Any) -> None:
             head = (f"one every {fmt_ns(res['p50_ns'])} (p50 period, {res.get('throughput_per_s', 0):,.1f}/s), "
                     f"latency p50 {fmt_ns(res.get('latency_p50_ns'))}")
             if res.get("queueing"):
-                head += f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) ahead of the GPU)"
+                head += (f" (includes queueing: the CPU runs {res.get('queue_depth_p50'):g} iteration(s) "
+                         "ahead of the GPU)")
         else:
             head = f"latency p50 {fmt_ns(res['p50_ns'])}"
         n = f"{res['iterations']} steady" + (f" in {seqs} sequences (threads or ranks; rates are per sequence)"
@@ -135,12 +229,13 @@ def _summary_head(res: dict[str, Any], say: Any) -> None:
         say(f"Ranks: {res['ranks_verdict']}", indent=2, first="")
 
 
-def _summary_fixes(res: dict[str, Any], console: Any, width: int, say: Any) -> None:
+def _summary_fixes(res: dict[str, Any], scr: Screen) -> None:
     """The fixes by saving, each with its evidence and what to change."""
     from rich.text import Text
 
     from nsysan.units import fmt_ns, fmt_pct
 
+    say, width = scr.line, scr.width
     fixes = res.get("fixes") or []
     if fixes:
         total = sum(f["impact_ns"] for f in fixes)
@@ -158,32 +253,53 @@ def _summary_fixes(res: dict[str, Any], console: Any, width: int, say: Any) -> N
             tail = _say(f" {saves}  [{f['rule']}]")
             if width and len(head.plain) + len(tail) > width > 30:  # wrapped under the message's indent
                 lines = textwrap.wrap(_glue(tail), width=width, initial_indent=" " * len(head.plain),
-                                      subsequent_indent=" " * 5, break_on_hyphens=False)
+                                      subsequent_indent=" " * 5, break_on_hyphens=False, break_long_words=False)
                 tail = "\n".join(lines)[len(head.plain):].replace(_NB, " ")
             head.append(tail)
-            console.print(head)
+            scr.console.print(head)
             say(f["title"], "bold", indent=5)
-            say(f["message"], indent=5)
+            scr.message(f["message"], indent=5)
             say(f"fix: {f['suggestion']}", "green", indent=10, first=" " * 5)
     else:
         say("No findings: no rule found time to save in this window.", "bold")
 
 
-def _summary_tail(res: dict[str, Any], console: Any, width: int, say: Any) -> None:
+def _rules_run(res: dict[str, Any], say: Any) -> None:
+    """How the rules ended (``pipeline.summary``'s ``rules_run``, the JSON's ``rules``): how many
+    fired and passed (looked at the data, found nothing), and each rule that could not judge this
+    trace with what the trace lacks, grouped by it: never counted as passed."""
+    run = res.get("rules_run") or []
+    if not run:
+        return
+    count = {k: sum(1 for _, st, _ in run if st == k) for k in ("fired", "passed", "not_checked", "disabled")}
+    parts = [f"{count['fired']} fired", f"{count['passed']} passed"]
+    parts += [f"{count['not_checked']} not checked"] if count["not_checked"] else []
+    parts += [f"{count['disabled']} disabled"] if count["disabled"] else []
+    say("Rules: " + ", ".join(parts) + (":" if count["not_checked"] else ""), "dim", indent=2, first="")
+    lacking: dict[str, list[str]] = {}
+    for rule, status, reason in run:
+        if status == "not_checked":
+            lacking.setdefault(str(reason or "the trace lacks their input"), []).append(rule)
+    for reason, rules in lacking.items():
+        say(f"{', '.join(rules)}: not checked ({reason})", "dim", indent=4, first="  ")
+
+
+def _summary_tail(res: dict[str, Any], scr: Screen) -> None:
     """The steady state's top kernels, the notes, the outputs written."""
     from rich.text import Text
 
     from nsysan.units import fmt_ns, fmt_pct
 
+    say, width = scr.line, scr.width
     if res.get("top_kernels"):
-        console.print()
+        scr.console.print()
         say(f"Top kernels ({res['window']}, {fmt_ns(res.get('kernel_ns', 0))} of kernel time)", "bold")
         for name, tot, share, count in res["top_kernels"]:
             line = f"{fmt_ns(tot):>10} {fmt_pct(share):>6} {count:>7,}x  "
             short = _say(short_kernel_name(name))
             if width and len(line) + len(short) > width:
                 short = short[:max(10, width - len(line) - 3)] + "..."
-            console.print(Text(line + short))
+            scr.console.print(Text(line + short))
     for w in res["warnings"]:
         say(f"note: {w}", "yellow", indent=6, first="")
     for out in res["outputs"]:
@@ -281,7 +397,8 @@ def print_diff(d: Any) -> None:
         if m["base"] is None and m["new"] is None:
             continue
         t.add_row(*(Text(x) for x in (m["label"], fmt_metric(m["metric"], m["base"]),
-                                      fmt_metric(m["metric"], m["new"]), fmt_metric(m["metric"], m["delta"], signed=True),
+                                      fmt_metric(m["metric"], m["new"]),
+                                      fmt_metric(m["metric"], m["delta"], signed=True),
                                       f"{m['ratio']:.3f}" if m["ratio"] is not None else "-")),
                   Text(m["verdict_text"], style=styles.get(m["verdict"] or "")))
     c.print(t)
@@ -313,8 +430,6 @@ def print_diff(d: Any) -> None:
 
 
 def _gpu_metric_deltas(c: Any, d: Any, Text: Any) -> None:
-
-
     """GPU metric means per device and range on both sides (``compare.gpu_metric_deltas``)."""
     from rich.table import Table
 
@@ -335,7 +450,8 @@ def _gpu_metric_deltas(c: Any, d: Any, Text: Any) -> None:
         return f"{b:.1f} -> {n:.1f}"
 
     for r in d.gpu_metrics:
-        v = r["base_verdict"] if r["base_verdict"] == r["new_verdict"] else f"{r['base_verdict'] or '-'} -> {r['new_verdict'] or '-'}"
+        v = (r["base_verdict"] if r["base_verdict"] == r["new_verdict"]
+             else f"{r['base_verdict'] or '-'} -> {r['new_verdict'] or '-'}")
         t.add_row(Text(f"{r['device']} {r['range']}"), Text(pair(r, "sm_active")), Text(pair(r, "tensor_active")),
                   Text(pair(r, "dram_read", "dram_write")),
                   Text(f"{pair(r, 'pcie_rx')} / {pair(r, 'pcie_tx')}"), Text(v))
@@ -393,5 +509,6 @@ def ladder_markdown(lad: dict[str, Any]) -> str:
                      f"{(format(r['step_speedup'], '.2f') + 'x') if r['step_speedup'] else '-'} | "
                      f"{(format(r['total_speedup'], '.2f') + 'x') if r['total_speedup'] else '-'} | "
                      f"{fmt_metric('busy_frac', r['gpu_busy_frac'])} | {md(r['top_finding'] or '-')} |"
-                     + "".join(f" {metric_cell(r, k)} |" for k in (("sm_active", "tensor_active", "dram") if gm else ())))
+                     + "".join(f" {metric_cell(r, k)} |"
+                               for k in (("sm_active", "tensor_active", "dram") if gm else ())))
     return "\n".join(lines) + "\n"
