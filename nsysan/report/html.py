@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import re
 import sys
 import tempfile
 from functools import cache
 from pathlib import Path
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from nsysan.report.view import Report
 from nsysan.units import fmt_ns, fmt_pct
@@ -33,13 +34,17 @@ def templates_dir() -> Path:
     raise FileNotFoundError("nsysan templates not found (broken install?)")
 
 
+# a `literal` in single backticks (Markdown, as nsysan's notes write commands): opened at the start or
+# after a space or an opening bracket, closed before a space, punctuation or the end, so the backtick of
+# a C++ name (`anonymous namespace') alone is left as it is
+_TICKS = re.compile(r"(?:(?<=^)|(?<=[\s(\[]))`([^`\n]+?)`(?=$|[\s.,;:)\]])")
+
+
 def code_spans(text: str) -> Markup:
-    """Escape, then show RST-style ````literal```` spans (used in rule docs) as <code>."""
-    import re
-
-    from markupsafe import escape
-
-    return Markup(re.sub(r"``(.+?)``", r"<code>\1</code>", str(escape(text))))
+    """Escape, then show RST-style ````literal```` spans (rule docs) and Markdown `literal` spans
+    (notes and messages) as <code>: the reader never sees the backticks."""
+    out = re.sub(r"``(.+?)``", r"<code>\1</code>", str(escape(text)))
+    return Markup(_TICKS.sub(r"<code>\1</code>", out))
 
 
 class TemplateCache(jinja2.BytecodeCache):

@@ -79,6 +79,9 @@ class Report:
     subtitle: str = ""
     samples_view: dict[str, Any] = field(default_factory=dict)  # report/samples_view.py
     gpu_metrics: dict[str, Any] | None = None  # the metrics section (report/metrics_view.py), None without metrics
+    # panels left out because they would show nothing: (panel, why), said once in the plots section
+    not_shown: list[tuple[str, str]] = field(default_factory=list)
+    steady_label: str = "steady state"  # the window the findings judge ("steady state", "GPU-active part", ...)
 
 
 @dataclass
@@ -340,7 +343,8 @@ def _util_plot(a: Any) -> Plot | None:
 def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Report:
     """The report's view model: every section computed and formatted (strings from the trace raw)."""
     m = a.trace.meta
-    gpus = _gpus_text(a.trace)
+    used = {int(d) for d in a.ops["device_id"].unique().tolist()} if len(a.ops) else set()
+    gpus = _gpus_text(a.trace, used)
     top_fixes, savings_total, subtitle = _first_screen(a, gpus)
     tables = [*_summary_tables(a), *_iteration_tables(a), *resources_tables(a)]
     rv = _ranks_view(a)
@@ -354,16 +358,22 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
     capture = [(k, v) for k, v in m.capture] if show_env else []
     findings = [FindingView(f.rule, f.severity.name.lower(), f.title, f.message, f.suggestion, fmt_ns(f.impact_ns),
                             _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
-    return Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=_headline(a),
-                  info=_info(a, gpus), findings=findings, tables=tables, kernel_bars=_kernel_bars(a),
-                  breakdown=breakdown_rows(a), capture_time=capture_rows(getattr(a, "phases", None)),
-                  iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
-                  overlap_bars=_overlap_bars(a),
-                  timeline=build_timeline(a), rules_log=rules_log,
-                  warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
-                  late_warnings=[w for w in m.warnings if _SHORTENED.match(w)], capture=capture,
-                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
-                  samples_view=samples_view(a), gpu_metrics=metrics_view.view(a))
+    rep = Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=_headline(a),
+                 info=_info(a, gpus), findings=findings, tables=tables, kernel_bars=_kernel_bars(a),
+                 breakdown=breakdown_rows(a), capture_time=capture_rows(getattr(a, "phases", None)),
+                 iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
+                 overlap_bars=_overlap_bars(a),
+                 timeline=build_timeline(a), rules_log=rules_log,
+                 warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
+                 late_warnings=[w for w in m.warnings if _SHORTENED.match(w)], capture=capture,
+                 ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
+                 samples_view=samples_view(a), gpu_metrics=metrics_view.view(a))
+    _one_list_of_what_it_lacks(rep)
+    rep.steady_label = a.steady.label
+    rep.not_shown = _not_shown(a, rep)
+    if any("Who kept the GPU waiting" in p for p, _ in rep.not_shown):
+        rep.samples_view = {}
+    return rep
 
 
 def _headline(a: Any) -> list[tuple[str, str]]:
@@ -372,6 +382,7 @@ def _headline(a: Any) -> list[tuple[str, str]]:
     busy = a.busy_steady
     ov = a.overlap.loc[a.overlap["direction"] == "all"] if len(a.overlap) else a.overlap
     has_it = bool(st.get("count"))
+    judged = "steady" if a.steady.label == "steady state" else a.steady.label  # the window the numbers are of
     period = st.get("headline") == "period"
     latency = fmt_ns(st.get("latency_p50_ns")) if has_it else "-"
     if has_it and st.get("latency_includes_queueing"):
@@ -380,10 +391,11 @@ def _headline(a: Any) -> list[tuple[str, str]]:
         ("Iteration time p50" + (" (period)" if period else " (latency)"), fmt_ns(st.get("p50_ns")) if has_it else "-"),
         ("Throughput", f"{st.get('throughput_per_s', 0):.1f} it/s" if has_it else "-"),
         ("Latency p50", latency),
-        *(((f"GPU {int(r['device_id'])} busy (steady)" if len(busy) > 1 else "GPU busy (steady)",
+        *(((f"GPU {int(r['device_id'])} busy ({judged})" if len(busy) > 1 else f"GPU busy ({judged})",
             fmt_pct(float(r["busy_frac"]))) for _, r in busy.iterrows()) if len(busy) else
           [("GPU busy", "not recorded" if not len(a.ops) else "-")]),
-        ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0])) if len(ov) else "-"),
+        ("Copy/compute overlap", fmt_pct(float(ov["overlap_frac_of_copy"].iloc[0]))
+         if len(ov) and float(ov["copy_ns"].iloc[0]) > 0 else "-"),
         *_slow_headline(a),
         ("Est. savings (all findings)", (fmt_ns(sum(f.impact_ns for f in a.findings))
                                          + (f" ({fmt_pct(sum(f.impact_ns for f in a.findings) / a.steady.dur_ns)})"
@@ -400,9 +412,21 @@ def _slow_headline(a: Any) -> list[tuple[str, str]]:
     return [(f"{n} slow iteration{'s' if n != 1 else ''}", f"{fmt_ns(cost)} ({fmt_pct(share)})")]
 
 
-def _gpus_text(t: Any) -> str:
+def _gpus_text(t: Any, used: set[int] | None = None) -> str:
+    """The GPUs of the trace, or only those the program ran work on (``used``: device ids with GPU
+    activity) and how many more the machine had, idle."""
+    g = t.gpus
+    if used and len(g) and "device_id" in g:
+        on = g[g["device_id"].astype("int64").isin(sorted(used))]
+        if 0 < len(on) < len(g):
+            idle = len(g) - len(on)
+            return _gpus_text_of(on) + f" (used; {idle} more GPU{'s' if idle > 1 else ''} idle)"
+    return _gpus_text_of(g)
+
+
+def _gpus_text_of(g: pd.DataFrame) -> str:
     return ", ".join(f"{r['name']} ({int(r['sm_count']) if pd.notna(r['sm_count']) else '?'} SMs)"
-                     for _, r in t.gpus.iterrows()) or "none recorded"
+                     for _, r in g.iterrows()) or "none recorded"
 
 
 def _info(a: Any, gpus: str) -> list[tuple[str, str]]:
@@ -457,12 +481,69 @@ def _first_screen(a: Any, gpus: str) -> tuple[list[tuple[int, str, str, str, str
 
 
 def _overlap_bars(a: Any) -> list[Bar]:
+    """Per device and copy direction with copy time: the share of it that ran under compute (the bar),
+    of how much. None when no copy ran (a chart of 0% of 0 ns says nothing)."""
     ovb = []
     for _, r in a.overlap.iterrows():
-        ovb.append(Bar(f"GPU {r['device_id']} {r['direction']}",
-                       f"{fmt_ns(r['overlap_ns'])} of {fmt_ns(r['copy_ns'])} copy overlapped compute "
-                       f"({fmt_pct(r['overlap_frac_of_copy'])})", float(r["overlap_frac_of_copy"])))
+        if not float(r["copy_ns"]) > 0:
+            continue
+        frac = float(r["overlap_frac_of_copy"])
+        ovb.append(Bar(f"GPU {r['device_id']} {r['direction']}", f"{fmt_pct(frac)} of {fmt_ns(r['copy_ns'])}", frac))
     return ovb
+
+
+# what each input of the samples panel tells, in the one list of what the trace lacks
+_SAMPLES_FOR = {"CPU samples": "which functions the launching thread ran while the GPU waited",
+                "Python samples": "which Python functions the launching thread ran while the GPU waited",
+                "CUDA backtraces": "where in the program each CUDA call was made",
+                "Python backtraces": "which Python line made each CUDA call",
+                "GPU metrics": "how hard the GPU works inside its busy time (SMs, tensor cores, DRAM, PCIe)"}
+
+
+def _one_list_of_what_it_lacks(rep: Report) -> None:
+    """The inputs the samples panel lacks join the table of what the trace lacks (one list, each input
+    once with its flag); the panel then names them and links there."""
+    missing = (rep.samples_view or {}).get("missing") or []
+    if not missing:
+        return
+    at = next((i for i, t in enumerate(rep.tables) if t.id == "inputs_missing"), None)
+    rows = [dict(zip(("input", "flag", "for"), r)) for r in (rep.tables[at].rows if at is not None else [])]
+    have = {r["flag"] for r in rows}
+    rows += [{"input": m["label"], "flag": m["flag"], "for": _SAMPLES_FOR.get(m["label"], "")}
+             for m in missing if m["flag"] not in have]
+    t = table("inputs_missing", "What this trace lacks, and the flag that adds it", pd.DataFrame(rows), [
+        ("Input", "input", None), ("nsys profile flag", "flag", None), ("What it would tell", "for", None)],
+        note="Recorded data some analyses need; nsysan profile --diagnose records them.")
+    if at is None:
+        rep.tables.append(t)
+    else:
+        rep.tables[at] = t
+
+
+def _not_shown(a: Any, rep: Report) -> list[tuple[str, str]]:
+    """The plots and panels with nothing to show, each with why (said once, in the plots section)."""
+    out = []
+    kdf = a.steady_summaries.get("kernels", a.kernels)
+    no_gpu = not len(a.ops)
+    gpu_why = "GPU activity was not recorded" if no_gpu else ""
+    if not rep.kernel_bars:
+        out.append(("GPU time by kernel", gpu_why or ("no kernels in the " + a.steady.label if not len(kdf) else
+                                                      "every kernel took 0 ns")))
+    if rep.iteration_plot is None:
+        out.append(("Time per iteration", "no iteration range (see Iterations)"))
+    if rep.util_plot is None:
+        out.append(("GPU utilization", gpu_why or "no GPU activity"))
+    if not rep.overlap_bars:
+        out.append(("Copy/compute overlap", gpu_why or "no memory copies in the " + a.steady.label))
+    sv = rep.samples_view
+    if sv is not None and not sv.get("groups") and not sv.get("sites"):
+        out.append(("Who kept the GPU waiting", "no CPU or Python samples and no backtraces in this trace"
+                    + ("; What this trace lacks says how to record them" if sv.get("missing") else "")))
+    by_why: dict[str, list[str]] = {}  # one reason said once, for every panel it empties
+    for panel, why in out:
+        by_why.setdefault(why, []).append(panel)
+    return [(", ".join(panels[:-1]) + " and " + panels[-1] if len(panels) > 1 else panels[0], why)
+            for why, panels in by_why.items()]
 
 
 def _steady_first(a: Any, tid: str, title: str, steady_df: Any, capture_df: pd.DataFrame,

@@ -39,17 +39,39 @@ window.nsysanMetricLanes = (function () {
     if (lo < t.length && t[lo] - lane.metric.period <= tb && v[lo] !== 255) return [v[lo], 0];
     return [-1, 0];
   }
-  function draw(ctx, lane, W, view, LABEL, ROW) {
+  // Device memory zoomed in (less than 90% of the capture in view) is drawn on the scale of what is in
+  // view, from its lowest to its highest value, and the lane says so: on % of the whole run's peak a
+  // leak of 128 MiB a step is flat over three iterations.
+  function draw(ctx, lane, W, view, LABEL, ROW, span) {
     if (!lane.t) return;
-    var k = (view.b - view.a) / W;
+    var k = (view.b - view.a) / W, zoomed = span && (view.b - view.a) < 0.9 * span;
+    lane.zoom = null;
     lane.series.forEach(function (s, r) {
-      var y0 = lane.y + 2 + r * ROW, h = ROW - 2;
-      ctx.fillStyle = COLORS[s.key] || "#555";
+      var y0 = lane.y + 2 + r * ROW, h = ROW - 2, vals = new Float32Array(W), lo = Infinity, hi = -Infinity;
       for (var px = 0; px < W; px++) {
         var got = valueAt(lane, s, view.a + px * k, view.a + (px + 1) * k);
-        if (got[0] < 0) continue;
-        var hh = Math.max(got[0] > 0 ? 1 : 0, got[0] / 100 * h);
+        vals[px] = got[0];
+        if (got[0] >= 0) { lo = Math.min(lo, got[0]); hi = Math.max(hi, got[0]); }
+      }
+      var rescale = s.key === "memory" && zoomed && hi > lo;
+      if (s.key === "memory" && zoomed && hi >= lo) lane.zoom = [lo, hi];
+      ctx.fillStyle = COLORS[s.key] || "#555";
+      for (px = 0; px < W; px++) {
+        var v = vals[px];
+        if (v < 0) continue;
+        var f = rescale ? 0.15 + 0.85 * (v - lo) / (hi - lo) : v / 100;
+        var hh = Math.max(v > 0 ? 1 : 0, f * h);
         if (hh > 0) ctx.fillRect(LABEL + px, y0 + h - hh, 1, hh);
+      }
+      if (s.key === "memory" && zoomed && hi >= lo) {
+        var note = "zoomed: " + (hi > lo ? "scale " + lo.toFixed(0) + "\u2013" + hi.toFixed(0) : lo.toFixed(0)) +
+          "% of peak in view; whole capture for the trend";
+        ctx.font = "10px system-ui, sans-serif";
+        var tw = ctx.measureText(note).width, x = LABEL + Math.max(2, W - tw - 6);
+        ctx.fillStyle = "rgba(127,127,127,0.25)"; ctx.fillRect(x - 3, y0, tw + 6, h);
+        ctx.fillStyle = getComputedStyle(document.documentElement).getPropertyValue("--fg") || "#222";
+        ctx.fillText(note, x, y0 + h - 2);
+        ctx.font = "11px system-ui, sans-serif";
       }
     });
   }
@@ -57,7 +79,8 @@ window.nsysanMetricLanes = (function () {
     if (!lane.t) return null;
     var s = lane.series[Math.min(row, lane.series.length - 1)], got = valueAt(lane, s, ta, tb);
     if (got[0] < 0) return [s.label + ": not sampled here", lane.label];
-    return [s.label + ": " + got[0].toFixed(1) + "% of peak", lane.label,
+    return [s.label + ": " + got[0].toFixed(1) + "% of peak", lane.label + (lane.zoom && s.key === "memory" ?
+      " (zoomed: drawn from " + lane.zoom[0].toFixed(0) + "% to " + lane.zoom[1].toFixed(0) + "% of peak)" : ""),
       (got[1] ? "mean of " + got[1] + " sample" + (got[1] > 1 ? "s" : "") + " in this pixel column" :
         "the sample covering this time") + " \u00b7 one sample every " + fmt(lane.metric.period)];
   }

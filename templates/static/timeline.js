@@ -11,7 +11,9 @@
   var KIND_NAMES = ["kernel", "copy H2D", "memset", "CUDA Graph", "copy D2H", "GPU idle", "NVTX range",
     "CUDA API call", "communication", "copy"];
   var COLORS = ["#2f6fdf", "#0f9d58", "#8e44ad", "#16a085", "#c0392b", "#e8a0a0", "#7f8c8d", "#9aa5b1", "#d97706", "#27ae60"];
+  // the lane labels' column: 270 px on a wide screen, under a third of a narrow one (set at each draw)
   var LABEL = 270, ROW = 14, PAD = 4, AXIS = 24;
+  function labelWidth() { return Math.round(Math.max(96, Math.min(270, canvas.clientWidth * 0.3))); }
   var span = Math.max(data.span, 1), names = data.names;
   var view = { a: data.initial[0], b: Math.max(data.initial[1], data.initial[0] + 100) };
   var state = { highlight: null, query: "", matchName: null, matches: [], cur: -1, ready: false, error: "" };
@@ -129,7 +131,7 @@
     if (cov.length < w) { cov = new Float32Array(w); cnt = new Int32Array(w); best = new Float32Array(w); col = new Uint8Array(w); hit = new Uint8Array(w); }
   }
   function drawLane(lane, W) {
-    if (lane.metric) { ML.draw(ctx, lane, W, view, LABEL, ROW); return; }
+    if (lane.metric) { ML.draw(ctx, lane, W, view, LABEL, ROW, span); return; }
     var n = lane.n, s = lane.s, e = lane.e, kd = lane.kind, dp = lane.depth, nm = lane.name, mn = state.matchName;
     var k = W / (view.b - view.a), i0 = lowerBound(lane.pend, view.a, n), i1 = upperBound(s, view.b, n);
     var curOp = state.cur >= 0 ? state.matches[state.cur] : null;
@@ -191,6 +193,7 @@
   }
   function draw() {
     var dpr = window.devicePixelRatio || 1, cw = canvas.clientWidth;
+    LABEL = labelWidth();
     canvas.width = Math.round(cw * dpr); canvas.height = Math.round(totalH * dpr);
     canvas.style.height = totalH + "px";
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -218,7 +221,9 @@
       var tx = Math.round(xOf(t)) + 0.5;
       if (tx < LABEL) continue;
       ctx.beginPath(); ctx.moveTo(tx, AXIS - 6); ctx.lineTo(tx, totalH); ctx.stroke();
-      ctx.fillText((base ? "+" : "") + tickLabel(t - base, stepNs), tx + 3, 12);
+      var tl = (base ? "+" : "") + tickLabel(t - base, stepNs), tw = ctx.measureText(tl).width;
+      // a label that would run past the right edge is drawn left of its tick (never clipped)
+      ctx.fillText(tl, tx + 3 + tw > cw - 2 ? tx - 3 - tw : tx + 3, 12);
     }
     ctx.save(); ctx.beginPath(); ctx.rect(LABEL, 0, W, totalH); ctx.clip();
     if (state.ready) lanes.forEach(function (lane) { drawLane(lane, W); });
@@ -324,6 +329,44 @@
     tip.style.left = Math.max(0, Math.min(h.px + 12, canvas.clientWidth - 420)) + "px"; tip.style.top = (h.py + 14) + "px";
   });
   canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+  // touch screens: one finger drags the view sideways (the page still scrolls up and down), two pinch
+  var touches = {}, pinch = null;
+  canvas.style.touchAction = "pan-y";
+  function touchList() { return Object.keys(touches).map(function (k) { return touches[k]; }); }
+  function pinchStart() {
+    var p = touchList();
+    if (p.length === 1) pinch = { x: p[0].x, a: view.a, b: view.b };
+    else if (p.length === 2) {
+      var r = canvas.getBoundingClientRect(), mid = (p[0].x + p[1].x) / 2 - r.left;
+      pinch = { d: Math.max(8, Math.abs(p[0].x - p[1].x)), a: view.a, b: view.b,
+        t: view.a + (Math.max(LABEL, mid) - LABEL) / plotW() * (view.b - view.a) };
+    } else pinch = null;
+  }
+  canvas.addEventListener("pointerdown", function (ev) {
+    if (ev.pointerType !== "touch") return;
+    touches[ev.pointerId] = { x: ev.clientX }; pinchStart();
+  });
+  canvas.addEventListener("pointermove", function (ev) {
+    if (ev.pointerType !== "touch" || !touches[ev.pointerId] || !pinch) return;
+    touches[ev.pointerId].x = ev.clientX;
+    var p = touchList();
+    if (p.length === 1 && pinch.x !== undefined) {
+      var dt = (p[0].x - pinch.x) / plotW() * (pinch.b - pinch.a);
+      view.a = pinch.a - dt; view.b = pinch.b - dt;
+    } else if (p.length === 2 && pinch.d !== undefined) {
+      var f = pinch.d / Math.max(8, Math.abs(p[0].x - p[1].x));
+      view.a = pinch.t - (pinch.t - pinch.a) * f; view.b = pinch.t + (pinch.b - pinch.t) * f;
+    } else return;
+    clampView(); draw(); tip.hidden = true;
+  });
+  function touchEnd(ev) { if (ev.pointerType === "touch") { delete touches[ev.pointerId]; pinchStart(); } }
+  canvas.addEventListener("pointerup", touchEnd);
+  canvas.addEventListener("pointercancel", touchEnd);
+  var hint = document.getElementById("tl-hint");
+  if (hint && window.matchMedia && window.matchMedia("(pointer: coarse)").matches) {
+    hint.textContent = "Pinch to zoom, drag sideways to pan, tap for details, double-tap to reset; " +
+      "the buttons above show the steady state or the whole capture. Times are relative to the capture start.";
+  }
   canvas.addEventListener("dblclick", function () { zoomTo(data.initial[0], data.initial[1], null); });
   window.addEventListener("resize", draw);
 
