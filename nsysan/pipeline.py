@@ -265,11 +265,12 @@ def diff(base_path: str, new_path: str, *, metric: str, fail_on_regression: str 
          json_path: str | None, html: str | None, force: bool, quiet: bool) -> Any:
     """``nsysan diff``: both sides loaded, compared, gated (``fail_on_regression``) and written."""
     from nsysan import compare
+    from nsysan.compare.gate import gate, gate_rule, parse_threshold, threshold_note
     from nsysan.report.terminal import compare_html
 
-    threshold = compare.parse_threshold(fail_on_regression) if fail_on_regression is not None else None
+    threshold = parse_threshold(fail_on_regression) if fail_on_regression is not None else None
     if threshold is not None:
-        compare.gate_rule(metric, threshold)  # a wrong --metric fails before the traces are read
+        gate_rule(metric, threshold)  # a wrong --metric fails before the traces are read
     protect = check_outputs([base_path, new_path], [(o, v) for o, v in (("--json", json_path), ("--html", html)) if v],
                             force=force)
     base = compare.load(resolve_input(base_path, quiet), iteration_range=iteration_range)
@@ -279,8 +280,8 @@ def diff(base_path: str, new_path: str, *, metric: str, fail_on_regression: str 
         lb, ln = "base", "new"
     d = compare.diff(base, new, base_label=lb, new_label=ln)
     if threshold is not None:
-        d.gate = compare.gate(d, metric, threshold)
-        note = compare.threshold_note(fail_on_regression)
+        d.gate = gate(d, metric, threshold)
+        note = threshold_note(fail_on_regression)
         if note:
             d.gate["note"] = note
     if json_path:
@@ -296,6 +297,7 @@ def ladder(traces: Sequence[str], names: str | None, *, metric: str | None, iter
     """``nsysan compare``: every trace loaded (in parallel), one table, written. ``names``: the rows'
     comma-separated names (default: the file names)."""
     from nsysan import compare
+    from nsysan.compare.ladder import ladder as ladder_table
     from nsysan.options import positive_jobs
     from nsysan.report.terminal import compare_html
 
@@ -319,7 +321,7 @@ def ladder(traces: Sequence[str], names: str | None, *, metric: str | None, iter
         pool.shutdown()
     else:
         dicts = [compare.load(t, iteration_range=iteration_range) for t in sources]
-    lad = compare.ladder(list(zip(rows, dicts)), metric)
+    lad = ladder_table(list(zip(rows, dicts)), metric)
     if json_path:
         write_atomic(Path(json_path), compare.dumps(lad), force=force, protect=protect)
     if html:

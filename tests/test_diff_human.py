@@ -16,10 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import sqltruth
+
 from nsysan import compare
 from nsysan.cli import main
+from nsysan.compare.gate import parse_threshold
+from nsysan.compare.stats import ALPHA
+from nsysan.report.names import ELLIPSIS, short_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +119,7 @@ def test_numbers_and_p_value_match_sql(fixture_dir, analysis):
     a, b = truth["ladder_pinned"], truth["ladder_baseline"]
     assert len(set(a) | set(b)) == len(a) + len(b)  # no ties: the plain formula applies
     p = _p_by_pairs(a, b)
-    assert d.noise["p_value"] == pytest.approx(p, rel=1e-9) and p < compare.ALPHA
+    assert d.noise["p_value"] == pytest.approx(p, rel=1e-9) and p < ALPHA
     assert m["verdict"] == "worse" and m["verdict_text"].startswith("slower (+")
     assert f"p={p:.2g}" in m["verdict_text"]
     assert rows(d)["throughput_per_s"]["verdict_text"].startswith("slower (-")  # fewer iterations per second
@@ -127,7 +130,7 @@ def test_indistinguishable_periods_are_no_clear_change_never_better():
     new = list(np.random.default_rng(5).permutation(base) * 0.95)  # 5% faster on paper, inside a 30% spread
     d = compare.diff(fake(base), fake(new))
     p = d.noise["p_value"]
-    assert p is not None and p >= compare.ALPHA
+    assert p is not None and p >= ALPHA
     for k in ("iter_p50_ns", "iter_mean_ns", "throughput_per_s"):
         m = rows(d)[k]
         assert m["delta"] != 0 and m["verdict"] == "no clear change", m
@@ -201,11 +204,11 @@ LONG_B = PREFIX + "GemmUniversal<128, 128, 64, float, true>(Params) [grid 132]"
 
 def test_short_names_of_a_shared_100_character_prefix_differ():
     assert len(PREFIX) >= 100 and LONG_A[:100] == LONG_B[:100] and LONG_A != LONG_B
-    s = compare.short_names([LONG_A, LONG_B, "short_kernel"], width=70)
+    s = short_names([LONG_A, LONG_B, "short_kernel"], width=70)
     assert s["short_kernel"] == "short_kernel"
     assert s[LONG_A] != s[LONG_B]
     for name in (LONG_A, LONG_B):
-        assert compare.ELLIPSIS in s[name] and len(s[name]) < len(name)
+        assert ELLIPSIS in s[name] and len(s[name]) < len(name)
         assert s[name].startswith(name[:20]) and s[name].endswith(name[-15:])
     assert "<128, 256" in s[LONG_A] and "<128, 128" in s[LONG_B]  # the part that tells them apart
 
@@ -216,11 +219,11 @@ def test_short_names_never_look_alike():
     names = [f"{PREFIX}{x}::inner{y}::{'z' * 40}{z}(int)" for x, y, z in product(parts, parts, parts)]
     names += [n.replace("(int)", "(float)") for n in names]
     for width in (24, 40, 70, 120):
-        s = compare.short_names(names, width=width)
+        s = short_names(names, width=width)
         assert len(set(s.values())) == len(set(names))
     # a name that looks like another one's short form: both stay distinct
-    s = compare.short_names([LONG_A, LONG_B], width=40)
-    s2 = compare.short_names([LONG_A, LONG_B, s[LONG_A]], width=40)
+    s = short_names([LONG_A, LONG_B], width=40)
+    s2 = short_names([LONG_A, LONG_B, s[LONG_A]], width=40)
     assert len(set(s2.values())) == 3
 
 
@@ -244,7 +247,7 @@ def test_terminal_shows_distinct_kernel_names_and_html_whole_ones(tmp_path, caps
 @pytest.mark.parametrize("text, want", [("5", 0.05), ("5%", 0.05), (" 5 % ", 0.05), ("0.5", 0.005),
                                         ("0.05", 0.0005), ("0", 0.0), ("1000", 10.0), ("12.5%", 0.125)])
 def test_threshold_is_always_percent(text, want):
-    assert compare.parse_threshold(text) == pytest.approx(want)
+    assert parse_threshold(text) == pytest.approx(want)
 
 
 @pytest.mark.parametrize("text", ["-1", "-5%", "nan", "inf", "-inf", "1000.1", "5000%", "", "%", "five", "5%%",

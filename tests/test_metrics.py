@@ -441,12 +441,12 @@ def test_two_gpus_each_source_on_its_device(fixture_dir, tmp_path):
 def test_compare_ladder_carries_steady_means(analysis):
     """compare: each trace's steady-window means (as its own JSON has them); a trace without metrics
     keeps the row it always had."""
-    from nsysan import compare
+    from nsysan.compare.ladder import ladder
 
     if len(METRIC_FIXTURES) < 2:
         pytest.skip("fixtures missing")
     items = [(n, json.loads(analysis(n).to_json())) for n in ("waits_phases", "metrics_mix", "train_inline")]
-    lad = compare.ladder(items)
+    lad = ladder(items)
     for (name, d), row in zip(items, lad["rows"]):
         steady = [r for r in (d["gpu_metrics"]["by_range"]) if r["range"].startswith("[")]
         if not steady:
@@ -486,6 +486,7 @@ def test_hostile_saved_metrics_do_not_break_diff_or_compare(analysis):
     """Saved analyses are untrusted: text, NaN and lists where metric means belong are shown as
     missing, never an exception."""
     from nsysan import compare
+    from nsysan.compare.ladder import ladder
 
     name = METRIC_FIXTURES[-1] if METRIC_FIXTURES else pytest.skip("no metric fixture")
     good = json.loads(analysis(name).to_json())
@@ -494,11 +495,11 @@ def test_hostile_saved_metrics_do_not_break_diff_or_compare(analysis):
         r["sm_active"], r["dram_read"], r["tensor_active"] = "<script>", [1], float("nan")
     rows = compare.diff(good, bad).to_dict()["gpu_metrics"]
     assert rows and all(r["sm_active"]["new"] is None and r["sm_active"]["delta"] is None for r in rows)
-    lad = compare.ladder([("a", good), ("b", bad)])
+    lad = ladder([("a", good), ("b", bad)])
     m = next(iter(lad["rows"][1]["gpu_metrics"].values()))
     assert m["sm_active"] is None and m["dram"] is None and m["tensor_active"] is None
     bad["gpu_metrics"] = {"devices": [1], "by_range": "x"}
-    assert "gpu_metrics" not in compare.diff(good, bad).to_dict() and "gpu_metrics" not in compare.ladder(
+    assert "gpu_metrics" not in compare.diff(good, bad).to_dict() and "gpu_metrics" not in ladder(
         [("a", bad), ("b", bad)])["rows"][0]
 
 

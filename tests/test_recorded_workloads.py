@@ -155,6 +155,8 @@ def test_compare_and_gate_follow_the_real_speedup(slow, fast, analysis, fixture_
     if not {slow, fast} <= set(HAVE):
         pytest.skip("fixtures missing")
     from nsysan import compare
+    from nsysan.compare.gate import gate
+    from nsysan.compare.ladder import ladder
     from nsysan.report.jsonout import analysis_to_dict
 
     db, dn = analysis_to_dict(analysis(slow)), analysis_to_dict(analysis(fast))
@@ -166,11 +168,11 @@ def test_compare_and_gate_follow_the_real_speedup(slow, fast, analysis, fixture_
 
     want = med_period(slow) / med_period(fast)
     assert want > 2.5
-    lad = compare.ladder([(slow, db), (fast, dn)])
+    lad = ladder([(slow, db), (fast, dn)])
     assert lad["metric"] == "iter_p50_ns"
     assert lad["rows"][1]["step_speedup"] == pytest.approx(want, rel=0.1)
-    ok = compare.gate(compare.diff(db, dn), "iter_p50_ns", 0.05)
-    bad = compare.gate(compare.diff(dn, db), "iter_p50_ns", 0.05)
+    ok = gate(compare.diff(db, dn), "iter_p50_ns", 0.05)
+    bad = gate(compare.diff(dn, db), "iter_p50_ns", 0.05)
     assert not ok["failed"] and bad["failed"]
 
 
