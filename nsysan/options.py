@@ -234,6 +234,37 @@ def _type_error(message: str) -> Exception:
     return argparse.ArgumentTypeError(message)
 
 
+# each command's line in ``nsysan -h`` and the description its own ``-h`` opens with
+COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("analyse one or more nsys SQLite exports",
+                "Where the time goes in nsys SQLite exports (or .nsys-rep reports, exported once with nsys), "
+                "and the fixes ranked by the time each saves: a terminal summary and an HTML report; "
+                "--json, --csv and --perfetto for more, --out-dir for several traces."),
+    "rules": ("list the rules, their rationale and thresholds",
+              "What each rule finds, why it matters, how to fix it, and its thresholds "
+              "(change one with nsysan analyze --set RULE.THRESHOLD=VALUE)."),
+    "profile": ("run a command under nsys and export SQLite",
+                "Run COMMAND under Nsight Systems (nsys profile) and export the trace to SQLite, ready for "
+                "nsysan analyze; --diagnose records everything the rules can use."),
+    "diff": ("compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings",
+             "What changed between two runs (traces or nsysan JSON files): metrics with a noise test, kernels, "
+             "NVTX ranges, and the findings fixed, remaining and new; --fail-on-regression makes it a CI gate "
+             "(exit 11)."),
+    "compare": ("one table over many traces (an optimization ladder)",
+                "One table over many traces, in order (an optimization ladder): each step's speedup and the "
+                "total, GPU busy and the top finding of each."),
+    "example": ("print the path of a bundled example trace",
+                "Print the path of a bundled example trace (decompressed once into nsysan's cache). Any command "
+                "takes 'example' or 'example:NAME' in place of a trace."),
+}
+
+
+def add_command(sub: Any, name: str) -> Any:
+    """The subparser of command ``name`` (``COMMANDS``: its help line and description)."""
+    line, description = COMMANDS[name]
+    return sub.add_parser(name, help=line, description=description)
+
+
 def one_line_parser(**kw: Any) -> Any:
     """argparse's parser (its subcommands' too), whose usage errors are one line (the option and what
     it accepts) and a hint, not its usage block of 7 to 11 lines (``-h`` prints that); exit 2."""

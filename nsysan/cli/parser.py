@@ -9,7 +9,7 @@ from importlib import import_module
 from pathlib import Path
 
 from nsysan._version import __version__
-from nsysan.options import LazyChoices, one_line_parser, opt_number, scheduler_address, time_range
+from nsysan.options import LazyChoices, add_command, one_line_parser, opt_number, scheduler_address, time_range
 
 
 def _analyze(a: argparse.ArgumentParser) -> None:
@@ -110,16 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "and what to change.")
     p.add_argument("--version", action="version", version=f"nsysan {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    _analyze(sub.add_parser("analyze", help="analyse one or more nsys SQLite exports"))
-    r = sub.add_parser("rules", help="list the rules, their rationale and thresholds")
+    _analyze(add_command(sub, "analyze"))
+    r = add_command(sub, "rules")
     r.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
-    _profile(sub.add_parser("profile", help="run a command under nsys and export SQLite"))
+    _profile(add_command(sub, "profile"))
     gate_metrics = LazyChoices(lambda: import_module("nsysan.compare").GATE_METRICS)
     metrics = LazyChoices(lambda: import_module("nsysan.compare").METRICS)
-    _diff(sub.add_parser("diff", help="compare two traces (or nsysan JSON files): metrics, kernels, NVTX, findings"),
-          gate_metrics)
-    _compare(sub.add_parser("compare", help="one table over many traces (an optimization ladder)"), metrics)
-    e = sub.add_parser("example", help="print the path of a bundled example trace")
-    e.add_argument("name", nargs="?", default="ladder_baseline")
+    _diff(add_command(sub, "diff"), gate_metrics)
+    _compare(add_command(sub, "compare"), metrics)
+    from nsysan.examples import listing
+
+    add_command(sub, "example").add_argument("name", nargs="?", default="ladder_baseline",
+                                             help=f"which one (default ladder_baseline). Bundled: {listing()}")
     gate_metrics.ready = metrics.ready = True
     return p

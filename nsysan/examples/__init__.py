@@ -1,11 +1,10 @@
 """Bundled real example traces (recorded from ``workloads/`` on an H200 with nsys 2025.3; see
 ``tests/fixtures/traces/<name>/README.md``). Shipped xz-compressed; decompressed once into a cache
-folder on first use, so the packaged file itself is never opened for writing."""
+folder on first use, so the packaged file itself is never opened for writing. ``lzma`` and
+``tempfile`` are imported when a trace is decompressed: ``names()`` runs with every ``nsysan -h``."""
 
 from __future__ import annotations
 
-import lzma
-import tempfile
 from pathlib import Path
 
 from nsysan._atomic import replacing
@@ -14,11 +13,24 @@ from nsysan.errors import TraceNotFoundError
 DATA = Path(__file__).resolve().parent / "data"
 
 
+# what each bundled trace shows (``nsysan example -h``)
+ABOUT = {"ladder_baseline": "ResNet-18 inference on an H200, the optimization ladder's baseline; the default, "
+                            "'example' alone",
+         "launch_eager": "a loop of many small kernels launched one by one, launch-bound"}
+
+
 def names() -> list[str]:
     return sorted(p.name.removesuffix(".sqlite.xz") for p in DATA.glob("*.sqlite.xz"))
 
 
+def listing() -> str:
+    """The bundled traces, each with what it shows: ``NAME: what``, separated by '; '."""
+    return "; ".join(f"{n}: {ABOUT[n]}" if n in ABOUT else n for n in names())
+
+
 def _cache_dir() -> Path:
+    import tempfile
+
     from nsysan._cache import user_cache
 
     d = user_cache("examples")
@@ -32,6 +44,8 @@ def _cache_dir() -> Path:
 
 
 def example_path(name: str = "ladder_baseline") -> Path:
+    import lzma
+
     src = DATA / f"{name}.sqlite.xz"
     if not src.is_file():
         raise TraceNotFoundError(f"no bundled example {name!r}; available: {', '.join(names())}")

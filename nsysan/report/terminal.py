@@ -320,15 +320,29 @@ def print_cross(summary: dict[str, Any]) -> None:
         print(f"ranks: {_say(summary['ranks']['verdict'])}")
 
 
-def rules_text() -> str:
-    """``nsysan rules``: each rule's title, summary, why, fix and thresholds."""
+def rules_text(width: int | None = None) -> str:
+    """``nsysan rules``: each rule's title, summary, why, fix and thresholds, the code markup as
+    `code`, wrapped to ``width`` (default: the terminal's, or ``COLUMNS``; 0: one line a part)."""
+    import shutil
+
     from nsysan.rules import REGISTRY
+
+    if width is None:
+        width = shutil.get_terminal_size().columns if (os.isatty(1) or "COLUMNS" in os.environ) else 0
+
+    def part(text: str, lead: str) -> str:
+        body = lead + plain_markup(text)
+        if width <= 30:
+            return body + "\n"
+        return "\n".join(textwrap.wrap(_glue(body), width=width, subsequent_indent="    ",
+                                        break_on_hyphens=False, break_long_words=False)).replace(_NB, " ") + "\n"
 
     out = []
     for rid in sorted(REGISTRY):
         r = REGISTRY[rid]
         th = ", ".join(f"{k}={v}" for k, v in r.thresholds.items()) or "-"
-        out.append(f"{rid}: {r.title}\n  {r.summary}\n  why: {r.why}\n  fix: {r.fix}\n  thresholds: {th}\n\n")
+        out += [part(r.title, f"{rid}: "), part(r.summary, "  "), part(r.why, "  why: "), part(r.fix, "  fix: "),
+                part(th, "  thresholds: "), "\n"]
     return "".join(out)
 
 

@@ -5,7 +5,7 @@ cudaFree synchronizes the device; doing them per batch adds their full cost to e
 
 **Fix**: allocate device and pinned host buffers once before the loop and reuse them (a buffer pool,
 or a framework caching allocator); free them after the loop. In the program's own terms
-(``analyses/program.py``): PyTorch's caching allocator kept warm (no ``empty_cache()`` in the loop,
+(as recognised in the trace): PyTorch's caching allocator kept warm (no ``empty_cache()`` in the loop,
 fixed shapes), JAX's preallocation, CuPy's memory pool, OpenACC/OpenMP data regions around the loop.
 
 Only allocations that recur count. With an iteration model: the calls inside steady-state

@@ -12,7 +12,7 @@ buckets during backward (tune ``bucket_cap_mb``; do not all-reduce gradients by 
 backward; use ``no_sync()`` only to skip the all-reduce of gradient-accumulation steps); FSDP with
 ``backward_prefetch=BACKWARD_PRE`` and ``forward_prefetch=True``; issue collectives on their own
 stream (``async_op=True``, wait just before the result is needed) so compute can proceed. The
-suggestion follows the program and its collectives (``analyses/program.py``): DDP buckets for a
+suggestion follows the program and its collectives (as recognised in the trace): DDP buckets for a
 PyTorch training all-reduce, FSDP prefetch for all-gathers and reduce-scatters, micro-batches for a
 pipeline's sends and receives, tensor-parallel overlap for all-reduces inside an inference forward
 pass, NCCL streams and groups for a C/C++ program.

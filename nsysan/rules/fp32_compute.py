@@ -3,7 +3,7 @@
 **Why it matters**: tensor cores run FP16/BF16 at about twice the TF32 rate (and INT8/FP8 at twice
 that again) on Volta and newer GPUs, and halve the memory traffic of activations.
 
-**Fix**: compute in reduced precision, in the program's own terms (``analyses/program.py``): a
+**Fix**: compute in reduced precision, in the program's own terms (as recognised in the trace): a
 training loop in mixed precision (PyTorch ``torch.autocast("cuda", dtype=torch.bfloat16)`` and TF32
 matmuls, ``torch.set_float32_matmul_precision("high")``; JAX BF16 compute dtypes,
 ``jax.default_matmul_precision``); inference with TensorRT built with ``BuilderFlag.FP16`` (INT8/FP8

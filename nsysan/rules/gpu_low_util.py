@@ -6,7 +6,7 @@ misses sub-millisecond bubbles that add up to seconds.
 
 **Fix**: follow the causes listed: host-bound gaps (move CPU work off the submitting thread),
 launch-bound loops (CUDA Graphs), serial copies (streams and events); the wording follows the
-program (``analyses/program.py``).
+program (as recognised in the trace).
 
 Fires when the steady-state busy fraction of a device is under ``max_busy_frac`` (per device).
 Impact: 0 -- this is a summary of causes; the savings are claimed by the rules that name them

@@ -13,7 +13,7 @@ boolean indexing (``(loss * mask).sum() / mask.sum()``), metrics accumulated on 
 (``total += loss.detach()``) and read every N steps, copies to the host with ``non_blocking=True``
 into pinned memory read after an event; in JAX, ``block_until_ready()`` (and ``float(x)``,
 ``np.asarray(x)``) only at the end or every N steps, ``jnp.where`` instead of boolean indexing. In
-the program's own terms (``analyses/program.py``).
+the program's own terms (as recognised in the trace).
 
 Counts every host synchronization in the steady iterations (``analyses/syncs.py``: blocking
 synchronize calls, blocking device-to-host copies; a copy and the synchronize after it are one

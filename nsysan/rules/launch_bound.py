@@ -7,7 +7,7 @@ them and the loop runs at the speed of the launching thread, not of the GPU.
 **Fix**: capture the repeated sequence once as a CUDA Graph and replay it (cudaStreamBeginCapture /
 cudaGraphInstantiate / cudaGraphLaunch; ``torch.cuda.CUDAGraph``; TensorRT: capture
 ``execute_async_v3``), or fuse kernels (torch.compile, TensorRT). The suggestion is written in the
-program's terms (``analyses/program.py``): PyTorch, JAX, CuPy, TensorRT, OpenACC/OpenMP or CUDA.
+program's terms (as recognised in the trace): PyTorch, JAX, CuPy, TensorRT, OpenACC/OpenMP or CUDA.
 
 **Per iteration** (with an iteration model): the kernel launches each steady-state iteration's
 thread makes inside it, in runs broken where the thread changed device or spent more than

@@ -7,7 +7,7 @@ tensor are the common case.
 **Fix**: move fewer bytes: fuse elementwise chains so the data crosses DRAM once (``torch.compile``,
 fused optimizers and activations, custom fused kernels; in C/C++ or OpenACC, one kernel or loop
 where there were several), keep activations in BF16/FP16 instead of FP32 (half the bytes), and
-avoid materialising intermediates. The wording follows the program (``analyses/program.py``).
+avoid materialising intermediates. The wording follows the program (as recognised in the trace).
 
 Measured: the GPU metric samples taken while each kernel ran in the steady state (samples whose
 period lies inside the kernel's runs) show DRAM read + write at least ``min_dram_pct`` of the peak

@@ -5,7 +5,7 @@ so they run at a fraction of the link's bandwidth, block the host, and cannot ov
 (nsys analyze: cuda_memcpy_async.) Memory kinds come from the export's own enum (0 = pageable,
 1 = pinned), not CUPTI's numbering.
 
-**Fix**: allocate host buffers as pinned memory, in the program's own terms (``analyses/program.py``):
+**Fix**: allocate host buffers as pinned memory, in the program's own terms (as recognised in the trace):
 cudaHostAlloc / cudaMallocHost or cudaHostRegister (C/C++), then cudaMemcpyAsync; in PyTorch
 ``DataLoader(pin_memory=True)`` (training) or a pinned staging tensor reused per batch (inference);
 CuPy ``cupyx.empty_pinned``; OpenACC/OpenMP data regions and ``-gpu=pinned``.

@@ -7,7 +7,7 @@ previous batch's compute.
 **Fix**: use a copy stream and a compute stream with events (cudaEventRecord on the copy stream,
 cudaStreamWaitEvent on the compute stream), double-buffer the device input, and prefetch batch i+1
 while batch i computes; host memory must be pinned for the copy to be asynchronous. In the
-program's own terms (``analyses/program.py``): PyTorch side streams or DataLoader prefetching,
+program's own terms (as recognised in the trace): PyTorch side streams or DataLoader prefetching,
 OpenACC/OpenMP ``async``/``nowait`` queues.
 
 Impact: the HtoD copy time not already overlapped, capped by the compute time it could hide behind,

@@ -8,7 +8,7 @@ compute stands idle. The work itself would take a fraction of that time spread o
 instead of one per item, ``torch._foreach_*``, grouped GEMMs), fuse chains of small kernels
 (``torch.compile``, custom kernels), and replay the sequence as a CUDA Graph to remove the launch
 gaps between them; check grid sizes and occupancy in Nsight Compute. The wording follows the
-program (``analyses/program.py``): grids and CUDA Graphs in C/C++, ``gang``/``collapse`` in OpenACC.
+program (as recognised in the trace): grids and CUDA Graphs in C/C++, ``gang``/``collapse`` in OpenACC.
 
 Measured per user NVTX range in the steady state (its instances' GPU spans, clipped to the window),
 or, when no range qualifies, per kernel: GR active (the GPU had work) at least ``min_gr_pct`` and SMs

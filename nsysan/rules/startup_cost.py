@@ -6,7 +6,7 @@ libraries, building the model and loading weights than in the GPU work itself. E
 again, and a profile that starts at process start shows it as "GPU idle" when it is not part of the
 loop at all.
 
-**Fix**: see what filled it (``analyses/phases.py``: the CUDA API and OS runtime calls of the thread
+**Fix**: see what filled it (the finding lists the CUDA API and OS runtime calls of the thread
 that launched the first GPU work, each nanosecond once, the rest untraced CPU work such as imports):
 trim imports (``python -X importtime``), load weights straight to the GPU (safetensors, ``device=``
 at load), reuse compiled kernels and engines across runs (a persistent cache), start DataLoader

@@ -6,7 +6,7 @@ until the next submission (a round trip per iteration). (nsys analyze: cuda_api_
 
 **Fix**: synchronize only where the host needs results, with events (cudaEventRecord +
 cudaEventSynchronize on just that event, or cudaStreamWaitEvent between streams), and queue the next
-batch before waiting for the previous one. In the program's own terms (``analyses/program.py``):
+batch before waiting for the previous one. In the program's own terms (as recognised in the trace):
 no per-step ``.item()``/``torch.cuda.synchronize()`` in PyTorch, ``async``/``wait`` in OpenACC.
 
 Fires when synchronization calls cover more than ``min_frac`` of the steady window on one thread.

@@ -6,7 +6,7 @@ compute. (nsys analyze: cuda_memcpy_sync, cuda_memset_sync.)
 
 **Fix**: use cudaMemcpyAsync/cudaMemsetAsync on a non-default stream with pinned host memory, and
 synchronize once per batch with an event (cudaEventRecord + cudaStreamWaitEvent/cudaEventSynchronize);
-in the program's own terms (``analyses/program.py``): OpenACC ``async`` clauses, PyTorch
+in the program's own terms (as recognised in the trace): OpenACC ``async`` clauses, PyTorch
 ``non_blocking=True`` copies and no per-step ``.item()``/``.cpu()``.
 
 Impact: what the blocking costs beyond the copy itself (the copy's own time is pageable-memcpy's

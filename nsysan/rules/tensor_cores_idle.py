@@ -4,7 +4,7 @@
 BF16/FP16 (FP8 on Hopper) runs on the tensor cores, several times faster (A100/H100: TF32 tensor
 throughput is about 7x plain FP32, BF16 twice TF32).
 
-**Fix**: let the GEMMs use the tensor cores, in the program's own terms (``analyses/program.py``):
+**Fix**: let the GEMMs use the tensor cores, in the program's own terms (as recognised in the trace):
 TF32 for FP32 models (``torch.set_float32_matmul_precision("high")``, JAX
 ``jax.default_matmul_precision("tensorfloat32")``, cuBLAS ``CUBLAS_TF32_TENSOR_OP_MATH``), or BF16/FP16
 (``torch.autocast("cuda", dtype=torch.bfloat16)`` in training, half-precision weights or TensorRT's

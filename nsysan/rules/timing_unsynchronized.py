@@ -6,7 +6,7 @@ not the work: it under-reports by the time the work kept running after the range
 **Fix**: time with CUDA events (cudaEventRecord before and after, cudaEventElapsedTime), or
 synchronize (torch.cuda.synchronize / cudaStreamSynchronize) before stopping the timer; warm up first
 and report statistics over many iterations. The suggestion is written in the program's terms
-(PyTorch, JAX, CuPy, OpenACC, OpenMP offload or CUDA: ``analyses/program.py``).
+(PyTorch, JAX, CuPy, OpenACC, OpenMP offload or CUDA, as recognised in the trace).
 
 Judged over the whole capture (timing ranges are often outside the steady state). A range name
 qualifies when its instances' GPU work outlives the range by more than ``min_after_frac`` of the

@@ -5,7 +5,7 @@ allocator growth and engine/graph setup. Timing them with the rest inflates the 
 
 **Fix**: run warm-up iterations before timing (and before capturing CUDA Graphs); report the
 steady state separately, with mean, spread and percentiles over many samples. The setup costs
-named follow the program (``analyses/program.py``): JAX's compilation, cuDNN autotuning,
+named follow the program (as recognised in the trace): JAX's compilation, cuDNN autotuning,
 TensorRT's engine setup, lazy module loading.
 
 Warm-up iterations are those leading iterations whose service time (the time each alone held the
