@@ -180,3 +180,55 @@ def unified_memory(a: Any) -> UnifiedMemory:
     return UnifiedMemory(len(um), int(byt[kind == UM_HTOD].sum()), int(byt[kind == UM_DTOH].sum()), by,
                          len(gf), int(gf["faults"].sum()) if len(gf) else 0, len(cf), recorded, per, pk, thrash, rate,
                          fault_bytes, saving, len(b), missing if len(um) else [], faulted_iv)
+
+
+@dataclass(frozen=True)
+class CpuFaultCost:
+    """What a CPU page fault on managed memory costs the thread that takes it, from one NVTX range's
+    instances with and without faults (``cpu_fault_cost``). Times in ns."""
+
+    range_name: str
+    per_fault_ns: int  # the faulting instances' time beyond the fault-free median, per fault
+    clean: int  # instances with no CPU fault inside
+    clean_ns: int  # their median time: the range's own work
+    faulting: int  # instances with CPU faults inside
+    faulting_ns: int  # their median time
+    faults: int  # the CPU faults inside the faulting instances
+
+
+def cpu_fault_cost(trace: Any, name: str, threads: Any) -> CpuFaultCost | None:
+    """The cost of one CPU page fault on managed memory inside NVTX range ``name`` on ``threads``
+    ((pid, tid) pairs), over the whole capture: the range's instances whose process took no CPU fault
+    inside them (``um_cpu_faults``, ``--cuda-um-cpu-page-faults=true``; a fault is a point in time,
+    without a duration) give the range's own work, their median time ``clean_ns``; each faulting
+    instance's time beyond it is the faults' service (the driver unmapping the pages on the GPU,
+    migrating them, mapping them on the host, while the thread waits), and the cost of a fault is that
+    excess summed (each instance at least 0) over the faults inside them. None when no instance is
+    fault-free or none faulted: the range's own work and its faults' service cannot be told apart.
+    Caveats: the faults are those of the process (CPU faults carry no thread), and a fault-free
+    instance is taken to do the same work as a faulting one (a first instance before the GPU touched
+    the memory, typically a warm-up)."""
+    cf = getattr(trace, "um_cpu_faults", None)
+    nv = trace.nvtx
+    if cf is None or len(cf) == 0 or len(nv) == 0:
+        return None
+    keys = [(int(p) << 32) | int(t) for p, t in threads]
+    m = (nv["name"].astype(str).to_numpy() == name) & nv["end_ns"].notna().to_numpy()
+    m &= np.isin((nv["pid"].to_numpy(np.int64) << 32) | nv["tid"].to_numpy(np.int64), keys)
+    if not m.any():
+        return None
+    st = nv["start_ns"].to_numpy(np.int64)[m]
+    en = nv["end_ns"].to_numpy()[m].astype(np.int64)
+    pid = nv["pid"].to_numpy()[m]
+    n = np.zeros(len(st), np.int64)
+    for p in np.unique(pid).tolist():
+        t = np.sort(cf["start_ns"].to_numpy(np.int64)[cf["pid"].to_numpy() == p])
+        k = pid == p
+        n[k] = np.searchsorted(t, en[k], side="left") - np.searchsorted(t, st[k], side="left")
+    d = en - st
+    clean, hit = n == 0, n > 0
+    if not clean.any() or not hit.any():
+        return None
+    base = int(np.median(d[clean]))
+    per = int(np.maximum(d[hit] - base, 0).sum() // n[hit].sum())
+    return CpuFaultCost(name, per, int(clean.sum()), base, int(hit.sum()), int(np.median(d[hit])), int(n[hit].sum()))
