@@ -184,14 +184,17 @@ def _wrap(analysis, phase) -> None:
             setattr(mod, n, w)
             if modname != "nsysan.analysis" and hasattr(analysis, n):
                 setattr(analysis, n, w)
-    from nsysan.analyses import gaps
+    try:
+        from nsysan.analyses import thread_activity
+    except ImportError:  # a version with the per-thread engine inside gaps
+        from nsysan.analyses import gaps as thread_activity
     # the gap attribution's per-thread work, under whichever names this version has (``_layers`` and
     # ``sums`` were merged into ``exclusive_sums``: missing methods are skipped, not an error)
     for n in ("_thread", "_layers", "sums", "exclusive_sums", "nvtx_swept"):
-        f = getattr(gaps.ThreadActivity, n, None)
+        f = getattr(thread_activity.ThreadActivity, n, None)
         if f is None:
             continue
-        setattr(gaps.ThreadActivity, n, lambda self, *a, _f=f, _n=f"    ThreadActivity.{n}", **kw: phase(_n, _f, self, *a, **kw))
+        setattr(thread_activity.ThreadActivity, n, lambda self, *a, _f=f, _n=f"    ThreadActivity.{n}", **kw: phase(_n, _f, self, *a, **kw))
     if hasattr(analysis, "analyze_tensorrt"):
         analysis.analyze_tensorrt = (lambda *a, _f=analysis.analyze_tensorrt, **kw:
                                      phase("  tensorrt.analyze_tensorrt", _f, *a, **kw))

@@ -300,7 +300,7 @@ def test_exclusive_sums_equal_their_definition(calls, os_calls, ranges, windows)
     and every-call candidate test (``REACH_MAX_SHARE`` 0)."""
     import pandas as pd
 
-    import nsysan.analyses.gaps as G
+    import nsysan.analyses.thread_activity as G
 
     api_rows = sorted((s, s + d, n, i + 1) for i, (s, d, n) in enumerate(calls))
     os_rows = sorted((s, s + d, n, 0) for s, d, n in os_calls)
@@ -344,12 +344,12 @@ def test_exclusive_sums_equal_their_definition(calls, os_calls, ranges, windows)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(-3, 40)), max_size=25), st.sampled_from([64, 1, 0]))
 def test_innermost_segments_equal_their_definition(rows, rounds):
-    """``gaps.innermost`` (numpy passes: lone calls apart, "previous later end" links, a walk back
-    from each bound) against its definition one nanosecond at a time: the owner of t is the
+    """``intervals.innermost`` (numpy passes: lone calls apart, "previous later end" links, a walk
+    back from each bound) against its definition one nanosecond at a time: the owner of t is the
     latest-starting interval open at t (ties to the later row), and a segment is a run of one owner
     (empty and negative intervals own nothing). Also where the walk hands over to the loop
-    (``INNERMOST_ROUNDS`` 0 and 1)."""
-    import nsysan.analyses.gaps as G
+    (``INNERMOST_ROUNDS`` 0 and 1), and the loop itself (``INNERMOST_LOOP_MAX``, its default)."""
+    import nsysan.analyses.intervals as G
 
     starts = np.array(sorted(s for s, _ in rows), dtype=np.int64)
     lens = [d for _, d in rows]
@@ -363,11 +363,12 @@ def test_innermost_segments_equal_their_definition(rows, rounds):
             want[-1] = (want[-1][0], t + 1, owner)
         else:
             want.append((t, t + 1, owner))
-    saved = G.INNERMOST_ROUNDS
+    saved = G.INNERMOST_ROUNDS, G.INNERMOST_LOOP_MAX
     try:
-        G.INNERMOST_ROUNDS = rounds
-        s, e, o = G.innermost(starts, ends)
+        for loop_max in (0, saved[1]):
+            G.INNERMOST_ROUNDS, G.INNERMOST_LOOP_MAX = rounds, loop_max
+            s, e, o = G.innermost(starts, ends)
+            assert s.dtype == e.dtype == o.dtype == np.int64
+            assert list(zip(s.tolist(), e.tolist(), o.tolist())) == want, loop_max
     finally:
-        G.INNERMOST_ROUNDS = saved
-    assert s.dtype == e.dtype == o.dtype == np.int64
-    assert list(zip(s.tolist(), e.tolist(), o.tolist())) == want
+        G.INNERMOST_ROUNDS, G.INNERMOST_LOOP_MAX = saved

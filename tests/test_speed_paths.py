@@ -783,12 +783,14 @@ def test_nvtx_swept_window_by_window_the_same_in_chunks(analysis, load, name, mo
     swept window by window (the detailed gaps only); that decision is the whole thread's, so the
     chunks keep it (a chunk with few ranges would otherwise count NVTX in every window)."""
     from nsysan.analyses import gaps as G
+    from nsysan.analyses import thread_activity as TA
 
     a = analysis(name)
-    monkeypatch.setattr(G, "INNERMOST_MAX", 2)
+    monkeypatch.setattr(TA, "INNERMOST_MAX", 2)
     swept = []
-    real = G.ThreadActivity.nvtx_swept
-    monkeypatch.setattr(G.ThreadActivity, "nvtx_swept", lambda self, *args: swept.append(real(self, *args)) or swept[-1])
+    real = TA.ThreadActivity.nvtx_swept
+    monkeypatch.setattr(TA.ThreadActivity, "nvtx_swept",
+                        lambda self, *args: swept.append(real(self, *args)) or swept[-1])
     monkeypatch.setattr(G, "EXPLAIN_CHUNK", 1 << 40)
     whole = G.idle_gaps(load(name), a.ops, a.capture)
     if not any(swept):
@@ -802,15 +804,16 @@ def test_thread_rows_by_comparison_equal_the_sorted_grouping(analysis, load, nam
     """A thread's rows of a source several threads share: found by a comparison for the first
     threads asked for, by one sort by thread after that; the same gaps either way."""
     from nsysan.analyses import gaps as G
+    from nsysan.analyses import thread_activity as TA
 
     a = analysis(name)
     if len(a.ops) == 0:
         pytest.skip("no GPU ops")
     by_compare = G.idle_gaps(load(name), a.ops, a.capture)
-    monkeypatch.setattr(G, "FEW_THREADS", 0)
+    monkeypatch.setattr(TA, "FEW_THREADS", 0)
     _same_gaps(G.idle_gaps(load(name), a.ops, a.capture), by_compare)
     t = load(name)
-    index = G.ThreadActivity(t)
+    index = TA.ThreadActivity(t)
     for source, df in index._sources:  # rows by hand: the thread's, ascending; every row as a slice
         for p, tid in set(zip(df["pid"].tolist(), df["tid"].tolist())):
             got = index._thread_rows(source, df, int(p), int(tid))
@@ -922,6 +925,7 @@ def test_gap_explanation_in_any_chunks_equals_one_pass(api_rows, osrt_rows, nvtx
     rows sorted by thread from the start, and with the NVTX sweep engaged (INNERMOST_MAX 1), equals
     the one pass over all windows with the same settings."""
     from nsysan.analyses import gaps as G
+    from nsysan.analyses import thread_activity as TA
 
     t = _activity_trace([(s, s + d, n, tid) for s, d, n, tid in api_rows],
                         [(s, s + d, n, tid) for s, d, n, tid in osrt_rows],
@@ -938,10 +942,10 @@ def test_gap_explanation_in_any_chunks_equals_one_pass(api_rows, osrt_rows, nvtx
     tid_a, pid_a = np.array(tids, np.int64), np.full(len(tids), 100, np.int64)
     rows = np.arange(len(lo), dtype=np.int64)
     detail = np.flatnonzero(np.random.default_rng(seed).random(len(lo)) < 0.5)
-    saved = (G.EXPLAIN_CHUNK, G.FEW_THREADS, G.INNERMOST_MAX)
+    saved = (G.EXPLAIN_CHUNK, TA.FEW_THREADS, TA.INNERMOST_MAX)
 
     def explain(chunk, few, inner):
-        G.EXPLAIN_CHUNK, G.FEW_THREADS, G.INNERMOST_MAX = chunk, few, inner
+        G.EXPLAIN_CHUNK, TA.FEW_THREADS, TA.INNERMOST_MAX = chunk, few, inner
         act, cats, bd, sync = G.explain_gaps(t, rows, lo_a, hi_a, pid_a, tid_a, detail, len(lo))
         return [cats[c] for c in act.tolist()], bd.tolist(), sync.tolist()
 
@@ -952,17 +956,17 @@ def test_gap_explanation_in_any_chunks_equals_one_pass(api_rows, osrt_rows, nvtx
                 assert explain(chunk, saved[1], inner) == one_pass
             assert explain(2, 0, inner) == one_pass
     finally:
-        G.EXPLAIN_CHUNK, G.FEW_THREADS, G.INNERMOST_MAX = saved
+        G.EXPLAIN_CHUNK, TA.FEW_THREADS, TA.INNERMOST_MAX = saved
 
 
 @given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 300)), max_size=60),
        st.lists(st.integers(-10, 900), min_size=1, max_size=12), st.sampled_from([1, 2, 3, 4096]), st.data())
 @example([(0, 300), (10, 5), (20, 5), (400, 1)], [15, 0, 299, 300], 2, None)  # one long call keeps the maximum up
 def test_reach_searches_equal_the_running_maximum(calls, xs, block, data):
-    """``gaps.Reach`` (block prefix maxima, the exact running maximum only over the rows a search
+    """``thread_activity.Reach`` (block prefix maxima, the exact running maximum only over the rows a search
     needs) answers as ``searchsorted`` on the full running maximum of the ends, capped at ``stop``;
     and ``_touching`` with it gives exactly the calls that overlap a window (brute force)."""
-    from nsysan.analyses import gaps as G
+    from nsysan.analyses import thread_activity as G
 
     calls.sort()
     s = np.array([c[0] for c in calls], np.int64)
