@@ -132,7 +132,5 @@ def steady_gpu_metrics(d: dict[str, Any]) -> dict[str, Any]:
     return {"gpu_metrics": out} if out else {}
 
 
-
 GPU_METRIC_KEYS = ("gr_active", "sm_active", "tensor_active", "dram_read", "dram_write", "pcie_rx", "pcie_tx",
                    "nvlink_rx", "nvlink_tx")
-
