@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.analyses.frames import name_in
+from nsysan.analyses.frames import group_rows, name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 
 LATE_SHARE = 0.5
@@ -187,28 +187,31 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
         return []
     procs = comm.groupby("pid", sort=True)["device_id"].agg(lambda s: int(s.mode().iloc[0])).reset_index()
     table = a.iterations.table
+    # each table's rows of each process, found once (a mask over every op, call and gap per rank grew
+    # with ranks x rows: 64 ranks, 7.9 s)
+    rows_of = _rows_by_pid(a.ops, comm, table, a.breakdown, a.gaps)
+    api_rows = _pid_rows(a.trace.cuda_api)
     out = []
     for pid, dev in zip(procs["pid"].astype(int), procs["device_id"].astype(int)):
-        it = table.loc[(table["pid"] == pid) & ~table["warmup"].to_numpy(dtype=bool)] if len(table) else table
+        ops_p, comm_p, table_p, bd_p, g = (f.iloc[r(pid)] for f, r in rows_of)
+        it = table_p.loc[~table_p["warmup"].to_numpy(dtype=bool)] if len(table) else table
         n = max(len(it), 1)
         per = it["period_ns"].to_numpy() if len(it) else np.zeros(0)
         per = per[per >= 0]
         lo = int(it["start_ns"].min()) if len(it) else a.steady.start_ns
         hi = int(it["end_ns"].max()) if len(it) else a.steady.end_ns
-        mine = a.ops.loc[(a.ops["pid"].to_numpy() == pid) & (a.ops["start_ns"].to_numpy() < hi)
-                         & (a.ops["end_ns"].to_numpy() > lo)]
+        mine = ops_p.loc[(ops_p["start_ns"].to_numpy() < hi) & (ops_p["end_ns"].to_numpy() > lo)]
         comp = mine.loc[mine["role"].astype(str).to_numpy() == "compute"]
         compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
-        cm = comm.loc[(comm["pid"] == pid) & (comm["start_ns"] >= lo) & (comm["start_ns"] < hi)]
+        cm = comm_p.loc[(comm_p["start_ns"] >= lo) & (comm_p["start_ns"] < hi)]
         exp_s, exp_e = _exposed_comm(a, dev, cm)
-        every = comm.loc[comm["pid"] == pid]  # aligned over the whole capture, then clipped
+        every = comm_p  # aligned over the whole capture, then clipped
         bd = a.breakdown
-        bd = bd.loc[(bd["pid"] == pid) & ~bd["warmup"].to_numpy(dtype=bool)] if len(bd) else bd
+        bd = bd_p.loc[~bd_p["warmup"].to_numpy(dtype=bool)] if len(bd) else bd
         parts = {f"{c}_per_iter_ns": int(round(float(bd[f"{c}_ns"].mean()))) if len(bd) else 0
                  for c in ("span", "compute", "comm_exposed", "copy_exposed", "idle")}
-        g = a.gaps
-        host = g.loc[(g["pid"] == pid) & g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo)
-                     & (g["end_ns"] <= hi)] if len(g) else g
+        host = g.loc[g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo)
+                     & (g["end_ns"] <= hi)] if len(a.gaps) else a.gaps
         top = ""
         if len(host) and "activity" in host:
             act = host.groupby("activity", sort=True)["gap_ns"].sum().sort_values(ascending=False)
@@ -219,7 +222,7 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
-            "host_wait_per_iter_ns": max(-1, _host_wait(a, int(pid), lo, hi) // n),
+            "host_wait_per_iter_ns": max(-1, _host_wait(a, api_rows(pid), lo, hi) // n),
             "host_idle_activity": top, "window": [lo + offset_ns, hi + offset_ns],
             "iteration_end_ns": (it["end_ns"].to_numpy(dtype=np.int64) + offset_ns).tolist() if len(it) else [],
             "comm": {"start_ns": (every["start_ns"].to_numpy() + offset_ns).tolist(),
@@ -235,20 +238,37 @@ SYNC_COPIES = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemset", "cuMe
                "cuMemcpyHtoD", "cuMemcpyDtoD")
 
 
-def _host_wait(a: Any, pid: int, lo: int, hi: int) -> int:
-    """The time process ``pid``'s threads spent blocked in CUDA calls in [lo, hi): synchronization
-    calls, synchronous copies and memsets, and any call of at least ``HOST_WAIT_MIN_NS`` (a full
-    launch queue), clipped. What a rank's host waited for its GPU: the most its step can shrink when
-    its GPU stops waiting for a straggler (the rest of its step is its own host work). -1 when none
-    of its CUDA calls is traced in the window (its host is not known: no bound)."""
+def _pid_rows(df: pd.DataFrame) -> Any:
+    """A function: process id -> the positions of ``df``'s rows of that process, in their order
+    (empty without any); the rows grouped once."""
+    if len(df) == 0 or "pid" not in df:
+        return lambda pid: np.zeros(0, dtype=np.int64)
+    groups = dict(group_rows(df["pid"].to_numpy()))
+    empty = np.zeros(0, dtype=np.int64)
+    return lambda pid: groups.get((int(pid),), empty)
+
+
+def _rows_by_pid(*frames: pd.DataFrame) -> list[tuple[pd.DataFrame, Any]]:
+    """Each frame with its ``_pid_rows``."""
+    return [(f, _pid_rows(f)) for f in frames]
+
+
+def _host_wait(a: Any, rows: np.ndarray, lo: int, hi: int) -> int:
+    """The time one process's threads (``rows``: its rows of the CUDA API table) spent blocked in CUDA
+    calls in [lo, hi): synchronization calls, synchronous copies and memsets, and any call of at least
+    ``HOST_WAIT_MIN_NS`` (a full launch queue), clipped. What a rank's host waited for its GPU: the
+    most its step can shrink when its GPU stops waiting for a straggler (the rest of its step is its
+    own host work). -1 when none of its CUDA calls is traced in the window (its host is not known: no
+    bound)."""
     api = a.trace.cuda_api
-    if len(api) == 0:
+    if len(api) == 0 or len(rows) == 0:
         return -1
-    st, en = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
-    rows = np.flatnonzero((api["pid"].to_numpy() == pid) & (st < hi) & (en > lo))
+    st, en = api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows]
+    keep = (st < hi) & (en > lo)
+    rows = rows[keep]
     if rows.size == 0:  # no CUDA call of this rank traced in the window: its host is not known
         return -1
-    s, e = np.maximum(st[rows], lo), np.minimum(en[rows], hi)
+    s, e = np.maximum(st[keep], lo), np.minimum(en[keep], hi)
     sel = name_in(api["name"].iloc[rows], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) | ((e - s) >= HOST_WAIT_MIN_NS)
     return int((e[sel] - s[sel]).sum())
 
