@@ -23,6 +23,13 @@ back. What is in it, all of it (nothing is capped):
   averaged in buckets of ``ceil(n / MAX_COUNTER_SAMPLES)`` (at the first sample's time; the last
   bucket may be smaller); ``otherData.gpu_metrics`` says, per track, the samples and the bucket.
   Traces without metrics give the same bytes as before.
+* with GPU memory usage events (``--cuda-memory-usage=true``), a counter track per device and process
+  in the "GPU N" process (``cat`` device_memory, arg ``MiB``): live device memory, the series the
+  report's memory lane draws (at most ``LANE_POINTS`` points a pair, its peaks kept);
+* with unified memory, counter tracks in the "GPU N" process (``cat`` unified_memory): the bytes
+  migrated so far to and from the device (``MiB``, from the unified-memory copies), the GPU page
+  faults so far (``faults``); and per host process its CPU page faults so far. A track above
+  ``MAX_COUNTER_SAMPLES`` events keeps that many, evenly spaced (the running total is exact at each).
 
 ``X`` events on one thread must nest (a child inside its parent) for the viewers. Events that
 overlap without nesting (NVTX start/end ranges, or any other overlap in a trace) go on an extra
@@ -234,6 +241,12 @@ def _origin(a: Any) -> int:
             t0 = min(t0, int(df["start_ns"].min()))
     for src in _metric_sources(a):
         t0 = min(t0, int(src.ts[0]))
+    m = getattr(a, "memory", None)
+    if m is not None and getattr(m, "recorded", False) and len(m.series):
+        t0 = min(t0, int(m.series["t_ns"].min()))
+    for df in (a.trace.um_gpu_faults, a.trace.um_cpu_faults):
+        if len(df):
+            t0 = min(t0, int(df["start_ns"].min()))
     for f in a.findings:
         t0 = min(t0, _finding_time(f))
     return t0
@@ -420,6 +433,99 @@ def _counters(w: _Writer, a: Any, t0: int, named: set[int]) -> dict[str, Any]:
     return note
 
 
+def _um_pid(global_pid: np.ndarray) -> np.ndarray:
+    """The OS process id of nsys's ``globalPid`` (bits 24..47)."""
+    return (global_pid.astype(np.int64) >> 24) & 0xFFFFFF
+
+
+def _running(w: _Writer, cat: str, pid: int, name: str, key: str, ts: np.ndarray, v: np.ndarray, t0: int,
+             scale: float = 1.0) -> int:
+    """A counter track of the running total of ``v`` at the (sorted) times ``ts``; at most
+    ``MAX_COUNTER_SAMPLES`` events, evenly spaced, each the exact total at its time. Returns the events."""
+    order = np.argsort(ts, kind="stable")
+    ts, tot = ts[order], np.cumsum(v[order].astype(np.float64)) / scale
+    if len(ts) > MAX_COUNTER_SAMPLES:
+        pick = np.unique(np.linspace(0, len(ts) - 1, MAX_COUNTER_SAMPLES).astype(np.int64))
+        ts, tot = ts[pick], tot[pick]
+    _level(w, cat, pid, name, key, ts, tot, t0)
+    return len(ts)
+
+
+def _level(w: _Writer, cat: str, pid: int, name: str, key: str, ts: np.ndarray, v: np.ndarray, t0: int) -> None:
+    head = f'{{"ph":"C","cat":"{cat}","pid":{pid},"name":{json.dumps(name)},"ts":'
+    for lo in range(0, len(ts), CHUNK):
+        w.extend([f'{head}{_us(t)},"args":{{"{key}":{x:.12g}}}}}'
+                  for t, x in zip((ts[lo:lo + CHUNK] - t0).tolist(), v[lo:lo + CHUNK].tolist())], cat)
+
+
+def _gpu_process(w: _Writer, a: Any, dev: int, named: set[int]) -> int:
+    """The "GPU N" process of device ``dev``, named here when no op, gap or metric named it."""
+    pid = GPU_PID + int(dev)
+    if pid not in named:
+        gpus = a.trace.gpus
+        names = {int(d): str(n) for d, n in zip(gpus["device_id"].tolist(), gpus["name"].tolist())} if len(gpus) else {}
+        _meta(w, "process_name", pid, None, {"name": f"GPU {dev}" + (f" ({names[dev]})" if dev in names else "")})
+        _meta(w, "process_sort_index", pid, None, {"sort_index": int(dev)})
+        named.add(pid)
+    return pid
+
+
+MIB = float(1 << 20)
+
+
+def _memory_counters(w: _Writer, a: Any, t0: int, named: set[int]) -> dict[str, Any]:
+    """Live device memory per device and process (``memory.series``): the report's memory lane."""
+    m = getattr(a, "memory", None)
+    if m is None or not getattr(m, "recorded", False) or not len(m.series):
+        return {}
+    out = {}
+    for (dev, pid), g in m.series.groupby(["device_id", "pid"], sort=True):
+        gp = _gpu_process(w, a, int(dev), named)
+        name = f"Device memory, pid {int(pid)}"
+        _level(w, "device_memory", gp, name, "MiB", g["t_ns"].to_numpy(np.int64),
+               g["live_bytes"].to_numpy(np.float64) / MIB, t0)
+        out[f"GPU {int(dev)} {name}"] = {"events": len(g), "peak_bytes": int(g["live_bytes"].max())}
+    return out
+
+
+UM_KINDS = {11: "to device", 12: "to host"}  # CUPTI copy kinds of unified-memory migrations (HtoD, DtoH)
+
+
+def _um_counters(w: _Writer, a: Any, t0: int, named: set[int]) -> dict[str, Any]:
+    """Unified memory: bytes migrated so far each way and GPU page faults so far per device; CPU page
+    faults so far per host process."""
+    t, out = a.trace, {}
+    mc = t.memcpy
+    if len(mc) and "copy_kind" in mc:
+        kinds = mc["copy_kind"].to_numpy(np.int64)
+        for code, way in UM_KINDS.items():
+            sel = kinds == code
+            if not sel.any():
+                continue
+            for (dev,), rows in group_rows(mc["device_id"].to_numpy(np.int64)[sel]):
+                gp = _gpu_process(w, a, int(dev), named)
+                idx = np.flatnonzero(sel)[rows]
+                name = f"Unified memory migrated {way}"
+                n = _running(w, "unified_memory", gp, name, "MiB", mc["start_ns"].to_numpy(np.int64)[idx],
+                             mc["bytes"].to_numpy(np.int64)[idx], t0, MIB)
+                out[f"GPU {int(dev)} {name}"] = {"events": n, "rows": len(idx)}
+    gf = t.um_gpu_faults
+    if len(gf):
+        for (dev,), rows in group_rows(gf["device_id"].to_numpy(np.int64)):
+            gp = _gpu_process(w, a, int(dev), named)
+            n = _running(w, "unified_memory", gp, "GPU page faults", "faults", gf["start_ns"].to_numpy(np.int64)[rows],
+                         gf["faults"].to_numpy(np.int64)[rows], t0)
+            out[f"GPU {int(dev)} GPU page faults"] = {"events": n, "rows": len(rows)}
+    cf = t.um_cpu_faults
+    if len(cf):
+        pids = _um_pid(cf["global_pid"].to_numpy(np.int64))
+        for (pid,), rows in group_rows(pids):
+            n = _running(w, "unified_memory", int(pid), "CPU page faults", "faults",
+                         cf["start_ns"].to_numpy(np.int64)[rows], np.ones(len(rows), np.int64), t0)
+            out[f"pid {int(pid)} CPU page faults"] = {"events": n, "rows": len(rows)}
+    return out
+
+
 def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
     """Stream the whole trace-event JSON document to ``f``; returns ``otherData`` (the counts per
     category, ``t0_ns``)."""
@@ -429,9 +535,11 @@ def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
     steps: Sequence[Callable[[_Writer, Any, int], None]] = (_gpu, _host, _findings)
     for step in steps:
         step(w, a, t0)
-    gm = _counters(w, a, t0, {GPU_PID + d for d in (*a.ops["device_id"].astype("int64").tolist(),
-                                                   *a.gaps["device_id"].astype("int64").tolist())}) \
-        if _metric_sources(a) else {}
+    named = {GPU_PID + d for d in (*a.ops["device_id"].astype("int64").tolist(),
+                                   *a.gaps["device_id"].astype("int64").tolist())}
+    gm = _counters(w, a, t0, named) if _metric_sources(a) else {}
+    mem = _memory_counters(w, a, t0, named)
+    um = _um_counters(w, a, t0, named)
     w.flush()
     from nsysan._version import __version__
 
@@ -440,6 +548,11 @@ def write_events(a: Any, f: IO[bytes]) -> dict[str, Any]:
              "counts": dict(sorted(w.counts.items()))}
     if gm:  # only with GPU metrics: the bytes of other traces stay as they were
         other["gpu_metrics"] = {"unit": "% of peak", "max_events_per_track": MAX_COUNTER_SAMPLES, "tracks": gm}
+    if mem:  # only with memory usage events, as above
+        other["device_memory"] = {"unit": "MiB live", "tracks": mem}
+    if um:
+        other["unified_memory"] = {"unit": "running totals: MiB migrated, faults",
+                                   "max_events_per_track": MAX_COUNTER_SAMPLES, "tracks": um}
     f.write(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(other, separators=(",", ":")).encode() + b"}\n")
     return other
 
