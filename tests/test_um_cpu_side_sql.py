@@ -178,3 +178,28 @@ def test_the_saving_against_the_measured_reruns(fixture_dir, analysis):
         gain = (meas["faults"] - meas[fix]) / meas["faults"]
         ratio = (pred / step) / gain
         assert 0.5 <= ratio <= 2.0, (fix, pred, step, gain, ratio)
+
+
+def test_without_a_fault_free_instance_the_whole_wait_is_an_upper_bound(fixture_dir):
+    """The capture cut after the warm-up's write (the one instance without faults, by SQL): the range's own
+    work and the faults' service cannot be told apart, so the whole wait stays counted and is called an
+    upper bound."""
+    import nsysan
+
+    path = fixture_dir / f"{NAME}.sqlite"
+    conn = sqltruth.open_export(path)
+    # GIVEN (SQL) the first faulting write, and a capture that starts just before it
+    ranges = _ranges(conn, "cpu_write")
+    first = next(i for i, (*_, n) in enumerate(ranges) if n > 0)
+    assert first > 0 and all(n == 0 for *_, n in ranges[:first]) and all(n > 0 for *_, n in ranges[first:])
+    shift = conn.execute("SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_CONFIG_TIME_SHIFT'").fetchall()
+    cut = (ranges[first - 1][1] + ranges[first][0]) // 2 - (int(shift[0][0]) if shift else 0)
+    # WHEN nsysan judges only the events after the cut
+    a = nsysan.analyze(nsysan.open_trace(path, time_range=(cut / 1e9, 1e6)))
+    # THEN host-bound-gap still names the faults, counts the whole wait and says it is an upper bound
+    f = next(x for x in a.findings if x.rule == "host-bound-gap")
+    assert "No instance of nvtx:cpu_write ran without CPU faults" in f.message and "upper bound" in f.message
+    w = a.steady
+    idle_ns = sum(e - s for lo, hi, _ in ranges[first:] if lo >= w.start_ns and hi <= w.end_ns
+                  for s, e in _idle(conn, lo, hi))
+    assert int(f.window.get("estimate_ns", f.impact_ns)) >= 0.95 * idle_ns
