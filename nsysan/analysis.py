@@ -18,14 +18,14 @@ from typing import Any
 import pandas as pd
 
 from nsysan import _memory
-from nsysan._executor import SMALL_EVENTS, default_workers, event_rows, threads  # noqa: F401  (SMALL_EVENTS: its former home)
+from nsysan._executor import default_workers, event_rows, threads
 from nsysan._registry import output
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses import phases as phases_mod
-from nsysan.analyses.gpu import Window, in_window  # noqa: F401  (in_window: its former home, kept importable)
+from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.analyses.join import launched
 from nsysan.analyses.program import program
@@ -93,7 +93,7 @@ class Analysis:
     tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
     program: Any = None  # program.Program: training or inference, Python or not, the libraries (rules' advice)
     graph_trace: str = "none"
-    # beyond time (issue 41): device memory over time, unified memory, running or blocked, pipeline
+    # beyond time: device memory over time, unified memory, running or blocked, pipeline
     # stages and GPUs taking turns, slow iterations mid-run; and the inputs the trace lacks for them
     memory: Any = None  # memory.MemoryUse
     unified: Any = None  # unified.UnifiedMemory
@@ -399,7 +399,7 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
 
 
 def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
-    """The analyses of resources other than time and of outliers (issue 41), which read the others."""
+    """The analyses of resources other than time and of outliers, which read the others."""
     from nsysan.analyses.memory import memory_use
     from nsysan.analyses.recorded import missing_inputs
     from nsysan.analyses.sched import thread_states

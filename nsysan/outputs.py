@@ -21,7 +21,6 @@ from typing import IO
 
 from nsysan import _atomic
 from nsysan._atomic import replacing
-from nsysan._cache import user_cache  # noqa: F401  (its former home, kept importable)
 from nsysan.errors import OutputError, OutputExistsError, TraceNotFoundError, TraceUnreadableError, UsageError
 from nsysan.units import clean_text as _say
 

@@ -1,5 +1,5 @@
 """The command lines ``nsysan profile`` runs: the plain recording, and the ``--diagnose`` preset that
-records what explains why the GPU waits and how hard it works (issue 24).
+records what explains why the GPU waits and how hard it works.
 
 Plain: ``nsys profile -t cuda,nvtx,osrt -s none --export sqlite -o NAME -f false|true COMMAND``.
 
@@ -42,7 +42,7 @@ GPU_METRICS_FREQUENCY = 10_000  # Hz: nsys' default, stated so that the command 
 # took 3.67 ms (docs/inputs.md, "Recording for a diagnosis").
 CUDA_BACKTRACE = "sync,memory"
 # device memory, unified memory faults (the context switches ride on -s process-tree): measured on an H200
-# (workloads/README.md, issue 41) within the run-to-run noise, except the fault flags on a loop that faults
+# (workloads/README.md) within the run-to-run noise, except the fault flags on a loop that faults
 # (+2% to +8.5% a step over plain tracing)
 BEYOND_TIME = ("--cuda-memory-usage=true", "--cuda-um-gpu-page-faults=true", "--cuda-um-cpu-page-faults=true")
 

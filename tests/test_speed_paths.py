@@ -289,7 +289,8 @@ def test_a_missing_copy_kind_takes_the_group_by_with_the_same_columns():
 
 
 def test_small_traces_analyse_on_one_thread(load, monkeypatch):
-    from nsysan.analysis import SMALL_EVENTS, analyze, default_workers, event_rows
+    from nsysan._executor import SMALL_EVENTS
+    from nsysan.analysis import analyze, default_workers, event_rows
     from nsysan.report import jsonout
 
     monkeypatch.delenv("NSYSAN_THREADS", raising=False)
@@ -308,7 +309,8 @@ def test_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     the loader's readers and ``--jobs`` count those 2, not the machine's 16; without an affinity
     mask (macOS), the machine's count."""
     from nsysan import _executor
-    from nsysan.analysis import SMALL_EVENTS, default_workers
+    from nsysan._executor import SMALL_EVENTS
+    from nsysan.analysis import default_workers
     from nsysan.options import positive_jobs
 
     monkeypatch.delenv("NSYSAN_THREADS", raising=False)

@@ -1,4 +1,4 @@
-"""The NVTX ranges ``nsysan profile --annotate`` adds to a program it records (issue 53).
+"""The NVTX ranges ``nsysan profile --annotate`` adds to a program it records.
 
 They are in a domain of nsysan's own, ``nsysan`` (shown by nsys as ``nsysan:step``), added by the
 recorder's import hook (``nsysan/record/site/_nsysan_annotate.py``, which runs in the profiled

@@ -13,7 +13,7 @@ from typing import Any
 from nsysan.analyses.ranks import cross_stragglers
 from nsysan.report.html import environment
 from nsysan.report.jsonout import ranks_to_dict
-from nsysan.report.ranks_view import LANE_H, LANE_W, PARTS, ranks_view  # noqa: F401  (their former home)
+from nsysan.report.ranks_view import ranks_view
 
 
 def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:

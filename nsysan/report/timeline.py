@@ -23,7 +23,7 @@ import pandas as pd
 from nsysan._executor import SMALL_EVENTS, default_workers, event_rows
 from nsysan._executor import threads as thread_pool
 from nsysan.analyses.frames import distinct, group_rows
-from nsysan.analyses.streams import role_label, stream_role  # noqa: F401  (role_label: its former home)
+from nsysan.analyses.streams import stream_role
 from nsysan.report import deflate, metrics_view
 from nsysan.report.encoding import varint
 from nsysan.report.resources_view import memory_lanes
