@@ -10,51 +10,19 @@ peak of ``nsysan analyze`` grows linearly with those rows, so it is estimated as
          + NVTX ranges x NVTX_ROW   (read whole through SQL, with a time range too)
 
 With ``--time-range`` each part of a table (400,000 rows) keeps only its rows inside the range as
-it is decoded, so both terms scale with the share of events kept, plus the parts being decoded. The estimate is compared with
-the memory this process may still take: ``MemAvailable`` of /proc/meminfo, lowered by a cgroup's
+it is decoded, so both terms scale with the share of events kept, plus the parts being decoded.
+The estimate is compared with the memory this process may still take: ``MemAvailable`` of /proc/meminfo, lowered by a cgroup's
 limit (v2 ``memory.max`` - ``memory.current`` up the hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT``
 (bytes, or with a K/M/G suffix) when set. A trace that would not fit is refused up front with
 ``MemoryLimitError`` (exit 13), which names the time range that would fit, instead of being killed
 by the kernel half-way through.
 
-PER_ROW was measured on replicated traces of 245 MB and 2.5 GB and on real exports of 170-329 MB
-(docs/performance.md): the largest per-row figure seen was 292 bytes (the real 329 MB launch loop,
-before speed round 3; 193 bytes after it), rounded up. With the narrow columns (schema.NARROW) and
-the lower load peak, (peak - BASE - decoded) / rows measured: 178 bytes median, 244 at the highest
-of 5 runs on the real 329 MB trace, 124 on the 245 MB and 106-111 on the 2.5 GB replicated ones;
-the whole estimate is then 1.2-2.1x the measured peak (1,638 MiB median, 2,015 MiB at most, against
-2,338 MiB estimated; 1,085 against 1,913; 8,245-8,472 against 17,328; 236 against 414 and 303
-against 574 on the 170 and 300 MB exports with GPU metrics). Session 12 (derived frames sharing
-the tables' columns, columns of one value broadcast, smaller working sets) brought it down to 27-32
-bytes on the 245 MB replica (peaks of 631-655 MiB), 36-42 on the real 329 MB trace (821-858 MiB)
-and 41-42 on the 2.5 GB replica (5,198-5,220 MiB), with the 170 and 300 MB exports below zero (their
-decoded columns are over-counted); the estimate with PER_ROW 300 was then 3.0-3.3x the peak, and
-refused traces that fit. PER_ROW is now 120: it must not under-estimate, and the analyses' peak
-varies with their threads' timing and with the trace's shape (several threads and streams leave
-fewer columns of one value). The estimate is then 1.5-1.7x the measured peaks: 1,067 MiB for the
-245 MB replica, 1,302 for the 329 MB trace, 8,886 for the 2.5 GB one. The highest figure seen is
-72 bytes: the 10 GB replica (196.7M events) with the ``--time-range`` its refusal proposed (59% of
-the events): 15.0 GiB peak against 20.3 GiB estimated (1.35x); 64 bytes (14.2 GiB) with one
-analysis thread there. Four threads on the two cores: 33 and 42 bytes on the 245 and 329 MB traces,
-as two. (One thread lowers a whole capture's peak further, 22 bytes on the 2.5 GB replica, but the
-estimate does not count on it.)
-
-Session 16: the peaks had fallen again (speed round 3): beyond its decoded columns a row took 12
-bytes on the 10 GB replica analysed whole (14.3 GiB peak, 115 s; 120 bytes a row estimated 34.1 GiB
-and refused it with 22.9 GiB available) and 29 bytes through the range its refusal proposed (10.5-10.7
-GiB). PER_ROW is now 50: the estimate is 1.5-1.7x the whole-capture peaks (750 MiB for the 245 MB
-replica's 435-453, 5.6 GiB for the 2.5 GB one's 3.5-3.7, 21.7 GiB for the 10 GB one's 14.3, which
-now passes) and 1.26x through that range (13.5 GiB). NVTX ranges were under-counted: ladder_baseline
-with 300,000 added ranges peaked at 556-575 MiB against 292 MiB estimated, with 1.2M at 1,789 MiB
-against 549 (a name of its own per range), 927 MiB with 50 names. At NVTX_ROW bytes a range the
-estimate is 718 MiB and 2.2 GiB there (1.25-2.4x). Longer NVTX texts than those 55 characters cost
-more per range than measured here.
-
-Issue 40: 1M small ranges (50 names of 7-8 characters, a 55 MB file) peaked at 709-731 MiB whole
-process (VmHWM, ``nsysan analyze --json``, 17-20 s on 2 busy cores), about 640 bytes a range beyond
-the 90 MiB of the trace without them; estimated 1,917 MiB, so where less than that is available the
-trace is refused before it is read (under 300 MiB: exit 13 at a 80-114 MiB peak). Rowid spans are
-bounded by what the file can hold (``Database.row_bound``): one row at rowid 2^62 is one row.
+PER_ROW and NVTX_ROW are measured peaks with a margin, never an under-estimate: the estimate is
+1.25-2.4x the whole-process peaks of replicated traces from 245 MB to 10 GB and of traces with up
+to 1.2M NVTX ranges (docs/performance.md, "Huge traces: the memory estimate", gives the traces,
+the machine and the figures). NVTX texts longer than the 55 characters measured cost more per
+range. Rowid spans are bounded by what the file can hold (``Database.row_bound``): one row at rowid
+2^62 is one row.
 """
 
 from __future__ import annotations
