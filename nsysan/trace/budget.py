@@ -11,9 +11,9 @@ peak of ``nsysan analyze`` grows linearly with those rows, so it is estimated as
 
 With ``--time-range`` each part of a table (400,000 rows) keeps only its rows inside the range as
 it is decoded, so both terms scale with the share of events kept, plus the parts being decoded.
-The estimate is compared with the memory this process may still take: ``MemAvailable`` of /proc/meminfo, lowered by a cgroup's
-limit (v2 ``memory.max`` - ``memory.current`` up the hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT``
-(bytes, or with a K/M/G suffix) when set. A trace that would not fit is refused up front with
+The estimate is compared with the memory this process may still take: ``MemAvailable`` of
+/proc/meminfo, lowered by a cgroup's limit (v2 ``memory.max`` - ``memory.current`` up the
+hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT`` (bytes, or with a K/M/G suffix) when set. A trace that would not fit is refused up front with
 ``MemoryLimitError`` (exit 13), which names the time range that would fit, instead of being killed
 by the kernel half-way through.
 
