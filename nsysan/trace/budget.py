@@ -13,9 +13,9 @@ With ``--time-range`` each part of a table (400,000 rows) keeps only its rows in
 it is decoded, so both terms scale with the share of events kept, plus the parts being decoded.
 The estimate is compared with the memory this process may still take: ``MemAvailable`` of
 /proc/meminfo, lowered by a cgroup's limit (v2 ``memory.max`` - ``memory.current`` up the
-hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT`` (bytes, or with a K/M/G suffix) when set. A trace that would not fit is refused up front with
-``MemoryLimitError`` (exit 13), which names the time range that would fit, instead of being killed
-by the kernel half-way through.
+hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT`` (bytes, or with a K/M/G suffix) when set. A
+trace that would not fit is refused up front with ``MemoryLimitError`` (exit 13), which names the
+time range that would fit, instead of being killed by the kernel half-way through.
 
 PER_ROW and NVTX_ROW are measured peaks with a margin, never an under-estimate: the estimate is
 1.25-2.4x the whole-process peaks of replicated traces from 245 MB to 10 GB and of traces with up
