@@ -258,18 +258,8 @@ PHASES = {"metrics_mix": ("h2d_copy", "d2h_copy", "fp32_matmul", "bf16_matmul", 
           "waits_phases": ("memory_bound", "tensor_bound", "launch_bound")}
 
 # nsysan shortcomings (strict xfails: the test fails once they are fixed, to be moved out of here)
-_WARMUP_KEPT = ("inferred warm-up not recognised: {} inferred iterations {}, and the first steps' one-time "
-                "work ({}) is judged as steady, so slow-iterations ranks first ({:.1f} ms, {:.2f} ms per "
-                "iteration) over the annotated trace's {} ({:.1f} ms, {:.2f} ms per iteration)")
-_TAIL_KEPT = ("the last inferred iteration runs {:.1f} ms past the loop's last completion (post-loop work with new "
-              "kernels folded into step #135), so the judged window grows from {:.1f} to {:.1f} ms and {}")
-
 PERIOD_BUGS: dict[str, str] = {}
 VERDICT_BUGS: dict[str, str] = {
-    "nested_steps": "step #14 (83.7 ms, new kernels) is the 15th of 59 inferred steps, in the leading quarter the "
-                    "inferred model counts as warm-up (its steps include the loop's unannotated warm-up, so early "
-                    "one-time work is warm-up there); the annotated model, whose range leaves the warm-up out, calls "
-                    "it a slow iteration (slow-iterations 76.6 ms, top); stripped top: fp32-compute 39.8 ms",
     "ladder_graph": "the same 2.83 ms of GPU idle after each step's synchronize goes to another rule: annotated, "
                     "host-bound-gap calls the 10 gaps one-time (their activity labels differ: 'nvtx:infer', "
                     "'untraced CPU work', so no label recurs in half the steps) and hidden-syncs keeps them (283 us "
@@ -280,9 +270,6 @@ VERDICT_BUGS: dict[str, str] = {
                        "contexts run on threads started anew per phase (7 and 3 steps each), and the synchronize "
                        "after each thread's last launch falls after its last inferred iteration's CPU range (the "
                        "last launch's return), so 4 of the 20 syncs and their drains (1.6 ms) are not counted",
-    "timing": _WARMUP_KEPT.format(8, "start inside the annotated warm-up step (866 ms)",
-                                  "#7 105 ms, #5 36 ms, #3 35 ms, #1 32 ms: new kernels", 449.4, 4.01, "sync-api",
-                                  281.0, 2.84),
 }
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 from nsysan.analyses import intervals as iv
 
 QUEUEING_RATIO = 1.2
+WARMUP_CHAIN = 3  # fast iterations that may lie between two slow ones of an inferred warm-up
 
 
 def steady_periods(table: pd.DataFrame) -> pd.DataFrame:
@@ -38,8 +39,11 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, int]:
 def _sequence_columns(it: pd.DataFrame, warmup_factor: float, lead: float = 0.0) -> pd.DataFrame:
     """period, queue depth, service time and warm-up of one (pid, tid) sequence sorted by start. With
     ``lead`` > 0 (iterations inferred from the GPU work, where the loop's own warm-up steps outside any
-    range are iterations too), the warm-up runs to the last slow iteration in the leading ``lead``
-    share of the sequence, not only to the first fast one."""
+    range are iterations too), the warm-up runs on over slow iterations in the leading ``lead`` share
+    of the sequence that follow it within ``WARMUP_CHAIN`` fast ones (set-up work that alternates
+    with quick steps: an autotuner's trials, a first pass of each shape), not only to the first fast
+    one; a slow iteration further on is a slow step (a group's first checkpoint), as it is in an
+    annotated loop."""
     start = it["start_ns"].to_numpy()
     done = it["end_ns"].to_numpy()
     n = len(it)
@@ -62,8 +66,9 @@ def _sequence_columns(it: pd.DataFrame, warmup_factor: float, lead: float = 0.0)
     if lead > 0 and n > 2:
         head = int(n * lead)
         slow = np.flatnonzero(service[:head] > warmup_factor * np.median(service))
-        if len(slow):
-            warm = max(warm, min(int(slow[-1]) + 1, limit))
+        for k in slow.tolist():  # slow ones a few fast ones apart continue the warm-up; a later one is a step
+            if k <= warm + WARMUP_CHAIN:
+                warm = max(warm, min(k + 1, limit))
     return it.assign(period_ns=period, queue_depth=depth.astype(np.int64), service_ns=service,
                      warmup=np.arange(n) < warm)
 
