@@ -19,7 +19,8 @@ import pytest
 from nsysan.cli import main
 from nsysan.report.terminal import message_lines, plain_markup
 
-TRACES = ("example", "launch_eager", "train_dataloader", "waits_python", "mem_growth", "ddp_overlap_rank0")
+TRACES = ("example", "launch_eager", "train_dataloader", "waits_python", "mem_growth", "ddp_overlap_rank0",
+          "annotate_plain")
 LEADS = re.compile(r"^\s*(fix: |note: |- )?")
 
 
@@ -47,6 +48,7 @@ def test_summary_fits_the_width_and_keeps_every_word(name, width, fixture_dir, t
     assert not _over(out, width), _over(out, width)
     assert "``" not in out and "\x1b[" not in out
     assert not re.search(r"\d\n\s*(ns|us|ms|s|%)\b", out)  # a number and its unit on one line
+    assert not re.search(r"\w [;,]", out)  # no space before a separator ("before timing ; keep")
     words = _words(out)
     assert d["findings"] or "No findings" in out
     for f in d["findings"]:

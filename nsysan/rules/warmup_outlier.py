@@ -67,8 +67,8 @@ def advice(p: Program) -> str:
     if p.torch:
         what = ("optimizer-state allocation, " if p.training else "") + "cuDNN autotuning (``cudnn.benchmark``), " \
             "the caching allocator's growth, lazy CUDA module loading and ``torch.compile``'s compilation"
-        return (f"The first iterations pay for {what}: run warm-up iterations before timing "
-                + ("(and before capturing CUDA Graphs); " if not p.training else "; ")
+        return (f"The first iterations pay for {what}: run warm-up iterations before timing"
+                + (" (and before capturing CUDA Graphs); " if not p.training else "; ")
                 + "keep input shapes fixed so none of it recurs." + TAIL)
     return ("The first iterations pay for CUDA context creation, lazy module loading (``CUDA_MODULE_LOADING=EAGER`` "
             "moves it to start-up), library handle creation (cuBLAS/cuDNN) and first allocations: create them before "
