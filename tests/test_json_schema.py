@@ -86,4 +86,5 @@ def test_the_validator_refuses_keywords_it_does_not_check():
     assert validate({"n": 3, "x": None, "p_a": True}, s) == []
     assert validate({"n": -1, "x": 2, "p_a": 1, "z": 0}, s) == [
         "$.n: -1 is below the minimum 0",
-        "$.x: matches none of anyOf ($.x: int 2 is not string; $.x: int 2 is not null)", "$.p_a: int 1 is not boolean", "$.z: not allowed here"]
+        "$.x: matches none of anyOf ($.x: int 2 is not string; $.x: int 2 is not null)",
+        "$.p_a: int 1 is not boolean", "$.z: not allowed here"]

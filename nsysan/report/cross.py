@@ -40,7 +40,42 @@ def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def cross_view(summary: dict[str, Any]) -> dict[str, Any]:
+    """What ``summary.html`` shows, formatted: the headline (traces, median iteration time, the
+    straggler), a bar per trace of its iteration time p50, and the table's rows with their sort keys
+    and each trace's own report (``<stem>.html`` beside the page, as ``--out-dir`` names it)."""
+    from pathlib import Path
+    from urllib.parse import quote
+
+    from nsysan.pipeline import fit_name
+    from nsysan.units import fmt_ns, fmt_pct
+
+    traces = summary.get("traces") or []
+    top = max((t.get("p50_ns") or 0 for t in traces), default=0) or 1
+    rows, bars = [], []
+    for t in traces:
+        p50 = t.get("p50_ns")
+        name = str(t["trace"])
+        busy = [(int(b["device_id"]), float(b["busy_frac"])) for b in t.get("busy") or []]
+        rows.append({"trace": name, "report": quote(fit_name(Path(name).stem, ".html")),
+                     "p50": fmt_ns(p50) if p50 else "-", "p50_k": p50 or 0,
+                     "iterations": f"{int(t['iterations']):,}" if t.get("iterations") is not None else "-",
+                     "iterations_k": t.get("iterations") or 0,
+                     "busy": ", ".join(f"GPU {d}: {fmt_pct(f)}" for d, f in busy) or "-",
+                     "busy_k": max((f for _, f in busy), default=0.0),
+                     "top_finding": t.get("top_finding") or "-", "slowest_kernel": str(t.get("slowest_kernel") or "-"),
+                     "straggler": bool(t.get("straggler"))})
+        if p50:
+            bars.append({"label": name + (" (straggler)" if t.get("straggler") else ""), "value": fmt_ns(p50),
+                         "frac": float(p50) / top})
+    med = summary.get("median_p50_ns")
+    late = [r["trace"] for r in rows if r["straggler"]]
+    headline = [("Traces", f"{len(rows):,}"), ("Iteration time p50, median", fmt_ns(med) if med else "-"),
+                ("Straggler", ", ".join(late) if late else "none")]
+    return {"rows": rows, "bars": bars, "headline": headline}
+
+
 def render_cross_html(summary: dict[str, Any]) -> str:
-    """``summary.html``: the cross-rank summary and its ranks panel."""
+    """``summary.html``: the cross-rank summary and its ranks panel, in the report's look."""
     view = ranks_view(summary.get("ranks") or {})
-    return environment().get_template("cross.html.j2").render(s=summary, rv=view)
+    return environment().get_template("cross.html.j2").render(s=summary, rv=view, v=cross_view(summary))
