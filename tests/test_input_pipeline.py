@@ -41,3 +41,41 @@ def test_an_input_bound_lightning_loop_without_nvtx_gets_the_dataloader_fix(anal
     assert "num_workers" in top.suggestion and "persistent_workers=True" in top.suggestion
     per_step_ms = top.per_iteration_ns / 1e6
     assert MEASURED_GAIN_MS / 2 <= per_step_ms <= MEASURED_GAIN_MS * 2, (per_step_ms, MEASURED_GAIN_MS)
+
+
+WAITS = ("sem_wait", "sem_timedwait", "sem_clockwait", "pthread_cond_wait", "pthread_cond_timedwait", "futex", "poll",
+         "select", "epoll_wait", "pthread_mutex_lock")
+
+
+def test_workers_that_fall_behind_show_as_waiting_not_file_io(analysis):
+    """lightning_workers: the same loop with 4 DataLoader worker processes, recorded without NVTX. Every
+    4th step waits for the workers: by SQL, the training thread sits in blocking waits (sem_clockwait
+    on the queue the workers fill) for most of each slow step's time above the typical period, far
+    more than any file or pipe I/O of the process; slow-iterations names the cause 'waiting' with
+    the DataLoader's knobs, not 'file I/O' (issue 48's leftover)."""
+    a = analysis("lightning_workers")
+    slow = [f for f in a.findings if f.rule == "slow-iterations"]
+    assert slow, [f.rule for f in a.findings]
+    tab = a.slow_iterations.table
+    conn = open_fixture("lightning_workers")
+    try:
+        def osrt_ns(tid: int, lo: int, hi: int, names: tuple[str, ...] | None) -> int:
+            cond = ("AND s.value IN (" + ",".join("?" * len(names)) + ")") if names else ""
+            q = (f"SELECT COALESCE(SUM(MIN(o.end, ?) - MAX(o.start, ?)), 0) FROM OSRT_API o JOIN StringIds s "
+                 f"ON s.id = o.nameId WHERE (o.globalTid & 16777215) = ? AND o.start < ? AND o.end > ? {cond}")
+            return int(conn.execute(q, (hi, lo, tid, hi, lo, *(names or ()))).fetchone()[0])
+
+        for r in tab.itertuples():
+            lo, hi = int(r.start_ns), int(r.end_ns)
+            waits = osrt_ns(int(r.tid), lo, hi, WAITS)
+            io = osrt_ns(int(r.tid), lo, hi, ("read", "write", "open", "openat", "close", "pread64"))
+            if r.cause != "waiting":
+                continue
+            assert waits >= 0.5 * int(r.cost_ns), (r.index, waits, r.cost_ns)
+            assert waits > 3 * io, (r.index, waits, io)
+    finally:
+        conn.close()
+    waiting = tab.loc[tab["cause"] == "waiting"]
+    assert len(waiting) >= 0.8 * len(tab), tab["cause"].tolist()
+    assert "By cause: waiting:" in slow[0].message and "file I/O:" not in slow[0].message.split("The slowest")[0]
+    assert "num_workers" in slow[0].suggestion or "num_workers" in slow[0].message, slow[0].suggestion

@@ -17,6 +17,9 @@ compared with the same measure over the sequence's typical steady iterations (th
   creation: ``cublasCreate``, ``cudnnCreate``, stream and event creation), and ``setup_ns`` their time;
 * ``io_ns``: OS runtime time in file and pipe I/O calls (``write``, ``fsync``, ``open``...: a
   checkpoint, logging) on the process's threads;
+* ``wait_ns``: OS runtime time of the iteration's own thread blocked waiting for another thread or
+  process (``sem_wait``, ``pthread_cond_wait``, ``futex``, ``poll``...: a queue of batches a data
+  loader's workers fill, a lock), with ``wait_call`` the call that holds most of it;
 * ``extra_ranges``: the program's own NVTX ranges (not the iteration range, not library ranges) that
   start in the interval and in no typical iteration (``checkpoint``, ``evaluate``);
 * ``untraced_ns``: time of the iteration's thread inside the interval covered by no CUDA call, no OS
@@ -24,8 +27,8 @@ compared with the same measure over the sequence's typical steady iterations (th
   Python), less the typical iteration's.
 
 ``cause`` names the largest difference: ``new kernels`` (new kernels or set-up calls: first use of code,
-autotuning or recompilation), ``allocation``, ``file I/O``, ``extra work`` (extra NVTX ranges, or more GPU work),
-``untraced CPU``. ``periodic`` is the interval between slow iterations when it is regular (every N).
+autotuning or recompilation), ``allocation``, ``file I/O``, ``waiting`` (blocked on another thread or
+process: input not ready), ``extra work`` (extra NVTX ranges, or more GPU work), ``untraced CPU``. ``periodic`` is the interval between slow iterations when it is regular (every N).
 """
 
 from __future__ import annotations
@@ -53,7 +56,11 @@ SETUP_PREFIXES = ("cuModuleLoad", "cuLibraryLoad", "cudaStreamCreate", "cudaEven
 IO_CALLS = ("write", "pwrite", "pwrite64", "writev", "fsync", "fdatasync", "open", "open64", "openat", "openat64",
             "close", "read", "pread", "pread64", "readv", "fwrite", "fread", "fflush", "rename", "unlink", "ftruncate",
             "msync", "sync_file_range")
-CAUSES = ("new kernels", "allocation", "file I/O", "extra work", "untraced CPU")
+WAIT_CALLS = ("sem_wait", "sem_timedwait", "sem_clockwait", "pthread_cond_wait", "pthread_cond_timedwait",
+              "pthread_cond_clockwait", "pthread_join", "pthread_mutex_lock", "pthread_rwlock_rdlock",
+              "pthread_rwlock_wrlock", "futex", "poll", "ppoll", "select", "pselect", "pselect6", "epoll_wait",
+              "epoll_pwait", "waitpid", "wait4", "waitid", "recv", "recvfrom", "recvmsg", "msgrcv")
+CAUSES = ("new kernels", "allocation", "file I/O", "waiting", "extra work", "untraced CPU")
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,8 @@ def headline(a: Any) -> tuple[int, int, float] | None:
 
 
 _COLUMNS = ["index", "pid", "tid", "start_ns", "end_ns", "period_ns", "median_ns", "cost_ns", "gpu_busy_ns",
-            "kernels", "new_kernels", "alloc_calls", "setup_calls", "setup_ns", "io_ns", "extra_ranges", "untraced_ns", "cause"]
+            "kernels", "new_kernels", "alloc_calls", "setup_calls", "setup_ns", "io_ns", "wait_ns", "wait_call",
+            "extra_ranges", "untraced_ns", "cause"]
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -164,8 +172,8 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
             continue
         lo, hi = g["lo_ns"].to_numpy(np.int64), g["hi_ns"].to_numpy(np.int64)
         m = _measures(a, int(pid), int(tid), lo, hi, slow)
-        typ = {k: float(np.median(v[~slow])) if (~slow).any() else 0.0 for k, v in m.items() if k != "new_kernels"
-               and k != "extra_ranges"}
+        typ = {k: float(np.median(v[~slow])) if (~slow).any() else 0.0 for k, v in m.items()
+               if k not in ("new_kernels", "extra_ranges", "wait_call")}
         typical[(int(pid), int(tid))] = {"period_ns": med, **typ}
         idx = g["index"].to_numpy()[slow]
         if len(idx) >= 3:
@@ -179,7 +187,8 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
             "gpu_busy_ns": m["gpu_busy_ns"][slow], "kernels": m["kernels"][slow],
             "new_kernels": [m["new_kernels"][i] for i in np.flatnonzero(slow)],
             "alloc_calls": m["alloc_calls"][slow], "setup_calls": m["setup_calls"][slow],
-            "setup_ns": m["setup_ns"][slow], "io_ns": m["io_ns"][slow],
+            "setup_ns": m["setup_ns"][slow], "io_ns": m["io_ns"][slow], "wait_ns": m["wait_ns"][slow],
+            "wait_call": [m["wait_call"][i] for i in np.flatnonzero(slow)],
             "extra_ranges": [m["extra_ranges"][i] for i in np.flatnonzero(slow)],
             "untraced_ns": m["untraced_ns"][slow]})
         df["cause"] = [_cause(r, typical[(int(pid), int(tid))]) for r in df.itertuples(index=False)]
@@ -243,6 +252,10 @@ def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: 
     io = opid & np.asarray(name_in(osrt["name"], IO_CALLS))
     io_s, io_e = osrt["start_ns"].to_numpy(np.int64)[io], osrt["end_ns"].to_numpy(np.int64)[io]
     io_ns = _covered(io_s, io_e, lo, hi)
+    wait = opid & (osrt["tid"].to_numpy() == tid) & np.asarray(name_in(osrt["name"], WAIT_CALLS))
+    wait_s, wait_e = osrt["start_ns"].to_numpy(np.int64)[wait], osrt["end_ns"].to_numpy(np.int64)[wait]
+    wait_ns = _covered(wait_s, wait_e, lo, hi)
+    wait_call = _top_call(osrt["name"].to_numpy()[wait], wait_s, wait_e, lo, hi, slow)
     # the thread's traced time: its CUDA and OS calls, and its process's GPU work (only what reaches
     # into the sequence's span counts: the rest adds as much to both ends of every window)
     th_api = apid & (api["tid"].to_numpy() == tid)
@@ -257,7 +270,28 @@ def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: 
     return {"gpu_busy_ns": busy, "kernels": kernels, "new_kernels": new_kernels,
             "alloc_calls": iv.sums_between(alloc, lo, hi), "setup_calls": iv.sums_between(setup, lo, hi),
             "setup_ns": setup_ns,
-            "io_ns": io_ns, "extra_ranges": _extra_ranges(a, pid, lo, hi, slow), "untraced_ns": untraced}
+            "io_ns": io_ns, "wait_ns": wait_ns, "wait_call": wait_call,
+            "extra_ranges": _extra_ranges(a, pid, lo, hi, slow), "untraced_ns": untraced}
+
+
+def _top_call(names: np.ndarray, s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              slow: np.ndarray) -> list[str]:
+    """Per interval, for the slow ones: the call name holding the most of the calls' time in it."""
+    out = [""] * len(lo)
+    if len(s) == 0:
+        return out
+    order = np.argsort(s, kind="stable")
+    s, e, names = s[order], e[order], names[order]
+    for i in np.flatnonzero(slow).tolist():
+        a, b = np.searchsorted(s, lo[i], side="left"), np.searchsorted(s, hi[i], side="right")
+        if b <= a:
+            continue
+        d = np.minimum(e[a:b], hi[i]) - s[a:b]
+        per: dict[str, int] = {}
+        for n, x in zip(names[a:b].tolist(), d.tolist()):
+            per[str(n)] = per.get(str(n), 0) + int(x)
+        out[i] = max(per, key=lambda k: per[k])
+    return out
 
 
 def _extra_ranges(a: Any, pid: int, lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> list[list[str]]:
@@ -320,6 +354,7 @@ def _cause(r: Any, typ: dict[str, float]) -> str:
     excess = {
         "allocation": 1.0 if r.alloc_calls > typ.get("alloc_calls", 0) + 0.5 else 0.0,
         "file I/O": max(0.0, r.io_ns - typ.get("io_ns", 0.0)),
+        "waiting": max(0.0, r.wait_ns - typ.get("wait_ns", 0.0)),
         "extra work": max(0.0, r.gpu_busy_ns - typ.get("gpu_busy_ns", 0.0)) + (1.0 if r.extra_ranges else 0.0),
         "untraced CPU": max(0.0, r.untraced_ns - typ.get("untraced_ns", 0.0)),
     }

@@ -8,7 +8,9 @@ it hides in the mean: the median step looks fine.
 **Fix**: by cause (named in the message): new kernels -> warm up every code path (or eager module
 loading) and use fixed or bucketed input shapes (pad to a few sizes), ``torch.backends.cudnn.benchmark =
 False`` for dynamic shapes, ``torch.compile(dynamic=True)`` or marking the dynamic dimension; file I/O -> checkpoint and log from a background thread or
-process (asynchronous checkpointing), less often; extra work (an evaluation or a ``checkpoint``
+process (asynchronous checkpointing), less often; waiting (the thread blocked on another thread or
+process: a DataLoader's workers that do not keep up) -> more workers, ``persistent_workers=True``, a
+larger ``prefetch_factor``; extra work (an evaluation or a ``checkpoint``
 range) -> run it less often or elsewhere; untraced CPU -> garbage collection (``gc.freeze()`` after
 set-up, ``gc.disable()`` with collections at chosen points) or Python work between steps: profile it
 with Python sampling (``nsys profile --python-sampling=true``).
@@ -41,6 +43,11 @@ ADVICE = {
     "file I/O": ("These iterations spend their extra time in file I/O (a checkpoint, logging): write from a background "
                  "thread or process (asynchronous checkpointing: copy the state to the host, then save outside the "
                  "loop), and less often."),
+    "waiting": ("These iterations' thread sat blocked waiting for another thread or process (the call named): input "
+                "that is not ready in time, a queue or lock another thread holds. With a PyTorch DataLoader the "
+                "workers do not keep up every few steps: more workers (``num_workers``), ``persistent_workers=True``, "
+                "a larger ``prefetch_factor``, lighter per-sample work; host-bound-gap names the thread it waited "
+                "for where the trace records scheduling."),
     "extra work": ("These iterations run extra work (the ranges named, or more GPU work): run evaluation, checkpoints "
                    "and logging less often, asynchronously, or outside the timed loop."),
     "untraced CPU": ("Nothing traced explains the extra time: CPU work outside any CUDA call, OS call or range, such as "
@@ -128,6 +135,9 @@ def _inside(r: Any) -> str:
         bits.append(f"{int(r['alloc_calls'])} allocation calls")
     if r["io_ns"]:
         bits.append(f"{fmt_ns(int(r['io_ns']))} in file I/O")
+    if r.get("wait_ns"):
+        bits.append(f"{fmt_ns(int(r['wait_ns']))} blocked waiting" + (f" (mostly {r['wait_call']})" if r.get("wait_call")
+                                                                      else ""))
     if r["extra_ranges"]:
         bits.append("ranges " + ", ".join(f"'{x}'" for x in r["extra_ranges"][:3]))
     bits.append(f"GPU busy {fmt_ns(int(r['gpu_busy_ns']))}, {int(r['kernels'])} kernels")
