@@ -75,6 +75,7 @@ LENGTH_WEIGHT = 0.9
 MERGED_SHARE = 0.8  # the merged stream's loop wins when its alike steps hold this share of the per-thread loops'
 OPT_SLACK = 0.15
 INTERLEAVED = 0.5  # the share of launches that change the launching thread in side-by-side launching
+MAX_CONTINUED = 4  # the loops (most GPU time first) tried for a thread with none of its own
 GRAPH_ALIKE = 0.25  # graphs whose mean replay times are within this share of each other may alias
 GRAPH_NAME = re.compile(r"^(\[CUDA graph launch: )?\[CUDA graph \d+\](, \.\.\.\])?$")  # a whole-graph replay
 MAX_PHASE_CELLS = 4_000_000  # offsets x segments read to find the boundary (segments sampled beyond)
@@ -305,7 +306,9 @@ def graph_aliases(sym: np.ndarray, names: list[str], gpu_ns: np.ndarray) -> np.n
                       dtype=np.int64)
     if len(graphs) < 2:
         return None
-    mean = np.array([float(gpu_ns[sym == g].mean()) for g in graphs.tolist()])
+    size = int(sym.max()) + 1
+    total = np.bincount(sym, weights=gpu_ns.astype(np.float64), minlength=size)
+    mean = total[graphs] / np.bincount(sym, minlength=size)[graphs]
     order = np.argsort(mean, kind="stable")
     g, m = graphs[order], mean[order]
     new_group = np.concatenate([[True], m[1:] > (1 + GRAPH_ALIKE) * np.maximum(m[:-1], 1.0)])
@@ -396,7 +399,8 @@ def _loops(s: _Stream, names: list[str]) -> list[tuple[np.ndarray, _Unit]]:
             per.append((rows, u))
         else:
             rest.append(rows)
-    per += [x for rows in rest if (x := _continued(s, rows, per, names)) is not None]
+    ranked = sorted(per, key=lambda x: -x[1].held)[:MAX_CONTINUED]  # the loops a short-lived thread may continue
+    per += [x for rows in rest if (x := _continued(s, rows, ranked, names)) is not None]
     if merged is not None and merged.held >= MERGED_SHARE * sum(u.held for _, u in per) \
             and not _side_by_side(s.tid[int(merged.starts[0]):merged.stop]):
         return [(every, merged)]
