@@ -43,11 +43,12 @@ def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 def cross_view(summary: dict[str, Any]) -> dict[str, Any]:
     """What ``summary.html`` shows, formatted: the headline (traces, median iteration time, the
     straggler), a bar per trace of its iteration time p50, and the table's rows with their sort keys
-    and each trace's own report (``<stem>.html`` beside the page, as ``--out-dir`` names it)."""
+    and each trace's own report (``<stem>.html`` beside the page, as ``--out-dir`` names it; this
+    layer imports nothing of the pipeline, so a name too long for one path component gets no link)."""
+    import os
     from pathlib import Path
     from urllib.parse import quote
 
-    from nsysan.pipeline import fit_name
     from nsysan.units import fmt_ns, fmt_pct
 
     traces = summary.get("traces") or []
@@ -57,7 +58,8 @@ def cross_view(summary: dict[str, Any]) -> dict[str, Any]:
         p50 = t.get("p50_ns")
         name = str(t["trace"])
         busy = [(int(b["device_id"]), float(b["busy_frac"])) for b in t.get("busy") or []]
-        rows.append({"trace": name, "report": quote(fit_name(Path(name).stem, ".html")),
+        own = Path(name).stem + ".html"  # as --out-dir names it; a name past NAME_MAX is shortened there: no link
+        rows.append({"trace": name, "report": quote(own) if len(os.fsencode(own)) <= 255 else "",
                      "p50": fmt_ns(p50) if p50 else "-", "p50_k": p50 or 0,
                      "iterations": f"{int(t['iterations']):,}" if t.get("iterations") is not None else "-",
                      "iterations_k": t.get("iterations") or 0,

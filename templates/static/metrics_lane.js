@@ -64,8 +64,8 @@ window.nsysanMetricLanes = (function () {
         if (hh > 0) ctx.fillRect(LABEL + px, y0 + h - hh, 1, hh);
       }
       if (s.key === "memory" && zoomed && hi >= lo) {
-        var note = "zoomed: " + (hi > lo ? "scale " + lo.toFixed(0) + "\u2013" + hi.toFixed(0) : lo.toFixed(0)) +
-          "% of peak in view; whole capture for the trend";
+        var note = "zoomed: " + (hi > lo ? lo.toFixed(0) + "\u2013" + hi.toFixed(0) : lo.toFixed(0)) + "% of peak" +
+          (W > 420 ? " in view (whole capture: the trend)" : "");
         ctx.font = "10px system-ui, sans-serif";
         var tw = ctx.measureText(note).width, x = LABEL + Math.max(2, W - tw - 6);
         ctx.fillStyle = "rgba(127,127,127,0.25)"; ctx.fillRect(x - 3, y0, tw + 6, h);

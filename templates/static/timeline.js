@@ -183,7 +183,8 @@
     }
   }
   function niceStep(w, px) {
-    var raw = w / Math.max(1, px / 110), p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
+    // a tick every 110 px, every 80 on a phone
+    var raw = w / Math.max(1, px / (px < 500 ? 80 : 110)), p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
   }
   function tickLabel(t, stepNs) {
@@ -215,15 +216,20 @@
     if (base) {
       var u = Math.abs(base) >= 1e9 ? [1e9, "s"] : Math.abs(base) >= 1e6 ? [1e6, "ms"] : [1e3, "us"];
       var dec = Math.max(0, Math.min(9, Math.ceil(Math.log10(u[0] / (stepNs * 10)) - 1e-9)));
-      ctx.fillText("time: " + (base / u[0]).toFixed(dec) + " " + u[1] + " +", 4, 12);
+      var bt = "time: " + (base / u[0]).toFixed(dec) + " " + u[1] + " +";
+      ctx.fillText(bt, 4, 12);
     }
+    var lastRight = base ? 4 + ctx.measureText(bt).width : 0;
     for (var t = Math.ceil(view.a / stepNs) * stepNs; t <= view.b; t += stepNs) {
       var tx = Math.round(xOf(t)) + 0.5;
       if (tx < LABEL) continue;
       ctx.beginPath(); ctx.moveTo(tx, AXIS - 6); ctx.lineTo(tx, totalH); ctx.stroke();
       var tl = (base ? "+" : "") + tickLabel(t - base, stepNs), tw = ctx.measureText(tl).width;
-      // a label that would run past the right edge is drawn left of its tick (never clipped)
-      ctx.fillText(tl, tx + 3 + tw > cw - 2 ? tx - 3 - tw : tx + 3, 12);
+      // a label that would run past the right edge goes left of its tick; one that would then touch
+      // its neighbour is left out (the tick stays): never clipped, never overlapping
+      var lx = tx + 3 + tw > cw - 2 ? tx - 3 - tw : tx + 3;
+      if (lx < lastRight + 6) continue;
+      ctx.fillText(tl, lx, 12); lastRight = lx + tw;
     }
     ctx.save(); ctx.beginPath(); ctx.rect(LABEL, 0, W, totalH); ctx.clip();
     if (state.ready) lanes.forEach(function (lane) { drawLane(lane, W); });
