@@ -260,16 +260,6 @@ PHASES = {"metrics_mix": ("h2d_copy", "d2h_copy", "fp32_matmul", "bf16_matmul", 
 # nsysan shortcomings (strict xfails: the test fails once they are fixed, to be moved out of here)
 PERIOD_BUGS: dict[str, str] = {}
 VERDICT_BUGS: dict[str, str] = {
-    "ladder_graph": "the same 2.83 ms of GPU idle after each step's synchronize goes to another rule: annotated, "
-                    "host-bound-gap calls the 10 gaps one-time (their activity labels differ: 'nvtx:infer', "
-                    "'untraced CPU work', so no label recurs in half the steps) and hidden-syncs keeps them (283 us "
-                    "a step); stripped, they are labelled by the call they end in (cudaStreamSynchronize in 9), "
-                    "recur, and host-bound-gap, the smaller claim, is allocated first (258 us a step), leaving "
-                    "hidden-syncs 24.8 us. Giving the sync drain precedence changes 24 goldens' verdicts: not done",
-    "ladder_profiles": "hidden-syncs 77.8 us per iteration stripped against 159.4 us annotated (x0.49): the two "
-                       "contexts run on threads started anew per phase (7 and 3 steps each), and the synchronize "
-                       "after each thread's last launch falls after its last inferred iteration's CPU range (the "
-                       "last launch's return), so 4 of the 20 syncs and their drains (1.6 ms) are not counted",
 }
 
 

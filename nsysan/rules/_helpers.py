@@ -59,13 +59,15 @@ def window_gap_rows(ctx: Any, causes: tuple[str, ...] | None = None) -> np.ndarr
     return np.flatnonzero(m)
 
 
-def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
+def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Which events (gaps, calls) are one-time costs rather than a loop's: those of a key (activity
     label, call name) that occurs fewer than max(3, half the steady iterations of the longest
     iteration sequence: with several ranks or threads, one loop's) times, those whose
     key names setup work (``ONE_TIME_NAMES``: compile, JIT, module load, init, autotune, warm-up,
     build), and outliers over ``ONE_TIME_OUTLIER`` x their key's median (a JIT compile among
-    ordinary gaps) unless such outliers of their key recur as often as a loop's events do."""
+    ordinary gaps) unless such outliers of their key recur as often as a loop's events do (with
+    ``starts``, the events' times: in as many distinct steady iterations, not as many events: one
+    slow step's many long gaps are one occurrence)."""
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=bool)
@@ -83,8 +85,29 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray) -> np.ndarray:
     big = sizes > ONE_TIME_OUTLIER * np.maximum(med[codes], 1.0)
     # large ones that themselves recur (a data load each step among the slivers of untraced CPU work
     # between launches, in a trace whose ranges do not tell them apart) are the loop's, not outliers
-    recurring = np.bincount(codes[big], minlength=len(counts)) >= need
+    if starts is not None and len(it):
+        seq = it.groupby(["pid", "tid"]).size().idxmax()  # the longest sequence's iterations
+        its = np.sort(it.loc[(it["pid"] == seq[0]) & (it["tid"] == seq[1]), "start_ns"].to_numpy(np.int64))
+        where = np.searchsorted(its, np.asarray(starts, dtype=np.int64)[big], side="right")
+        pairs = np.unique(np.stack([codes[big], where]), axis=1) if big.any() else np.zeros((2, 0), np.int64)
+        recurring = np.bincount(pairs[0], minlength=len(counts)) >= need
+    else:
+        recurring = np.bincount(codes[big], minlength=len(counts)) >= need
     return one | (big & ~recurring[codes])
+
+
+def recurrence_keys(ctx: Any, labels: pd.Series) -> pd.Series:
+    """Gap activity labels as ``one_time_mask`` keys: CPU time inside the iteration range or a range
+    around iterations (a timed region, an enclosing level) is the loop's own untraced work, however
+    the gap was labelled ('nvtx:infer', 'mostly untraced CPU work' and 'untraced CPU work' are one
+    key): a per-step gap keeps its key whether or not the program annotated its loop."""
+    it = ctx.a.iterations
+    loop = {str(it.range_name)} if it.range_name else set()
+    loop |= {str(r.get("name")) for r in (it.timed_regions or [])}
+    loop |= {str(lv.get("name")) for lv in (it.levels or []) if lv.get("name")}
+    words = labels.astype(str).str.replace(r"^mostly ", "", regex=True)
+    inside = words.str.startswith("nvtx:") & words.str[5:].isin(loop)
+    return words.where(~inside, "untraced CPU work")
 
 
 def call_sites(ctx: Any, api_names: Any, correlation: Any = None) -> str:

@@ -64,7 +64,7 @@ from nsysan.analyses.frames import to_records
 from nsysan.analyses.gaps import activity_time
 from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, window_gap_rows
+from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, recurrence_keys, window_gap_rows
 from nsysan.units import fmt_bytes, fmt_ns
 
 
@@ -128,7 +128,8 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
     p50 = int(ctx.a.iterations.stats.get("p50_ns", 0) or 0)
     min_gap = int(p50 * min_gap_frac_of_iteration) if p50 else 0
     rows = rows[_wait_ns(full, rows) >= min_gap]
-    one = one_time_mask(ctx, full["activity"].iloc[rows], full["gap_ns"].to_numpy()[rows])
+    one = one_time_mask(ctx, recurrence_keys(ctx, full["activity"].iloc[rows]), full["gap_ns"].to_numpy()[rows],
+                        full["start_ns"].to_numpy()[rows])
     one_shot = not len(ctx.a.iterations.table)
     if one_shot:  # a run with no loop: its one-time costs are all there is, so every gap counts
         one[:] = False

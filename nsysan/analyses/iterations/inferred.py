@@ -539,6 +539,11 @@ def _instances(s: _Stream, rows_of: np.ndarray, unit: _Unit,
     n_it = len(starts)
     p_start, p_end = np.where(count > 0, p_start, -1), np.where(count > 0, p_end, -1)
     has = count > 0
+    if has[-1]:  # the last one's CPU range: until its GPU work is done (the synchronize that ends a step is
+        # the step's, as in the others, whose ranges run to the next step), unless its thread launches sooner
+        later = s.api_start[(s.tid == main_tid) & (s.api_start > last_end)]
+        bound = int(later.min()) - 1 if len(later) else big
+        cpu_end[-1] = max(int(cpu_end[-1]), min(int(p_end[-1]), bound))
     frame = pd.DataFrame({
         "pid": np.full(n_it, s.pid, dtype=np.int64), "tid": np.full(n_it, main_tid, dtype=np.int64),
         "start_ns": cpu_start.astype(np.int64), "end_ns": cpu_end.astype(np.int64),
