@@ -11,22 +11,8 @@
 # full:     full_diag, every input at once (GPU metrics + CPU/Python sampling + CUDA/Python backtraces,
 #           exported with blobs): a 100-200 MB export for speed work, xz'd and split into 15 MB parts.
 # launch:   launch_real, launch_bound.py --steps 4000 --kernels 250 under -t cuda,nvtx,osrt -s none.
-set -o pipefail
-OUT=${OUT:-out}
-T=${REC_DIR:-/tmp/rec_diag}
-mkdir -p "$OUT" "$T"
-export PYTHONUNBUFFERED=1
-HERE=$(cd "$(dirname "$0")" && pwd)
-GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
-NSYSV=$(nsys --version)
-prov() {  # name command
-  python3 - "$1" "$2" "$GPU" "$NSYSV" > "$T/$1.json" <<'PY'
-import json, sys
-name, cmd, gpu, nsysv = sys.argv[1:]
-g = [s.strip() for s in gpu.split(",")]
-print(json.dumps({"name": name, "command": cmd, "gpu": g[0], "driver": g[1], "gpu_memory": g[2], "nsys_version": nsysv}))
-PY
-}
+T_DEFAULT=/tmp/rec_diag
+. "$(dirname "$0")/record_common.sh"
 stats() {  # the nsys stats reference reports next to an export (as record.py writes them)
   (cd "$HERE" && python3 -c "import sys; from pathlib import Path; from record import stats; stats(Path(sys.argv[1]), 'nsys')" "$1")
 }

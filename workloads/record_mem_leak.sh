@@ -9,22 +9,8 @@
 # ahead of the GPU); mem_leak_cupy: CuPy, a cache keyed by step keeping 64 MiB per step, no
 # synchronization either. Both with --cuda-memory-usage=true, trimmed with workloads/trim.py; the
 # re-runs (--until-oom) write measure_<name>.log. Writes $OUT/fixtures.tar.
-set -o pipefail
-OUT=${OUT:-out}
-T=${REC_DIR:-/tmp/rec_mem_leak}
-mkdir -p "$OUT" "$T"
-export PYTHONUNBUFFERED=1
-HERE=$(cd "$(dirname "$0")" && pwd)
-GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
-NSYSV=$(nsys --version)
-prov() {  # name command
-  python3 - "$1" "$2" "$GPU" "$NSYSV" > "$T/$1.json" <<'PY'
-import json, sys
-name, cmd, gpu, nsysv = sys.argv[1:]
-g = [s.strip() for s in gpu.split(",")]
-print(json.dumps({"name": name, "command": cmd, "gpu": g[0], "driver": g[1], "gpu_memory": g[2], "nsys_version": nsysv}))
-PY
-}
+T_DEFAULT=/tmp/rec_mem_leak
+. "$(dirname "$0")/record_common.sh"
 rc=0
 FLAGS=(-t cuda,nvtx,osrt -s none --osrt-threshold=10000 --cpuctxsw=none --cuda-memory-usage=true --export sqlite -f true)
 declare -A ARGS=([mem_leak_ahead]="--mode ahead --steps 40" [mem_leak_cupy]="--mode cupy --steps 40 --keep-mib 64 --heavy 2")
