@@ -9,7 +9,8 @@ Read once per distinct value, never per row (a 2.4M-row API table has a few doze
 * **kernel names** (demangled): PyTorch's ``at::native``/``c10``/Inductor ``triton_*`` kernels, cuDNN
   (``cudnn``), cuBLAS (``*gemm*`` of cuBLAS' families: ``sm90_xmma_gemm``, ``ampere_sgemm``,
   ``cublasLt``...), NCCL (``nccl*Kernel``), CuPy (``cupy_*``), OpenACC (``__pgi_uacc_*``, ``main_41_gpu``),
-  OpenMP offload (``nvkernel_*_F1L*``, ``__omp_offloading_*``), Julia (``CuDeviceArray``); backward-pass
+  OpenMP offload (``nvkernel_*_F1L*``, ``__omp_offloading_*``), Julia (``CuDeviceArray``), cuDF
+  (``cudf::``, also inside thrust's kernels instantiated with its types); backward-pass
   kernels (``*_backward*``, ``*bwd*``, cuDNN ``dgrad``/``wgrad``, batch norm ``bn_bw``/``bn_fw_tr``) and
   optimizer kernels (``multi_tensor_apply``, ``adam``, ``sgd``...) say training, cuDNN's batch norm
   inference kernels (``bn_fw_inf``) inference;
@@ -55,6 +56,9 @@ MAX_RANGE_NAMES = 5_000  # distinct NVTX range names read (the most frequent), s
 # framework labels (Program.frameworks)
 PYTORCH, TENSORRT, XLA, CUPY, CUDNN, CUBLAS, NCCL = "PyTorch", "TensorRT", "JAX/XLA", "CuPy", "cuDNN", "cuBLAS", "NCCL"
 OPENACC, OPENMP, JULIA = "OpenACC", "OpenMP offload", "Julia"
+CUDF = "cuDF"
+# RAPIDS libraries (``libranges`` labels, cuDF also by its kernels): they allocate device memory through RMM
+RAPIDS = frozenset({CUDF, "RMM", "cuML", "cuGraph", "RAFT", "Dask-CUDA"})
 PYTHON_FRAMEWORKS = frozenset({XLA, CUPY, "cuDF", "pyprof"})  # used from Python only
 DIRECTIVES = frozenset({OPENACC, OPENMP})
 
@@ -90,6 +94,7 @@ PYTHON_THREADS = re.compile(r"^(pt_autograd_\d+|py_xla_\w+|pt_main_thread)$")
 AUTOGRAD_THREAD = re.compile(r"^pt_autograd_\d+$")
 XLA_THREADS = re.compile(r"^(XlaLauncher|py_xla_|tf_XLA)")
 OPENACC_API = re.compile(r"^acc_")
+CUDF_KERNELS = re.compile(r"\bcudf::")  # libcudf's kernels, or thrust's instantiated with its types
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,11 @@ class Program:
     @property
     def cupy(self) -> bool:
         return CUPY in self.frameworks
+
+    @property
+    def rapids(self) -> bool:
+        """A RAPIDS library ran (cuDF, RMM, cuML, cuGraph, RAFT, Dask-CUDA): device memory comes from RMM."""
+        return bool(RAPIDS & self.frameworks)
 
     @property
     def directives(self) -> str | None:
@@ -218,6 +228,9 @@ def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any 
         hits[key] = _matching(knames, kcounts, pat)
     # NVTX: range names (library ranges name their library) and domains
     py_domain = _nvtx_frameworks(trace, nvtx_summary, fw, hits)
+    n_cudf, ex_cudf = _matching(knames, kcounts, CUDF_KERNELS)  # after NVTX: cudf_python's ranges say Python
+    if n_cudf:
+        fw.setdefault(CUDF, f"{n_cudf:,} kernels such as {ex_cudf}")
     # TensorRT engine executions
     if tensorrt is not None and getattr(tensorrt, "found", False):
         ex = getattr(tensorrt, "executions", None)
@@ -345,7 +358,8 @@ def _python(pnames: list[str], tnames: set[str], py_domain: str | None, fw: dict
     """Whether the program is Python (None: unknown), and why."""
     py_proc = [p for p in pnames if PYTHON_PROCESS.search(p.strip())]
     py_thr = sorted(n for n in tnames if PYTHON_THREADS.search(n))
-    py_fw = sorted(set(fw) & PYTHON_FRAMEWORKS)
+    # cuDF seen only in kernel names may be its C++ core (libcudf's cudf:: kernels): no Python evidence
+    py_fw = sorted(n for n in set(fw) & PYTHON_FRAMEWORKS if n != CUDF or " kernels such as " not in fw[n])
     if py_proc:
         return True, f"profiled process '{_short(py_proc[0], 60)}'"
     if py_domain:

@@ -11,11 +11,15 @@ that pageable-memcpy, serial-copy-compute and sync-memcpy share, so their saving
    pageable memory ran 8.5-11.3 GB/s (a 5-6x gain, not 2x); V100-SXM2 (Gen3) 11.8 GB/s in a public
    export (0.75 of 15.75). Boards on narrower links (x8, laptops) copy slower than this; integrated
    GPUs (Jetson/Orin, Thor, GB10) and NVLink-C2C superchips (GH200, GB200) have no PCIe link here;
-3. else None: the caller falls back to its assumed speed-up over the pageable rate.
+3. else None: the caller falls back to its assumed speed-up over the pageable rate of the copies
+   large enough to have one (over ``SMALL_COPY_BYTES``, ``fallback_rate``). A copy of at most 64 KiB
+   is all latency: its bytes over its time is no transfer rate (188 bytes in 515 us is "0.00 GB/s"),
+   so it never sets a rate, and copies all that small have none (``has_rate``).
 
 **Per copy**: ``floor + bytes / rate``, never more than the copy took, where ``floor`` is the
 shortest copy of at most 64 KiB of that direction in the trace (the per-copy latency a tiny pinned
-copy still pays; 0 without one).
+copy still pays; 0 without one); without a rate (the trace and the GPU say nothing, and no copy is
+over 64 KiB) the bytes term is left out: ``floor``, the latency.
 """
 
 from __future__ import annotations
@@ -75,11 +79,31 @@ def latency_floor(ctx: Any, kind: str) -> int:
     return int(d.min()) if len(d) else 0
 
 
+def has_rate(nbytes: Any) -> bool:
+    """Whether copies of these sizes have a transfer rate worth printing or dividing by: at least one
+    is over ``SMALL_COPY_BYTES`` (smaller ones are all latency)."""
+    return bool((np.asarray(nbytes, dtype=np.float64) > SMALL_COPY_BYTES).any())
+
+
+def fallback_rate(nbytes: Any, dur_ns: Any, assumed_speedup: float) -> float | None:
+    """``assumed_speedup`` x the aggregate throughput (bytes/s) of the copies over ``SMALL_COPY_BYTES``
+    (what a pinned copy would reach when neither the trace nor the GPU says); None when no copy is
+    that large or they took no time."""
+    b = np.asarray(nbytes, dtype=np.float64)
+    d = np.asarray(dur_ns, dtype=np.float64)
+    big = b > SMALL_COPY_BYTES
+    t = float(d[big].sum())
+    if not big.any() or t <= 0:
+        return None
+    return float(b[big].sum()) / (t / 1e9) * assumed_speedup
+
+
 def pinned_durations(ctx: Any, copies: pd.DataFrame, assumed_speedup: float) -> np.ndarray:
     """Per copy (rows with kind, host_mem, bytes, dur_ns, device_id), the time it would take from
-    pinned memory: pageable host<->device copies at ``pinned_rate`` (or ``assumed_speedup`` x their
-    own aggregate rate when the trace and the GPU say nothing) plus the latency floor, capped at
-    what they took; every other copy as it ran."""
+    pinned memory: pageable host<->device copies at ``pinned_rate`` (or ``fallback_rate`` when the
+    trace and the GPU say nothing) plus the latency floor, capped at what they took; the floor alone
+    when there is no rate (all of them 64 KiB or less: latency, no rate to divide by); every other
+    copy as it ran."""
     dur = copies["dur_ns"].to_numpy().astype(np.int64)
     out = dur.copy()
     kind = copies["kind"].astype(str).to_numpy()
@@ -91,10 +115,9 @@ def pinned_durations(ctx: Any, copies: pd.DataFrame, assumed_speedup: float) -> 
             continue
         rate, _ = pinned_rate(ctx, k, np.unique(copies["device_id"].to_numpy()[sel]))
         if rate is None:
-            total = int(dur[sel].sum())
-            rate = float(nbytes[sel].sum()) / (total / 1e9) * assumed_speedup if total else 0.0
-        if rate <= 0:
+            rate = fallback_rate(nbytes[sel], dur[sel], assumed_speedup)
+        if rate is not None and rate <= 0:
             continue
-        est = latency_floor(ctx, k) + nbytes[sel] / rate * 1e9
+        est = latency_floor(ctx, k) + (nbytes[sel] / rate * 1e9 if rate is not None else 0.0 * nbytes[sel])
         out[sel] = np.minimum(dur[sel], est.astype(np.int64))
     return out

@@ -8,6 +8,9 @@ or a framework caching allocator); free them after the loop. In the program's ow
 (as recognised in the trace): PyTorch's caching allocator kept warm (no ``empty_cache()`` in the loop,
 fixed shapes), JAX's preallocation, CuPy's memory pool, OpenACC/OpenMP data regions around the loop.
 
+A RAPIDS program (cuDF, cuML... by their NVTX ranges or kernels) allocates through RMM: it is told to
+give RMM a pool (``rmm.reinitialize(pool_allocator=True)``), not ``cudaMallocAsync``.
+
 Only allocations that recur count. With an iteration model: the calls inside steady-state
 iterations, firing when at least half of those iterations allocate and there are at least
 ``min_calls_per_iteration`` calls per iteration. Without one: the calls between the first and the
@@ -92,7 +95,8 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
     where = "in the loop" if len(its) else "during the GPU work"
     by = calls.groupby(calls["name"].astype(str))["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     parts = ", ".join(f"{n} x{int(r['count'])} ({fmt_ns(r['sum'])})" for n, r in by.iterrows())
-    yield finding(ctx, "alloc-in-loop", severity=Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL,
+    severity = Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL
+    yield finding(ctx, "alloc-in-loop", severity=severity,
                   impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]), suggestion=advice(of(ctx.a)),
                   title=title,
                   message=f"{len(calls)} allocation{'/free' if freed else ''} calls recur {where} ({per}"
@@ -120,8 +124,10 @@ def _freed_note(ctx: Any, frees: int, allocs: int, freed: bool) -> str:
         return "; no free call among them"
     mem = getattr(ctx.a, "memory", None)
     if not freed and mem is not None and mem.recorded and len(mem.growth):
+        g = mem.growth
+        freed_mib, alloc_mib = int(g["freed_bytes"].sum()) >> 20, int(g["allocated_bytes"].sum()) >> 20
         return (f"; {allocs} allocation and {frees} free calls, and by the memory usage events "
-                f"{int(mem.growth['freed_bytes'].sum()) >> 20:,} of {int(mem.growth['allocated_bytes'].sum()) >> 20:,} MiB "
+                f"{freed_mib:,} of {alloc_mib:,} MiB "
                 "allocated freed: memory-growth")
     return "" if freed else f"; {allocs} allocation and {frees} free calls"
 
@@ -141,6 +147,8 @@ def _work_span(ctx: Any) -> tuple[int, int]:
 
 def advice(p: Program) -> str:
     """Reuse instead of allocating, in the program's terms."""
+    if p.rapids:
+        return rmm_advice(p)
     if p.torch:
         return ("PyTorch's caching allocator should serve every step from its cache: allocations recur when the cache "
                 "is emptied (``torch.cuda.empty_cache()`` in the loop), when tensor shapes keep changing (pad or "
@@ -167,3 +175,30 @@ def advice(p: Program) -> str:
     return ("Allocate device and pinned host buffers once before the loop and reuse them (a buffer pool, or "
             "``cudaMallocAsync`` from a memory pool with a release threshold: ``cudaMemPoolAttrReleaseThreshold``); "
             "free them after the loop.")
+
+
+def rmm_advice(p: Program) -> str:
+    """A RAPIDS program allocates through RMM's current device resource, by default one ``cudaMalloc``
+    and ``cudaFree`` per buffer: a pool serves the loop instead (from Python unless the trace says the
+    program is not Python: libcudf's C++ API)."""
+    if p.python is False:
+        return ("libcudf allocates through RMM's current device resource, by default ``rmm::mr::cuda_memory_resource`` "
+                "(a ``cudaMalloc`` and a ``cudaFree`` per buffer): set a pool once, before the loop "
+                "(``rmm::mr::cuda_memory_resource cuda; rmm::mr::pool_memory_resource<rmm::mr::cuda_memory_resource> "
+                "pool{&cuda, initial_size}; rmm::mr::set_current_device_resource(&pool);``, or "
+                "``rmm::mr::cuda_async_memory_resource``), and keep it alive until the last buffer is freed.")
+    extra = []
+    if p.has("Dask-CUDA"):
+        extra.append("with Dask-CUDA, ``LocalCUDACluster(rmm_pool_size=...)`` or ``dask-cuda-worker --rmm-pool-size``")
+    if p.cupy or p.torch:
+        extra.append("let " + " and ".join(n for n, on in (("CuPy", p.cupy), ("PyTorch", p.torch)) if on)
+                     + " allocate from the same pool ("
+                     + ", ".join(c for c, on in (("``cupy.cuda.set_allocator(rmm.allocators.cupy.rmm_cupy_allocator)``",
+                                                  p.cupy),
+                                                 ("``torch.cuda.memory.change_current_allocator("
+                                                  "rmm.allocators.torch.rmm_torch_allocator)``", p.torch)) if on) + ")")
+    return ("RAPIDS allocates device memory through RMM, by default a ``cudaMalloc`` and a ``cudaFree`` per buffer: "
+            "give RMM a pool once, before the loop and before the first cuDF object, with "
+            "``rmm.reinitialize(pool_allocator=True, initial_pool_size=...)`` (or "
+            "``rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), "
+            "initial_pool_size=...))``)" + "".join("; " + e for e in extra) + ".")

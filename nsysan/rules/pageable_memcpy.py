@@ -13,8 +13,10 @@ CuPy ``cupyx.empty_pinned``; OpenACC/OpenMP data regions and ``-gpu=pinned``.
 Impact: the copies' GPU time minus the time each would take from pinned memory (``_copy_rates``:
 the pinned throughput measured in this trace for that direction, else the GPU's PCIe link, about
 53 GB/s on Gen5 where pageable copies ran 9-11 GB/s in this project's H200 ladder, else
-``assumed_speedup`` x the pageable throughput), claimed on the tail of each copy (its head, the
-pinned copy's time, is what serial-copy-compute can hide: the two never count the same time).
+``assumed_speedup`` x the pageable throughput of the copies over 64 KiB; copies all of 64 KiB or
+less are latency with no rate: the message says so, and each counts as the latency floor), claimed
+on the tail of each copy (its head, the pinned copy's time, is what serial-copy-compute can hide:
+the two never count the same time).
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from typing import Any
 
 from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._copy_rates import pinned_durations, pinned_rate
+from nsysan.rules._copy_rates import (
+    SMALL_COPY_BYTES,
+    fallback_rate,
+    has_rate,
+    latency_floor,
+    pinned_durations,
+    pinned_rate,
+)
 from nsysan.rules._helpers import call_sites, steady
 from nsysan.units import fmt_bytes, fmt_ns, fmt_rate
 
@@ -41,14 +50,23 @@ def check(ctx: Any, *, min_total_ns: int, assumed_speedup: float) -> Iterator[Fi
     impact, notes = 0, []
     for kind, g in pageable.groupby(pageable["kind"].astype(str)):
         dur, nbytes = int(g["dur_ns"].sum()), int(g["bytes"].sum())
+        est = int(pin[kinds == kind].sum())
+        impact += max(0, dur - est)
+        head = f"{kind}: {len(g)} copies, {fmt_bytes(nbytes)} in {fmt_ns(dur)}"
+        if not has_rate(g["bytes"]):
+            # all latency: bytes over time is no rate ("0.00 GB/s"), and the model divides by none
+            notes.append(f"{head} (none over {SMALL_COPY_BYTES >> 10} KiB: too small to have a meaningful "
+                         f"transfer rate; pinned, each would still take the per-copy latency, counted as the shortest "
+                         f"such copy's {fmt_ns(latency_floor(ctx, kind))})")
+            continue
         page_rate = nbytes / (dur / 1e9) if dur else 0.0
         rate, basis = pinned_rate(ctx, kind, g["device_id"].unique())
         if rate is None:
-            rate, basis = page_rate * assumed_speedup, f"assumed {assumed_speedup:g}x"
-        est = int(pin[kinds == kind].sum())
-        impact += max(0, dur - est)
-        notes.append(f"{kind}: {len(g)} copies, {fmt_bytes(nbytes)} in {fmt_ns(dur)} ({fmt_rate(page_rate)}; "
-                     f"{basis} rate {fmt_rate(rate)})")
+            rate = fallback_rate(g["bytes"], g["dur_ns"], assumed_speedup)
+            basis = f"assumed {assumed_speedup:g}x"
+            if int(g["bytes"].min()) <= SMALL_COPY_BYTES and rate is not None:  # the rate is the large ones'
+                basis = f"{fmt_rate(rate / assumed_speedup)} over {SMALL_COPY_BYTES >> 10} KiB; {basis}"
+        notes.append(f"{head} ({fmt_rate(page_rate)}; {basis} rate {fmt_rate(rate)})")
     yield finding(ctx, "pageable-memcpy", severity=Severity.WARNING, impact_ns=impact,
                   # the tail of each copy: its head, the pinned copy's time, is serial-copy-compute's
                   claims=claims_of(pageable["start_ns"].to_numpy() + pin, pageable["end_ns"]),
