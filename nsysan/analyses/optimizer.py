@@ -29,6 +29,8 @@ class OptimizerLoop:
     kernels: float  # small element-wise kernel launches in it per iteration (median)
     gpu_ns: int  # their GPU time per iteration (median)
     part: str  # how the optimizer part was found: "NVTX range 'NAME'" or "after the last backward kernel"
+    spans: tuple[tuple[int, int], ...] = ()  # per iteration: its launch calls' first start, last end (ns)
+    device_id: int = 0  # the device most of its kernels ran on
 
 
 def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iterations: pd.DataFrame, *,
@@ -39,8 +41,10 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     ``dgrad``...). It loops over parameters when its median count of element-wise kernel launches
     that run at most ``max_kernel_ns`` each is at least ``min_kernels`` and none of its kernels is a
     fused one (``multi_tensor_apply``, ``FusedAdam``...). ``launches``: ``analyses.launch.launches``
-    (name, pid, tid, api_start_ns, gpu_ns, is_graph). None when the optimizer part is not found or is
-    fused or small."""
+    (name, pid, tid, api_start_ns, gpu_ns, is_graph; api_end_ns and device_id when present). ``spans``:
+    per iteration, the CPU span of all the optimizer part's launch calls (first call's start to the
+    last one's end), where a fused optimizer would launch a few kernels instead. None when the
+    optimizer part is not found or is fused or small."""
     if len(iterations) == 0 or len(launches) == 0:
         return None
     lo_all, hi_all = int(iterations["start_ns"].min()), int(iterations["end_ns"].max())
@@ -56,10 +60,12 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     fused = text.str.contains(FUSED).to_numpy()[codes] if len(text) else np.zeros(0, bool)
     back = text.str.contains(BACKWARD).to_numpy()[codes] if len(text) else np.zeros(0, bool)
     a, pid, tid = lau["api_start_ns"].to_numpy(), lau["pid"].to_numpy(), lau["tid"].to_numpy()
+    ae = lau["api_end_ns"].to_numpy() if "api_end_ns" in lau.columns else a
+    dev = lau["device_id"].to_numpy() if "device_id" in lau.columns else np.zeros(len(a), np.int64)
     nv = nvtx.loc[nvtx["end_ns"].notna()] if len(nvtx) else nvtx
     if len(nv):
         nv = nv.loc[nv["text"].fillna("").astype(str).str.contains(OPTIMIZER_RANGE).to_numpy()]
-    counts, gpus, parts = [], [], set()
+    counts, gpus, parts, spans, devs = [], [], set(), [], []
     for it in iterations.itertuples(index=False):
         s, e = int(it.start_ns), int(it.end_ns)
         i0, i1 = int(np.searchsorted(a, s, side="left")), int(np.searchsorted(a, e, side="right"))
@@ -84,7 +90,12 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
         counts.append(len(sel))
         gpus.append(int(g[sel].sum()))
         parts.add(part)
+        if len(inside):
+            spans.append((int(a[inside].min()), int(ae[inside].max())))
+            devs.append(dev[inside])
     if not counts or np.median(counts) < min_kernels:
         return None
+    d = np.concatenate(devs) if devs else np.zeros(1, np.int64)
+    vals, n = np.unique(d, return_counts=True)
     return OptimizerLoop(iterations=len(counts), kernels=float(np.median(counts)), gpu_ns=int(np.median(gpus)),
-                         part=sorted(parts)[0])
+                         part=sorted(parts)[0], spans=tuple(spans), device_id=int(vals[np.argmax(n)]))
