@@ -157,8 +157,8 @@ def _optimizer_words(ctx: Any, lau: Any, message: str) -> tuple[str, str]:
     if opt is not None:  # the optimizer's own flag, before graphs or compilation
         wait = optimizer_wait(ctx, opt)
         alone = (f" The flag alone would save about {fmt_ns(wait)} per iteration (median): the GPU's wait for the "
-                 "optimizer's launches, which a few fused kernels remove; under the profiler, whose tracing slows "
-                 "each launch." if wait is not None else "")
+                 "optimizer's launches, which a few fused kernels remove (as recorded: the profiler's tracing slows "
+                 "each launch, so the saving without it is smaller)." if wait is not None else "")
         message += (f" The optimizer loops over parameters: {opt.kernels:g} small element-wise kernels per "
                     f"iteration ({opt.part}, median; {fmt_ns(opt.gpu_ns)} of GPU work) and no fused "
                     f"multi_tensor_apply kernel.{alone}")
