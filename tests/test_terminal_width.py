@@ -184,3 +184,36 @@ def test_rules_listing_fits_and_names_no_internal_path(width, capsys, monkeypatc
     words = _words(out)
     for r in REGISTRY.values():
         assert _words(r.summary) in words and _words(r.fix) in words
+
+
+@pytest.mark.parametrize("width", [80, 50])
+def test_cross_trace_table_fits_the_width(width, fixture_dir, tmp_path, capsys, monkeypatch):
+    """``nsysan analyze a b --out-dir``'s table of the traces (``print_cross``) at ``COLUMNS``: no line
+    longer, and every trace's name, iteration time, top finding and slowest kernel (summary.json of the
+    same run) still shown, a long name wrapped within its column or under its row."""
+    from nsysan.report.terminal import short_kernel_name
+    from nsysan.units import fmt_ns
+
+    # GIVEN two fixtures, one under a name longer than any column of an 80-column table
+    long = tmp_path / ("rank0_of_a_long_experiment_name_" + "x" * 40 + ".sqlite")
+    long.write_bytes((fixture_dir / "launch_eager.sqlite").read_bytes())
+    traces = [str(long), str(fixture_dir / "launch_graph.sqlite")]
+    monkeypatch.setenv("COLUMNS", str(width))
+    # WHEN both are analysed into an output folder
+    assert main(["analyze", *traces, "--out-dir", str(tmp_path / "od"), "-q", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    table = [ln for ln in out.splitlines() if not ln.startswith("wrote")]
+    summary = json.loads((tmp_path / "od" / "summary.json").read_text())
+    # THEN no line is wider than the terminal
+    assert table and all(len(ln) <= width for ln in table), [ln for ln in table if len(ln) > width]
+    assert table[0].split()[:2] == ["trace", "p50"]
+    # the trace column (its width from the header: "trace" padded, then "p50" right-aligned in 10) read
+    # down, and the lines under the rows (indented) read on, each without its line breaks
+    tw = table[0].index("p50") + len("p50") - 11
+    column = "".join(ln[:tw].strip() for ln in table[1:] if not ln.startswith("  "))
+    under = "".join("".join(ln.split()) for ln in table[1:] if ln.startswith("  "))
+    for t in summary["traces"]:
+        assert Path(t["trace"]).name in column
+        assert re.search(rf" {re.escape(fmt_ns(t['p50_ns']))} ", out)
+        assert f"topfinding:{t['top_finding'] or '-'}" in under or re.search(rf" {t['top_finding']}\b", out)
+        assert "slowestkernel:" + "".join(short_kernel_name(t["slowest_kernel"]).split()) in under
