@@ -45,11 +45,27 @@ _NONE = 1 << 60  # no ready time (far beyond any timestamp)
 SKEW_NS = 20_000
 
 
+# a device with more operations in the window is replayed over the leading part holding this many (a
+# loop's iterations are alike; the replay steps once per block a wait ended in, in Python), its saving
+# scaled to the window's length: bounded work on a trace of millions of operations
+REPLAY_MAX_OPS = 20_000
+REPLAY_COLUMNS = ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "api_name", "op", "kind", "device_id",
+                  "stream_id", "pid", "tid", "correlation_id")
+
+
 def window_ops(ctx: Any) -> np.ndarray:
-    """Positions in ``ctx.a.ops`` of the GPU operations that start in the window."""
+    """Positions in ``ctx.a.ops`` of the GPU operations that start in the window, on each device at
+    most the leading ``REPLAY_MAX_OPS`` (``saving`` scales what they save to the window)."""
     ops, w = ctx.a.ops, ctx.window
     s = ops["start_ns"].to_numpy()
-    return np.flatnonzero((s >= w.start_ns) & (s < w.end_ns))
+    rows = np.flatnonzero((s >= w.start_ns) & (s < w.end_ns))
+    if len(rows) <= REPLAY_MAX_OPS:
+        return rows
+    dev = ops["device_id"].to_numpy()[rows]
+    order = np.lexsort((s[rows], dev))
+    first = np.searchsorted(dev[order], dev[order], side="left")
+    keep = order[np.arange(len(order)) - first < REPLAY_MAX_OPS]
+    return np.sort(rows[keep])
 
 
 def _blocking(o: Any) -> np.ndarray:
@@ -62,12 +78,13 @@ def _blocking(o: Any) -> np.ndarray:
                          | (o["api_end_ns"].to_numpy() >= o["end_ns"].to_numpy())), dtype=bool)
 
 
-def _waits(ctx: Any, o: Any, blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Calls after which the host had waited for the GPU, in the window: pid, tid, start_ns, end_ns."""
+def _waits(ctx: Any, o: Any, blocking: np.ndarray, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Calls after which the host had waited for the GPU, in the window up to ``hi`` (the replayed
+    operations' last end): pid, tid, start_ns, end_ns."""
     t, w = ctx.trace, ctx.window
     api = t.cuda_api
     if len(api):
-        api = api.loc[(api["end_ns"].to_numpy() >= w.start_ns) & (api["start_ns"].to_numpy() < w.end_ns)]
+        api = api.loc[(api["end_ns"].to_numpy() >= w.start_ns) & (api["start_ns"].to_numpy() < min(w.end_ns, hi + 1))]
     sc = sync_calls(api, t.memcpy, o)
     b = o.loc[blocking]
     cat = np.concatenate
@@ -84,14 +101,22 @@ def saving(ctx: Any, rows: np.ndarray, new_dur: np.ndarray) -> dict[int, int]:
     ops = ctx.a.ops
     if len(rows) == 0:
         return {}
-    o = ops.iloc[rows]
+    o = ops[[c for c in REPLAY_COLUMNS if c in ops.columns]].iloc[rows]  # the columns read, not every one
     blocking = _blocking(o)
-    waits = _waits(ctx, o, blocking)
+    w = ctx.window
+    waits = _waits(ctx, o, blocking, int(o["end_ns"].max()))
     dev = o["device_id"].to_numpy()
     out = {}
     for d in np.unique(dev):
         sel = np.flatnonzero(dev == d)
-        out[int(d)] = _replay(o.iloc[sel], np.asarray(new_dur, dtype=np.int64)[sel], blocking[sel], waits)
+        got = _replay(o.iloc[sel], np.asarray(new_dur, dtype=np.int64)[sel], blocking[sel], waits)
+        # a device whose window held more than REPLAY_MAX_OPS operations was replayed over the
+        # leading part that held them (window_ops): its saving scaled to the whole window
+        whole = int(((ops["device_id"].to_numpy() == d) & (ops["start_ns"].to_numpy() >= w.start_ns)
+                     & (ops["start_ns"].to_numpy() < w.end_ns)).sum()) if len(sel) >= REPLAY_MAX_OPS else len(sel)
+        part = int(o["end_ns"].to_numpy()[sel].max()) - int(w.start_ns)
+        scale = (int(w.end_ns) - int(w.start_ns)) / part if whole > len(sel) and part > 0 else 1.0
+        out[int(d)] = int(got * scale)
     return out
 
 

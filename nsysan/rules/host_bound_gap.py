@@ -200,10 +200,15 @@ def _wait_ns(full: Any, rows: np.ndarray) -> np.ndarray:
     ns = full["gap_ns"].to_numpy()[rows]
     if len(rows) < 2:
         return ns
-    key = np.stack([full["device_id"].to_numpy()[rows], full["api_start_ns"].to_numpy()[rows]])
-    _, inv = np.unique(key, axis=1, return_inverse=True)
-    inv = inv.reshape(-1)
-    return np.bincount(inv, weights=ns)[inv].astype(np.int64)
+    dev = np.asarray(full["device_id"].to_numpy()[rows], dtype=np.int64)
+    call = np.asarray(full["api_start_ns"].to_numpy()[rows], dtype=np.int64)
+    order = np.lexsort((call, dev))  # groups of (device, call) as runs: no 2-D unique (a sort of rows)
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (dev[order][1:] != dev[order][:-1]) | (call[order][1:] != call[order][:-1])
+    starts = np.flatnonzero(new)
+    group = np.empty(len(order), dtype=np.int64)
+    group[order] = np.cumsum(new) - 1
+    return np.add.reduceat(np.asarray(ns, dtype=np.int64)[order], starts)[group]
 
 
 UM_CPU_FIX = ("the CPU touches managed memory that the GPU used last, and each page it touches faults and "

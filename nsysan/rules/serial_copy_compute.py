@@ -45,7 +45,7 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
     w = ctx.window
     parts, evidence, starts, ends = [], [], [], []
     estimate = 0
-    replayed = _replayed(ctx)
+    replayed: dict[int, int] | None = None  # the replay only where a device's copies qualify (it reads every op)
     for _, r in rows.iterrows():
         if r["copy_ns"] < min_copy_ns or r["compute_ns"] == 0 or r["overlap_frac_of_copy"] >= max_overlap_frac:
             continue
@@ -57,6 +57,8 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
         pin = pinned_durations(ctx, cp, ASSUMED_SPEEDUP)
         hideable = int(r["copy_ns"]) - int((cp["dur_ns"].to_numpy() - pin).sum())
         hidden = int(max(0, min(hideable - r["overlap_ns"], r["compute_ns"] - r["overlap_ns"])))
+        if replayed is None:
+            replayed = _replayed(ctx)
         estimate = max(estimate, min(hidden, replayed.get(int(r["device_id"]), 0)))
         starts.append(cp["start_ns"].to_numpy())
         ends.append(cp["start_ns"].to_numpy() + pin)
@@ -79,7 +81,9 @@ def _replayed(ctx: Any) -> dict[int, int]:
     pageable one keeps what it takes over its pinned time: pageable-memcpy's part), by the replay of
     ``_critical_path``: the kernels after a copy start no earlier than they were launched."""
     rows = window_ops(ctx)
-    o = ctx.a.ops.iloc[rows]
+    ops = ctx.a.ops
+    read = ("op", "kind", "dur_ns", "bytes", "device_id", "pid", "correlation_id")  # the columns used, not all
+    o = ops[[c for c in read if c in ops.columns]].iloc[rows]
     h2d = (name_in(o["op"], ("memcpy",)) & name_in(o["kind"], ("HtoD",))) if len(o) else np.zeros(0, bool)
     new = o["dur_ns"].to_numpy(np.int64).copy()
     if h2d.any():
