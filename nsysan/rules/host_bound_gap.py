@@ -64,7 +64,8 @@ from nsysan.analyses.frames import to_records
 from nsysan.analyses.gaps import activity_time
 from nsysan.analyses.program import Program, of
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import by_device, has_gpu_activity, label, one_time_mask, recurrence_keys, window_gap_rows
+from nsysan.rules._helpers import (by_device, has_gpu_activity, label, one_time_mask, recurrence_keys,
+                                   window_gap_rows)
 from nsysan.units import fmt_bytes, fmt_ns
 
 
