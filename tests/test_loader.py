@@ -40,7 +40,8 @@ def test_gpu_fixture_recorded_on_the_h200(name, load):
     two = name.startswith(("ddp_", "tp", "fsdp", "pipeline", "waits_python", "waits_phases", "grad_accum",
                            "nested_steps", "serve_loop", "threads_loops",  # nvidia-h200-x2
                            # issue 41's record_issue41.sh: every one on nvidia-h200-x2, single-GPU programs included
-                           "mem_", "um_", "blocked_input", "busy_input", "slow_iters", "pipe_", "two_gpu_"))
+                           "mem_growth", "mem_churn", "um_prefetch", "um_thrash", "blocked_input", "busy_input",
+                           "slow_iters", "pipe_", "two_gpu_"))
     assert len(trace.gpus) == (2 if two else 1) and set(trace.gpus["name"]) == {"NVIDIA H200"}
 
 
