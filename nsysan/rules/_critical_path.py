@@ -48,7 +48,7 @@ SKEW_NS = 20_000
 # a device with more operations in the window is replayed over the leading part holding this many (a
 # loop's iterations are alike; the replay steps once per block a wait ended in, in Python), its saving
 # scaled to the window's length: bounded work on a trace of millions of operations
-REPLAY_MAX_OPS = 20_000
+REPLAY_MAX_OPS = 200_000
 REPLAY_COLUMNS = ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "api_name", "op", "kind", "device_id",
                   "stream_id", "pid", "tid", "correlation_id")
 
@@ -160,32 +160,47 @@ def _replay(o: Any, nd: np.ndarray, blocking: np.ndarray, waits: tuple[np.ndarra
     bid, bs, be, length = _blocks(s, e, nd, stream)
     # the waits this device ended: the op end each waited for (t_w, in block b_w); per op, its thread's last
     wait_of, tw, bw = _waited(o, order, api_s, e, bs, waits)
-    wgain = np.zeros(len(tw) + 1, dtype=np.int64)  # the last one stays 0: an op after no wait (-1)
-    by_block = np.argsort(bw, kind="stable")  # the waits by the block they ended in: a run per block range
-    bw_sorted = bw[by_block]
-    kept = nd > 0
-    new_end = np.zeros(len(bs), dtype=np.int64)
-    lo, prev = 0, int(bs[0])
-    for hi in [*(np.unique(bw) + 1).tolist(), len(bs)]:
-        if hi <= lo:
-            continue
-        m = slice(*np.searchsorted(bid, [lo, hi]))  # ops sorted by start: a block range is a run of ops
-        shift = wgain[wait_of[m]]
-        r = np.full(hi - lo, _NONE, dtype=np.int64)
-        k = kept[m]
-        np.minimum.at(r, bid[m][k] - lo, (ready[m] - shift)[k])
-        r[r == _NONE] = -_NONE  # a block whose ops are all taken off: no bound of its own
-        c = np.cumsum(length[lo:hi])
-        before = c - length[lo:hi]
-        new_end[lo:hi] = c + np.maximum(prev, np.maximum.accumulate(r - before))
-        # what the replay saved by the op ends these waits ended with (one slice: no pass over every wait
-        # per block range, which made the loop quadratic in the waits)
-        done = by_block[slice(*np.searchsorted(bw_sorted, [lo, hi]))]
-        b = bw[done]
-        span = np.maximum(be[b] - bs[b], 1)  # a point inside a block moves with it, in proportion
-        wgain[done] = np.maximum(0, tw[done] - (new_end[b] - length[b] + (tw[done] - bs[b]) * length[b] // span))
-        lo, prev = hi, int(new_end[hi - 1])
-    return max(0, int(be[-1] - new_end[-1]))
+    return max(0, int(be[-1] - _ends(bid, bs, be, length, ready, nd > 0, wait_of, tw, bw)[-1]))
+
+
+def _ends(bid: np.ndarray, bs: np.ndarray, be: np.ndarray, length: np.ndarray, ready: np.ndarray,
+          kept: np.ndarray, wait_of: np.ndarray, tw: np.ndarray, bw: np.ndarray) -> np.ndarray:
+    """Each block's replayed end, block by block: it starts when the previous one ends or when its
+    earliest op still on the queue is ready, less what the wait that op's thread last came out of
+    gained (``wgain``: the replay moved the op end that wait waited for earlier, and the host with
+    it), and lasts its new length. The per-op work is grouped first (the earliest ready op per
+    block and wait), so the loop does a few scalar steps per block."""
+    nw = len(tw)
+    k = np.flatnonzero(kept)
+    w_of = np.where(wait_of[k] < 0, nw, wait_of[k])  # slot nw: no wait, no gain
+    b_of = bid[k]
+    order = np.lexsort((w_of, b_of))
+    b_s, w_s, r_s = b_of[order], w_of[order], ready[k][order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (b_s[1:] != b_s[:-1]) | (w_s[1:] != w_s[:-1])
+    at = np.flatnonzero(first)
+    gmin = np.minimum.reduceat(r_s, at).tolist() if len(at) else []
+    gb, gw = b_s[at].tolist(), w_s[at].tolist()
+    by_block = np.argsort(bw, kind="stable")
+    wb, wi = bw[by_block].tolist(), by_block.tolist()
+    twl, bsl, bel, lengths = tw.tolist(), bs.tolist(), be.tolist(), length.tolist()
+    wgain = [0] * (nw + 1)
+    out = np.empty(len(bsl), dtype=np.int64)
+    end, p, q, ng, nq = bsl[0], 0, 0, len(gb), len(wb)
+    for b in range(len(bsl)):
+        r = _NONE
+        while p < ng and gb[p] == b:
+            r = min(r, gmin[p] - wgain[gw[p]])
+            p += 1
+        end = max(end, r if r != _NONE else -_NONE) + lengths[b]
+        out[b] = end
+        while q < nq and wb[q] <= b:  # the waits that ended with an op of this block: what the replay gained
+            w = wi[q]
+            if wb[q] == b:
+                span = max(bel[b] - bsl[b], 1)  # a point inside a block moves with it, in proportion
+                wgain[w] = max(0, twl[w] - (end - lengths[b] + (twl[w] - bsl[b]) * lengths[b] // span))
+            q += 1
+    return out
 
 
 def _waited(o: Any, order: np.ndarray, api_s: np.ndarray, e: np.ndarray, bs: np.ndarray,
