@@ -8,22 +8,8 @@
 # Only the steady steps are captured (--capture-range=cudaProfilerApi: the workload starts the
 # profiler after its warm-up); exported to SQLite, trimmed with workloads/trim.py; then
 # optimizer_loop.py --measure 3 (alternating pairs, per-step time, no profiler) into measure.log.
-set -o pipefail
-OUT=${OUT:-out}
-T=${REC_DIR:-/tmp/rec_optim}
-mkdir -p "$OUT" "$T"
-export PYTHONUNBUFFERED=1
-HERE=$(cd "$(dirname "$0")" && pwd)
-GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
-NSYSV=$(nsys --version)
-prov() {  # name command
-  python3 - "$1" "$2" "$GPU" "$NSYSV" > "$T/$1.json" <<'PY'
-import json, sys
-name, cmd, gpu, nsysv = sys.argv[1:]
-g = [s.strip() for s in gpu.split(",")]
-print(json.dumps({"name": name, "command": cmd, "gpu": g[0], "driver": g[1], "gpu_memory": g[2], "nsys_version": nsysv}))
-PY
-}
+T_DEFAULT=/tmp/rec_optim
+. "$(dirname "$0")/record_common.sh"
 rc=0
 FLAGS=(-t cuda,nvtx,osrt -s none --cpuctxsw=none --capture-range=cudaProfilerApi --capture-range-end=stop -f true)
 for mode in foreach_false fused; do
