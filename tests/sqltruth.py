@@ -66,11 +66,11 @@ def open_export(path: str | Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
-def query(path: str | Path, sql: str) -> list[tuple]:
-    """The rows of one read-only query on an export (opened and closed here)."""
+def query(path: str | Path, sql: str, *args: object) -> list[tuple]:
+    """The rows of one read-only query on an export (opened and closed here), ``args`` bound to its ``?``."""
     con = open_export(path)
     try:
-        return con.execute(sql).fetchall()
+        return con.execute(sql, args).fetchall()
     finally:
         con.close()
 
@@ -203,7 +203,8 @@ def median(values: list[int]) -> int | float | None:
     return total // 2 if total % 2 == 0 else total / 2
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    """The time the intervals cover, each nanosecond once."""
     total, cur_s, cur_e = 0, None, None
     for s, e in sorted(intervals):
         if cur_e is None or s > cur_e:
@@ -230,7 +231,7 @@ def device_busy_ns(conn: sqlite3.Connection, device_id: int, t0: int | None = No
             e = min(e, t1)
         if e > s:
             iv.append((s, e))
-    return _union_ns(iv)
+    return union_ns(iv)
 
 
 def devices(conn: sqlite3.Connection) -> list[int]:
@@ -350,7 +351,7 @@ def thread_time_by_name(conn: sqlite3.Connection, table: str, gtid: int, lo: int
     for name, s, e in conn.execute(q, (lo, hi, gtid, lo, hi)):
         if e > s:
             per.setdefault(_strip_version(name) if table == API_TABLE else name, []).append((int(s), int(e)))
-    return {n: t for n, iv in per.items() if (t := _union_ns(iv)) > 0}
+    return {n: t for n, iv in per.items() if (t := union_ns(iv)) > 0}
 
 
 def check_export(conn: sqlite3.Connection, a: Any, check: Any, why: str) -> None:

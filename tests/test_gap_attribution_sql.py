@@ -88,17 +88,8 @@ def _host_sync_total(a) -> int:
     """The host and sync gaps' time per submitting thread, each of its nanoseconds once (the union of
     its gaps: a thread feeding several devices that idle at once is credited once, issue 49 item 7)."""
     g = a.gaps.loc[a.gaps["cause"].astype(str).isin(["host", "sync"])]
-    total = 0
-    for _, d in g.groupby(["pid", "tid"]):
-        end = None
-        for s, e in sorted(zip(d["start_ns"].tolist(), d["end_ns"].tolist())):
-            if end is None or s > end:
-                total += e - s
-                end = e
-            elif e > end:
-                total += e - end
-                end = e
-    return total
+    return sum(sqltruth.union_ns(list(zip(d["start_ns"].tolist(), d["end_ns"].tolist())))
+               for _, d in g.groupby(["pid", "tid"]))
 
 
 def _check_credits(path) -> None:

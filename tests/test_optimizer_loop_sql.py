@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from sqltruth import open_fixture
+from sqltruth import open_fixture, union_ns
 
 from nsysan.rules.launch_bound import OPTIMIZER_FIX
 
@@ -44,18 +44,6 @@ def optimizer_steps(name: str) -> list[dict]:
         steps.append({"names": [r[2] for r in rows], "span": (a, e), "kernels": kernels})
     conn.close()
     return steps
-
-
-def union_ns(intervals: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(intervals):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def ns_of(text: str) -> int:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import io
 import json
-import sqlite3
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
+import sqltruth
 from conftest import FIXTURE_NAMES
 
 from nsysan.report.perfetto import GPU_PID, MIB, write_events
@@ -60,14 +59,6 @@ def _events(a) -> dict:
     return json.loads(b.getvalue())
 
 
-def _sql(path: Path, q: str, *args: object) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    try:
-        return con.execute(q, args).fetchall()
-    finally:
-        con.close()
-
-
 def _tracks(doc: dict, cat: str) -> dict[tuple[int, str], list[tuple[float, float]]]:
     out: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     for e in doc["traceEvents"]:
@@ -106,7 +97,7 @@ def test_device_memory_counter_is_the_live_memory_by_sql(analysis, fixture_dir):
     tracks = _tracks(doc, "device_memory")
     # THEN a track per device and process, in the "GPU N" process: its peak and last value are the
     # running sum of device allocations minus frees (pinned and pageable host memory left out), by SQL
-    rows = _sql(path, "SELECT deviceId, (globalPid >> 24) & 16777215, bytes, memoryOperationType "
+    rows = sqltruth.query(path, "SELECT deviceId, (globalPid >> 24) & 16777215, bytes, memoryOperationType "
                       "FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind NOT IN (0, 1) ORDER BY start")
     live: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0])
     for dev, pid, nbytes, op in rows:
@@ -127,14 +118,14 @@ def test_unified_memory_counters_are_running_totals_by_sql(name, analysis, fixtu
     # THEN bytes migrated each way and GPU page faults per device, CPU page faults per process, each
     # track rising to the totals SQL counts
     for kind, way in ((11, "to device"), (12, "to host")):
-        for dev, total in _sql(path, "SELECT deviceId, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? "
+        for dev, total in sqltruth.query(path, "SELECT deviceId, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? "
                                      "GROUP BY deviceId", kind):
             vals = [v for _, v in tracks[(GPU_PID + dev, f"Unified memory migrated {way}")]]
             assert vals == sorted(vals) and vals[-1] * MIB == pytest.approx(total, rel=1e-9)
-    for dev, faults in _sql(path, "SELECT deviceId, sum(numberOfPageFaults) FROM CUDA_UM_GPU_PAGE_FAULT_EVENTS "
+    for dev, faults in sqltruth.query(path, "SELECT deviceId, sum(numberOfPageFaults) FROM CUDA_UM_GPU_PAGE_FAULT_EVENTS "
                                   "GROUP BY deviceId"):
         assert tracks[(GPU_PID + dev, "GPU page faults")][-1][1] == faults
-    for pid, n in _sql(path, "SELECT (globalPid >> 24) & 16777215, count(*) FROM CUDA_UM_CPU_PAGE_FAULT_EVENTS "
+    for pid, n in sqltruth.query(path, "SELECT (globalPid >> 24) & 16777215, count(*) FROM CUDA_UM_CPU_PAGE_FAULT_EVENTS "
                              "GROUP BY 1"):
         assert tracks[(pid, "CPU page faults")][-1][1] == n
     assert doc["otherData"]["unified_memory"]["tracks"]
