@@ -166,7 +166,6 @@ class _Unit:
     score: float
     first_symbol: int
     held: int = 0  # GPU time of the alike iterations
-    mode: int = 0  # the composition hash (``_hashes``) of the typical iteration
 
 
 def _hashes(sym: np.ndarray) -> np.ndarray:
@@ -293,10 +292,7 @@ def find_unit(sym: np.ndarray, api_start: np.ndarray, api_end: np.ndarray, names
         return None
     stop = _last_stop(starts, length, api_start, n)
     first = np.bincount(sym[starts]).argmax()
-    with np.errstate(over="ignore"):
-        comp = c[np.append(starts[1:], stop)] - c[starts]
-    vals, k = np.unique(comp, return_counts=True)
-    return _Unit(starts, stop, length, int(anchor), score, int(first), int(held), int(vals[int(np.argmax(k))]))
+    return _Unit(starts, stop, length, int(anchor), score, int(first), int(held))
 
 
 def graph_aliases(sym: np.ndarray, names: list[str], gpu_ns: np.ndarray) -> np.ndarray | None:
@@ -378,12 +374,13 @@ def _trim(starts: np.ndarray, length: int) -> np.ndarray:
     return starts[a:] if a < len(starts) - 1 else starts
 
 
-def _loops(s: _Stream, names: list[str]) -> list[tuple[np.ndarray, _Unit]]:
+def _loops(s: _Stream, names: list[str], read: np.ndarray) -> list[tuple[np.ndarray, _Unit]]:
     """The loops of one process, each as (its launches' positions, its unit): one over all of its
     launches (threads taking turns: the autograd thread launches the backward pass while the main
     thread waits), or one per launching thread (threads launching side by side, each its own loop:
     worker threads, several execution contexts), whichever holds more GPU time in alike iterations
-    (the merged one at ``MERGED_SHARE`` of the other's or more)."""
+    (the merged one at ``MERGED_SHARE`` of the other's or more). ``read``: the stream's symbols with
+    alike graph replays read as one, for the threads that continue a loop."""
     every = np.arange(len(s.tid))
     merged = find_loop(s.sym, s.api_start, s.api_end, names, s.gpu_ns)
     tids = np.unique(s.tid)
@@ -400,7 +397,7 @@ def _loops(s: _Stream, names: list[str]) -> list[tuple[np.ndarray, _Unit]]:
         else:
             rest.append(rows)
     ranked = sorted(per, key=lambda x: -x[1].held)[:MAX_CONTINUED]  # the loops a short-lived thread may continue
-    per += [x for rows in rest if (x := _continued(s, rows, ranked, names)) is not None]
+    per += [x for rows in rest if (x := _continued(rows, ranked, read, s.gpu_ns)) is not None]
     if merged is not None and merged.held >= MERGED_SHARE * sum(u.held for _, u in per) \
             and not _side_by_side(s.tid[int(merged.starts[0]):merged.stop]):
         return [(every, merged)]
@@ -414,35 +411,37 @@ def _side_by_side(tid: np.ndarray) -> bool:
     return len(tid) > 1 and float((tid[1:] != tid[:-1]).mean()) > INTERLEAVED
 
 
-def _continued(s: _Stream, rows: np.ndarray, per: list[tuple[np.ndarray, _Unit]],
-               names: list[str]) -> tuple[np.ndarray, _Unit] | None:
+def _modal(sym: np.ndarray, unit: _Unit) -> int:
+    """The composition hash (``_hashes``) most of ``unit``'s iterations have in the launches ``sym``."""
+    c = _hashes(sym)
+    with np.errstate(over="ignore"):
+        vals, k = np.unique(c[np.append(unit.starts[1:], unit.stop)] - c[unit.starts], return_counts=True)
+    return int(vals[int(np.argmax(k))])
+
+
+def _continued(rows: np.ndarray, per: list[tuple[np.ndarray, _Unit]], read: np.ndarray,
+               gpu_ns: np.ndarray) -> tuple[np.ndarray, _Unit] | None:
     """The loop a thread without one of its own continues (module doc), as (its launches, the unit
     cut from them), or None: the first found loop whose first symbol cuts the thread's launches into
-    at least one segment of the loop's typical composition, alike graph replays of both threads read
-    as one symbol (one context's graph and another's)."""
+    at least one segment of the loop's typical composition. ``read``: the process's symbols with
+    alike graph replays read as one (one context's graph and another's: ``graph_aliases``)."""
+    theirs = read[rows]
+    c = _hashes(theirs)
     for own, unit in per:
-        both = np.concatenate([own, rows])
-        joint = graph_aliases(s.sym[both], names, s.gpu_ns[both])
-        sym_all = s.sym[both] if joint is None else joint
-        mine, theirs = sym_all[:len(own)], sym_all[len(own):]
-        c_own, c = _hashes(mine), _hashes(theirs)
-        ends = np.append(unit.starts[1:], unit.stop)
-        with np.errstate(over="ignore"):
-            vals, k = np.unique(c_own[ends] - c_own[unit.starts], return_counts=True)
-        mode = vals[int(np.argmax(k))]
-        first = int(mine[int(unit.starts[0])])
+        mode = _modal(read[own], unit)
+        first = int(read[own][int(unit.starts[0])])
         starts = np.flatnonzero(theirs == first)
         if len(starts) == 0:
             continue
         stops = np.append(starts[1:], min(len(theirs), int(starts[-1]) + unit.length))
         with np.errstate(over="ignore"):
-            alike = (c[stops] - c[starts]) == mode
+            alike = (c[stops] - c[starts]) == np.uint64(mode)
         if not alike.any():
             continue
         inside = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(s.gpu_ns[rows], out=inside[1:])
+        np.cumsum(gpu_ns[rows], out=inside[1:])
         held = int((inside[stops[alike]] - inside[starts[alike]]).sum())
-        return rows, _Unit(starts, int(stops[-1]), unit.length, unit.anchor, unit.score, first, held, int(mode))
+        return rows, _Unit(starts, int(stops[-1]), unit.length, unit.anchor, unit.score, first, held)
     return None
 
 
@@ -457,7 +456,9 @@ def infer(ops: pd.DataFrame) -> Inferred:
     covered = 0
     aside: list[str] = []
     for s in streams:
-        found, apart = _beside(s, _loops(s, names), names)
+        alias = graph_aliases(s.sym, names, s.gpu_ns)  # once per process: both readers below use it
+        read = s.sym if alias is None else alias
+        found, apart = _beside(s, _loops(s, names, read), read)
         aside += [_describe(s, rows_of, unit, names) for rows_of, unit in apart]
         for rows_of, unit in found:
             frame, loop, cov = _instances(s, rows_of, unit, names)
@@ -479,23 +480,16 @@ def infer(ops: pd.DataFrame) -> Inferred:
 
 
 def _beside(s: _Stream, loops: list[tuple[np.ndarray, _Unit]],
-            names: list[str]) -> tuple[list[tuple[np.ndarray, _Unit]], list[tuple[np.ndarray, _Unit]]]:
+            read: np.ndarray) -> tuple[list[tuple[np.ndarray, _Unit]], list[tuple[np.ndarray, _Unit]]]:
     """The loops of one process that are its loop (those of the unit holding the most GPU time, on
-    whichever threads, with alike graph replays read as one) and the loops that run beside it, apart
-    from those that run wholly before or after it (an engine's warm-up runs in the set-up, a phase
-    of other work): (kept, set apart)."""
+    whichever threads, with alike graph replays read as one: ``read``) and the loops that run beside
+    it, apart from those that run wholly before or after it (an engine's warm-up runs in the set-up,
+    a phase of other work): (kept, set apart)."""
     if len(loops) < 2:
         return loops, []
-    alias = graph_aliases(s.sym, names, s.gpu_ns)
-    sym = s.sym if alias is None else alias
-    keys, spans = [], []
-    for rows, unit in loops:
-        c = _hashes(sym[rows])
-        ends = np.append(unit.starts[1:], unit.stop)
-        with np.errstate(over="ignore"):
-            vals, k = np.unique(c[ends] - c[unit.starts], return_counts=True)
-        keys.append((unit.length, int(vals[int(np.argmax(k))])))
-        spans.append((int(s.api_start[rows][int(unit.starts[0])]), int(s.api_end[rows][:unit.stop].max())))
+    keys = [(unit.length, _modal(read[rows], unit)) for rows, unit in loops]
+    spans = [(int(s.api_start[rows][int(unit.starts[0])]), int(s.api_end[rows][:unit.stop].max()))
+             for rows, unit in loops]
     held: dict[tuple[int, int], int] = {}
     for key, (_, unit) in zip(keys, loops):
         held[key] = held.get(key, 0) + unit.held
