@@ -89,8 +89,8 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray, starts: np.ndarr
         seq = it.groupby(["pid", "tid"]).size().idxmax()  # the longest sequence's iterations
         its = np.sort(it.loc[(it["pid"] == seq[0]) & (it["tid"] == seq[1]), "start_ns"].to_numpy(np.int64))
         where = np.searchsorted(its, np.asarray(starts, dtype=np.int64)[big], side="right")
-        pairs = np.unique(np.stack([codes[big], where]), axis=1) if big.any() else np.zeros((2, 0), np.int64)
-        recurring = np.bincount(pairs[0], minlength=len(counts)) >= need
+        pairs = np.unique(codes[big].astype(np.int64) * (len(its) + 1) + where)  # (key, iteration), once each
+        recurring = np.bincount(pairs // (len(its) + 1), minlength=len(counts)) >= need
     else:
         recurring = np.bincount(codes[big], minlength=len(counts)) >= need
     return one | (big & ~recurring[codes])
