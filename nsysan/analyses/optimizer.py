@@ -53,8 +53,7 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     lau = launches.loc[keep]
     order = np.argsort(lau["api_start_ns"].to_numpy(), kind="stable")
     lau = lau.iloc[order]
-    codes, uniq = pd.factorize(lau["name"].astype(object), use_na_sentinel=False)
-    text = pd.Series([str(u) for u in uniq], dtype=object)
+    codes, text = _name_codes(lau["name"])
     g = lau["gpu_ns"].to_numpy()
     elem = text.str.contains(ELEMENTWISE).to_numpy()[codes] & (g <= max_kernel_ns) if len(text) else np.zeros(0, bool)
     fused = text.str.contains(FUSED).to_numpy()[codes] if len(text) else np.zeros(0, bool)
@@ -99,3 +98,15 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     vals, n = np.unique(d, return_counts=True)
     return OptimizerLoop(iterations=len(counts), kernels=float(np.median(counts)), gpu_ns=int(np.median(gpus)),
                          part=sorted(parts)[0], spans=tuple(spans), device_id=int(vals[np.argmax(n)]))
+
+
+def _name_codes(name: pd.Series) -> tuple[np.ndarray, pd.Series]:
+    """Each row's code into the distinct names as text (a missing name is the text ``nan``): a
+    categorical's own codes (no per-row conversion of a million names), else a factorisation."""
+    if isinstance(name.dtype, pd.CategoricalDtype):
+        codes = name.cat.codes.to_numpy().astype(np.int64)
+        cats = [str(c) for c in name.cat.categories]
+        codes[codes < 0] = len(cats)
+        return codes, pd.Series(cats + ["nan"], dtype=object)
+    codes, uniq = pd.factorize(name.astype(object), use_na_sentinel=False)
+    return codes, pd.Series([str(u) for u in uniq], dtype=object)

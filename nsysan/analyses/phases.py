@@ -109,9 +109,10 @@ def _idle_by_cause(gaps: pd.DataFrame, dev: int | None, w0: int, w1: int, idle: 
         st = np.clip(gaps["start_ns"].to_numpy()[d], w0, w1)
         en = np.clip(gaps["end_ns"].to_numpy()[d], w0, w1)
         ns = np.maximum(en - st, 0)
-        cause = gaps["cause"].astype(str).to_numpy()[d]
+        codes, uniq = pd.factorize(gaps["cause"].iloc[np.flatnonzero(d)])  # a few causes: no text per gap
         for c in CAUSE_ORDER[:-1]:
-            v = int(ns[cause == c].sum())
+            hit = np.flatnonzero(np.asarray(uniq, dtype=object) == c)
+            v = int(ns[codes == hit[0]].sum()) if len(hit) else 0
             if v > 0:
                 out[c] = v
     total = sum(out.values())
@@ -143,7 +144,7 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
         frames.append(pd.DataFrame({"tid": df["tid"].to_numpy()[m].astype(np.int64),
                                     "pid": df["pid"].to_numpy()[m].astype(np.int64),
                                     "start": np.clip(st[m], c0, g0), "end": np.clip(en[m], c0, g0),
-                                    "name": df["name"].astype(str).to_numpy()[m], "src": src}))
+                                    "name": df["name"].iloc[np.flatnonzero(m)].astype(str).to_numpy(), "src": src}))
     if not frames:
         return [{"what": "untraced CPU work", "ns": span}]
     f = pd.concat(frames, ignore_index=True)
