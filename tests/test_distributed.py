@@ -1,4 +1,4 @@
-"""Distributed training recorded on two H200s (workloads/ddp.py, one process a GPU, NCCL 2.28):
+"""Distributed training recorded on two H200s (workloads/training/ddp.py, one process a GPU, NCCL 2.28):
 DDP with the all-reduce overlapped with backward (``ddp_overlap``), the all-reduce forced after
 backward (``ddp_serial``), rank 1 slowed by 8 ms of host work per step (``ddp_straggler``), tensor
 parallel (``tp``), FSDP (``fsdp``) and a two-stage pipeline (``pipeline``); ``*_rank0/1`` are the

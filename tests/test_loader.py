@@ -35,11 +35,11 @@ def test_gpu_fixture_recorded_on_the_h200(name, load):
     trace = load(name)
     assert trace.meta.nsys_version.startswith("2025.3")
     assert len(trace.kernels) + len(trace.graph_launches) > 0
-    # one GPU, or two for the recordings made on nvidia-h200-x2 (workloads/ddp.py, waits.py, and issue 38's
-    # record_issue38.sh: every one of its fixtures, single-GPU programs included; not diagnose.py)
+    # one GPU, or two for the recordings made on nvidia-h200-x2 (workloads/training/ddp.py, waits.py, and issue 38's
+    # `nested` group, workloads/fixtures.toml: all its fixtures, single-GPU programs included; not diagnose.py)
     two = name.startswith(("ddp_", "tp", "fsdp", "pipeline", "waits_python", "waits_phases", "grad_accum",
                            "nested_steps", "serve_loop", "threads_loops",  # nvidia-h200-x2
-                           # issue 41's record_issue41.sh: every one on nvidia-h200-x2, single-GPU programs included
+                           # the `beyond_time` group (issue 41): all on nvidia-h200-x2, one-GPU programs too
                            "mem_growth", "mem_churn", "um_prefetch", "um_thrash", "blocked_input", "busy_input",
                            "slow_iters", "pipe_", "two_gpu_"))
     assert len(trace.gpus) == (2 if two else 1) and set(trace.gpus["name"]) == {"NVIDIA H200"}

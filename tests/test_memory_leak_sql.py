@@ -1,6 +1,6 @@
 """Issue 49, item 3: a leak while the CPU runs ahead is measured on the CPU's iteration boundaries.
 
-Truth by SQL on the recordings (``workloads/mem_loop.py``, ``--cuda-memory-usage=true``): every device
+Truth by SQL on the recordings (``workloads/memory/mem_loop.py``, ``--cuda-memory-usage=true``): every device
 memory usage event (allocation +bytes, free -bytes; host kinds 0 and 1 left out) is placed at the start
 of the CUDA API call that made it (joined on process and correlation id; an event without a call at
 its own time), and steady ``train_step`` i owns [its start, the next one's start), the last one

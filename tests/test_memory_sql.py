@@ -1,6 +1,6 @@
 """Issue 41, item 1: GPU memory over time, growth per iteration, churn versus growth.
 
-Truth by SQL on the recordings (``workloads/mem_loop.py``, ``--cuda-memory-usage=true``): live device
+Truth by SQL on the recordings (``workloads/memory/mem_loop.py``, ``--cuda-memory-usage=true``): live device
 memory is the running sum of the usage events (allocation +bytes, deallocation -bytes; host kinds
 left out), read at the CPU bounds of the steady ``train_step`` ranges (each one's start, then the last
 one's end: ``sqltruth.range_instances``), where their allocation calls are (issue 49 item 3; the

@@ -1,6 +1,6 @@
 """An optimizer that loops over parameters, recorded (issue 49 item 2): ``optim_foreach_false``
 (``torch.optim.Adam(foreach=False)`` over 200 parameters) and ``optim_fused`` (``fused=True``), from
-``workloads/optimizer_loop.py`` (``workloads/record_optimizer.sh``).
+``workloads/training/optimizer_loop.py`` (``workloads/recorder.py --group optimizer``).
 
 Truth by plain SQL on each export: an ``optimizer`` NVTX range's kernels are the
 ``CUPTI_ACTIVITY_KIND_KERNEL`` rows whose launching call (``CUPTI_ACTIVITY_KIND_RUNTIME``, same

@@ -1,4 +1,4 @@
-"""The recordings of workloads unlike the ladder (workloads/decode.py, hf_generate.py, train.py,
+"""The recordings of workloads unlike the ladder (workloads/inference/decode.py, hf_generate.py, train.py,
 two_procs.py; H100, nsys 2025.3): LLM token decoding eager and as a replayed CUDA Graph (traced as
 graph and as nodes), a Hugging Face generate loop, a training loop fed inline and by DataLoader
 workers, and two training processes with NCCL on one GPU.
@@ -21,7 +21,7 @@ from conftest import FIXTURE_NAMES
 RECORDED = {"decode_eager": "decode_token", "decode_graph": "decode_token", "decode_graph_nodes": "decode_token",
             "hf_generate": "request", "train_inline": "train_step", "train_dataloader": "train_step",
             "two_procs": "train_step",
-            # two H200s, one process a GPU (workloads/ddp.py): one export of both ranks, and one per rank
+            # two H200s, one process a GPU (workloads/training/ddp.py): one export of both ranks, and one per rank
             **{n: "train_step" for n in ("ddp_overlap", "ddp_serial", "ddp_straggler", "tp", "fsdp", "pipeline",
                                          "ddp_overlap_rank0", "ddp_overlap_rank1", "ddp_straggler_rank0",
                                          "ddp_straggler_rank1")}}

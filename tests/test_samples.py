@@ -1,4 +1,4 @@
-"""Python samples in GPU-idle time (``waits_python``: workloads/waits.py --mode python on an H200, CPU and
+"""Python samples in GPU-idle time (``waits_python``: workloads/host/waits.py --mode python on an H200, CPU and
 Python sampling at 2 kHz, CUDA and Python backtraces, exported with and without blobs).
 
 Truth is SQL written here: the Python sampling rows (NVTX ``eventType`` 34 in the domain 'Python

@@ -1,7 +1,7 @@
 """Issue 38, item 9 (savings match what the fix delivers) and item 11's launch-bound part.
 
 Each pair of fixtures is one program recorded before and after one fix, on the same H200 (the
-ladder: ``workloads/ladder.py``, each step adding one fix; decode and launch loops eager and as
+ladder: ``workloads/ladder/ladder.py``, each step adding one fix; decode and launch loops eager and as
 CUDA Graphs; DDP without and with overlapped gradient all-reduce). The measured gain of the fix is
 the change of the iteration period: the median of consecutive completions of the NVTX iteration
 range per thread, by plain SQL on both exports (``tests/sqltruth.py``; completion = max(CPU end,
@@ -54,7 +54,7 @@ PAIRS = [
     ("um_thrash", "um_prefetch", "gpu_update"),
     ("pipe_stages", "pipe_balanced", "train_step"),
     ("two_gpu_turns", "two_gpu_pipelined", "train_step"),
-    # NCCL held to 4 CTAs (workloads/ddp.py --nccl-ctas 4): the overlapped all-reduce leaves the GEMMs
+    # NCCL held to 4 CTAs (workloads/training/ddp.py --nccl-ctas 4): the overlapped all-reduce leaves the GEMMs
     # room, and overlap pays (re-run without nsys on 2 H200s: 8.98 -> 7.99 ms per step)
     ("ddp_serial_c4", "ddp_overlap_c4", "train_step"),
 ]
@@ -361,7 +361,7 @@ def test_launch_bound_counts_idle_inside_launch_runs_only(pause_after):
 # whatever rules the step resolved; this one names them: the saving per iteration the finding for B's fix
 # states on A ("Estimated saving", its own estimate before the allocation among findings; host-bound-gap
 # on ladder_overlap states 2.90 ms a step although hidden-syncs counts the same idle time), against the
-# change of the median 'infer' period by SQL, within 2x. Per step (workloads/ladder.py), measured / stated:
+# change of the median 'infer' period by SQL, within 2x. Per step (workloads/ladder/ladder.py), measured / stated:
 #   baseline -> reuse      buffers reused        alloc-in-loop                        1.817 / 0.436  (xfail below)
 #   reuse -> pinned        pinned, async copies  pageable-memcpy + sync-memcpy        7.751 / 7.577
 #   pinned -> fp16         FP16                  fp32-compute                         1.841 / 1.176

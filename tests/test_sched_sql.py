@@ -2,7 +2,7 @@
 
 Truth by SQL: a thread is on a CPU from each switch-in (``isSchedIn`` = 1) to its next switch; the
 on-CPU time inside a set of intervals is summed in Python over those rows. The recordings
-(``workloads/input_wait.py``): the main thread takes each batch from a queue a slow producer thread
+(``workloads/host/input_wait.py``): the main thread takes each batch from a queue a slow producer thread
 fills (blocked) or prepares it itself with numpy (busy), inside an NVTX range ``data``.
 """
 

@@ -2,7 +2,7 @@
 
 Truth by SQL (``sqltruth``): the period of each ``train_step`` is the time between consecutive
 completions on its thread; the slow ones are the steady ones above 2x the median steady period. The
-recording (``workloads/slow_iters.py``) checkpoints at steps 14, 29 and 44 (range ``checkpoint``),
+recording (``workloads/training/slow_iters.py``) checkpoints at steps 14, 29 and 44 (range ``checkpoint``),
 changes the input shape at 22 (cuDNN autotunes again) and collects garbage at 37 (range ``gc``).
 """
 

@@ -2,8 +2,8 @@
 
 Truth by interval arithmetic in the test: per device, the union of its compute kernels (kernels that
 are not NCCL's) inside the steady window; per process, the time two devices compute at once. The
-recordings: ``workloads/pipe_stages.py`` (2 ranks, send/recv, stage 0 ~3x the layers of stage 1;
-``--balanced``: equal stages) and ``workloads/two_gpu.py`` (one process, a model split over two GPUs:
+recordings: ``workloads/training/pipe_stages.py`` (2 ranks, send/recv, stage 0 ~3x the layers of stage 1;
+``--balanced``: equal stages) and ``workloads/training/two_gpu.py`` (one process, a model split over two GPUs:
 ``turns`` runs them one after the other, ``pipelined`` over micro-batches).
 """
 

@@ -78,7 +78,7 @@ def test_sync_api_names_the_lines_that_synchronize(analysis):
     import re
     from pathlib import Path
 
-    src = (Path(__file__).resolve().parents[1] / "workloads" / "diagnose.py").read_text().splitlines()
+    src = (Path(__file__).resolve().parents[1] / "workloads" / "host" / "diagnose.py").read_text().splitlines()
     f = {f.rule: f for f in analysis("waits_sync").findings}["sync-api"]
     quoted = re.findall(r"(cuda\w+Synchronize) from (\w+)\(\) diagnose\.py:(\d+) \((\d+) calls\)", f.message)
     assert {q[0] for q in quoted} == {"cudaStreamSynchronize", "cudaDeviceSynchronize"}

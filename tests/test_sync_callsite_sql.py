@@ -1,7 +1,7 @@
 """A synchronizing call inside a function gets that function, file and line as its call site, from
 the Python backtrace nsys took of the CUDA call (``syncs._sites`` through ``samples.site_calls``).
 
-Fixtures: ``syncs_mask`` and ``syncs_none`` (H200, ``workloads/hidden_syncs.py``, recorded with
+Fixtures: ``syncs_mask`` and ``syncs_none`` (H200, ``workloads/host/hidden_syncs.py``, recorded with
 ``--cudabacktrace=all --python-backtrace=cuda`` and exported with blobs). ``syncs_mask`` logs
 ``loss.item()`` every step in ``run`` (line 83) and indexes with a boolean mask in ``loss_mask``
 (line 55, two ``nonzero``); ``syncs_none`` reads an accumulated loss with ``acc.item()`` every 50

@@ -1,6 +1,6 @@
 """Issue 41, item 2: unified memory, its migrations and page faults.
 
-Truth by SQL on the recordings (``workloads/um_loop.py``, recorded with
+Truth by SQL on the recordings (``workloads/memory/um_loop.py``, recorded with
 ``--cuda-um-gpu-page-faults=true --cuda-um-cpu-page-faults=true``): each iteration the CPU updates a
 managed array and a GPU kernel updates it (``thrash``: pages migrate on faults both ways), or the
 same with ``cudaMemPrefetchAsync`` each way (``prefetch``: the fix).
