@@ -70,22 +70,27 @@ _GROWTH = ["pid", "devices", "steps", "growth_per_iteration_bytes", "grew_in", "
            "first_ns", "last_ns"]
 
 
-def _signed(events: pd.DataFrame) -> np.ndarray:
-    """+bytes for an allocation, -bytes for a deallocation (0-byte frees: the bytes allocated at their
-    address, when the export has addresses)."""
-    b = events["bytes"].to_numpy(np.int64)
-    op = events["operation"].to_numpy()
+def _signed(b: np.ndarray, op: np.ndarray, keys: Any = None) -> np.ndarray:
+    """+bytes for an allocation, -bytes for a deallocation, 0 for another operation, in ``b`` (int64, the
+    caller's own array: changed in place and returned). A 0-byte free takes the bytes allocated at its
+    address; ``keys()`` gives the (device, process, address) arrays of the rows when the export has
+    addresses (None: it has not)."""
     free = op == FREE
-    if "address" in events and (free & (b == 0)).any():
-        b = b.copy()
+    zero = free & (b == 0)
+    if keys is not None and zero.any():
+        dev, pid, addr = keys()
         last: dict[tuple[int, int, int], int] = {}
-        for i, (d, p, ad, o, n) in enumerate(zip(events["device_id"].tolist(), events["pid"].tolist(),
-                                                   events["address"].tolist(), op.tolist(), b.tolist())):
-            if o == ALLOC:
+        alloc = op == ALLOC
+        rows = np.flatnonzero(alloc | zero)  # only these read or change what is held at an address
+        for i, d, p, ad, o, n in zip(rows.tolist(), dev[rows].tolist(), pid[rows].tolist(), addr[rows].tolist(),
+                                     alloc[rows].tolist(), b[rows].tolist()):
+            if o:
                 last[(d, p, ad)] = n
-            elif o == FREE:  # a 0-byte free takes its allocation's bytes; a later one at that address none
-                b[i] = last.pop((d, p, ad), 0) if n == 0 else b[i]
-    return np.where(free, -b, np.where(op == ALLOC, b, 0))
+            else:  # a 0-byte free takes its allocation's bytes; a later one at that address none
+                b[i] = last.pop((d, p, ad), 0)
+    b[~(free | (op == ALLOC))] = 0
+    np.negative(b, out=b, where=free)
+    return b
 
 
 def _live(delta: np.ndarray) -> np.ndarray:
@@ -99,46 +104,119 @@ def _live(delta: np.ndarray) -> np.ndarray:
 
 
 def _downsample(t: np.ndarray, live: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``points`` (t, live) pairs: per time bin the highest live value (peaks survive)."""
+    """At most ``points`` (t, live) pairs: per time bin the highest live value (peaks survive; of equal
+    ones the first). ``t`` in time order, as the events are: each bin is a run of rows, and its
+    highest value is found in the run (no sort of all the rows)."""
     if len(t) <= points:
         return t, live
     edges = np.linspace(t[0], t[-1], points + 1)
-    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, points - 1)
-    order = np.lexsort((-live, b))
-    first = np.concatenate([[True], b[order][1:] != b[order][:-1]])
-    pick = np.sort(order[first])
+    b = np.searchsorted(edges, t, side="right")
+    b -= 1
+    np.clip(b, 0, points - 1, out=b)
+    if not bool((b[1:] >= b[:-1]).all()):  # not in time order: a sort by (bin, -live)
+        order = np.lexsort((-live, b))
+        first = np.concatenate([[True], b[order][1:] != b[order][:-1]])
+        pick = np.sort(order[first])
+        return t[pick], live[pick]
+    bounds = [0, *(np.flatnonzero(b[1:] != b[:-1]) + 1).tolist(), len(b)]
+    del b
+    pick = np.fromiter((lo + int(np.argmax(live[lo:hi])) for lo, hi in zip(bounds[:-1], bounds[1:])),
+                       dtype=np.int64, count=len(bounds) - 1)
     return t[pick], live[pick]
+
+
+@dataclass
+class _Events:
+    """The device memory events (host kinds left out) in time order (ties: the table's order), as
+    arrays: ``rows`` their rows in the table (None: all, in its order), a column of one value one
+    broadcast value (``column``), ``delta`` the signed bytes (``_signed``)."""
+
+    ev: pd.DataFrame
+    rows: np.ndarray | None
+    t: np.ndarray
+    delta: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        op = self.column("operation")
+        keys = (lambda: (self.column("device_id"), self.column("pid"), self.column("address"))) \
+            if "address" in self.ev else None
+        b = self.column("bytes")  # (a copy of its own, taken by rows, or one made here)
+        self.delta = _signed(b if self.rows is not None and b.flags.writeable and b.dtype == np.int64
+                             else b.astype(np.int64), op, keys)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def column(self, name: str) -> np.ndarray:
+        v = self.ev[name].to_numpy()
+        if self.rows is None:
+            return v
+        if v.strides == (0,) and len(v):  # one value (the loader's broadcast): one value still
+            return np.broadcast_to(v[:1], (len(self.rows),))
+        return v[self.rows]
+
+
+def _device_events(ev: pd.DataFrame) -> _Events | None:
+    """``_Events`` of the usage events ``ev``, None when none is of device memory."""
+    if len(ev) == 0:
+        return None
+    keep = ~np.isin(ev["mem_kind"].to_numpy(), HOST_KINDS)
+    rows = None if bool(keep.all()) else np.flatnonzero(keep)
+    del keep
+    t = ev["start_ns"].to_numpy(np.int64)
+    t = t if rows is None else t[rows]
+    if len(t) == 0:
+        return None
+    if not bool((t[1:] >= t[:-1]).all()):
+        o = np.argsort(t, kind="stable")
+        t = t[o]
+        rows = o if rows is None else rows[o]
+        del o
+    return _Events(ev, rows, t)
+
+
+def _one_value(v: np.ndarray) -> bool:
+    return v.strides == (0,) or int(v.min()) == int(v.max())
+
+
+def _pairs(e: _Events) -> list[tuple[int, int, Any]]:
+    """(device, process, its rows of ``e``: a slice for all of them) per pair, in (device, process)
+    order, each pair's rows in time order."""
+    from nsysan.analyses.frames import group_rows
+
+    dev, pid = e.column("device_id"), e.column("pid")
+    if _one_value(dev) and _one_value(pid):
+        return [(int(dev[0]), int(pid[0]), slice(None))]
+    return [(d, p, idx) for (d, p), idx in group_rows(dev, pid)]
 
 
 def memory_use(a: Any) -> MemoryUse:
     """GPU memory of ``a`` (an ``Analysis``): from the usage events when recorded, else the calls."""
     tr = a.trace
-    ev = tr.gpu_memory_usage
     totals = dict(zip(tr.gpus["device_id"].tolist(), tr.gpus["total_memory_bytes"].tolist())) if len(tr.gpus) else {}
     totals = {d: int(v) if pd.notna(v) and v > 0 else 0 for d, v in totals.items()}  # NULL, <= 0: unknown (0)
-    if len(ev):
-        ev = ev.loc[~np.isin(ev["mem_kind"].to_numpy(), HOST_KINDS)]
-    if len(ev) == 0:
+    e = _device_events(tr.gpu_memory_usage)
+    if e is None:
         return _from_calls(a)
-    ev = ev.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    delta = _signed(ev)
     pp, series = [], []
-    for (dev, pid), g in ev.groupby(["device_id", "pid"], sort=True):
-        idx = g.index.to_numpy()
-        live = _live(delta[idx])
-        t = g["start_ns"].to_numpy(np.int64)
+    op_all = e.column("operation")
+    for dev, pid, idx in _pairs(e):
+        d, t, op = e.delta[idx], e.t[idx], op_all[idx]
+        live = _live(d)
         k = int(np.argmax(live))
-        op = g["operation"].to_numpy()
-        pp.append({"device_id": int(dev), "pid": int(pid), "allocations": int((op == ALLOC).sum()),
-                   "frees": int((op == FREE).sum()), "allocated_bytes": int(delta[idx][op == ALLOC].sum()),
-                   "freed_bytes": int(-delta[idx][op == FREE].sum()), "peak_bytes": int(live[k]), "peak_ns": int(t[k]),
-                   "live_end_bytes": int(live[-1]), "device_total_bytes": totals.get(int(dev), 0)})
+        alloc, free = op == ALLOC, op == FREE
+        pp.append({"device_id": dev, "pid": pid, "allocations": int(np.count_nonzero(alloc)),
+                   "frees": int(np.count_nonzero(free)), "allocated_bytes": int(np.sum(d, where=alloc)),
+                   "freed_bytes": int(-np.sum(d, where=free)), "peak_bytes": int(live[k]), "peak_ns": int(t[k]),
+                   "live_end_bytes": int(live[-1]), "device_total_bytes": totals.get(dev, 0)})
+        del alloc, free, op
         st, sl = _downsample(t, live, LANE_POINTS)
-        series.append(pd.DataFrame({"device_id": int(dev), "pid": int(pid), "t_ns": st, "live_bytes": sl}))
+        series.append(pd.DataFrame({"device_id": dev, "pid": pid, "t_ns": st, "live_bytes": sl}))
+        del d, t, live
     per = pd.DataFrame(pp, columns=_PP)
     ser = pd.concat(series, ignore_index=True) if series else pd.DataFrame(columns=["device_id", "pid", "t_ns",
                                                                                       "live_bytes"])
-    return MemoryUse("usage events", per, ser, _growth(a, ev, delta), [])
+    return MemoryUse("usage events", per, ser, _growth(a, e), [])
 
 
 def _steady_bounds(a: Any) -> dict[int, np.ndarray]:
@@ -158,76 +236,111 @@ def _steady_bounds(a: Any) -> dict[int, np.ndarray]:
     return out
 
 
-def _call_times(a: Any, ev: pd.DataFrame) -> np.ndarray:
+def _call_times(a: Any, e: _Events) -> np.ndarray:
     """Each usage event's CPU time: the start of the call that made it (same process and correlation
     id), else the event's own time (it lies inside that call)."""
     from nsysan.analyses.join import call_keys, first_match
 
-    t = ev["start_ns"].to_numpy(np.int64)
+    t = e.t
     api = a.trace.cuda_api
-    if len(api) == 0 or "correlation_id" not in ev.columns or len(ev) == 0:
+    if len(api) == 0 or "correlation_id" not in e.ev.columns or len(e) == 0:
         return t
-    corr = ev["correlation_id"].to_numpy()
-    ok = pd.notna(corr)
-    corr = np.where(ok, corr, -1).astype(np.int64)
-    idx = first_match(*call_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy(),
-                                 ev["pid"].to_numpy(), corr))
-    hit = ok & (corr > 0) & (idx >= 0)
-    return np.where(hit, api["start_ns"].to_numpy(np.int64)[np.where(hit, idx, 0)], t)
+    corr = e.column("correlation_id")
+    if corr.dtype.kind in "iu":  # (the loader's: no NULL left)
+        hit = corr > 0
+    else:
+        ok = pd.notna(corr)
+        corr = np.where(ok, corr, -1).astype(np.int64)
+        hit = ok & (corr > 0)
+    idx = first_match(*call_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy(), e.column("pid"), corr))
+    del corr
+    hit &= idx >= 0
+    idx[~hit] = 0
+    out = api["start_ns"].to_numpy(np.int64)[idx]
+    del idx
+    np.copyto(out, t, where=~hit)
+    return out
 
 
-def _growth(a: Any, ev: pd.DataFrame, delta: np.ndarray) -> pd.DataFrame:
+def _growth(a: Any, e: _Events) -> pd.DataFrame:
     rows = []
-    api = a.trace.cuda_api
     cpu_t = None
+    pids, devs = e.column("pid"), e.column("device_id")
+    one_pid = int(pids[0]) if _one_value(pids) else None
+    calls = _AllocCalls(a.trace.cuda_api)
     for pid, b in _steady_bounds(a).items():
         n = len(b) - 1
-        m = ev["pid"].to_numpy() == pid
-        if n < 2 or not m.any():
+        m = None if one_pid == pid else pids == pid  # None: every event
+        if n < 2 or (one_pid is not None and one_pid != pid) or (m is not None and not m.any()):
             continue
-        cpu_t = _call_times(a, ev) if cpu_t is None else cpu_t
-        o = np.argsort(cpu_t[m], kind="stable")
-        t, d = cpu_t[m][o], delta[m][o]
+        cpu_t = _call_times(a, e) if cpu_t is None else cpu_t
+        ct = cpu_t if m is None else cpu_t[m]
+        o = np.argsort(ct, kind="stable")
+        t = ct[o]
+        del ct
+        d = (e.delta if m is None else e.delta[m])[o]
+        del o
         live = _live(d)  # over every device of the process, in the order of the calls
         at = np.searchsorted(t, b, side="left") - 1  # the events before each boundary
         lv = np.where(at >= 0, live[np.clip(at, 0, None)], 0)
+        del live
         net = np.diff(lv)  # per iteration: what its calls allocated less what they freed
         parts = np.array_split(net, min(4, n))
-        inside = d[(t >= b[0]) & (t < b[-1])]
-        rows.append({"pid": pid, "devices": sorted(set(ev["device_id"].to_numpy()[m].tolist())), "steps": n,
+        inside = (t >= b[0]) & (t < b[-1])
+        del t
+        devices = [int(devs[0])] if _one_value(devs) else np.unique(devs if m is None else devs[m]).tolist()
+        rows.append({"pid": pid, "devices": devices, "steps": n,
                      "growth_per_iteration_bytes": float(lv[-1] - lv[0]) / n, "grew_in": int((net > 0).sum()),
                      "grew_in_quarters": int(sum(int(q.sum()) > 0 for q in parts)), "quarters": len(parts),
                      "live_first_bytes": int(lv[0]), "live_last_bytes": int(lv[-1]),
-                     "allocated_bytes": int(inside[inside > 0].sum()), "freed_bytes": int(-inside[inside < 0].sum()),
-                     **_calls_between(api, pid, int(b[0]), int(b[-1])), "first_ns": int(b[0]), "last_ns": int(b[-1])})
+                     "allocated_bytes": int(np.sum(d, where=inside & (d > 0))),
+                     "freed_bytes": int(-np.sum(d, where=inside & (d < 0))),
+                     **calls.between(pid, int(b[0]), int(b[-1])), "first_ns": int(b[0]), "last_ns": int(b[-1])})
+        del d, inside
     return pd.DataFrame(rows, columns=_GROWTH)
 
 
-def _calls_between(api: pd.DataFrame, pid: int, lo: int, hi: int) -> dict[str, int]:
-    """The process's allocation and free calls starting in [lo, hi). The names are matched per
-    category (no string per row), and only the rows of those names are read further: a trace without
-    such calls costs two passes over the name codes, not a string per call."""
-    from nsysan.analyses.frames import name_in
+class _AllocCalls:
+    """The allocation and free calls of the CUDA API table, found once (a process's are then picked
+    from them): the names are matched per category (no string per row), and only the rows of those
+    names are read further: a trace without such calls costs two passes over the name codes, not a
+    string per call, and 64 processes cost those two passes once, not 64 times."""
 
-    names = api["name"]
-    alloc = np.asarray(name_in(names, ALLOC_CALLS))
-    free = np.asarray(name_in(names, FREE_CALLS))
-    rows = np.flatnonzero(alloc | free)
-    if len(rows) == 0:
-        return {"alloc_calls": 0, "free_calls": 0}
-    st = api["start_ns"].to_numpy(np.int64)[rows]
-    m = (api["pid"].to_numpy()[rows] == pid) & (st >= lo) & (st < hi)
-    return {"alloc_calls": int(alloc[rows][m].sum()), "free_calls": int(free[rows][m].sum())}
+    def __init__(self, api: pd.DataFrame) -> None:
+        self.api = api
+        self.found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _find(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        from nsysan.analyses.frames import name_in
+
+        if self.found is None:
+            api = self.api
+            names = api["name"]
+            alloc = np.asarray(name_in(names, ALLOC_CALLS))
+            free = np.asarray(name_in(names, FREE_CALLS))
+            rows = np.flatnonzero(alloc | free)
+            self.found = (alloc[rows], free[rows], api["start_ns"].to_numpy(np.int64)[rows],
+                          api["pid"].to_numpy()[rows])
+        return self.found
+
+    def between(self, pid: int, lo: int, hi: int) -> dict[str, int]:
+        """The process's allocation and free calls starting in [lo, hi)."""
+        alloc, free, st, pids = self._find()
+        if len(st) == 0:
+            return {"alloc_calls": 0, "free_calls": 0}
+        m = (pids == pid) & (st >= lo) & (st < hi)
+        return {"alloc_calls": int(alloc[m].sum()), "free_calls": int(free[m].sum())}
 
 
 def _from_calls(a: Any) -> MemoryUse:
     """No usage events: the allocation and free calls per steady window of each process."""
     api = a.trace.cuda_api
+    calls = _AllocCalls(api)
     rows = []
     for pid, b in _steady_bounds(a).items():
         if len(b) < 3:
             continue
-        c = _calls_between(api, pid, int(b[0]), int(b[-1]))
+        c = calls.between(pid, int(b[0]), int(b[-1]))
         rows.append({"pid": pid, "devices": [], "steps": len(b) - 1, "growth_per_iteration_bytes": float("nan"),
                      "grew_in": 0, "grew_in_quarters": 0, "quarters": 0, "live_first_bytes": 0, "live_last_bytes": 0,
                      "allocated_bytes": 0, "freed_bytes": 0, **c, "first_ns": int(b[0]), "last_ns": int(b[-1])})

@@ -632,29 +632,51 @@ def _memory_frees(frames: dict[str, pd.DataFrame], warnings: list[str]) -> None:
 def _overdrawn_frees(gm: pd.DataFrame) -> np.ndarray:
     """Per (device, process), in time order: the frees of device memory (not host kinds) that would
     take live memory (allocations - frees, the frees kept so far) below 0. A sound trace costs one
-    cumulative sum; a process whose sum goes negative is walked row by row from there."""
+    cumulative sum per pair; a pair whose sum goes negative is walked row by row from there. The
+    signed bytes are made per pair, in its time order (no signed copy of the whole table beside it)."""
     bad = np.zeros(len(gm), dtype=bool)
     op, b = gm["operation"].to_numpy(), gm["bytes"].to_numpy(np.int64)
     device = ~np.isin(gm["mem_kind"].to_numpy(), (0, 1))  # analyses.memory.HOST_KINDS
-    d = np.where(device & (op == 0), b, np.where(device & (op == 1), -b, 0))
-    if not (d < 0).any():
+    if not (device & (op == 1) & (b != 0)).any():  # no free takes anything
         return bad
-    dev, pid = gm["device_id"].to_numpy(), gm["pid"].to_numpy()
-    order = np.lexsort((gm["start_ns"].to_numpy(), pid, dev))  # stable: ties keep the table's order
-    ds, ps = dev[order], pid[order]
-    cuts = np.flatnonzero((ds[1:] != ds[:-1]) | (ps[1:] != ps[:-1])) + 1
-    for idx in np.split(order, cuts):
-        s = np.cumsum(d[idx])
+    for idx in _process_rows(gm):
+        s = _signed_bytes(b, op, device, idx)
+        np.cumsum(s, out=s)
         if int(s.min()) >= 0:
             continue
         first = int(np.argmax(s < 0))
         live = int(s[first - 1]) if first else 0
-        for j, x in zip(idx[first:].tolist(), d[idx[first:]].tolist()):
+        del s
+        idx = np.arange(len(b)) if idx is None else idx
+        for j, x in zip(idx[first:].tolist(), _signed_bytes(b, op, device, idx[first:]).tolist()):
             if live + x < 0:
                 bad[j] = True
             else:
                 live += x
     return bad
+
+
+def _signed_bytes(b: np.ndarray, op: np.ndarray, device: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    """Rows ``idx`` (None: all) of the memory usage events as + bytes for a device allocation, - bytes
+    for a device free, 0 else (a new int64 array)."""
+    s = b.copy() if idx is None else b[idx]
+    o, d = (op, device) if idx is None else (op[idx], device[idx])
+    s[~(d & ((o == 0) | (o == 1)))] = 0
+    np.negative(s, out=s, where=d & (o == 1))
+    return s
+
+
+def _process_rows(gm: pd.DataFrame) -> list[np.ndarray | None]:
+    """The rows of each (device, process) of the memory usage events, in that order, each in time
+    order (ties: the table's order); None for all the rows in the table's order (one pair whose
+    rows are in time order already: no index of the whole table)."""
+    dev, pid, st = gm["device_id"].to_numpy(), gm["pid"].to_numpy(), gm["start_ns"].to_numpy()
+    if int(dev.min()) == int(dev.max()) and int(pid.min()) == int(pid.max()):
+        return [None] if bool((st[1:] >= st[:-1]).all()) else [np.argsort(st, kind="stable")]
+    order = np.lexsort((st, pid, dev))  # stable: ties keep the table's order
+    ds, ps = dev[order], pid[order]
+    cuts = np.flatnonzero((ds[1:] != ds[:-1]) | (ps[1:] != ps[:-1])) + 1
+    return np.split(order, cuts)
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -847,7 +869,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             warnings += plan.notes
             if max_rows is not None:
                 plan.check_rows(db, path, max_rows)
-            time_window = budget.guard(db, display(path), plan.direct_plans, plan.prefetched, plan.by_sql, time_range)
+            time_window = budget.guard(db, display(path), plan.event_plans(), plan.prefetched, plan.by_sql, time_range)
             queries, bulky = plan.queries(db, all_columns)
         except BaseException:
             if early is not None:
@@ -864,8 +886,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             raw.update(db.direct_read_many(plan.direct_plans, workers, window=time_window))
             strings = strings_f.result()
         tick("strings")
-        for name, t in raw.items():
-            if t is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
+        for name in raw:  # (by name: a loop variable would hold the last table's columns to the end)
+            if raw[name] is None:  # declined (e.g. a REAL in an integer column): SQLite reads that table
                 again = _sql_queries(db, plan.specs[name], plan.sources[name], all_columns)
                 queries += again
                 tick.total += len(again)
@@ -929,7 +951,9 @@ def _tidy(frames: dict[str, pd.DataFrame], strings: Strings, warnings: list[str]
     if cut is not None:
         warnings.append(cut)
     gm = frames["gpu_memory_usage"]
-    frames["gpu_memory_usage"] = gm.loc[gm["start_ns"].to_numpy() != MISSING].reset_index(drop=True)
+    timeless = gm["start_ns"].to_numpy() == MISSING
+    if timeless.any():  # (else no copy of the table: 3M rows are 90 MB)
+        frames["gpu_memory_usage"] = gm.loc[~timeless].reset_index(drop=True)
     th = frames["threads"]
     frames["threads"] = th.assign(name=th["name"].astype("string"))
 
@@ -997,16 +1021,21 @@ class _Plan:
             if src in generated:  # computed by SQLite, absent from the stored rows: SQL reads it
                 self.by_sql.append((spec, src))
                 continue
-            if spec.name in INTERVAL_TABLES and self._direct(db, spec, src, early, all_columns):
+            if spec.name in INTERVAL_TABLES + S.SIDE_TABLES and self._direct(db, spec, src, early, all_columns):
                 continue
             self.by_sql.append((spec, src))
 
+    def event_plans(self) -> dict[str, tuple[direct.Plan, np.ndarray]]:
+        """The direct reader's plans of the event tables (the side tables' left out: not events)."""
+        return {name: p for name, p in self.direct_plans.items() if name in INTERVAL_TABLES}
+
     def check_rows(self, db: Database, path: Path, max_rows: int) -> None:
         """``--max-rows``: refuse the trace before reading it when a table holds more rows."""
-        _check_rows(db, path, max_rows, self.direct_plans, self.prefetched,
+        _check_rows(db, path, max_rows, self.event_plans(), self.prefetched,
                     [src for spec, src in self.by_sql if spec.name in INTERVAL_TABLES + ("nvtx_raw",)])
         _check_other_rows(db, path, max_rows, ["StringIds"] + [
-            src for spec, src in self.by_sql if spec.name not in INTERVAL_TABLES + ("nvtx_raw",)])
+            src for spec, src in self.by_sql if spec.name not in INTERVAL_TABLES + ("nvtx_raw",)]
+            + [self.sources[name] for name in self.direct_plans if name not in INTERVAL_TABLES])
 
     def queries(self, db: Database, all_columns: bool) -> tuple[list[tuple[str, str]], set[str]]:
         """The SQL reads (the string table first), and the tables read through ADBC (``bulky``:
@@ -1066,8 +1095,8 @@ def _build_frames(specs: dict[str, S.TableSpec], raw: dict[str, Columns | None],
         parts = ([convert(name, whole)] if whole is not None else tables.pop(name, None)) \
             or [_to_frame(_empty(spec, all_columns), spec, strings, all_columns)]
         del whole  # the read columns: their int64 arrays go as their narrow copies replace them
-        # an event table's global ids are extra: pid and tid are what the analyses read
-        df = _narrow(_decode_ids(_concat(parts), all_columns or name not in INTERVAL_TABLES), name)
+        # an event or side table's global ids are extra: pid and tid are what the analyses read
+        df = _narrow(_decode_ids(_concat(parts), all_columns or name not in INTERVAL_TABLES + S.SIDE_TABLES), name)
         notes: list[str] = []
         if name in INTERVAL_TABLES:
             held = [df]

@@ -25,7 +25,8 @@ Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, `
 nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``). The int64 global
 ids of the event tables (``global_tid`` of cuda_api and osrt, ``global_pid`` of the GPU tables and
 those two) are extra: the analyses read pid and tid, and on a 245 MB trace the ids were 57 of the
-tables' 260 MiB. ``threads``, ``processes``, ``nvtx`` and ``gpu_memory_usage`` keep theirs.
+tables' 260 MiB. So are those of the side tables ``gpu_memory_usage`` and ``sched`` (millions of rows
+where recorded). ``threads``, ``processes`` and ``nvtx`` keep theirs.
 
 Tables and their own columns:
 
@@ -55,9 +56,10 @@ them, and SQLite's read cost is per value.
   total_memory_bytes, compute_major/minor, memory_bandwidth_bytes_per_s, clock_rate_hz.
 * ``streams``: stream_id, pid, context_id, priority, flag.
 * ``gpu_memory_usage``: allocation/free point events (``--cuda-memory-usage=true``): device_id,
-  bytes, mem_kind, operation (0 allocation, 1 deallocation), correlation_id, address.
+  bytes, mem_kind, operation (0 allocation, 1 deallocation), correlation_id, address; pid. mem_kind
+  and operation are as narrow as int8 (``schema.NARROW``).
 * ``sched``: thread scheduling (``SCHED_EVENTS``, ``--cpuctxsw``): a row per switch on (``is_in`` 1)
-  or off a CPU; pid, tid.
+  or off a CPU (int8); pid, tid.
 * ``um_gpu_faults``: unified memory GPU page fault groups (``--cuda-um-gpu-page-faults=true``):
   start_ns, end_ns, pid, device_id, faults (their number), access (1 read, 2 write, 3 atomic,
   4 prefetch). ``um_cpu_faults``: CPU page faults on managed memory (``--cuda-um-cpu-page-faults=true``),

@@ -176,10 +176,18 @@ NARROW: dict[str, dict[str, str]] = {
     "graph_launches": _IDS, "memcpy": _IDS, "memset": _IDS, "sync": _IDS,
     "cuda_api": {"correlation_id": "int32"},
     "streams": {"pid": "int32"},
+    # the point-event side tables: enum columns as small as int8 (memory kinds, operations, switch
+    # direction: compared with constants only), ids at least int32
+    "gpu_memory_usage": {"device_id": "int32", "correlation_id": "int32", "mem_kind": "int8", "operation": "int8"},
+    "sched": {"is_in": "int8"},
 }
 
 # the event tables (start/end intervals): read by the direct reader when possible, checked and sorted
 INTERVAL_TABLES = ("kernels", "graph_launches", "memcpy", "memset", "sync", "cuda_api", "osrt")
+# big point-event tables (millions of rows where recorded) that only one analysis reads: decoded by the
+# direct reader too, their global ids extra (pid and tid are what is read), but not counted as events
+# (``--max-events``, the memory estimate): each is bounded like the other side tables
+SIDE_TABLES = ("gpu_memory_usage", "sched")
 
 ALL_SPECS = (KERNELS, GRAPH_LAUNCHES, MEMCPY, MEMSET, SYNC, CUDA_API, OSRT, NVTX_RAW, THREADS, PROCESSES,
              GPUS, STREAMS, GPU_MEMORY_USAGE, SCHED, UM_GPU_FAULTS, UM_CPU_FAULTS)
