@@ -28,8 +28,6 @@ Prints (``[input_wait]`` lines) the wall time per step (mean, p50) and the mean 
 
 from __future__ import annotations
 
-import argparse
-import ctypes
 import os
 import queue
 import statistics
@@ -39,20 +37,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
-
-def name_thread(name: str) -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except OSError:  # pragma: no cover
-        pass
+import loops
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = loops.parser(__doc__, steps=30, warmup=3)
     p.add_argument("--mode", choices=("blocked", "busy"), default="blocked")
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--prep-ms", type=float, default=10.0)
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--batch", type=int, default=2048)
@@ -90,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     total = args.warmup + args.steps
 
     def producer() -> None:
-        name_thread("producer")
+        loops.name_thread("producer")
         for _ in range(total):
             if stop.is_set():
                 return
@@ -116,21 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         opt.step()
         return loss.item()
 
-    with cu.nvtx_range("warmup"):
-        for _ in range(args.warmup):
-            step(False)
-    dts = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        with cu.nvtx_range("train_step"):
-            step(True)
-        dts.append(time.perf_counter() - t0)
+    ms, _ = loops.warm_then_time(lambda i, timed: step(timed), args.steps, args.warmup)
     stop.set()
     torch.cuda.synchronize()
-    ms = [v * 1e3 for v in dts]
     print(f"[input_wait] mode {args.mode}: {args.steps} steps (after {args.warmup} warm-up), input {args.prep_ms} ms "
           f"a batch ({'producer thread, queue.get' if args.mode == 'blocked' else 'numpy inline on the main thread'}); "
-          f"per step mean {statistics.mean(ms):.3f} ms, p50 {statistics.median(ms):.3f} ms; data mean "
+          f"{loops.mean_p50(ms)}; data mean "
           f"{statistics.mean(data_ms):.3f} ms", file=sys.stderr, flush=True)
     return 0
 

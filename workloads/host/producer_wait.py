@@ -31,7 +31,6 @@ Prints (``[producer_wait]`` lines) per step mean and p50, and the mean time in `
 from __future__ import annotations
 
 import argparse
-import ctypes
 import multiprocessing as mp
 import os
 import queue
@@ -42,13 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
-
-def name_thread(name: str) -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except OSError:  # pragma: no cover
-        pass
+import loops
 
 
 def _nvtx():  # the producer's NVTX push/pop (nvtx package, else no-op: a spawned child has no torch)
@@ -94,7 +87,7 @@ class Maker:
 
 
 def _pipe_producer(conn, prep_ms: float, seed: int, count: int) -> None:  # a spawned process
-    name_thread(f"producer{seed}")
+    loops.name_thread(f"producer{seed}")
     m = Maker(prep_ms, seed)
     for i in range(count):
         b = m.make_batch()
@@ -178,7 +171,7 @@ def _source(mode: str, producers: int, per: list[int], prep_ms: float):
         q: queue.Queue = queue.Queue(maxsize=2)
 
         def produce(i: int) -> None:
-            name_thread(f"producer{i}")
+            loops.name_thread(f"producer{i}")
             m = Maker(prep_ms, i)
             for _ in range(per[i]):
                 q.put(m.make_batch())
@@ -192,7 +185,7 @@ def _source(mode: str, producers: int, per: list[int], prep_ms: float):
     taken = [threading.Event() for _ in range(producers)]
 
     def fill(i: int) -> None:
-        name_thread(f"producer{i}")
+        loops.name_thread(f"producer{i}")
         m = Maker(prep_ms, i)
         for _ in range(per[i]):
             b = m.make_batch()

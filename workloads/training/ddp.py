@@ -39,7 +39,6 @@ loss read), mean and p50, and the mean time of ``load_batch``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -48,25 +47,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
 import common as cu
+import loops
 
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
-
-
-def spin(ms: float) -> None:
-    """Host work that holds the thread (a slow input pipeline in Python)."""
-    end = time.perf_counter() + ms / 1e3
-    x = 0
-    while time.perf_counter() < end:
-        x += 1
+loops.no_multicast()
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = loops.parser(__doc__, steps=30, warmup=5, quick=True)
     p.add_argument("--mode", choices=["ddp", "serial", "tp", "fsdp", "pipeline"], default="ddp")
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=8192)
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--layers", type=int, default=8)
@@ -74,26 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--nccl-ctas", type=int, default=0, help="at most this many CTAs a collective (0: NCCL's choice)")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args(argv)
+    args = loops.parse(p, argv)
     if args.nccl_ctas > 0:
         os.environ["NCCL_MAX_CTAS"] = os.environ["NCCL_MAX_NCHANNELS"] = str(args.nccl_ctas)
-    if args.quick:
-        args.steps, args.warmup = 3, 1
 
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch import nn
 
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    world = dist.get_world_size()
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.manual_seed(0)
+    rank, local, dev, world = loops.init_nccl()
     d, L = args.width, args.layers
 
     def mlp(n: int) -> nn.Sequential:
@@ -166,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         with cu.nvtx_range("load_batch"):
             if rank == args.slow_rank and args.slow_ms > 0:
-                spin(args.slow_ms)
+                loops.spin(args.slow_ms)
             out = batches[i % len(batches)]
         load.append(time.perf_counter() - t0)
         return out
@@ -215,27 +193,18 @@ def main(argv: list[str] | None = None) -> int:
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    with cu.nvtx_range("warmup"):
-        for i in range(args.warmup):
-            step(i)
+    def between() -> None:
+        loops.barrier()
+        load.clear()
+
+    ms, losses = loops.warm_then_time(lambda i, timed: step(i), args.steps, args.warmup, between)
     torch.cuda.synchronize()
-    with cu.nvtx_range("barrier"):
-        dist.barrier()
-        torch.cuda.synchronize()
-    dts, losses = [], []
-    load.clear()
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        with cu.nvtx_range("train_step"):
-            losses.append(step(i))
-        dts.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    ms = [t * 1e3 for t in dts]
     nparams = sum(q.numel() for q in params)
     print(f"[ddp] mode {args.mode} rank {rank}/{world} pid {os.getpid()} cuda:{local}: {args.steps} steps (after "
           f"{args.warmup} warm-up), {L} layers width {d}, batch {args.batch}, {nparams / 1e6:.1f} M params on this "
-          f"rank, NCCL CTAs {args.nccl_ctas or 'default'}, slow rank {args.slow_rank} (+{args.slow_ms} ms host work): per step mean {statistics.mean(ms):.3f} "
-          f"ms, p50 {statistics.median(ms):.3f} ms; load_batch mean {statistics.mean(load) * 1e3:.3f} ms; loss {losses[0]:.4f} -> {losses[-1]:.4f}",
+          f"rank, NCCL CTAs {args.nccl_ctas or 'default'}, slow rank {args.slow_rank} (+{args.slow_ms} ms host work): "
+          f"{loops.mean_p50(ms)}; load_batch mean {statistics.mean(load) * 1e3:.3f} ms; "
+          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}",
           file=sys.stderr, flush=True)
     dist.destroy_process_group()
     return 0

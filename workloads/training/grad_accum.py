@@ -23,7 +23,6 @@ optimizer, mean per step.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import statistics
@@ -33,33 +32,20 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
 import common as cu
+import loops
 
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
-
-
-def spin(ms: float) -> None:
-    end = time.perf_counter() + ms / 1e3
-    x = 0
-    while time.perf_counter() < end:
-        x += 1
+loops.no_multicast()
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=3)
+    p = loops.parser(__doc__, steps=30, warmup=3, quick=True)
     p.add_argument("--accum", type=int, default=4, help="micro-batches per optimizer step")
     p.add_argument("--micro-batch", type=int, default=2048)
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.steps, args.warmup = 3, 1
+    args = loops.parse(p, argv)
 
     import torch
     import torch.distributed as dist
@@ -67,14 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    world = dist.get_world_size()
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.manual_seed(0)
+    rank, local, dev, world = loops.init_nccl()
     d, k = args.width, args.accum
     mods: list[nn.Module] = []
     for _ in range(args.layers):
@@ -92,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         with cu.nvtx_range("load_batch"):
             if rank == args.slow_rank and args.slow_ms > 0 and m == 0:
-                spin(args.slow_ms)
+                loops.spin(args.slow_ms)
             out = batches[(i * k + m) % len(batches)]
         load.append(time.perf_counter() - t0)
         return out
@@ -122,22 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             events.append(ev)
         return total.item()
 
-    with cu.nvtx_range("warmup"):
-        for i in range(args.warmup):
-            step(i, False)
+    def between() -> None:
+        loops.barrier()
+        load.clear()
+
+    ms, losses = loops.warm_then_time(step, args.steps, args.warmup, between)
     torch.cuda.synchronize()
-    with cu.nvtx_range("barrier"):
-        dist.barrier()
-        torch.cuda.synchronize()
-    dts, losses = [], []
-    load.clear()
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        with cu.nvtx_range("train_step"):
-            losses.append(step(i, True))
-        dts.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    ms = [t * 1e3 for t in dts]
     mb_first = [statistics.mean(e[m].elapsed_time(e[m + 1]) for m in range(k - 1)) for e in events]
     mb_last = [e[k - 1].elapsed_time(e[k]) for e in events]
     opt_ms = [e[k].elapsed_time(e[k + 1]) for e in events]
@@ -145,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[grad_accum] rank {rank}/{world} pid {os.getpid()} cuda:{local}: {args.steps} optimizer steps (after "
           f"{args.warmup} warm-up) x {k} micro-batches of {args.micro_batch}, {args.layers} layers width {d}, "
           f"{nparams / 1e6:.1f} M params, slow rank {args.slow_rank} (+{args.slow_ms} ms host work in micro-batch 1): "
-          f"per optimizer step mean {statistics.mean(ms):.3f} ms, p50 {statistics.median(ms):.3f} ms; "
+          f"{loops.mean_p50(ms, 'per optimizer step')}; "
           f"load_batch mean {statistics.mean(load) * 1e3:.3f} ms; loss {losses[0]:.4f} -> {losses[-1]:.4f}",
           file=sys.stderr, flush=True)
     print(f"[grad_accum] rank {rank}: CUDA events on the compute stream, mean per step: micro-batches 1..{k - 1} "

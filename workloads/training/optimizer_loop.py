@@ -15,7 +15,8 @@ Profiled runs do ``--warmup`` steps, then ``cudaProfilerStart``, ``--steps`` ste
 so that a recording with ``--capture-range=cudaProfilerApi`` holds only the steady steps::
 
     nsys profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --capture-range=cudaProfilerApi \\
-        --capture-range-end=stop -o optim_foreach_false python3 workloads/training/optimizer_loop.py --optimizer foreach_false
+        --capture-range-end=stop -o optim_foreach_false \\
+        python3 workloads/training/optimizer_loop.py --optimizer foreach_false
 
 Expected: ``launch-bound`` fires and names the per-parameter optimizer and its flag (foreach_false);
 the fused run has no such sentence. It prints its own timings (``[optimizer_loop]`` lines).

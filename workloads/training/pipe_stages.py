@@ -25,23 +25,19 @@ from CUDA events around its forward and backward layers (mean).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+import loops
+
+loops.no_multicast()
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p = loops.parser(__doc__, steps=10, warmup=3)
     p.add_argument("--micro", type=int, default=4, help="micro-batches per step")
     p.add_argument("--micro-batch", type=int, default=2048)
     p.add_argument("--width", type=int, default=4096)
@@ -58,15 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
     from torch import nn
 
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    world = dist.get_world_size()
+    rank, local, dev, world = loops.init_nccl(seed=None)
     assert world == 2, "two stages, two ranks"
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.manual_seed(rank)
     d, m, mb = args.width, args.micro, args.micro_batch
     nl = args.stage0_layers if rank == 0 else args.stage1_layers
     mods: list[nn.Module] = []
@@ -132,24 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             comp.append(sum(a.elapsed_time(b) for a, b in ev))
         return loss_v
 
-    with cu.nvtx_range("warmup"):
-        for _ in range(args.warmup):
-            step(False)
-    torch.cuda.synchronize()
-    with cu.nvtx_range("barrier"):
-        dist.barrier()
-        torch.cuda.synchronize()
-    dts = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        with cu.nvtx_range("train_step"):
-            step(True)
-        dts.append(time.perf_counter() - t0)
-    ms = [v * 1e3 for v in dts]
+    ms, _ = loops.warm_then_time(lambda i, timed: step(timed), args.steps, args.warmup, loops.barrier)
     print(f"[pipe_stages] rank {rank}/{world} pid {os.getpid()} cuda:{local}: stage {rank} of {nl} layers "
           f"(stages {args.stage0_layers}/{args.stage1_layers}), width {d}, {m} micro-batches of {mb}, GPipe; "
-          f"{args.steps} steps (after {args.warmup} warm-up): per step mean {statistics.mean(ms):.3f} ms, p50 "
-          f"{statistics.median(ms):.3f} ms; stage compute (CUDA events, fwd+bwd) mean {statistics.mean(comp):.3f} ms "
+          f"{args.steps} steps (after {args.warmup} warm-up): {loops.mean_p50(ms)}; stage compute (CUDA events, "
+          f"fwd+bwd) mean {statistics.mean(comp):.3f} ms "
           f"a step", file=sys.stderr, flush=True)
     dist.barrier()
     dist.destroy_process_group()

@@ -19,7 +19,6 @@ preparation.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import statistics
 import sys
@@ -29,16 +28,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
 import common as cu
+import loops
 import numpy as np
-
-
-def name_thread(name: str) -> None:
-    """Set the OS thread name (what profilers show); Python's thread name is not the OS one."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except OSError:  # pragma: no cover
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def worker(w: int) -> None:
         try:
-            name_thread(f"worker{w}")
+            loops.name_thread(f"worker{w}")
             torch.cuda.set_device(dev)
             width, layers, batch, nprep = shapes[w % len(shapes)]
             assert nprep >= batch * 64

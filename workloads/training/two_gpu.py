@@ -24,27 +24,23 @@ Prints (``[two_gpu]`` lines) the wall time per step (mean, p50) and the loss.
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
+import loops
+
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = loops.parser(__doc__, steps=12, warmup=3)
     p.add_argument("--mode", choices=("turns", "pipelined"), default="turns")
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--batch", type=int, default=8192)
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--layers", type=int, default=4, help="layers per GPU")
     args = p.parse_args(argv)
 
-    import common as cu
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -88,23 +84,21 @@ def main(argv: list[str] | None = None) -> int:
         opt.step()
         return loss.item()
 
-    with cu.nvtx_range("warmup"):
-        for _ in range(args.warmup):
-            step()
-    torch.cuda.synchronize(d0)
-    torch.cuda.synchronize(d1)
-    dts, losses = [], []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        with cu.nvtx_range("train_step"):
-            losses.append(step())
+    def timed_step(i: int, timed: bool) -> float:
+        loss = step()
+        if timed:
             torch.cuda.synchronize(d0)
-        dts.append(time.perf_counter() - t0)
-    ms = [v * 1e3 for v in dts]
+        return loss
+
+    def drain() -> None:
+        torch.cuda.synchronize(d0)
+        torch.cuda.synchronize(d1)
+
+    ms, losses = loops.warm_then_time(timed_step, args.steps, args.warmup, drain)
     print(f"[two_gpu] mode {args.mode}: {args.layers}+{args.layers} layers of width {d} on cuda:0/cuda:1, batch "
           f"{args.batch}{f' in {args.micro} micro-batches' if args.mode == 'pipelined' else ''}; {args.steps} steps "
-          f"(after {args.warmup} warm-up): per step mean {statistics.mean(ms):.3f} ms, p50 {statistics.median(ms):.3f} "
-          f"ms; loss {losses[0]:.4f} -> {losses[-1]:.4f}", file=sys.stderr, flush=True)
+          f"(after {args.warmup} warm-up): {loops.mean_p50(ms)}; loss {losses[0]:.4f} -> {losses[-1]:.4f}",
+          file=sys.stderr, flush=True)
     return 0
 
 
