@@ -75,14 +75,23 @@ class Schedule:
         self._on: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._span: dict[tuple[int, int], tuple[int, int]] = {}
         if self.recorded:
-            s = sched.sort_values(["pid", "tid", "start_ns"], kind="stable")
-            for (pid, tid), g in s.groupby(["pid", "tid"], sort=False):
-                t = g["start_ns"].to_numpy(np.int64)
-                inn = g["is_in"].to_numpy().astype(bool)
-                self._on[(int(pid), int(tid))] = _on_intervals(t, inn)
-                self._span[(int(pid), int(tid))] = (int(t[0]), int(t[-1]))
+            self._thread_switches(sched)
         self._osrt = osrt if osrt is not None else pd.DataFrame(columns=["start_ns", "end_ns", "pid", "tid", "name"])
         self._segments: dict[tuple[int, int], dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+
+    def _thread_switches(self, sched: pd.DataFrame) -> None:
+        """Each thread's on-CPU intervals and span from its switches in time order (ties: the table's
+        order): per thread its rows, sorted by time where they are not (no sorted copy of the table)."""
+        from nsysan.analyses.frames import group_rows
+
+        st, inn = sched["start_ns"].to_numpy(np.int64), sched["is_in"].to_numpy()
+        for (pid, tid), idx in group_rows(sched["pid"].to_numpy(), sched["tid"].to_numpy()):
+            t = st[idx]
+            if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
+                o = np.argsort(t, kind="stable")
+                t, idx = t[o], idx[o]
+            self._on[(pid, tid)] = _on_intervals(t, inn[idx].astype(bool))
+            self._span[(pid, tid)] = (int(t[0]), int(t[-1]))
 
     def threads(self) -> list[tuple[int, int]]:
         return sorted(self._on)
@@ -161,7 +170,8 @@ def _on_intervals(t: np.ndarray, inn: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return iv.merge(s[keep], e[keep])
 
 
-def gap_thread_time(schedule: Schedule, gaps: pd.DataFrame, causes: tuple[str, ...] = ("host",)) -> dict[str, ThreadTime]:
+def gap_thread_time(schedule: Schedule, gaps: pd.DataFrame,
+                    causes: tuple[str, ...] = ("host",)) -> dict[str, ThreadTime]:
     """Per gap cause: running / off CPU of the submitting thread during the gaps of that cause, each gap
     up to its launching call's start (what the thread did before it submitted the work)."""
     out: dict[str, ThreadTime] = {}
@@ -202,7 +212,8 @@ def range_thread_time(schedule: Schedule, ranges: pd.DataFrame, threads: set[tup
         top = tt.top_calls(1)
         rows.append({"pid": int(pid), "tid": int(tid), "name": name, "instances": len(g), "total_ns": tt.total_ns,
                      "running_ns": tt.running_ns, "off_cpu_ns": tt.off_ns, "off_cpu_share": round(tt.off_share, 4),
-                     "top_call": top[0][0] if top else NOT_IN_A_CALL, "top_call_ns": top[0][1] if top else tt.off_untraced_ns,
+                     "top_call": top[0][0] if top else NOT_IN_A_CALL,
+                     "top_call_ns": top[0][1] if top else tt.off_untraced_ns,
                      "off_cpu_untraced_ns": tt.off_untraced_ns})
     return pd.DataFrame(rows, columns=cols)
 
