@@ -276,14 +276,41 @@ def _intersect_pairs(a_s: Array, a_e: Array, b_s: Array, b_e: Array) -> tuple[Ar
     i0 = search(a_e, b_s, side="right")  # the first interval of a ending after b's interval starts
     i1 = search(a_s, b_e, side="left")  # the first starting at or after it ends
     cnt = np.maximum(i1 - i0, 0)
+    del i1
+    n = int(cnt.sum())
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if n <= PAIR_CHUNK:
+        return _pieces(a_s, a_e, b_s, b_e, i0, cnt)
+    # many pairs (a few long intervals over a million short ones): b's intervals a chunk of about
+    # PAIR_CHUNK pairs at a time, the pieces written into one output (the per-pair temporaries of
+    # one chunk, not of all pairs)
+    out_s, out_e = np.empty(n, np.int64), np.empty(n, np.int64)
+    cuts = np.searchsorted(np.cumsum(cnt), np.arange(PAIR_CHUNK, n, PAIR_CHUNK), side="left") + 1
+    bounds = np.unique(np.concatenate([[0], np.minimum(cuts, len(b_s)), [len(b_s)]]))
+    at = 0
+    for j0, j1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        s, e = _pieces(a_s, a_e, b_s[j0:j1], b_e[j0:j1], i0[j0:j1], cnt[j0:j1])
+        out_s[at:at + len(s)], out_e[at:at + len(s)] = s, e
+        at += len(s)
+    return out_s[:at], out_e[:at]
+
+
+PAIR_CHUNK = 1 << 18  # overlapping pairs handled at once by _intersect_pairs
+
+
+def _pieces(a_s: Array, a_e: Array, b_s: Array, b_e: Array, i0: Array, cnt: Array) -> tuple[Array, Array]:
+    """The overlaps of b's intervals with the ``cnt`` intervals of a from ``i0`` on (each b's), in order."""
     n = int(cnt.sum())
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     jj = np.repeat(np.arange(len(b_s)), cnt)
     first = np.cumsum(cnt) - cnt  # each b interval's first pair
     ii = i0[jj] + (np.arange(n) - first[jj])
+    del first
     s = np.maximum(a_s[ii], b_s[jj])
     e = np.minimum(a_e[ii], b_e[jj])
+    del ii, jj
     keep = e > s
     return (s, e) if bool(keep.all()) else (s[keep], e[keep])
 
@@ -292,11 +319,21 @@ def subtract(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Arr
     """Merged set ``a`` minus merged set ``b`` (a merged set)."""
     if len(b[0]) == 0 or len(a[0]) == 0:
         return a
-    lo, hi = min(int(a[0][0]), int(b[0][0])) - 1, max(int(a[1][-1]), int(b[1][-1])) + 1
-    cs = np.concatenate([[lo], b[1]])  # the complement of b: before, between and after its intervals
-    ce = np.concatenate([b[0], [hi]])
-    keep = ce > cs
-    return intersect(a, (cs[keep], ce[keep]))
+    (a_s, a_e), (b_s, b_e) = a, b
+    hs, he = b_e[:-1], b_s[1:]  # b's holes: views of its columns (no copy of a million intervals)
+    keep = he > hs
+    if not bool(keep.all()):
+        hs, he = hs[keep], he[keep]
+    del keep
+    mid = intersect(a, (hs, he))
+    k = int(np.searchsorted(a_s, b_s[0], side="left"))  # a before b's first interval
+    j = int(np.searchsorted(a_e, b_e[-1], side="right"))  # a after b's last one
+    if k == 0 and j == len(a_e):
+        return mid
+    ls, le = a_s[:k], np.minimum(a_e[:k], b_s[0])
+    rs, re_ = np.maximum(a_s[j:], b_e[-1]), a_e[j:]
+    lk, rk = le > ls, re_ > rs  # (empty pieces dropped, as the intersection drops them)
+    return (np.concatenate([ls[lk], mid[0], rs[rk]]), np.concatenate([le[lk], mid[1], re_[rk]]))
 
 
 def _depth(keys: Array) -> Array:
@@ -337,7 +374,10 @@ def covered_before(ms: Array, me: Array, t: Array) -> Array:
     t = np.asarray(t, dtype=np.int64)
     if ms.size == 0:
         return np.zeros(t.shape, dtype=np.int64)
-    cum_end = np.concatenate([[0], np.cumsum(me - ms)])
+    return _covered_before(ms, me, np.concatenate([[0], np.cumsum(me - ms)]), t)
+
+
+def _covered_before(ms: Array, me: Array, cum_end: Array, t: Array) -> Array:
     i = np.searchsorted(ms, t, side="right")  # intervals starting at or before t
     full = cum_end[np.maximum(i - 1, 0)]
     partial = np.where(i > 0, np.minimum(t, me[np.maximum(i - 1, 0)]) - ms[np.maximum(i - 1, 0)], 0)
@@ -346,7 +386,11 @@ def covered_before(ms: Array, me: Array, t: Array) -> Array:
 
 def covered_between(ms: Array, me: Array, lo: Array, hi: Array) -> Array:
     """For merged intervals, the covered length inside each [lo[i], hi[i])."""
-    return covered_before(ms, me, hi) - covered_before(ms, me, lo)
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    if ms.size == 0:
+        return np.zeros(np.broadcast_shapes(lo.shape, hi.shape), dtype=np.int64)
+    cum_end = np.concatenate([[0], np.cumsum(me - ms)])  # once for both ends
+    return _covered_before(ms, me, cum_end, hi) - _covered_before(ms, me, cum_end, lo)
 
 
 def sums_between(times: Array, lo: Array, hi: Array, values: Array | None = None) -> Array:

@@ -50,47 +50,39 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     lo_all, hi_all = int(iterations["start_ns"].min()), int(iterations["end_ns"].max())
     a_all = launches["api_start_ns"].to_numpy()
     keep = (a_all >= lo_all) & (a_all <= hi_all) & ~launches["is_graph"].to_numpy(dtype=bool)
-    lau = launches.loc[keep]
-    order = np.argsort(lau["api_start_ns"].to_numpy(), kind="stable")
-    lau = lau.iloc[order]
-    codes, text = _name_codes(lau["name"])
-    g = lau["gpu_ns"].to_numpy()
-    elem = text.str.contains(ELEMENTWISE).to_numpy()[codes] & (g <= max_kernel_ns) if len(text) else np.zeros(0, bool)
-    fused = text.str.contains(FUSED).to_numpy()[codes] if len(text) else np.zeros(0, bool)
-    back = text.str.contains(BACKWARD).to_numpy()[codes] if len(text) else np.zeros(0, bool)
-    a, pid, tid = lau["api_start_ns"].to_numpy(), lau["pid"].to_numpy(), lau["tid"].to_numpy()
-    ae = lau["api_end_ns"].to_numpy() if "api_end_ns" in lau.columns else a
-    dev = lau["device_id"].to_numpy() if "device_id" in lau.columns else np.zeros(len(a), np.int64)
-    nv = nvtx.loc[nvtx["end_ns"].notna()] if len(nvtx) else nvtx
-    if len(nv):
-        nv = nv.loc[nv["text"].fillna("").astype(str).str.contains(OPTIMIZER_RANGE).to_numpy()]
+    pos = np.flatnonzero(keep)
+    del keep
+    # the launches in call order, by position: each iteration's rows are read from the columns as
+    # they are (no copy of every launch's columns: a million launches on big traces)
+    pos = pos[np.argsort(a_all[pos], kind="stable")]
+    a = a_all[pos]
+    codes, text = _name_codes(launches["name"])
+    is_elem, is_fused, is_back = (text.str.contains(x).to_numpy() if len(text) else np.zeros(0, bool)
+                                  for x in (ELEMENTWISE, FUSED, BACKWARD))
+    g, pid, tid = (launches[c].to_numpy() for c in ("gpu_ns", "pid", "tid"))
+    ae = launches["api_end_ns"].to_numpy() if "api_end_ns" in launches.columns else a_all
+    dev = launches["device_id"].to_numpy() if "device_id" in launches.columns else np.zeros(len(a_all), np.int64)
+    nv = _optimizer_ranges(nvtx)
     counts, gpus, parts, spans, devs = [], [], set(), [], []
     for it in iterations.itertuples(index=False):
         s, e = int(it.start_ns), int(it.end_ns)
-        i0, i1 = int(np.searchsorted(a, s, side="left")), int(np.searchsorted(a, e, side="right"))
-        mine = np.flatnonzero((pid[i0:i1] == it.pid) & (tid[i0:i1] == it.tid)) + i0
-        lo, hi, part = None, e, ""
-        if len(nv):
-            r = nv.loc[(nv["pid"].to_numpy() == it.pid) & (nv["tid"].to_numpy() == it.tid)
-                       & (nv["start_ns"].to_numpy() >= s) & (nv["end_ns"].to_numpy(dtype=np.int64) <= e)
-                       & ((nv["start_ns"].to_numpy() > s) | (nv["end_ns"].to_numpy(dtype=np.int64) < e))]
-            if len(r):
-                lo, hi = int(r["start_ns"].iloc[-1]), int(r["end_ns"].iloc[-1])
-                part = f"NVTX range '{r['text'].iloc[-1]}'"
+        rows = pos[int(np.searchsorted(a, s, side="left")):int(np.searchsorted(a, e, side="right"))]
+        mine = rows[(pid[rows] == it.pid) & (tid[rows] == it.tid)]
+        lo, hi, part = _range_part(nv, it.pid, it.tid, s, e)
         if lo is None:
-            b = mine[back[mine]]
+            b = mine[is_back[codes[mine]]]
             if not len(b):
                 continue
-            lo, part = int(a[b].max()) + 1, "after the last backward kernel"
-        inside = mine[(a[mine] >= lo) & (a[mine] <= hi)]
-        if fused[inside].any():
+            lo, part = int(a_all[b].max()) + 1, "after the last backward kernel"
+        inside = mine[(a_all[mine] >= lo) & (a_all[mine] <= hi)]
+        if is_fused[codes[inside]].any():
             return None
-        sel = inside[elem[inside]]
+        sel = inside[is_elem[codes[inside]] & (g[inside] <= max_kernel_ns)]
         counts.append(len(sel))
         gpus.append(int(g[sel].sum()))
         parts.add(part)
         if len(inside):
-            spans.append((int(a[inside].min()), int(ae[inside].max())))
+            spans.append((int(a_all[inside].min()), int(ae[inside].max())))
             devs.append(dev[inside])
     if not counts or np.median(counts) < min_kernels:
         return None
@@ -100,13 +92,34 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
                          part=sorted(parts)[0], spans=tuple(spans), device_id=int(vals[np.argmax(n)]))
 
 
+def _optimizer_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """The closed NVTX ranges named like an optimizer step."""
+    nv = nvtx.loc[nvtx["end_ns"].notna()] if len(nvtx) else nvtx
+    if len(nv):
+        nv = nv.loc[nv["text"].fillna("").astype(str).str.contains(OPTIMIZER_RANGE).to_numpy()]
+    return nv
+
+
+def _range_part(nv: pd.DataFrame, pid: int, tid: int, s: int, e: int) -> tuple[int | None, int, str]:
+    """The last optimizer range of the thread strictly inside the iteration [s, e]: (start, end, how
+    found); (None, e, "") when none."""
+    if len(nv):
+        r = nv.loc[(nv["pid"].to_numpy() == pid) & (nv["tid"].to_numpy() == tid)
+                   & (nv["start_ns"].to_numpy() >= s) & (nv["end_ns"].to_numpy(dtype=np.int64) <= e)
+                   & ((nv["start_ns"].to_numpy() > s) | (nv["end_ns"].to_numpy(dtype=np.int64) < e))]
+        if len(r):
+            return int(r["start_ns"].iloc[-1]), int(r["end_ns"].iloc[-1]), f"NVTX range '{r['text'].iloc[-1]}'"
+    return None, e, ""
+
+
 def _name_codes(name: pd.Series) -> tuple[np.ndarray, pd.Series]:
     """Each row's code into the distinct names as text (a missing name is the text ``nan``): a
     categorical's own codes (no per-row conversion of a million names), else a factorisation."""
     if isinstance(name.dtype, pd.CategoricalDtype):
-        codes = name.cat.codes.to_numpy().astype(np.int64)
         cats = [str(c) for c in name.cat.categories]
-        codes[codes < 0] = len(cats)
+        codes = name.cat.codes.to_numpy()
+        if (codes < 0).any():
+            codes = np.where(codes < 0, len(cats), codes.astype(np.int64))
         return codes, pd.Series(cats + ["nan"], dtype=object)
     codes, uniq = pd.factorize(name.astype(object), use_na_sentinel=False)
     return codes, pd.Series([str(u) for u in uniq], dtype=object)

@@ -258,6 +258,7 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
         per_span.append(_launch_spans(a, e, k, n_it))
         name_a.append(a)
         threads.append((p_, t_))
+        del a, e, g, d, k, rs, re_, rd, rk, idle  # (a thread's launch columns let go before the next's)
     if not per_n:
         return None
     estimate, per_seq, best = _best_sequence(per_idle, per_n)
