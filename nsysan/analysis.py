@@ -1,7 +1,8 @@
 """Run every analysis on a trace once and collect the results (frames and small dicts).
 
-``analyze(trace)`` is the Python entry point; ``Analysis.to_dict()`` is the JSON shape documented
-in docs/json.md (schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole session;
+``analyze(trace)`` is the Python entry point; the result, the frozen ``Analysis``, and the ``Params``
+it is built with are ``nsysan/result.py``'s (``Analysis.to_dict()`` is the JSON shape documented in
+docs/json.md, schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole session;
 ``steady`` is the steady state of the iteration range when one is found, else the capture.
 """
 
@@ -11,7 +12,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ import pandas as pd
 
 from nsysan import _memory
 from nsysan._executor import default_workers, event_rows, threads
-from nsysan._registry import output
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
@@ -31,117 +31,10 @@ from nsysan.analyses.join import launched
 from nsysan.analyses.program import program
 from nsysan.analyses.ranks import analyze_ranks
 from nsysan.analyses.tensorrt import analyze_tensorrt
+from nsysan.result import Analysis, Params
 from nsysan.trace.model import Trace
 
 SCHEMA = "nsysan.analysis/2"
-
-
-@dataclass(frozen=True)
-class Params:
-    iteration_range: str | None = None
-    min_gap_ns: int = 10_000
-    launch_gap_ns: int = 10_000
-    utilization_bins: int = 200
-    warmup_factor: float = 1.5
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """Every analysis of one trace, built once by ``analyze`` and frozen (its frames are shared, not
-    copied: read them, do not change them). Rendering and writing are ``nsysan.api``'s functions,
-    also reachable as the methods below."""
-
-    trace: Trace
-    params: Params
-    capture: Window
-    steady: Window
-    ops: pd.DataFrame
-    kernels: pd.DataFrame
-    kernel_configs: pd.DataFrame
-    cuda_api: pd.DataFrame
-    osrt: pd.DataFrame
-    memcpy: pd.DataFrame
-    memset: pd.DataFrame
-    nvtx_ranges: pd.DataFrame
-    nvtx: pd.DataFrame
-    launches: pd.DataFrame
-    launch_summary: dict[str, Any]
-    launch_per_kernel: pd.DataFrame
-    busy_capture: pd.DataFrame
-    busy_steady: pd.DataFrame
-    utilization: pd.DataFrame
-    concurrency: pd.DataFrame
-    overlap: pd.DataFrame
-    stream_pairs: pd.DataFrame
-    owned: pd.DataFrame
-    gaps: pd.DataFrame
-    gap_activity: gaps_mod.GapActivity  # what the submitting threads did in the host and sync gaps
-    gap_summary: dict[str, Any]
-    iterations: Iterations
-    busy_by_process: pd.DataFrame = field(default_factory=pd.DataFrame)
-    busy: Any = None  # gpu.Busy: the merged busy intervals per device (all, compute, comm, memcpy, memset)
-    comm: pd.DataFrame = field(default_factory=pd.DataFrame)  # communication ops (comm.comm_ops)
-    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
-    comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
-    nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
-    gpu_metrics: Any = None  # metrics.GpuMetrics: GPU metric means per device (analyses/metrics.py), or None
-    idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
-    ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
-    breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
-    # the kernel, CUDA API and copy summaries of the steady window ("kernels", "cuda_api", "memcpy")
-    steady_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
-    tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
-    program: Any = None  # program.Program: training or inference, Python or not, the libraries (rules' advice)
-    graph_trace: str = "none"
-    # beyond time: device memory over time, unified memory, running or blocked, pipeline
-    # stages and GPUs taking turns, slow iterations mid-run; and the inputs the trace lacks for them
-    memory: Any = None  # memory.MemoryUse
-    unified: Any = None  # unified.UnifiedMemory
-    thread_states: Any = None  # sched.ThreadStates
-    stages: Any = None  # stages.Stages
-    slow_iterations: Any = None  # slow_iterations.SlowIterations
-    phases: Any = None  # phases.Phases: start-up, GPU-active part, tail; every second of the capture by cause
-    syncs: Any = None  # syncs.Syncs: host synchronizations in the steady iterations, their call sites and drains
-    inputs_missing: list[dict[str, str]] = field(default_factory=list)
-    nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
-    nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
-    findings: list[Any] = field(default_factory=list)
-    rule_log: list[dict[str, Any]] = field(default_factory=list)
-
-    # -- conveniences for the Python API and notebooks: the functions of ``nsysan.api`` (registered in
-    # ``nsysan._registry`` when the package is imported; the analysis imports no renderer)
-
-    def to_dict(self, *, show_env: bool = False) -> dict[str, Any]:
-        """``nsysan.api.to_dict(self)``: the JSON-ready dict (schema ``nsysan.analysis/2``)."""
-        return output("to_dict")(self, show_env=show_env)
-
-    def __repr__(self) -> str:
-        """``nsysan.api.summary_text(self)``: the trace, the iterations, the window, GPU busy, the findings."""
-        return output("summary_text")(self)
-
-    def _repr_html_(self) -> str:
-        """``nsysan.api.summary_html(self)``: a compact, self-contained HTML fragment for notebooks."""
-        return output("summary_html")(self)
-
-    def to_json(self, path: str | os.PathLike[str] | None = None, *, show_env: bool = False,
-                force: bool = False) -> str:
-        """``nsysan.api.to_json(self, ...)``: the JSON text ``nsysan analyze --json`` writes; also written
-        to ``path`` when given (never over a file nsysan did not write without ``force``, nor the trace)."""
-        return output("to_json")(self, path, show_env=show_env, force=force)
-
-    def to_html(self, *, show_env: bool = False) -> str:
-        """``nsysan.api.to_html(self)``: the self-contained HTML report of ``nsysan analyze --html``."""
-        return output("to_html")(self, show_env=show_env)
-
-    def write_html(self, path: str | os.PathLike[str], *, force: bool = False, show_env: bool = False) -> Path:
-        """``nsysan.api.write_html(self, path)``: the HTML report written atomically (same overwrite
-        rules as ``to_json``; ``OutputExistsError`` without ``force``, ``UsageError`` over the trace)."""
-        return output("write_html")(self, path, force=force, show_env=show_env)
-
-    def write_perfetto(self, path: str | os.PathLike[str], *, force: bool = False) -> Path:
-        """``nsysan.api.write_perfetto(self, path)``: the timeline as Chrome trace-event JSON (Perfetto UI),
-        as ``nsysan analyze --perfetto`` writes it; same overwrite rules as ``write_html``."""
-        return output("write_perfetto")(self, path, force=force)
 
 
 def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
