@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -33,6 +33,10 @@ from nsysan.analyses.ranks import analyze_ranks
 from nsysan.analyses.tensorrt import analyze_tensorrt
 from nsysan.result import Analysis, Params
 from nsysan.trace.model import Trace
+
+if TYPE_CHECKING:
+    from nsysan.analyses.metrics import GpuMetrics
+    from nsysan.analyses.samples import IdleAttribution
 
 SCHEMA = "nsysan.analysis/2"
 
@@ -327,7 +331,7 @@ class _Steps:
             self.progress("done", self.total, self.total)
 
 
-def _idle_samples(trace: Trace, a: Analysis) -> Any:
+def _idle_samples(trace: Trace, a: Analysis) -> IdleAttribution:
     """CPU and Python samples in the host-caused idle gaps of the steady state, per gap class and over the
     steady loop on the launching thread(s), and the call sites of the steady state's CUDA calls
     (``analyses/samples.py``); read only from exports that hold sampling or backtrace tables, and only
@@ -356,7 +360,7 @@ def _idle_samples(trace: Trace, a: Analysis) -> Any:
     return out
 
 
-def _gpu_metrics(trace: Trace, a: Analysis) -> Any:
+def _gpu_metrics(trace: Trace, a: Analysis) -> GpuMetrics | None:
     """GPU metric means per device, range, iteration and kernel group (``analyses/metrics.py``), from
     the samples the loader read (``Trace.gpu_metrics``); None when the export has no GPU metrics."""
     from nsysan.analyses.metrics import analyze_metrics

@@ -11,15 +11,29 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from nsysan._registry import output
 from nsysan.analyses.gaps import GapActivity
-from nsysan.analyses.gpu import Window
+from nsysan.analyses.gpu import Busy, Window
 from nsysan.analyses.iterations import Iterations
 from nsysan.trace.model import Trace
+
+if TYPE_CHECKING:  # the results of the analyses run after the first ones (imported where they run)
+    from nsysan.analyses.memory import MemoryUse
+    from nsysan.analyses.metrics import GpuMetrics
+    from nsysan.analyses.phases import Phases
+    from nsysan.analyses.program import Program
+    from nsysan.analyses.ranks import RankAnalysis
+    from nsysan.analyses.samples import IdleAttribution
+    from nsysan.analyses.sched import ThreadStates
+    from nsysan.analyses.slow_iterations import SlowIterations
+    from nsysan.analyses.stages import Stages
+    from nsysan.analyses.syncs import Syncs
+    from nsysan.analyses.tensorrt import TensorRT
+    from nsysan.analyses.unified import UnifiedMemory
 
 
 @dataclass(frozen=True)
@@ -65,33 +79,33 @@ class Analysis:
     gap_summary: dict[str, Any]
     iterations: Iterations
     busy_by_process: pd.DataFrame = field(default_factory=pd.DataFrame)
-    busy: Any = None  # gpu.Busy: the merged busy intervals per device (all, compute, comm, memcpy, memset)
+    busy: Busy | None = None  # the merged busy intervals per device (all, compute, comm, memcpy, memset)
     comm: pd.DataFrame = field(default_factory=pd.DataFrame)  # communication ops (comm.comm_ops)
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # steady state, per device and type
     comm_per_iteration: pd.DataFrame = field(default_factory=pd.DataFrame)
     nccl_calls: pd.DataFrame = field(default_factory=pd.DataFrame)
-    gpu_metrics: Any = None  # metrics.GpuMetrics: GPU metric means per device (analyses/metrics.py), or None
-    idle_samples: Any = None  # samples.IdleAttribution: Python samples in host-caused GPU idle time
-    ranks: Any = None  # ranks.RankAnalysis: processes aligned on their collectives, the straggler
+    gpu_metrics: GpuMetrics | None = None  # GPU metric means per device (analyses/metrics.py), or None
+    idle_samples: IdleAttribution | None = None  # Python samples in host-caused GPU idle time
+    ranks: RankAnalysis | None = None  # processes aligned on their collectives, the straggler
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)  # per iteration: compute, comm, copy, idle
     # the kernel, CUDA API and copy summaries of the steady window ("kernels", "cuda_api", "memcpy")
     steady_summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
-    tensorrt: Any = None  # tensorrt.TensorRT: engine executions, per-layer table
-    program: Any = None  # program.Program: training or inference, Python or not, the libraries (rules' advice)
+    tensorrt: TensorRT | None = None  # engine executions, per-layer table
+    program: Program | None = None  # training or inference, Python or not, the libraries (rules' advice)
     graph_trace: str = "none"
     # beyond time: device memory over time, unified memory, running or blocked, pipeline
     # stages and GPUs taking turns, slow iterations mid-run; and the inputs the trace lacks for them
-    memory: Any = None  # memory.MemoryUse
-    unified: Any = None  # unified.UnifiedMemory
-    thread_states: Any = None  # sched.ThreadStates
-    stages: Any = None  # stages.Stages
-    slow_iterations: Any = None  # slow_iterations.SlowIterations
-    phases: Any = None  # phases.Phases: start-up, GPU-active part, tail; every second of the capture by cause
-    syncs: Any = None  # syncs.Syncs: host synchronizations in the steady iterations, their call sites and drains
+    memory: MemoryUse | None = None
+    unified: UnifiedMemory | None = None
+    thread_states: ThreadStates | None = None
+    stages: Stages | None = None
+    slow_iterations: SlowIterations | None = None
+    phases: Phases | None = None  # start-up, GPU-active part, tail; every second of the capture by cause
+    syncs: Syncs | None = None  # host synchronizations in the steady iterations, their call sites and drains
     inputs_missing: list[dict[str, str]] = field(default_factory=list)
     nsys_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     nsys_instances: dict[str, pd.DataFrame] = field(default_factory=dict)
-    findings: list[Any] = field(default_factory=list)
+    findings: list[Any] = field(default_factory=list)  # rules._base.Finding (the rules sit above this module)
     rule_log: list[dict[str, Any]] = field(default_factory=list)
 
     # -- conveniences for the Python API and notebooks: the functions of ``nsysan.api`` (registered in
