@@ -36,6 +36,7 @@ import numpy as np
 
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import call_sites, steady, steady_iterations
 from nsysan.units import fmt_ns
@@ -145,36 +146,32 @@ def _work_span(ctx: Any) -> tuple[int, int]:
     return int(work["start_ns"].min()), int(work["end_ns"].max())
 
 
+ADVICE = Advice(
+    torch=("PyTorch's caching allocator should serve every step from its cache: allocations recur when the cache "
+           "is emptied (``torch.cuda.empty_cache()`` in the loop), when tensor shapes keep changing (pad or "
+           "bucket inputs to a few fixed shapes) or when memory is close to full (``PYTORCH_CUDA_ALLOC_CONF="
+           "expandable_segments:True`` avoids the fragmentation); pinned buffers: allocate once with "
+           "``pin_memory=True`` and reuse them."),
+    jax=("Let JAX preallocate its device memory pool (leave ``XLA_PYTHON_CLIENT_PREALLOCATE`` unset, do not set "
+         "``XLA_PYTHON_CLIENT_ALLOCATOR=platform``), and keep shapes fixed so the jitted step is not recompiled "
+         "with new buffers."),
+    cupy=("Keep CuPy's memory pools on (``cupy.get_default_memory_pool()``, "
+          "``cupy.get_default_pinned_memory_pool()``) and do not call ``free_all_blocks()`` in the loop; reuse "
+          "arrays with ``out=`` arguments."),
+    openacc=("Allocate the device copies once: a ``#pragma acc data create(...)``/``copyin(...)`` region around the "
+             "loop (or ``#pragma acc enter data`` before it, ``exit data`` after), so the data clauses of the "
+             "compute constructs inside find the arrays present instead of allocating and freeing them each time."),
+    openmp=("Allocate the device copies once: ``#pragma omp target data map(alloc: ...)`` around the loop (or "
+            "``target enter data`` before it, ``exit data`` after), so the ``map`` clauses inside find the arrays "
+            "present instead of allocating and freeing them each time."),
+    default=("Allocate device and pinned host buffers once before the loop and reuse them (a buffer pool, or "
+             "``cudaMallocAsync`` from a memory pool with a release threshold: ``cudaMemPoolAttrReleaseThreshold``); "
+             "free them after the loop."))
+
+
 def advice(p: Program) -> str:
-    """Reuse instead of allocating, in the program's terms."""
-    if p.rapids:
-        return rmm_advice(p)
-    if p.torch:
-        return ("PyTorch's caching allocator should serve every step from its cache: allocations recur when the cache "
-                "is emptied (``torch.cuda.empty_cache()`` in the loop), when tensor shapes keep changing (pad or "
-                "bucket inputs to a few fixed shapes) or when memory is close to full (``PYTORCH_CUDA_ALLOC_CONF="
-                "expandable_segments:True`` avoids the fragmentation); pinned buffers: allocate once with "
-                "``pin_memory=True`` and reuse them.")
-    if p.jax:
-        return ("Let JAX preallocate its device memory pool (leave ``XLA_PYTHON_CLIENT_PREALLOCATE`` unset, do not set "
-                "``XLA_PYTHON_CLIENT_ALLOCATOR=platform``), and keep shapes fixed so the jitted step is not recompiled "
-                "with new buffers.")
-    if p.cupy:
-        return ("Keep CuPy's memory pools on (``cupy.get_default_memory_pool()``, "
-                "``cupy.get_default_pinned_memory_pool()``) and do not call ``free_all_blocks()`` in the loop; reuse "
-                "arrays with ``out=`` arguments.")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Allocate the device copies once: a ``#pragma acc data create(...)``/``copyin(...)`` region around the "
-                "loop (or ``#pragma acc enter data`` before it, ``exit data`` after), so the data clauses of the "
-                "compute constructs inside find the arrays present instead of allocating and freeing them each time.")
-    if d == "OpenMP offload":
-        return ("Allocate the device copies once: ``#pragma omp target data map(alloc: ...)`` around the loop (or "
-                "``target enter data`` before it, ``exit data`` after), so the ``map`` clauses inside find the arrays "
-                "present instead of allocating and freeing them each time.")
-    return ("Allocate device and pinned host buffers once before the loop and reuse them (a buffer pool, or "
-            "``cudaMallocAsync`` from a memory pool with a release threshold: ``cudaMemPoolAttrReleaseThreshold``); "
-            "free them after the loop.")
+    """Reuse instead of allocating, in the program's terms (RAPIDS: RMM's pool, ``rmm_advice``)."""
+    return rmm_advice(p) if p.rapids else choose(ADVICE, p)
 
 
 def rmm_advice(p: Program) -> str:

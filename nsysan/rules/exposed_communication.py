@@ -74,6 +74,7 @@ from nsysan.analyses.frames import category_mask
 from nsysan.analyses.opclass import is_communication
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
@@ -354,34 +355,38 @@ def _device_part(a: Any, dev: int, coll: Any, wall: int, all_exposed: int, waits
             + wait_note + cap_note + it_note)
 
 
+P2P = ("A pipeline's sends and receives are exposed when stages wait for each other: more micro-batches per "
+       "step (the bubble shrinks as (stages-1)/(micro-batches+stages-1)), an interleaved 1F1B schedule, and "
+       "``isend``/``irecv`` issued ahead of the compute that needs them.")
+SHARDED = ("Prefetch the shards: FSDP with ``backward_prefetch=BackwardPrefetch.BACKWARD_PRE`` and "
+           "``forward_prefetch=True`` (FSDP2: ``reshard_after_forward`` and explicit prefetching), and enough "
+           "compute per unit (wrap larger modules) for an all-gather or reduce-scatter to hide under.")
+ADVICE = Advice(
+    jax=("Let XLA overlap the collectives: shard with ``jax.jit`` and ``NamedSharding`` so the compiler "
+         "schedules them asynchronously (``--xla_gpu_enable_latency_hiding_scheduler=true`` in ``XLA_FLAGS``), "
+         "and pipeline micro-batches so communication of one overlaps compute of the next."),
+    torch_training=("Let DDP overlap the gradient all-reduce with the backward pass: buckets all-reduce as their "
+                    "gradients are ready (tune ``bucket_cap_mb``; do not all-reduce gradients by hand after "
+                    "``loss.backward()``; ``no_sync()`` only for the non-final micro-batches of gradient "
+                    "accumulation); for all-reduces in the forward pass (tensor parallelism), overlap them with the "
+                    "next layer's compute (async tensor parallelism, sequence parallelism)."),
+    torch=("All-reduces inside the forward pass (tensor parallelism) sit on the critical path: overlap them with "
+           "independent compute (async tensor parallelism, issuing the collective with ``async_op=True`` and "
+           "waiting just before the result is used), or use fewer, larger collectives (fused all-reduce, fewer "
+           "tensor-parallel ranks for a small model)."),
+    default=("Overlap the collectives with independent compute: enqueue them on their own CUDA stream "
+             "(``ncclAllReduce(..., comm, comm_stream)``, several in one ``ncclGroupStart``/``ncclGroupEnd``), "
+             "make the compute stream wait on a ``cudaEventRecord`` of the communication stream only where the "
+             "result is used, and split the work so the next chunk computes while this one communicates."),
+    first=("jax",))  # XLA schedules the collectives even where PyTorch ran too
+
+
 def advice(p: Program, kinds: set[str]) -> str:
-    """How to hide these collectives, for this program and these collectives."""
-    p2p = bool(kinds) and kinds <= {"SendRecv", "Send", "Recv"}
-    sharded = bool(kinds & {"AllGather", "ReduceScatter"})
-    if not p.torch and not p.jax:
-        return ("Overlap the collectives with independent compute: enqueue them on their own CUDA stream "
-                "(``ncclAllReduce(..., comm, comm_stream)``, several in one ``ncclGroupStart``/``ncclGroupEnd``), "
-                "make the compute stream wait on a ``cudaEventRecord`` of the communication stream only where the "
-                "result is used, and split the work so the next chunk computes while this one communicates.")
-    if p.jax:
-        return ("Let XLA overlap the collectives: shard with ``jax.jit`` and ``NamedSharding`` so the compiler "
-                "schedules them asynchronously (``--xla_gpu_enable_latency_hiding_scheduler=true`` in ``XLA_FLAGS``), "
-                "and pipeline micro-batches so communication of one overlaps compute of the next.")
-    if p2p:
-        return ("A pipeline's sends and receives are exposed when stages wait for each other: more micro-batches per "
-                "step (the bubble shrinks as (stages-1)/(micro-batches+stages-1)), an interleaved 1F1B schedule, and "
-                "``isend``/``irecv`` issued ahead of the compute that needs them.")
-    if sharded:
-        return ("Prefetch the shards: FSDP with ``backward_prefetch=BackwardPrefetch.BACKWARD_PRE`` and "
-                "``forward_prefetch=True`` (FSDP2: ``reshard_after_forward`` and explicit prefetching), and enough "
-                "compute per unit (wrap larger modules) for an all-gather or reduce-scatter to hide under.")
-    if p.training:
-        return ("Let DDP overlap the gradient all-reduce with the backward pass: buckets all-reduce as their "
-                "gradients are ready (tune ``bucket_cap_mb``; do not all-reduce gradients by hand after "
-                "``loss.backward()``; ``no_sync()`` only for the non-final micro-batches of gradient accumulation); "
-                "for all-reduces in the forward pass (tensor parallelism), overlap them with the next layer's "
-                "compute (async tensor parallelism, sequence parallelism).")
-    return ("All-reduces inside the forward pass (tensor parallelism) sit on the critical path: overlap them with "
-            "independent compute (async tensor parallelism, issuing the collective with ``async_op=True`` and "
-            "waiting just before the result is used), or use fewer, larger collectives (fused all-reduce, fewer "
-            "tensor-parallel ranks for a small model).")
+    """How to hide these collectives, for this program and these collectives: a PyTorch program's
+    point-to-point or sharded collectives (by ``kinds``) before its DDP or tensor-parallel words."""
+    if p.torch and not p.jax:
+        if bool(kinds) and kinds <= {"SendRecv", "Send", "Recv"}:
+            return P2P
+        if kinds & {"AllGather", "ReduceScatter"}:
+            return SHARDED
+    return choose(ADVICE, p)

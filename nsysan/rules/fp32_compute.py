@@ -30,6 +30,7 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import category_mask
 from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import CUBLAS_TF32, CUDNN_TENSOR_OPS, TORCH_BF16, TORCH_FP16, TORCH_TF32, Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -75,47 +76,45 @@ def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute
                   evidence=top_records(by.assign(name=by["name"].str.slice(0, 160)), "total_ns", 10))
 
 
+TRT_FIX = ("Run inference in reduced precision: build the TensorRT engine with "
+           "``config.set_flag(trt.BuilderFlag.FP16)`` (``trtexec --fp16``; INT8/FP8 with calibration or a "
+           "quantized model); the FP32 kernels outside the engine: {outside} Check accuracy.")
+ADVICE = Advice(
+    torch_training=("Train in mixed precision: wrap the forward pass and the loss in "
+                    f"{TORCH_BF16} (BF16 needs no loss scaling; with FP16 use "
+                    "``torch.amp.GradScaler``), keeping the FP32 weights and optimizer state; let the remaining FP32 "
+                    f"matmuls and convolutions use TF32 ({TORCH_TF32}, "
+                    "``torch.backends.cudnn.allow_tf32 = True``). Check convergence against an FP32 run."),
+    jax_training=("Train in mixed precision: keep FP32 parameters (``param_dtype=jnp.float32``) and compute in BF16 "
+                  "(Flax ``dtype=jnp.bfloat16``, or cast params and inputs with ``jnp.bfloat16`` inside the step), and "
+                  "let the remaining FP32 matmuls use TF32/BF16 passes: "
+                  "``jax.default_matmul_precision(\"tensorfloat32\")`` "
+                  "(or the ``jax_default_matmul_precision`` config). Check convergence against an FP32 run."),
+    torch_tensorrt=TRT_FIX.format(outside=f"``model.half()`` or {TORCH_FP16} under ``torch.inference_mode()``."),
+    tensorrt=TRT_FIX.format(outside="FP16 operands in cuBLAS/cuDNN calls."),
+    torch_inference=("Run inference in reduced precision: ``model.half()`` (or ``model.to(torch.bfloat16)``) "
+                     f"with FP16 inputs, or {TORCH_FP16} under ``torch.inference_mode()``; at "
+                     f"least TF32 for what stays FP32 ({TORCH_TF32}). Check accuracy."),
+    torch=(f"Use reduced precision: {TORCH_BF16} around the forward pass "
+           "(training: keep FP32 weights and optimizer state; inference: or ``model.half()``), and TF32 for "
+           f"what stays FP32 ({TORCH_TF32}). Check accuracy."),
+    jax=("Compute in BF16: ``jnp.bfloat16`` parameters and inputs for inference (FP32 parameters with BF16 "
+         "compute when training), or TF32/BF16 matmul passes with "
+         "``jax.default_matmul_precision(\"tensorfloat32\")``. "
+         "Check accuracy."),
+    cupy=("Compute in reduced precision: ``cupy.float16`` arrays for the matmuls (cuBLAS then runs them on the "
+          "tensor cores), or allow TF32 with ``CUPY_TF32=1``. Check accuracy."),
+    default=(f"Let cuBLAS and cuDNN use the tensor cores: {CUBLAS_TF32} "
+             "(or ``cublasGemmEx``/``cublasLtMatmul`` with ``CUBLAS_COMPUTE_32F_FAST_TF32``), "
+             f"{CUDNN_TENSOR_OPS}; better, store the "
+             "operands as ``__half``/``__nv_bfloat16`` and accumulate in FP32 (``cublasGemmEx`` with ``CUDA_R_16BF`` "
+             "inputs, ``CUBLAS_COMPUTE_32F``); hand-written kernels through WMMA/``mma.sync`` or CUTLASS. "
+             "Check accuracy."),
+    # training first, then TensorRT's builder flags before PyTorch's or JAX's inference words
+    first=("torch_training", "jax_training", "torch_tensorrt", "tensorrt"))
+
+
 def advice(p: Program) -> str:
     """The fix in the program's terms: training gets mixed precision, inference reduced-precision
     weights or TensorRT's builder flags, code without a framework cuBLAS/cuDNN math modes."""
-    if p.torch and p.training:
-        return ("Train in mixed precision: wrap the forward pass and the loss in "
-                "``torch.autocast(\"cuda\", dtype=torch.bfloat16)`` (BF16 needs no loss scaling; with FP16 use "
-                "``torch.amp.GradScaler``), keeping the FP32 weights and optimizer state; let the remaining FP32 "
-                "matmuls and convolutions use TF32 (``torch.set_float32_matmul_precision(\"high\")``, "
-                "``torch.backends.cudnn.allow_tf32 = True``). Check convergence against an FP32 run.")
-    if p.jax and p.training:
-        return ("Train in mixed precision: keep FP32 parameters (``param_dtype=jnp.float32``) and compute in BF16 "
-                "(Flax ``dtype=jnp.bfloat16``, or cast params and inputs with ``jnp.bfloat16`` inside the step), and "
-                "let the remaining FP32 matmuls use TF32/BF16 passes: "
-                "``jax.default_matmul_precision(\"tensorfloat32\")`` "
-                "(or the ``jax_default_matmul_precision`` config). Check convergence against an FP32 run.")
-    if p.tensorrt:
-        return ("Run inference in reduced precision: build the TensorRT engine with "
-                "``config.set_flag(trt.BuilderFlag.FP16)`` (``trtexec --fp16``; INT8/FP8 with calibration or a "
-                "quantized model); the FP32 kernels outside the engine: " + (
-                    "``model.half()`` or ``torch.autocast(\"cuda\", dtype=torch.float16)`` under "
-                    "``torch.inference_mode()``." if p.torch else "FP16 operands in cuBLAS/cuDNN calls.")
-                + " Check accuracy.")
-    if p.torch and p.inference:
-        return ("Run inference in reduced precision: ``model.half()`` (or ``model.to(torch.bfloat16)``) with FP16 "
-                "inputs, or ``torch.autocast(\"cuda\", dtype=torch.float16)`` under ``torch.inference_mode()``; at "
-                "least TF32 for what stays FP32 (``torch.set_float32_matmul_precision(\"high\")``). Check accuracy.")
-    if p.torch:
-        return ("Use reduced precision: ``torch.autocast(\"cuda\", dtype=torch.bfloat16)`` around the forward pass "
-                "(training: keep FP32 weights and optimizer state; inference: or ``model.half()``), and TF32 for "
-                "what stays FP32 (``torch.set_float32_matmul_precision(\"high\")``). Check accuracy.")
-    if p.jax:
-        return ("Compute in BF16: ``jnp.bfloat16`` parameters and inputs for inference (FP32 parameters with BF16 "
-                "compute when training), or TF32/BF16 matmul passes with "
-                "``jax.default_matmul_precision(\"tensorfloat32\")``. "
-                "Check accuracy.")
-    if p.cupy:
-        return ("Compute in reduced precision: ``cupy.float16`` arrays for the matmuls (cuBLAS then runs them on the "
-                "tensor cores), or allow TF32 with ``CUPY_TF32=1``. Check accuracy.")
-    return ("Let cuBLAS and cuDNN use the tensor cores: ``cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)`` "
-            "(or ``cublasGemmEx``/``cublasLtMatmul`` with ``CUBLAS_COMPUTE_32F_FAST_TF32``), "
-            "``cudnnSetConvolutionMathType(desc, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)``; better, store the "
-            "operands as ``__half``/``__nv_bfloat16`` and accumulate in FP32 (``cublasGemmEx`` with ``CUDA_R_16BF`` "
-            "inputs, ``CUBLAS_COMPUTE_32F``); hand-written kernels through WMMA/``mma.sync`` or CUTLASS. "
-            "Check accuracy.")
+    return choose(ADVICE, p)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import count_sum
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
@@ -60,27 +61,26 @@ def _by_cause(gaps: pd.DataFrame, rows: np.ndarray) -> list[tuple[str, int]]:
     return [(str(c), int(v)) for c, v in sums.sort_values(ascending=False, kind="stable").items()]
 
 
+ADVICE = Advice(
+    torch_training=("Follow the causes listed: host-bound gaps (load and augment data in ``DataLoader`` workers with "
+                    "``num_workers`` > 0 and ``pin_memory=True``; no ``.item()``/logging each step), launch-bound "
+                    "steps (``torch.compile``, CUDA Graphs), serial copies (``non_blocking=True`` copies on a side "
+                    "stream)."),
+    torch=("Follow the causes listed: host-bound gaps (pre- and post-processing off the submitting thread, larger "
+           "or merged batches), launch-bound steps (CUDA Graphs: ``torch.compile(mode=\"reduce-overhead\")``), "
+           "serial copies (pinned inputs copied with ``non_blocking=True`` on a side stream)."),
+    jax=("Follow the causes listed: host-bound gaps (prefetch batches to the device, no host reads of results "
+         "each step), launch-bound steps (jit the whole step, not pieces), serial copies (``jax.device_put`` of "
+         "the next batch ahead of use)."),
+    openacc=("Follow the causes listed: host-bound gaps (host work between compute constructs; ``async`` queues let "
+             "the host run ahead), serial copies and waits (data regions instead of per-construct copies, "
+             "``async``/``wait``)."),
+    openmp=("Follow the causes listed: host-bound gaps (host work between target regions; ``nowait`` lets the host "
+            "run ahead), serial copies and waits (``target data`` regions instead of per-region maps)."),
+    default=("Follow the causes listed: host-bound gaps (move CPU work off the submitting thread), launch-bound loops "
+             "(CUDA Graphs), serial copies (streams and events)."))
+
+
 def advice(p: Program) -> str:
     """The usual remedies per cause, in the program's terms."""
-    if p.torch and p.training:
-        return ("Follow the causes listed: host-bound gaps (load and augment data in ``DataLoader`` workers with "
-                "``num_workers`` > 0 and ``pin_memory=True``; no ``.item()``/logging each step), launch-bound steps "
-                "(``torch.compile``, CUDA Graphs), serial copies (``non_blocking=True`` copies on a side stream).")
-    if p.torch:
-        return ("Follow the causes listed: host-bound gaps (pre- and post-processing off the submitting thread, larger "
-                "or merged batches), launch-bound steps (CUDA Graphs: ``torch.compile(mode=\"reduce-overhead\")``), "
-                "serial copies (pinned inputs copied with ``non_blocking=True`` on a side stream).")
-    if p.jax:
-        return ("Follow the causes listed: host-bound gaps (prefetch batches to the device, no host reads of results "
-                "each step), launch-bound steps (jit the whole step, not pieces), serial copies (``jax.device_put`` of "
-                "the next batch ahead of use).")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Follow the causes listed: host-bound gaps (host work between compute constructs; ``async`` queues let "
-                "the host run ahead), serial copies and waits (data regions instead of per-construct copies, "
-                "``async``/``wait``).")
-    if d == "OpenMP offload":
-        return ("Follow the causes listed: host-bound gaps (host work between target regions; ``nowait`` lets the host "
-                "run ahead), serial copies and waits (``target data`` regions instead of per-region maps).")
-    return ("Follow the causes listed: host-bound gaps (move CPU work off the submitting thread), launch-bound loops "
-            "(CUDA Graphs), serial copies (streams and events).")
+    return choose(ADVICE, p)

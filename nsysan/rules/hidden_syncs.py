@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -78,29 +79,30 @@ def check(ctx: Any, *, min_iter_share: float, min_share: float) -> Iterator[Find
                                  for r in s.sites.head(10).to_dict("records")))
 
 
+ADVICE = Advice(
+    # an inference loop, whatever its framework: overlap reading one result with queueing the next
+    inference=("Queue the next request before reading this one's result: launch step k+1, then read step k's output "
+               "(a device-to-host copy into pinned memory, ``non_blocking=True`` in PyTorch, read after an event; "
+               "``jax.device_get`` after dispatching the next step in JAX); keep data-dependent sizes on the GPU "
+               "(``torch.where``/masks instead of boolean indexing) and read metrics every N steps."),
+    torch=("Keep the host from waiting inside the step: replace boolean indexing (``x[mask]``, ``nonzero``, "
+           "``masked_select``, ``torch.unique``) with ``torch.where(mask, x, 0)`` or masked arithmetic "
+           "(``(loss * mask).sum() / mask.sum()``); accumulate metrics on the GPU (``total += loss.detach()``) "
+           "and read them with ``.item()`` every N steps, not each step (``.item()``, ``.cpu()``, ``.tolist()`` "
+           "and ``print(tensor)`` each wait); copy results with ``.to('cpu', non_blocking=True)`` into pinned "
+           "memory and read them after an event. ``torch.cuda.set_sync_debug_mode('warn')`` names each one."),
+    jax=("Keep JAX's dispatch asynchronous: call ``block_until_ready()`` only at the end (or every N steps), "
+         "read metrics (``float(x)``, ``np.asarray(x)``, ``jax.device_get``) every N steps, and use "
+         "``jnp.where`` instead of boolean indexing."),
+    cupy=("Keep the host from waiting inside the step: no per-step ``.get()``, ``float(x)``, "
+          "``stream.synchronize()`` or boolean indexing (``cupy.nonzero``); use ``cupy.where``, accumulate on "
+          "the GPU and read every N steps."),
+    default=("Synchronize once per several steps, not inside each: record an event (cudaEventRecord) and wait on it "
+             "only where the host needs the result; copy results with cudaMemcpyAsync into pinned memory; keep "
+             "data-dependent sizes on the GPU (fixed-size outputs with a mask) instead of reading a count back."))
+
+
 def advice(p: Program) -> str:
     """No waits inside the step, in the program's terms (an inference loop needs each result: it
     overlaps reading one with queueing the next)."""
-    if p.kind == "inference":
-        return ("Queue the next request before reading this one's result: launch step k+1, then read step k's output "
-                "(a device-to-host copy into pinned memory, ``non_blocking=True`` in PyTorch, read after an event; "
-                "``jax.device_get`` after dispatching the next step in JAX); keep data-dependent sizes on the GPU "
-                "(``torch.where``/masks instead of boolean indexing) and read metrics every N steps.")
-    if p.torch:
-        return ("Keep the host from waiting inside the step: replace boolean indexing (``x[mask]``, ``nonzero``, "
-                "``masked_select``, ``torch.unique``) with ``torch.where(mask, x, 0)`` or masked arithmetic "
-                "(``(loss * mask).sum() / mask.sum()``); accumulate metrics on the GPU (``total += loss.detach()``) "
-                "and read them with ``.item()`` every N steps, not each step (``.item()``, ``.cpu()``, ``.tolist()`` "
-                "and ``print(tensor)`` each wait); copy results with ``.to('cpu', non_blocking=True)`` into pinned "
-                "memory and read them after an event. ``torch.cuda.set_sync_debug_mode('warn')`` names each one.")
-    if p.jax:
-        return ("Keep JAX's dispatch asynchronous: call ``block_until_ready()`` only at the end (or every N steps), "
-                "read metrics (``float(x)``, ``np.asarray(x)``, ``jax.device_get``) every N steps, and use "
-                "``jnp.where`` instead of boolean indexing.")
-    if p.cupy:
-        return ("Keep the host from waiting inside the step: no per-step ``.get()``, ``float(x)``, "
-                "``stream.synchronize()`` or boolean indexing (``cupy.nonzero``); use ``cupy.where``, accumulate on "
-                "the GPU and read every N steps.")
-    return ("Synchronize once per several steps, not inside each: record an event (cudaEventRecord) and wait on it "
-            "only where the host needs the result; copy results with cudaMemcpyAsync into pinned memory; keep "
-            "data-dependent sizes on the GPU (fixed-size outputs with a mask) instead of reading a count back.")
+    return choose(ADVICE, p)

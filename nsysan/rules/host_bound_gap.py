@@ -63,21 +63,25 @@ import pandas as pd
 from nsysan.analyses.frames import to_records
 from nsysan.analyses.gaps import activity_time
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import (by_device, has_gpu_activity, label, one_time_mask, recurrence_keys,
                                    window_gap_rows)
 from nsysan.units import fmt_bytes, fmt_ns
 
 
+FEED = Advice(
+    torch=("more input workers producing ahead of the loop (PyTorch ``DataLoader(num_workers=..., prefetch_factor=..., "
+           "pin_memory=True, persistent_workers=True)``)"),
+    default="more producer threads or processes working ahead of the loop")
+
+
 def blocked_advice(p: Program) -> str:
     """The fix when the submitting thread was blocked, not busy: feed it sooner, in the program's terms."""
-    feed = ("more input workers producing ahead of the loop (PyTorch ``DataLoader(num_workers=..., prefetch_factor=..., "
-            "pin_memory=True, persistent_workers=True)``)" if p.torch else
-            "more producer threads or processes working ahead of the loop")
     return ("The submitting thread was mostly blocked in these gaps, not busy: it waited for its input, on output, "
-            f"another process or a lock. Feed it sooner: {feed}, a faster producer, or a deeper queue filled before it "
-            "is needed; move blocking output (printing, logging, file writes) to a worker thread; when it waits on a "
-            "lock, shorten what holds it.")
+            f"another process or a lock. Feed it sooner: {choose(FEED, p)}, a faster producer, or a deeper queue "
+            "filled before it is needed; move blocking output (printing, logging, file writes) to a worker thread; "
+            "when it waits on a lock, shorten what holds it.")
 
 
 INPUT_MIN = 0.5  # share of the gaps' Python samples inside the input pipeline that names it
@@ -91,21 +95,23 @@ def _input_share(ctx: Any, gaps: Any) -> float:
     return s.for_gaps(gaps).input_share()
 
 
+INPUT_ADVICE = Advice(
+    torch=("Load, decode and collate the batches in DataLoader worker processes: ``DataLoader(dataset, "
+           "batch_size=..., num_workers=N, persistent_workers=True, pin_memory=True, prefetch_factor=2)`` with "
+           "N about the CPU cores per GPU (start at 4-8); with Lightning, return that DataLoader from "
+           "``train_dataloader()``; with the Hugging Face Trainer, ``TrainingArguments(dataloader_num_workers=N, "
+           "dataloader_pin_memory=True, dataloader_persistent_workers=True)``. Keep per-item work vectorised "
+           "(decode on the GPU, e.g. torchvision.io / DALI, when the CPU is the limit)."),
+    jax=("Prepare batches ahead of the step in background threads or processes (``tf.data`` with "
+         "``prefetch``, ``grain`` with worker processes, or a thread that fills a queue) and "
+         "``jax.device_put`` the next batch before it is needed."),
+    default=("Prepare the next batches in worker threads or processes that fill a queue ahead of the loop, in "
+             "pinned host memory, so the thread that submits GPU work only takes ready batches."))
+
+
 def input_advice(p: Program) -> str:
     """The framework's fix for an input pipeline on the training thread."""
-    if p.torch:
-        return ("Load, decode and collate the batches in DataLoader worker processes: ``DataLoader(dataset, "
-                "batch_size=..., num_workers=N, persistent_workers=True, pin_memory=True, prefetch_factor=2)`` with "
-                "N about the CPU cores per GPU (start at 4-8); with Lightning, return that DataLoader from "
-                "``train_dataloader()``; with the Hugging Face Trainer, ``TrainingArguments(dataloader_num_workers=N, "
-                "dataloader_pin_memory=True, dataloader_persistent_workers=True)``. Keep per-item work vectorised "
-                "(decode on the GPU, e.g. torchvision.io / DALI, when the CPU is the limit).")
-    if p.jax:
-        return ("Prepare batches ahead of the step in background threads or processes (``tf.data`` with "
-                "``prefetch``, ``grain`` with worker processes, or a thread that fills a queue) and "
-                "``jax.device_put`` the next batch before it is needed.")
-    return ("Prepare the next batches in worker threads or processes that fill a queue ahead of the loop, in "
-            "pinned host memory, so the thread that submits GPU work only takes ready batches.")
+    return choose(INPUT_ADVICE, p)
 
 
 ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out of timed and latency-critical "

@@ -62,6 +62,7 @@ from nsysan.analyses.frames import rows_of, top_rows
 from nsysan.analyses.optimizer import per_parameter_optimizer
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._helpers import ONE_TIME_OUTLIER, steady_cpu, steady_iterations, window_gap_rows
 from nsysan.units import fmt_ns, fmt_pct
@@ -474,27 +475,29 @@ OPTIMIZER_FIX = ("Use the optimizer's fused or multi-tensor form, one flag: ``to
                  "``jax.jit`` is fused already).")
 
 
+ADVICE = Advice(
+    tensorrt=("Capture the engine's enqueue once as a CUDA Graph and replay it (cudaStreamBeginCapture around "
+              "``context.execute_async_v3``, cudaGraphInstantiate, cudaGraphLaunch each batch)."),
+    torch=("Capture the repeated step once and replay it: ``torch.compile(model, mode=\"reduce-overhead\")`` "
+           "(CUDA Graphs plus fused kernels), or ``torch.cuda.CUDAGraph`` / "
+           "``torch.cuda.graphs.make_graphed_callables`` "
+           "with static input buffers; for token-by-token decoding, a static KV cache makes the step capturable."),
+    jax=("Put the whole step under one ``jax.jit`` (fewer, fused kernels per dispatch) instead of calling "
+         "jitted pieces or eager ops from Python in a loop; ``jax.lax.scan``/``fori_loop`` keeps loops on the "
+         "GPU."),
+    cupy=("Capture the repeated sequence on a stream as a CUDA Graph (``stream.begin_capture()`` / "
+          "``end_capture()``, then ``graph.launch()``), or fuse element-wise steps with ``cupy.fuse`` / "
+          "``ElementwiseKernel``."),
+    openacc=("Fewer, larger kernels: merge adjacent loops into one ``parallel`` region, ``collapse`` nested loops, "
+             "and add ``async`` so launches queue while the GPU runs."),
+    openmp=("Fewer, larger kernels: merge adjacent ``target`` regions, ``collapse`` nested loops, and add "
+            "``nowait`` so launches queue while the GPU runs."),
+    default=("Capture the repeated sequence once as a CUDA Graph and replay it (cudaStreamBeginCapture / "
+             "cudaStreamEndCapture / cudaGraphInstantiate / cudaGraphLaunch), or fuse small kernels into larger "
+             "ones."),
+    first=("tensorrt",))  # a TensorRT engine's enqueue is what to capture, even when PyTorch drives it
+
+
 def advice(p: Program) -> str:
     """Fewer, larger launches, in the program's terms."""
-    if p.tensorrt:
-        return ("Capture the engine's enqueue once as a CUDA Graph and replay it (cudaStreamBeginCapture around "
-                "``context.execute_async_v3``, cudaGraphInstantiate, cudaGraphLaunch each batch).")
-    if p.torch:
-        return ("Capture the repeated step once and replay it: ``torch.compile(model, mode=\"reduce-overhead\")`` "
-                "(CUDA Graphs plus fused kernels), or ``torch.cuda.CUDAGraph`` / ``torch.cuda.graphs.make_graphed_callables`` "
-                "with static input buffers; for token-by-token decoding, a static KV cache makes the step capturable.")
-    if p.jax:
-        return ("Put the whole step under one ``jax.jit`` (fewer, fused kernels per dispatch) instead of calling "
-                "jitted pieces or eager ops from Python in a loop; ``jax.lax.scan``/``fori_loop`` keeps loops on the GPU.")
-    if p.cupy:
-        return ("Capture the repeated sequence on a stream as a CUDA Graph (``stream.begin_capture()`` / "
-                "``end_capture()``, then ``graph.launch()``), or fuse element-wise steps with ``cupy.fuse`` / "
-                "``ElementwiseKernel``.")
-    if p.directives == "OpenACC":
-        return ("Fewer, larger kernels: merge adjacent loops into one ``parallel`` region, ``collapse`` nested loops, "
-                "and add ``async`` so launches queue while the GPU runs.")
-    if p.directives == "OpenMP offload":
-        return ("Fewer, larger kernels: merge adjacent ``target`` regions, ``collapse`` nested loops, and add "
-                "``nowait`` so launches queue while the GPU runs.")
-    return ("Capture the repeated sequence once as a CUDA Graph and replay it (cudaStreamBeginCapture / "
-            "cudaStreamEndCapture / cudaGraphInstantiate / cudaGraphLaunch), or fuse small kernels into larger ones.")
+    return choose(ADVICE, p)

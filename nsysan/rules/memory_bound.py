@@ -36,6 +36,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import TORCH_BF16, TORCH_HALF, Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
@@ -116,30 +117,34 @@ def kernel_sentence(rows: pd.DataFrame, spans: dict[str, Any], w: Any, ranges: b
             f"({int(rows['samples'].sum()):,} GPU-metric samples): memory-bound.")
 
 
+TORCH_FEWER_BYTES = ("Move fewer bytes: fuse the elementwise chains so the data crosses DRAM once (``torch.compile``, "
+                     "fused activations and norms), {prec}, and avoid redundant passes over the same data "
+                     "(materialised intermediates, extra ``.contiguous()``/``.clone()``/``.float()`` copies of whole "
+                     "tensors).")
+DIRECTIVES = ("Move fewer bytes: fuse the loops that stream the same arrays into one parallel region (one pass over "
+              "the data instead of several), keep temporaries in registers instead of arrays, and use single "
+              "precision (``float``/``real(4)``) where double is not needed.")
+ADVICE = Advice(
+    torch_training=TORCH_FEWER_BYTES.format(
+        prec=f"train in BF16 ({TORCH_BF16}) so activations take half the bytes, and use fused optimizers "
+             "(``torch.optim.AdamW(..., fused=True)``)"),
+    torch_inference=TORCH_FEWER_BYTES.format(
+        prec=f"run in half precision ({TORCH_HALF}) so activations take half the bytes"),
+    torch=TORCH_FEWER_BYTES.format(prec="keep activations in BF16/FP16 (``torch.autocast``): half the bytes"),
+    jax=("Move fewer bytes: keep the work inside one ``jax.jit`` so XLA fuses the elementwise chains, compute "
+         "in BF16 (``jnp.bfloat16`` activations: half the bytes), and avoid redundant passes over the same "
+         "data (intermediates materialised between jitted calls)."),
+    cupy=("Move fewer bytes: fuse elementwise chains with ``@cupy.fuse`` or ``cupy.ElementwiseKernel`` so the "
+          "data crosses DRAM once, use ``cupy.float16`` arrays where precision allows, and avoid redundant "
+          "passes over the same arrays (temporaries, copies)."),
+    openacc=DIRECTIVES,
+    openmp=DIRECTIVES,
+    default=("Move fewer bytes: fuse elementwise kernels so the data crosses DRAM once (no redundant passes), "
+             "keep temporaries in registers or shared memory instead of global arrays, load vectors (``float4``, "
+             "``__half2``/``__nv_bfloat162``), and store in ``__half``/``__nv_bfloat16`` where precision allows "
+             "(half the bytes)."))
+
+
 def advice(p: Program) -> str:
     """Fewer bytes, in the program's terms."""
-    if p.torch:
-        prec = ("train in BF16 (``torch.autocast(\"cuda\", dtype=torch.bfloat16)``) so activations take half the "
-                "bytes, and use fused optimizers (``torch.optim.AdamW(..., fused=True)``)" if p.training else
-                "run in half precision (``model.half()``/``model.to(torch.bfloat16)``) so activations take half the "
-                "bytes" if p.inference else "keep activations in BF16/FP16 (``torch.autocast``): half the bytes")
-        return ("Move fewer bytes: fuse the elementwise chains so the data crosses DRAM once (``torch.compile``, fused "
-                f"activations and norms), {prec}, and avoid redundant passes over the same data (materialised "
-                "intermediates, extra ``.contiguous()``/``.clone()``/``.float()`` copies of whole tensors).")
-    if p.jax:
-        return ("Move fewer bytes: keep the work inside one ``jax.jit`` so XLA fuses the elementwise chains, compute "
-                "in BF16 (``jnp.bfloat16`` activations: half the bytes), and avoid redundant passes over the same "
-                "data (intermediates materialised between jitted calls).")
-    if p.cupy:
-        return ("Move fewer bytes: fuse elementwise chains with ``@cupy.fuse`` or ``cupy.ElementwiseKernel`` so the "
-                "data crosses DRAM once, use ``cupy.float16`` arrays where precision allows, and avoid redundant "
-                "passes over the same arrays (temporaries, copies).")
-    d = p.directives
-    if d:
-        return ("Move fewer bytes: fuse the loops that stream the same arrays into one parallel region (one pass over "
-                "the data instead of several), keep temporaries in registers instead of arrays, and use single "
-                "precision (``float``/``real(4)``) where double is not needed.")
-    return ("Move fewer bytes: fuse elementwise kernels so the data crosses DRAM once (no redundant passes), "
-            "keep temporaries in registers or shared memory instead of global arrays, load vectors (``float4``, "
-            "``__half2``/``__nv_bfloat162``), and store in ``__half``/``__nv_bfloat16`` where precision allows "
-            "(half the bytes).")
+    return choose(ADVICE, p)

@@ -29,6 +29,7 @@ from typing import Any
 
 from nsysan.analyses.memory import ALLOC, ALLOC_CALLS
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import call_sites
 
@@ -82,18 +83,20 @@ def _sites(ctx: Any, g: Any) -> str:
     return call_sites(ctx, ALLOC_CALLS, pairs) if pairs else ""
 
 
+ADVICE = Advice(
+    torch=("Drop what keeps each step's tensors alive: a list of losses or outputs kept with their autograd graph "
+           "(append ``loss.item()`` or ``out.detach().cpu()``), metrics accumulated as GPU tensors (``.item()``), "
+           "a history or cache kept on the GPU (move it to the CPU). "
+           "``torch.cuda.memory._record_memory_history()`` "
+           "and a snapshot show the allocating lines. ``torch.cuda.empty_cache()`` is not a fix: the memory is "
+           "still referenced."),
+    jax=("Do not keep each step's device arrays (outputs, metrics) in Python lists: convert scalars with "
+         "``float(x)`` / ``jax.device_get`` and keep histories on the host."),
+    cupy=("Drop references to each step's arrays (move kept results to the host with ``.get()``); "
+          "``free_all_blocks()`` is not a fix while they are referenced."),
+    default=("Free what each iteration allocates (``cudaFree`` / ``cudaFreeAsync``) or allocate it once before the "
+             "loop and reuse it; keep results that must survive on the host."))
+
+
 def advice(p: Program) -> str:
-    if p.torch:
-        return ("Drop what keeps each step's tensors alive: a list of losses or outputs kept with their autograd graph "
-                "(append ``loss.item()`` or ``out.detach().cpu()``), metrics accumulated as GPU tensors (``.item()``), "
-                "a history or cache kept on the GPU (move it to the CPU). ``torch.cuda.memory._record_memory_history()`` "
-                "and a snapshot show the allocating lines. ``torch.cuda.empty_cache()`` is not a fix: the memory is "
-                "still referenced.")
-    if p.jax:
-        return ("Do not keep each step's device arrays (outputs, metrics) in Python lists: convert scalars with "
-                "``float(x)`` / ``jax.device_get`` and keep histories on the host.")
-    if p.cupy:
-        return ("Drop references to each step's arrays (move kept results to the host with ``.get()``); "
-                "``free_all_blocks()`` is not a fix while they are referenced.")
-    return ("Free what each iteration allocates (``cudaFree`` / ``cudaFreeAsync``) or allocate it once before the "
-            "loop and reuse it; keep results that must survive on the host.")
+    return choose(ADVICE, p)

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._copy_rates import (
     SMALL_COPY_BYTES,
@@ -78,33 +79,31 @@ def check(ctx: Any, *, min_total_ns: int, assumed_speedup: float) -> Iterator[Fi
                                        ["kind", "bytes", "start_ns", "dur_ns", "stream_id"]))
 
 
+ADVICE = Advice(
+    torch_training=("Pin the batches: ``DataLoader(..., pin_memory=True)`` (with ``num_workers`` > 0) and copy with "
+                    "``batch.to(device, non_blocking=True)``; tensors built outside a DataLoader: "
+                    "``tensor.pin_memory()`` once, not per step."),
+    torch=("Copy through pinned memory: allocate a staging tensor once with ``torch.empty(shape, dtype=..., "
+           "pin_memory=True)``, ``copy_`` each input into it and send it with ``.to(device, non_blocking=True)`` "
+           "(``tensor.pin_memory()`` makes a new pinned copy each call: do it once, not per batch)."),
+    jax=("Stage inputs in pinned host memory "
+         "(``jax.device_put(x, sharding.with_memory_kind(\"pinned_host\"))``) "
+         "and prefetch the next batch to the device while the current step runs (``jax.device_put`` ahead of "
+         "use; ``flax.jax_utils.prefetch_to_device``)."),
+    cupy=("Use pinned host arrays: ``cupyx.empty_pinned(shape, dtype)`` (or ``cupy.cuda.alloc_pinned_memory``) "
+          "allocated once, then ``cupy_array.set(host, stream=s)`` / ``cupy.asarray`` on a non-default stream."),
+    openacc=("Keep the arrays on the device across the loop with a data region (``#pragma acc data copyin(...) "
+             "copyout(...)`` around it, or ``#pragma acc enter data`` once) and move only what changes with "
+             "``#pragma acc update ... async``; compile with ``-gpu=pinned`` (nvc/nvfortran) so the host arrays "
+             "are pinned."),
+    openmp=("Keep the arrays on the device across the loop (``#pragma omp target data map(...)`` around it, or "
+            "``target enter data`` once) and move only what changes with ``#pragma omp target update``; with nvc, "
+            "``-gpu=pinned`` pins the host arrays."),
+    default=("Allocate the host buffers as pinned memory once (``cudaMallocHost``/``cudaHostAlloc``, or "
+             "``cudaHostRegister`` on an existing buffer) and copy with ``cudaMemcpyAsync`` on a non-default "
+             "stream."))
+
+
 def advice(p: Program) -> str:
     """Pinned host memory in the program's terms: no DataLoader advice for a C++ or OpenACC program."""
-    if p.torch and p.training:
-        return ("Pin the batches: ``DataLoader(..., pin_memory=True)`` (with ``num_workers`` > 0) and copy with "
-                "``batch.to(device, non_blocking=True)``; tensors built outside a DataLoader: ``tensor.pin_memory()`` "
-                "once, not per step.")
-    if p.torch:
-        return ("Copy through pinned memory: allocate a staging tensor once with ``torch.empty(shape, dtype=..., "
-                "pin_memory=True)``, ``copy_`` each input into it and send it with ``.to(device, non_blocking=True)`` "
-                "(``tensor.pin_memory()`` makes a new pinned copy each call: do it once, not per batch).")
-    if p.jax:
-        return ("Stage inputs in pinned host memory "
-                "(``jax.device_put(x, sharding.with_memory_kind(\"pinned_host\"))``) "
-                "and prefetch the next batch to the device while the current step runs (``jax.device_put`` ahead of "
-                "use; ``flax.jax_utils.prefetch_to_device``).")
-    if p.cupy:
-        return ("Use pinned host arrays: ``cupyx.empty_pinned(shape, dtype)`` (or ``cupy.cuda.alloc_pinned_memory``) "
-                "allocated once, then ``cupy_array.set(host, stream=s)`` / ``cupy.asarray`` on a non-default stream.")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Keep the arrays on the device across the loop with a data region (``#pragma acc data copyin(...) "
-                "copyout(...)`` around it, or ``#pragma acc enter data`` once) and move only what changes with "
-                "``#pragma acc update ... async``; compile with ``-gpu=pinned`` (nvc/nvfortran) so the host arrays "
-                "are pinned.")
-    if d == "OpenMP offload":
-        return ("Keep the arrays on the device across the loop (``#pragma omp target data map(...)`` around it, or "
-                "``target enter data`` once) and move only what changes with ``#pragma omp target update``; with nvc, "
-                "``-gpu=pinned`` pins the host arrays.")
-    return ("Allocate the host buffers as pinned memory once (``cudaMallocHost``/``cudaHostAlloc``, or "
-            "``cudaHostRegister`` on an existing buffer) and copy with ``cudaMemcpyAsync`` on a non-default stream.")
+    return choose(ADVICE, p)

@@ -32,6 +32,7 @@ import numpy as np
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
 from nsysan.rules._critical_path import saving, window_ops
@@ -104,30 +105,30 @@ def _host_mem(ctx: Any, copies: Any) -> np.ndarray:
     return np.where(found, hm[order][pos], "Pinned") if len(keys) else np.full(len(want), "Pinned")
 
 
+TORCH_OVERLAP = ("issues ``x.to(device, non_blocking=True)`` under ``with torch.cuda.stream(copy_stream):`` from "
+                 "pinned memory, then ``torch.cuda.current_stream().wait_stream(copy_stream)`` and "
+                 "``x.record_stream(torch.cuda.current_stream())`` before use; double-buffer the inputs.")
+ADVICE = Advice(
+    torch_training=("Prefetch the next batch while this one computes: ``DataLoader(pin_memory=True, num_workers>0)`` "
+                    "and a prefetcher that " + TORCH_OVERLAP),
+    torch="Copy the next input while this one computes: " + TORCH_OVERLAP,
+    jax=("Prefetch the next batch to the device while the step runs: ``jax.device_put`` it before calling the "
+         "jitted step (JAX dispatch is asynchronous), e.g. ``flax.jax_utils.prefetch_to_device(it, 2)``."),
+    cupy=("Copy on a second ``cupy.cuda.Stream`` from pinned host arrays (``cupyx.empty_pinned``) while the "
+          "compute stream runs, ordering them with ``cupy.cuda.Event`` (``record`` / ``stream.wait_event``); "
+          "double-buffer the device inputs."),
+    openacc=("Overlap the transfers with compute on separate async queues: ``#pragma acc update device(next) "
+             "async(2)`` while ``#pragma acc parallel loop async(1)`` works on the current block, ``#pragma acc "
+             "wait(2) async(1)`` to order them; double-buffer the blocks."),
+    openmp=("Overlap the transfers with compute: ``#pragma omp target update to(next) nowait depend(out: next)`` "
+            "while a ``target ... nowait depend(in: cur)`` region computes the current block; double-buffer the "
+            "blocks."),
+    default=("Use a copy stream and a compute stream with events (cudaEventRecord on the copy stream, "
+             "cudaStreamWaitEvent on the compute stream), double-buffer the device input, and prefetch batch i+1 "
+             "while batch i computes; the host memory must be pinned (cudaMallocHost) for the copy to be "
+             "asynchronous."))
+
+
 def advice(p: Program) -> str:
     """Copy/compute overlap in the program's terms."""
-    if p.torch:
-        pre = ("Prefetch the next batch while this one computes: ``DataLoader(pin_memory=True, num_workers>0)`` and a "
-               "prefetcher that " if p.training else "Copy the next input while this one computes: ")
-        return (pre + "issues ``x.to(device, non_blocking=True)`` under ``with torch.cuda.stream(copy_stream):`` from "
-                "pinned memory, then ``torch.cuda.current_stream().wait_stream(copy_stream)`` and "
-                "``x.record_stream(torch.cuda.current_stream())`` before use; double-buffer the inputs.")
-    if p.jax:
-        return ("Prefetch the next batch to the device while the step runs: ``jax.device_put`` it before calling the "
-                "jitted step (JAX dispatch is asynchronous), e.g. ``flax.jax_utils.prefetch_to_device(it, 2)``.")
-    if p.cupy:
-        return ("Copy on a second ``cupy.cuda.Stream`` from pinned host arrays (``cupyx.empty_pinned``) while the "
-                "compute stream runs, ordering them with ``cupy.cuda.Event`` (``record`` / ``stream.wait_event``); "
-                "double-buffer the device inputs.")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Overlap the transfers with compute on separate async queues: ``#pragma acc update device(next) "
-                "async(2)`` while ``#pragma acc parallel loop async(1)`` works on the current block, ``#pragma acc "
-                "wait(2) async(1)`` to order them; double-buffer the blocks.")
-    if d == "OpenMP offload":
-        return ("Overlap the transfers with compute: ``#pragma omp target update to(next) nowait depend(out: next)`` "
-                "while a ``target ... nowait depend(in: cur)`` region computes the current block; double-buffer the "
-                "blocks.")
-    return ("Use a copy stream and a compute stream with events (cudaEventRecord on the copy stream, "
-            "cudaStreamWaitEvent on the compute stream), double-buffer the device input, and prefetch batch i+1 while "
-            "batch i computes; the host memory must be pinned (cudaMallocHost) for the copy to be asynchronous.")
+    return choose(ADVICE, p)

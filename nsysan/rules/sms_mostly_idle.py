@@ -30,6 +30,7 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import range_intervals, user_ranges
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import group_ops, metric_rows
 from nsysan.units import fmt_ns, fmt_pct
@@ -104,31 +105,31 @@ def _idle(m: Any, min_gr: float, ratio: float, min_samples: int) -> bool:
         and gr >= min_gr and sm < ratio * gr
 
 
+TORCH_MORE_WORK = ("Give each kernel more work: batch the small operations (one op over a stacked tensor instead of "
+                   "one per item, ``torch._foreach_*``{fused}, larger batches), fuse chains of small kernels "
+                   "(``torch.compile``), and replay the sequence as a CUDA Graph "
+                   "(``torch.compile(mode=\"reduce-overhead\")`` or ``torch.cuda.CUDAGraph``).")
+ADVICE = Advice(
+    torch_training=TORCH_MORE_WORK.format(fused=", ``fused=True`` optimizers"),
+    torch=TORCH_MORE_WORK.format(fused=""),
+    jax=("Give each kernel more work: ``jax.vmap`` over items instead of a Python loop, jit the whole step so "
+         "XLA fuses the small ops, and batch more work per call."),
+    cupy=("Give each kernel more work: operate on stacked arrays instead of one call per item, fuse chains with "
+          "``@cupy.fuse``/``ElementwiseKernel``, and capture the sequence in a CUDA Graph "
+          "(``cupy.cuda.Stream.begin_capture``)."),
+    openacc=("Expose more parallelism per kernel: ``collapse(n)`` on nested loops, ``gang vector`` on the loop "
+             "levels (check ``num_gangs``/``vector_length``: ``-Minfo=accel`` shows what the compiler chose), and "
+             "merge small consecutive loops into one parallel region."),
+    openmp=("Expose more parallelism per kernel: ``collapse(n)`` on nested loops, "
+            "``teams distribute parallel for`` over the outer loops (check ``num_teams``/``thread_limit``), and "
+            "merge small consecutive target "
+            "regions into one."),
+    default=("Give each kernel more work: launch enough blocks to fill every SM (grid-stride loops, a grid of at "
+             "least a few blocks per SM), batch small operations into one launch, fuse chains of small kernels, "
+             "and replay the sequence as a CUDA Graph (``cudaStreamBeginCapture``/``cudaGraphLaunch``); check "
+             "occupancy in Nsight Compute."))
+
+
 def advice(p: Program) -> str:
     """More work per kernel, in the program's terms."""
-    if p.torch:
-        return ("Give each kernel more work: batch the small operations (one op over a stacked tensor instead of one "
-                "per item, ``torch._foreach_*``" + (", ``fused=True`` optimizers" if p.training else "")
-                + ", larger batches), fuse chains of small kernels (``torch.compile``), and replay the sequence as a "
-                "CUDA Graph (``torch.compile(mode=\"reduce-overhead\")`` or ``torch.cuda.CUDAGraph``).")
-    if p.jax:
-        return ("Give each kernel more work: ``jax.vmap`` over items instead of a Python loop, jit the whole step so "
-                "XLA fuses the small ops, and batch more work per call.")
-    if p.cupy:
-        return ("Give each kernel more work: operate on stacked arrays instead of one call per item, fuse chains with "
-                "``@cupy.fuse``/``ElementwiseKernel``, and capture the sequence in a CUDA Graph "
-                "(``cupy.cuda.Stream.begin_capture``).")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Expose more parallelism per kernel: ``collapse(n)`` on nested loops, ``gang vector`` on the loop "
-                "levels (check ``num_gangs``/``vector_length``: ``-Minfo=accel`` shows what the compiler chose), and "
-                "merge small consecutive loops into one parallel region.")
-    if d == "OpenMP offload":
-        return ("Expose more parallelism per kernel: ``collapse(n)`` on nested loops, "
-                "``teams distribute parallel for`` over the outer loops (check ``num_teams``/``thread_limit``), and "
-                "merge small consecutive target "
-                "regions into one.")
-    return ("Give each kernel more work: launch enough blocks to fill every SM (grid-stride loops, a grid of at least "
-            "a few blocks per SM), batch small operations into one launch, fuse chains of small kernels, and replay "
-            "the sequence as a CUDA Graph (``cudaStreamBeginCapture``/``cudaGraphLaunch``); check occupancy in Nsight "
-            "Compute.")
+    return choose(ADVICE, p)

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
 
@@ -47,22 +48,25 @@ def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
                   evidence=(ph.to_dict(),))
 
 
+ALONE = ("To profile the loop alone, start the capture at it: ``nsys profile --capture-range=cudaProfilerApi`` "
+         "with {start}/{stop} around the loop, or ``--delay SECONDS``.")
+TORCH_STARTUP = ("Untraced CPU work before the first kernel is mostly imports and model building: measure the "
+                 "imports with ``python -X importtime``, build the model on the GPU (``torch.device('cuda')`` as the "
+                 "default device, weights loaded with ``safetensors`` straight to it), keep ``torch.compile``'s "
+                 "cache between runs (``TORCHINDUCTOR_CACHE_DIR``){workers}"
+                 + ALONE.format(start="``torch.cuda.profiler.start()``", stop="``stop()``"))
+ADVICE = Advice(
+    torch_training=TORCH_STARTUP.format(workers=", and start DataLoader workers once (``persistent_workers=True``). "),
+    torch=TORCH_STARTUP.format(workers=". "),
+    jax=("Before the first kernel JAX imports, initialises its backend and compiles: keep compiled executables "
+         "between runs (``jax.config.update('jax_compilation_cache_dir', ...)``) and trim imports. "
+         + ALONE.format(start="``jax.profiler`` or ``cudaProfilerStart``", stop="``cudaProfilerStop``")),
+    default=("Before the first kernel the program creates its CUDA context, loads its modules and prepares its "
+             "data: load modules lazily (``CUDA_MODULE_LOADING=LAZY``, the default since CUDA 12.2), read inputs "
+             "once and keep them resident, and reuse buffers across runs. "
+             + ALONE.format(start="``cudaProfilerStart()``", stop="``cudaProfilerStop()``")))
+
+
 def advice(p: Program) -> str:
     """What usually fills a start-up, in the program's terms, and how to profile the loop alone."""
-    alone = ("To profile the loop alone, start the capture at it: ``nsys profile --capture-range=cudaProfilerApi`` "
-             "with {start}/{stop} around the loop, or ``--delay SECONDS``.")
-    if p.torch:
-        return ("Untraced CPU work before the first kernel is mostly imports and model building: measure the imports "
-                "with ``python -X importtime``, build the model on the GPU (``torch.device('cuda')`` as the default "
-                "device, weights loaded with ``safetensors`` straight to it), keep ``torch.compile``'s cache between "
-                "runs (``TORCHINDUCTOR_CACHE_DIR``)"
-                + (", and start DataLoader workers once (``persistent_workers=True``). " if p.training else ". ")
-                + alone.format(start="``torch.cuda.profiler.start()``", stop="``stop()``"))
-    if p.jax:
-        return ("Before the first kernel JAX imports, initialises its backend and compiles: keep compiled executables "
-                "between runs (``jax.config.update('jax_compilation_cache_dir', ...)``) and trim imports. "
-                + alone.format(start="``jax.profiler`` or ``cudaProfilerStart``", stop="``cudaProfilerStop``"))
-    return ("Before the first kernel the program creates its CUDA context, loads its modules and prepares its data: "
-            "load modules lazily (``CUDA_MODULE_LOADING=LAZY``, the default since CUDA 12.2), read inputs once and "
-            "keep them resident, and reuse buffers across runs. "
-            + alone.format(start="``cudaProfilerStart()``", stop="``cudaProfilerStop()``"))
+    return choose(ADVICE, p)

@@ -27,6 +27,7 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._helpers import call_sites, has_gpu_activity, steady
 from nsysan.units import fmt_ns, fmt_pct
@@ -75,28 +76,26 @@ def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
                   evidence=({"pid": pid, "tid": tid, "blocked_ns": blocked, "calls": int(len(s))},))
 
 
+ADVICE = Advice(
+    torch=("Wait for the GPU only where the host needs a result: drop per-step ``torch.cuda.synchronize()``, and "
+           "``.item()``/``.cpu()``/``print(tensor)`` of CUDA tensors (each waits for the GPU); accumulate metrics "
+           "on the GPU and read them every N steps; time with ``torch.cuda.Event(enable_timing=True)`` read at "
+           "the end."),
+    jax=("Wait for the GPU only where the host needs a result: drop per-step ``.block_until_ready()``, "
+         "``float(x)`` and ``np.asarray(x)`` of device arrays; read metrics every N steps so JAX's asynchronous "
+         "dispatch queues the next step meanwhile."),
+    cupy=("Wait for the GPU only where the host needs a result: drop per-step ``stream.synchronize()``/"
+          "``cupy.cuda.Device().synchronize()`` and ``.get()``/``float(x)`` of device arrays; use "
+          "``cupy.cuda.Event`` and synchronize on it where needed."),
+    openacc=("Let the host run ahead: a compute or update construct without ``async`` waits for the GPU at its "
+             "end; add ``async(q)`` to them and one ``#pragma acc wait(q)`` where the host needs the results."),
+    openmp=("Let the host run ahead: a ``target`` region without ``nowait`` waits for the GPU at its end; add "
+            "``nowait`` with ``depend`` clauses and one ``#pragma omp taskwait`` where the host needs the results."),
+    default=("Synchronize only where the host needs results, with events (cudaEventRecord + cudaEventSynchronize "
+             "on just that event, or cudaStreamWaitEvent between streams), and queue the next batch before waiting "
+             "for the previous one."))
+
+
 def advice(p: Program) -> str:
     """Fewer host waits, in the program's terms."""
-    if p.torch:
-        return ("Wait for the GPU only where the host needs a result: drop per-step ``torch.cuda.synchronize()``, and "
-                "``.item()``/``.cpu()``/``print(tensor)`` of CUDA tensors (each waits for the GPU); accumulate metrics "
-                "on the GPU and read them every N steps; time with ``torch.cuda.Event(enable_timing=True)`` read at "
-                "the end.")
-    if p.jax:
-        return ("Wait for the GPU only where the host needs a result: drop per-step ``.block_until_ready()``, "
-                "``float(x)`` and ``np.asarray(x)`` of device arrays; read metrics every N steps so JAX's asynchronous "
-                "dispatch queues the next step meanwhile.")
-    if p.cupy:
-        return ("Wait for the GPU only where the host needs a result: drop per-step ``stream.synchronize()``/"
-                "``cupy.cuda.Device().synchronize()`` and ``.get()``/``float(x)`` of device arrays; use "
-                "``cupy.cuda.Event`` and synchronize on it where needed.")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Let the host run ahead: a compute or update construct without ``async`` waits for the GPU at its end; "
-                "add ``async(q)`` to them and one ``#pragma acc wait(q)`` where the host needs the results.")
-    if d == "OpenMP offload":
-        return ("Let the host run ahead: a ``target`` region without ``nowait`` waits for the GPU at its end; add "
-                "``nowait`` with ``depend`` clauses and one ``#pragma omp taskwait`` where the host needs the results.")
-    return ("Synchronize only where the host needs results, with events (cudaEventRecord + cudaEventSynchronize on "
-            "just that event, or cudaStreamWaitEvent between streams), and queue the next batch before waiting for the "
-            "previous one.")
+    return choose(ADVICE, p)

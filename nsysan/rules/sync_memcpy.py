@@ -29,6 +29,7 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
 from nsysan.rules._helpers import call_sites, steady
@@ -73,32 +74,30 @@ def check(ctx: Any, *, min_total_ns: int) -> Iterator[Finding]:
                                        ["name", "start_ns", "dur_ns", "tid"]))
 
 
+ADVICE = Advice(
+    torch=("Make the copies asynchronous: ``tensor.to(device, non_blocking=True)`` from pinned host memory, and "
+           "read results back once per several steps instead of each step (``.item()``, ``.cpu()``, ``.tolist()`` "
+           "and printing a CUDA tensor each wait for the GPU)."),
+    jax=("Let JAX's dispatch stay asynchronous: transfer with ``jax.device_put`` ahead of use and read results "
+         "(``np.asarray``, ``float(x)``, ``.block_until_ready()``) once per several steps, not each step."),
+    cupy=("Copy asynchronously: ``cupy_array.set(host, stream=s)`` / ``cupy_array.get(stream=s)`` with pinned "
+          "host arrays (``cupyx.empty_pinned``) on a non-default stream, and synchronize that stream once per "
+          "batch."),
+    openacc=("Make the transfers asynchronous: ``async(q)`` on the ``update``/data and compute constructs "
+             "(``#pragma acc update device(a) async(1)``, ``#pragma acc parallel loop async(1)``) and one "
+             "``#pragma acc wait`` "
+             "where the host needs the results; keep arrays resident with a data region so fewer copies happen."),
+    openmp=("Make the transfers asynchronous: ``nowait`` on ``target update``/``target`` constructs with "
+            "``depend`` clauses and one ``#pragma omp taskwait`` where the host needs the results; keep arrays "
+            "resident with ``target data`` so fewer copies happen."),
+    default=("Use cudaMemcpyAsync/cudaMemsetAsync on a non-default stream with pinned host memory "
+             "(cudaMallocHost), and synchronize once per batch with an event (cudaEventRecord + "
+             "cudaStreamWaitEvent/cudaEventSynchronize)."))
+
+
 def advice(p: Program) -> str:
     """Asynchronous copies in the program's terms."""
-    if p.torch:
-        return ("Make the copies asynchronous: ``tensor.to(device, non_blocking=True)`` from pinned host memory, and "
-                "read results back once per several steps instead of each step (``.item()``, ``.cpu()``, ``.tolist()`` "
-                "and printing a CUDA tensor each wait for the GPU).")
-    if p.jax:
-        return ("Let JAX's dispatch stay asynchronous: transfer with ``jax.device_put`` ahead of use and read results "
-                "(``np.asarray``, ``float(x)``, ``.block_until_ready()``) once per several steps, not each step.")
-    if p.cupy:
-        return ("Copy asynchronously: ``cupy_array.set(host, stream=s)`` / ``cupy_array.get(stream=s)`` with pinned "
-                "host arrays (``cupyx.empty_pinned``) on a non-default stream, and synchronize that stream once per "
-                "batch.")
-    d = p.directives
-    if d == "OpenACC":
-        return ("Make the transfers asynchronous: ``async(q)`` on the ``update``/data and compute constructs "
-                "(``#pragma acc update device(a) async(1)``, ``#pragma acc parallel loop async(1)``) and one "
-                "``#pragma acc wait`` "
-                "where the host needs the results; keep arrays resident with a data region so fewer copies happen.")
-    if d == "OpenMP offload":
-        return ("Make the transfers asynchronous: ``nowait`` on ``target update``/``target`` constructs with "
-                "``depend`` clauses and one ``#pragma omp taskwait`` where the host needs the results; keep arrays "
-                "resident with ``target data`` so fewer copies happen.")
-    return ("Use cudaMemcpyAsync/cudaMemsetAsync on a non-default stream with pinned host memory "
-            "(cudaMallocHost), and synchronize once per batch with an event (cudaEventRecord + "
-            "cudaStreamWaitEvent/cudaEventSynchronize).")
+    return choose(ADVICE, p)
 
 
 def _idle_after(ctx: Any, ops: pd.DataFrame) -> np.ndarray:

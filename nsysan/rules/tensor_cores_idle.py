@@ -33,6 +33,16 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import MATMUL
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import (
+    CUBLAS_TF32,
+    CUDNN_TENSOR_OPS,
+    TORCH_BF16,
+    TORCH_FP16,
+    TORCH_HALF,
+    TORCH_TF32,
+    Advice,
+    choose,
+)
 from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
 from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
@@ -72,29 +82,33 @@ def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: in
                                "dram_read", "dram_write")))
 
 
+TORCH_TF32_FIRST = ("Let the FP32 GEMMs run on the tensor cores in TF32: " + TORCH_TF32 + " "
+                    "(``torch.backends.cudnn.allow_tf32 = True`` for convolutions); {then}; FP8 with Transformer "
+                    "Engine on Hopper. Check {check}.")
+JAX_TF32_FIRST = ("Let the FP32 matmuls use the tensor cores: ``jax.default_matmul_precision(\"tensorfloat32\")`` "
+                  "(or ``\"bfloat16\"``); better, compute in BF16 (Flax ``dtype=jnp.bfloat16``{params}). "
+                  "Check accuracy.")
+ADVICE = Advice(
+    torch_training=TORCH_TF32_FIRST.format(
+        then=f"then train in mixed precision: {TORCH_BF16} around the forward pass and loss, FP32 weights and "
+             "optimizer state kept", check="convergence"),
+    torch_inference=TORCH_TF32_FIRST.format(
+        then=f"then run in half precision: {TORCH_HALF}, or {TORCH_FP16} under ``torch.inference_mode()``",
+        check="accuracy"),
+    torch=TORCH_TF32_FIRST.format(then=f"then BF16 with {TORCH_BF16}", check="accuracy"),
+    jax_training=JAX_TF32_FIRST.format(params=", ``param_dtype=jnp.float32`` for training"),
+    jax=JAX_TF32_FIRST.format(params=""),
+    tensorrt=("Build the TensorRT engine with reduced precision: ``config.set_flag(trt.BuilderFlag.FP16)`` "
+              "(``trtexec --fp16``; TF32 is on unless ``BuilderFlag.TF32`` was cleared). Check accuracy."),
+    cupy=("Let cuBLAS use the tensor cores: ``CUPY_TF32=1`` for FP32 matmuls, or ``cupy.float16`` arrays. "
+          "Check accuracy."),
+    default=(f"Let the GEMMs use the tensor cores: {CUBLAS_TF32} (or "
+             "``CUBLAS_COMPUTE_32F_FAST_TF32`` in ``cublasGemmEx``/``cublasLtMatmul``), "
+             f"{CUDNN_TENSOR_OPS}; better, "
+             "``__half``/``__nv_bfloat16`` operands with FP32 accumulation; hand-written GEMMs through WMMA/"
+             "``mma.sync`` or CUTLASS. Check accuracy."))
+
+
 def advice(p: Program) -> str:
     """TF32 first (no code change beyond a switch), then BF16/FP16, in the program's terms."""
-    if p.torch:
-        then = ("then train in mixed precision: ``torch.autocast(\"cuda\", dtype=torch.bfloat16)`` around the forward "
-                "pass and loss, FP32 weights and optimizer state kept" if p.training else
-                "then run in half precision: ``model.half()``/``model.to(torch.bfloat16)``, or "
-                "``torch.autocast(\"cuda\", dtype=torch.float16)`` under ``torch.inference_mode()``" if p.inference else
-                "then BF16 with ``torch.autocast(\"cuda\", dtype=torch.bfloat16)``")
-        return ("Let the FP32 GEMMs run on the tensor cores in TF32: ``torch.set_float32_matmul_precision(\"high\")`` "
-                f"(``torch.backends.cudnn.allow_tf32 = True`` for convolutions); {then}; FP8 with Transformer "
-                "Engine on Hopper. Check " + ("convergence." if p.training else "accuracy."))
-    if p.jax:
-        return ("Let the FP32 matmuls use the tensor cores: ``jax.default_matmul_precision(\"tensorfloat32\")`` (or "
-                "``\"bfloat16\"``); better, compute in BF16 (Flax ``dtype=jnp.bfloat16``"
-                + (", ``param_dtype=jnp.float32`` for training" if p.training else "") + "). Check accuracy.")
-    if p.tensorrt:
-        return ("Build the TensorRT engine with reduced precision: ``config.set_flag(trt.BuilderFlag.FP16)`` "
-                "(``trtexec --fp16``; TF32 is on unless ``BuilderFlag.TF32`` was cleared). Check accuracy.")
-    if p.cupy:
-        return ("Let cuBLAS use the tensor cores: ``CUPY_TF32=1`` for FP32 matmuls, or ``cupy.float16`` arrays. "
-                "Check accuracy.")
-    return ("Let the GEMMs use the tensor cores: ``cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)`` (or "
-            "``CUBLAS_COMPUTE_32F_FAST_TF32`` in ``cublasGemmEx``/``cublasLtMatmul``), "
-            "``cudnnSetConvolutionMathType(desc, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)``; better, "
-            "``__half``/``__nv_bfloat16`` operands with FP32 accumulation; hand-written GEMMs through WMMA/"
-            "``mma.sync`` or CUTLASS. Check accuracy.")
+    return choose(ADVICE, p)

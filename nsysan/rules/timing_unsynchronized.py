@@ -48,6 +48,7 @@ from nsysan.analyses.frames import name_in
 from nsysan.analyses.libranges import library_mask
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.rules._helpers import call_sites_in, has_gpu_activity
 from nsysan.units import fmt_ns
@@ -166,21 +167,20 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
                   evidence=tuple({k: v for k, v in x.items() if k not in ("misleads", "key")} for x in rows[:10]))
 
 
+TAIL = " Warm up first and report statistics (median, spread) over many iterations."
+ADVICE = Advice(
+    torch=("Time GPU work with ``torch.cuda.Event(enable_timing=True)`` (record before and after, "
+           "``end.synchronize()``, ``start.elapsed_time(end)``), or call ``torch.cuda.synchronize()`` before "
+           "stopping a CPU timer." + TAIL),
+    jax="Call ``.block_until_ready()`` on the step's outputs before stopping a CPU timer." + TAIL,
+    cupy=("Time GPU work with ``cupy.cuda.Event`` pairs and ``cupy.cuda.get_elapsed_time``, or synchronize "
+          "the stream before stopping a CPU timer." + TAIL),
+    openacc="Put ``#pragma acc wait`` before stopping a CPU timer around asynchronous regions." + TAIL,
+    openmp="Put ``#pragma omp taskwait`` before stopping a CPU timer around ``nowait`` target regions." + TAIL,
+    default=("Time GPU work with CUDA events (cudaEventRecord before and after, cudaEventSynchronize, "
+             "cudaEventElapsedTime), or cudaStreamSynchronize before stopping a CPU timer." + TAIL))
+
+
 def advice(p: Program) -> str:
     """How to time GPU work, in the program's terms (``analyses/program.py``)."""
-    tail = " Warm up first and report statistics (median, spread) over many iterations."
-    if p.torch:
-        return ("Time GPU work with ``torch.cuda.Event(enable_timing=True)`` (record before and after, "
-                "``end.synchronize()``, ``start.elapsed_time(end)``), or call ``torch.cuda.synchronize()`` before "
-                "stopping a CPU timer." + tail)
-    if p.jax:
-        return "Call ``.block_until_ready()`` on the step's outputs before stopping a CPU timer." + tail
-    if p.cupy:
-        return ("Time GPU work with ``cupy.cuda.Event`` pairs and ``cupy.cuda.get_elapsed_time``, or synchronize "
-                "the stream before stopping a CPU timer." + tail)
-    if p.directives == "OpenACC":
-        return "Put ``#pragma acc wait`` before stopping a CPU timer around asynchronous regions." + tail
-    if p.directives == "OpenMP offload":
-        return "Put ``#pragma omp taskwait`` before stopping a CPU timer around ``nowait`` target regions." + tail
-    return ("Time GPU work with CUDA events (cudaEventRecord before and after, cudaEventSynchronize, "
-            "cudaEventElapsedTime), or cudaStreamSynchronize before stopping a CPU timer." + tail)
+    return choose(ADVICE, p)

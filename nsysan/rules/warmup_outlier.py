@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nsysan.analyses.program import Program, of
+from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, Severity, finding, rule
 from nsysan.units import fmt_ns
 
@@ -54,22 +55,25 @@ def check(ctx: Any) -> Iterator[Finding]:
 TAIL = " Report the steady state separately, with mean, spread and percentiles over many samples."
 
 
+TORCH_WARMUP = ("The first iterations pay for {optimizer}cuDNN autotuning (``cudnn.benchmark``), the caching "
+                "allocator's growth, lazy CUDA module loading and ``torch.compile``'s compilation: run warm-up "
+                "iterations before timing{graphs}keep input shapes fixed so none of it recurs." + TAIL)
+ADVICE = Advice(
+    jax=("The first call of a jitted function compiles it: call it once (or "
+         "``jax.jit(f).lower(...).compile()``) before timing; slow steps later mean recompiles (new shapes or "
+         "static arguments: "
+         "``jax.config.update(\"jax_log_compiles\", True)`` names them)." + TAIL),
+    tensorrt=("The first executions pay for engine deserialisation, execution-context setup and lazy kernel "
+              "loading: run warm-up inferences before timing (``trtexec --warmUp``) and before capturing CUDA "
+              "Graphs." + TAIL),
+    torch_training=TORCH_WARMUP.format(optimizer="optimizer-state allocation, ", graphs="; "),
+    torch=TORCH_WARMUP.format(optimizer="", graphs=" (and before capturing CUDA Graphs); "),
+    default=("The first iterations pay for CUDA context creation, lazy module loading (``CUDA_MODULE_LOADING=EAGER`` "
+             "moves it to start-up), library handle creation (cuBLAS/cuDNN) and first allocations: create them "
+             "before the loop and run warm-up iterations before timing (and before capturing CUDA Graphs)." + TAIL),
+    first=("jax", "tensorrt"))  # JAX's compilation and TensorRT's engine set-up before PyTorch's warm-up
+
+
 def advice(p: Program) -> str:
     """What the first iterations pay for, in the program's terms."""
-    if p.jax:
-        return ("The first call of a jitted function compiles it: call it once (or "
-                "``jax.jit(f).lower(...).compile()``) before timing; slow steps later mean recompiles (new shapes or "
-                "static arguments: "
-                "``jax.config.update(\"jax_log_compiles\", True)`` names them)." + TAIL)
-    if p.tensorrt:
-        return ("The first executions pay for engine deserialisation, execution-context setup and lazy kernel loading: "
-                "run warm-up inferences before timing (``trtexec --warmUp``) and before capturing CUDA Graphs." + TAIL)
-    if p.torch:
-        what = ("optimizer-state allocation, " if p.training else "") + "cuDNN autotuning (``cudnn.benchmark``), " \
-            "the caching allocator's growth, lazy CUDA module loading and ``torch.compile``'s compilation"
-        return (f"The first iterations pay for {what}: run warm-up iterations before timing"
-                + (" (and before capturing CUDA Graphs); " if not p.training else "; ")
-                + "keep input shapes fixed so none of it recurs." + TAIL)
-    return ("The first iterations pay for CUDA context creation, lazy module loading (``CUDA_MODULE_LOADING=EAGER`` "
-            "moves it to start-up), library handle creation (cuBLAS/cuDNN) and first allocations: create them before "
-            "the loop and run warm-up iterations before timing (and before capturing CUDA Graphs)." + TAIL)
+    return choose(ADVICE, p)
