@@ -305,10 +305,11 @@ def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
     from nsysan.analyses.syncs import hidden_syncs
     from nsysan.analyses.unified import unified_memory
 
+    sites = a.idle_samples.site_calls if a.idle_samples is not None else None
     return replace(a, memory=memory_use(a), unified=unified_memory(a), thread_states=thread_states(trace),
                    stages=stages(a), slow_iterations=slow_iterations(a), inputs_missing=missing_inputs(trace),
                    syncs=hidden_syncs(trace.cuda_api, trace.memcpy, a.ops, a.iterations.table,
-                                      (a.steady.start_ns, a.steady.end_ns), getattr(a.idle_samples, "site_calls", None)))
+                                      (a.steady.start_ns, a.steady.end_ns), sites))
 
 
 STEPS = 10  # the calls of ``_Steps`` in ``analyze``, the rules' included

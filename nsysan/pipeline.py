@@ -485,7 +485,7 @@ def _capture_lines(a: Any) -> dict[str, Any]:
     the window's idle share."""
     from nsysan.report.tables import capture_parts
 
-    ph = getattr(a, "phases", None)
+    ph = a.phases
     if ph is None:
         return {}
     span = ph.judged.dur_ns

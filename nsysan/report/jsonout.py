@@ -106,7 +106,7 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
         "schema": SCHEMA,
         "trace": _trace_dict(a, show_env),
         "windows": {"capture": a.capture.to_dict(), "steady": a.steady.to_dict()},
-        "phases": a.phases.to_dict() if getattr(a, "phases", None) is not None else None,
+        "phases": a.phases.to_dict() if a.phases is not None else None,
         "kernels": {"by_name": records(a.kernels, limit), "by_config": records(a.kernel_configs, limit),
                     "steady_by_name": records(ss["kernels"], limit) if "kernels" in ss else []},
         "cuda_api": {"by_name": records(a.cuda_api, limit),
@@ -135,15 +135,15 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
             "note": "communication kernels (NCCL ...) per device and collective in the steady state; exposed = "
                     "no compute kernel ran on the device meanwhile; nccl_calls: NCCL's NVTX enqueue ranges. "
                     "Message sizes are in NCCL's NVTX payloads, which exports do not carry."},
-        "samples": _samples_dict(getattr(a, "idle_samples", None)),
-        "gpu_metrics": metrics_dict(getattr(a, "gpu_metrics", None)),
+        "samples": _samples_dict(a.idle_samples),
+        "gpu_metrics": metrics_dict(a.gpu_metrics),
         "ranks": {**(ranks_to_dict(a.ranks) if a.ranks is not None else {}),
                   "note": "one row per process that ran communication kernels; collectives aligned by order per "
                           "type; wait = last rank's arrival - this rank's; transfer = end - last arrival"},
         "iterations": _iterations_dict(a, limit),
         **_beyond_time(a, limit),
         "tensorrt": _tensorrt(a, limit),
-        "program": a.program.to_dict() if getattr(a, "program", None) is not None else None,
+        "program": a.program.to_dict() if a.program is not None else None,
         # in ``rules.ranked`` order; per_iteration_ns: the saving per steady iteration (None for a
         # whole-capture finding or one without a saving)
         "findings": [{**f.to_dict(), "per_iteration_ns": getattr(f, "per_iteration_ns", None)} for f in a.findings],
@@ -161,8 +161,8 @@ def analysis_to_dict(a: Any, *, show_env: bool = False, limit: int = 500) -> dic
 def _beyond_time(a: Any, limit: int) -> dict[str, Any]:
     """Memory, unified memory, running or blocked, stages, slow iterations, and the inputs the trace
     lacks for them (docs/json.md)."""
-    m, sl = getattr(a, "memory", None), getattr(a, "slow_iterations", None)
-    u, th, st = getattr(a, "unified", None), getattr(a, "thread_states", None), getattr(a, "stages", None)
+    m, sl = a.memory, a.slow_iterations
+    u, th, st = a.unified, a.thread_states, a.stages
     return {
         "memory": None if m is None else {
             "source": m.source, "per_process": records(m.per_process), "growth": records(m.growth),
@@ -178,7 +178,7 @@ def _beyond_time(a: Any, limit: int) -> dict[str, Any]:
             "iterations": records(sl.table.assign(
                 new_kernel_count=sl.table["new_kernels"].map(len),
                 new_kernels=sl.table["new_kernels"].map(lambda v: list(v[:10]))), limit)},
-        "inputs_missing": list(getattr(a, "inputs_missing", []) or []),
+        "inputs_missing": list(a.inputs_missing),
     }
 
 
@@ -233,7 +233,7 @@ def iteration_table(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tensorrt(a: Any, limit: int) -> dict[str, Any]:
-    tr = getattr(a, "tensorrt", None)
+    tr = a.tensorrt
     note = ("TensorRT engine executions (ExecutionContext::execute/enqueue NVTX ranges) and their layer ranges; "
             "layers: per engine and layer over the executions of table_window; gpu_*: GPU ops launched inside "
             "the range (sum of durations); gpu_share: of the engine's execution GPU time; cpu_share: of its "
@@ -305,13 +305,13 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
             "gpu_busy": a.busy_capture, "gaps": no_sentinels(a.gaps.drop(columns=["breakdown"], errors="ignore")),
             "iterations": iteration_table(a.iterations.table), "iteration_breakdown": a.breakdown,
             "collectives": a.collectives,
-            "ranks": a.ranks.ranks if getattr(a, "ranks", None) is not None else pd.DataFrame(),
+            "ranks": a.ranks.ranks if a.ranks is not None else pd.DataFrame(),
             "nsys_analyze": a.nsys_rules,
             **({"tensorrt_layers": a.tensorrt.table, "tensorrt_executions": no_sentinels(a.tensorrt.executions),
                 "tensorrt_engines": a.tensorrt.engines}
-               if getattr(a, "tensorrt", None) is not None and a.tensorrt.found else {}),
+               if a.tensorrt is not None and a.tensorrt.found else {}),
             **({"gpu_metrics_by_range": a.gpu_metrics.by_range, "gpu_metrics_by_iteration": a.gpu_metrics.by_iteration,
                 "gpu_metrics_by_kernel": a.gpu_metrics.by_kernel}
-               if getattr(a, "gpu_metrics", None) is not None else {}),
+               if a.gpu_metrics is not None else {}),
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}

@@ -67,7 +67,7 @@ def _present(df: pd.DataFrame) -> list[tuple[str, str, Any]]:
 def view(a: Any) -> dict[str, Any] | None:
     """The report's metrics section: per device, a line on the source and the tables (by range, by
     kernel group, by iteration); None without GPU metrics (the report says so in one line)."""
-    gm = getattr(a, "gpu_metrics", None)
+    gm = a.gpu_metrics
     if gm is None:
         return None
     t0 = int(a.capture.start_ns)
@@ -114,7 +114,7 @@ def view(a: Any) -> dict[str, Any] | None:
 
 def terminal_lines(a: Any) -> list[str]:
     """One line per metric device for the terminal summary: the steady window's means and verdict."""
-    gm = getattr(a, "gpu_metrics", None)
+    gm = a.gpu_metrics
     if gm is None:
         return []
     out = []
@@ -148,7 +148,7 @@ def _bytes(v: np.ndarray) -> bytes:
 
 def lanes(a: Any, t0: int) -> list[dict[str, Any]]:
     """The metric lanes of the timeline (module docstring); [] without GPU metrics."""
-    gm = getattr(a, "gpu_metrics", None)
+    gm = a.gpu_metrics
     if gm is None:
         return []
     out = []

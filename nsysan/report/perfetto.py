@@ -230,7 +230,7 @@ def _finding_time(f: Any) -> int:
 
 def _metric_sources(a: Any) -> list[Any]:
     """The GPU metric sources (``trace.metrics.Source``) with samples; [] without GPU metrics."""
-    g = getattr(a, "gpu_metrics", None)
+    g = a.gpu_metrics
     return [s for s in (getattr(g, "sources", None) or []) if len(s.ts)]
 
 
@@ -241,7 +241,7 @@ def _origin(a: Any) -> int:
             t0 = min(t0, int(df["start_ns"].min()))
     for src in _metric_sources(a):
         t0 = min(t0, int(src.ts[0]))
-    m = getattr(a, "memory", None)
+    m = a.memory
     if m is not None and getattr(m, "recorded", False) and len(m.series):
         t0 = min(t0, int(m.series["t_ns"].min()))
     for df in (a.trace.um_gpu_faults, a.trace.um_cpu_faults):
@@ -475,7 +475,7 @@ MIB = float(1 << 20)
 
 def _memory_counters(w: _Writer, a: Any, t0: int, named: set[int]) -> dict[str, Any]:
     """Live device memory per device and process (``memory.series``): the report's memory lane."""
-    m = getattr(a, "memory", None)
+    m = a.memory
     if m is None or not getattr(m, "recorded", False) or not len(m.series):
         return {}
     out = {}

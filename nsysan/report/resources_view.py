@@ -26,7 +26,7 @@ def resources_tables(a: Any) -> list[Table]:
 
 
 def _memory(a: Any) -> Table:
-    m = getattr(a, "memory", None)
+    m = a.memory
     if m is None or not m.recorded:
         return Table("memory", "Device memory", [], [], [])
     note = "Live device memory per device and process (allocations - deallocations of device kinds)."
@@ -43,7 +43,7 @@ def _memory(a: Any) -> Table:
 
 
 def _unified(a: Any) -> Table:
-    u = getattr(a, "unified", None)
+    u = a.unified
     if u is None or not u.present:
         return Table("unified", "Unified memory", [], [], [])
     causes = "; ".join(f"{c}: {v['count']:,} migrations, {fmt_bytes(v['bytes'])}" for c, v in u.by_cause.items())
@@ -61,7 +61,7 @@ def _unified(a: Any) -> Table:
 
 
 def _threads(a: Any) -> Table:
-    th = getattr(a, "thread_states", None)
+    th = a.thread_states
     if th is None or not th.recorded:
         return Table("threads", "Running or blocked", [], [], [])
     r = th.ranges.sort_values("total_ns", ascending=False) if len(th.ranges) else th.ranges
@@ -75,7 +75,7 @@ def _threads(a: Any) -> Table:
 
 
 def _stages(a: Any) -> list[Table]:
-    st = getattr(a, "stages", None)
+    st = a.stages
     out: list[Table] = []
     if st is None:
         return out
@@ -103,7 +103,7 @@ def _stages(a: Any) -> list[Table]:
 
 
 def _slow(a: Any) -> Table:
-    s = getattr(a, "slow_iterations", None)
+    s = a.slow_iterations
     if s is None or len(s.table) == 0:
         return Table("slow_iterations", "Slow iterations", [], [], [])
     t = s.table.assign(new=s.table["new_kernels"].map(len), ranges=s.table["extra_ranges"].map(", ".join))
@@ -118,7 +118,7 @@ def _slow(a: Any) -> Table:
 
 
 def _missing(a: Any) -> Table:
-    miss = list(getattr(a, "inputs_missing", []) or [])
+    miss = list(a.inputs_missing)
     return table("inputs_missing", "What this trace lacks, and the flag that adds it", pd.DataFrame(miss), [
         ("Input", "input", None), ("nsys profile flag", "flag", None), ("What it would tell", "for", None)],
         note="Recorded data some analyses need; nsysan profile --diagnose records them.") if miss else \
@@ -132,7 +132,7 @@ def memory_lanes(a: Any, t0: int) -> list[dict[str, Any]]:
     """A timeline lane per (device, process) with memory usage events: live device memory sampled at
     ``LANE_POINTS`` even times over the capture (the value in force at each: a step function), in the
     GPU-metrics lanes' encoding (percent of the pair's peak, one byte a sample; metrics_lane.js)."""
-    m = getattr(a, "memory", None)
+    m = a.memory
     if m is None or not m.recorded or len(m.series) == 0:
         return []
     out = []

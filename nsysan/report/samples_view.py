@@ -47,7 +47,7 @@ def _group(g: Any) -> dict[str, Any]:
 
 
 def samples_view(a: Any) -> dict[str, Any]:
-    s = getattr(a, "idle_samples", None)
+    s = a.idle_samples
     inputs = dict(getattr(s, "inputs", {}) or {})
     missing = list(getattr(s, "missing", None) or missing_inputs(None, a.trace.meta.tables))
     lacking = {m["input"] for m in missing}

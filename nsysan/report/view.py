@@ -160,7 +160,7 @@ def _levels_tables(a: Any) -> list[Table]:
 def _tensorrt_table(a: Any) -> Table:
     """The per-layer table of every engine, with a bar per layer (its share of the execution: GPU
     time when recorded, else host time), in execution order; sortable like the other tables."""
-    tr = getattr(a, "tensorrt", None)
+    tr = a.tensorrt
     if tr is None or not tr.found or len(tr.table) == 0:
         return Table("tensorrt", "TensorRT layers", [], [], [],
                      "No TensorRT engine executions (ExecutionContext::execute/enqueue NVTX ranges) in this trace."
@@ -360,7 +360,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                             _evidence(f.evidence, a.capture.start_ns)) for f in a.findings]
     rep = Report(title=f"nsysan: {Path(m.path).name}", generated_by=generated_by, headline=_headline(a),
                  info=_info(a, gpus), findings=findings, tables=tables, kernel_bars=_kernel_bars(a),
-                 breakdown=breakdown_rows(a), capture_time=capture_rows(getattr(a, "phases", None)),
+                 breakdown=breakdown_rows(a), capture_time=capture_rows(a.phases),
                  iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                  overlap_bars=_overlap_bars(a),
                  timeline=build_timeline(a), rules_log=rules_log,
@@ -440,7 +440,7 @@ def _info(a: Any, gpus: str) -> list[tuple[str, str]]:
                 if a.iterations.range_name else "")),
             ("Iteration range", a.iterations.why or "-"),
             ]
-    if getattr(a, "program", None) is not None:  # what the advice is worded for, and why
+    if a.program is not None:  # what the advice is worded for, and why
         info.extend(program_records(a.program))
     if not len(a.ops):
         info.append(("GPU activity", ("not recorded in this trace: record it with nsys profile -t cuda "
@@ -651,6 +651,6 @@ def _iteration_tables(a: Any) -> list[Table]:
 
 
 def _ranks_view(a: Any) -> dict[str, Any]:
-    if getattr(a, "ranks", None) is None or len(a.ranks.ranks) < 2:
+    if a.ranks is None or len(a.ranks.ranks) < 2:
         return {}
     return ranks_view(ranks_to_dict(a.ranks))

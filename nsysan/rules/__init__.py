@@ -243,16 +243,22 @@ def allocate(findings: list[Finding]) -> list[Finding]:
         want = min(est, m)
         impact = want if fr == m else (want * fr // m if m else 0)
         if impact > 0:
-            take_e = free[0] + ((free[1] - free[0]) * (impact / fr)).astype(np.int64)
+            took = free[1] - free[0]  # each free interval's share, from its start (one temporary at a time)
+            share = took * (impact / fr)
+            del took
+            take_e = share.astype(np.int64)
+            del share
+            take_e += free[0]
             short = impact - int((take_e - free[0]).sum())  # rounding: a few ns, one per interval at most
             if short > 0:
                 room = np.flatnonzero(take_e < free[1])[:short]
                 take_e[room] += 1
             keep = take_e > free[0]
-            mine = (free[0][keep], take_e[keep])
+            mine = (free[0], take_e) if bool(keep.all()) else (free[0][keep], take_e[keep])
+            del keep
             impact = int((mine[1] - mine[0]).sum())
             taken.append((f.rule, mine))
-            all_s, all_e = iv.merge(np.concatenate([all_s, mine[0]]), np.concatenate([all_e, mine[1]]))
+            all_s, all_e = iv.union((all_s, all_e), iv.merge(*mine))
         if impact == est:
             out.append(f)
             continue
