@@ -19,6 +19,7 @@ from nsysan._version import __version__
 from nsysan.errors import NsysanError, OutputError, OutputExistsError, UsageError
 from nsysan.outputs import identity as _identity
 from nsysan.outputs import own_output, path_too_long, reason, refuse_special, together, write_atomic
+from nsysan.report.summary import CaptureTime, FixLine, RunSummary
 from nsysan.units import clean_text as _say
 
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
@@ -184,7 +185,7 @@ def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out
 
 
 def analyze_single(trace: str, opts: dict[str, Any], *, quiet: bool, max_events: int,
-                   time_range: Any) -> dict[str, Any]:
+                   time_range: Any) -> RunSummary:
     """One trace in this process: the big tables decode on background threads (C, no GIL) while
     pandas is being imported."""
     from nsysan.trace import prefetch
@@ -198,7 +199,7 @@ def analyze_single(trace: str, opts: dict[str, Any], *, quiet: bool, max_events:
 # -- several traces --------------------------------------------------------------------------------
 
 def run_many(jobs: list[tuple[str, dict[str, Any]]], *, jobs_n: int,
-             on_error: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
+             on_error: Callable[[str], None]) -> tuple[list[RunSummary], int]:
     """Several traces in local processes (``cluster.run_many``: on a Dask cluster); each failure goes
     to ``on_error`` as it comes. Returns the summaries and the number of failures. An output that
     cannot be written (``OutputError``: a full disk, a read-only folder) ends the run at once, as an
@@ -333,7 +334,7 @@ def ladder(traces: Sequence[str], names: str | None, *, metric: str | None, iter
 
 # -- one trace ------------------------------------------------------------------------------------------
 
-def analyze_one(trace_path: str, opts: dict[str, Any]) -> dict[str, Any]:
+def analyze_one(trace_path: str, opts: dict[str, Any]) -> RunSummary:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
     from nsysan import _startup
 
@@ -423,48 +424,45 @@ def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[
         outputs.append(opts["perfetto"])
 
 
-def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> dict[str, Any]:
+def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> RunSummary:
     """What ``nsysan analyze`` prints of an analysis (``report.terminal.print_summary``), and what a
-    run of many traces collects per trace: plain values."""
+    run of many traces collects per trace: plain values (``report.summary.RunSummary``)."""
     from nsysan.trace.db import launched_program
 
     st = a.iterations.stats
-    # the program the trace recorded (only traces of one program are ranks of one job: a straggler)
-    return {"trace": trace_path, "seconds": seconds, "outputs": outputs, "program": launched_program(trace.meta.capture),
-            "findings": [(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
-            "fixes": [{"rule": f.rule, "severity": f.severity.name.lower(), "impact_ns": int(f.impact_ns),
-                       "per_iteration_ns": f.per_iteration_ns, "title": f.title, "message": f.message,
-                       "suggestion": f.suggestion} for f in a.findings],
-            "breakdown": _breakdown_lines(a),
-            "capture_time": _capture_lines(a),
-            "gpu_metrics": _gpu_metrics_lines(a),
-            "top_kernels": [(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"])) for r in
-                            a.steady_summaries.get("kernels", a.kernels).head(5).to_dict("records")],
-            "kernel_ns": int(a.steady_summaries.get("kernels", a.kernels)["total_ns"].sum()),
-            "p50_ns": st.get("p50_ns"), "iterations": st.get("count", 0), "range": a.iterations.range_name,
-            "slow": slow_share(a),
-            "latency_p50_ns": st.get("latency_p50_ns"), "queueing": bool(st.get("latency_includes_queueing")),
-            "queue_depth_p50": st.get("queue_depth_p50"), "headline": st.get("headline"),
-            "throughput_per_s": st.get("throughput_per_s"), "why": a.iterations.why,
-            "gpu_recorded": bool(len(a.ops)),
-            "busy": [(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
-            "window": a.steady.label, "window_ns": a.steady.dur_ns, "nsys": trace.meta.nsys_version,
-            "slowest_kernel": (a.kernels.iloc[0]["name"] if len(a.kernels) else None),
-            # per process with communication: a few numbers and 3 values per collective, on the UTC
-            # clock, so the ranks of several exports (or cluster workers) can be aligned
-            "rank_payloads": _rank_payloads(a, trace_path),
-            "sequences": st.get("sequences"),
-            # per thread or rank that runs the loop: its name, steady iterations and period
-            "loops": [(str(q.get("thread") or f"pid {q['pid']} tid {q['tid']}"), int(q["pid"]), int(q["tid"]),
-                       int(q["count"]), q.get("period_p50_ns")) for q in (getattr(a.iterations, "sequences", None)
-                                                                         or [])],
-            "ranks_verdict": (a.ranks.verdict if a.ranks is not None and len(a.ranks.ranks) > 1 else None),
-            "warnings": list(trace.meta.warnings),
-            # how each rule ended: fired, passed (it looked at the data), not_checked (with the input the
-            # trace lacks), disabled; the JSON's "rules" and the report's "Rules run" carry the same
-            "rules_run": [(r["rule"], r["status"], r.get("reason")) for r in getattr(a, "rule_log", None) or []],
-            "nsys_rules": [(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
-                           a.nsys_rules.to_dict("records") if r["count"]]}
+    kernels = a.steady_summaries.get("kernels", a.kernels)
+    return RunSummary(
+        trace=trace_path, seconds=seconds, outputs=outputs,
+        # the program the trace recorded (only traces of one program are ranks of one job: a straggler)
+        program=launched_program(trace.meta.capture),
+        findings=[(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
+        fixes=[FixLine(rule=f.rule, severity=f.severity.name.lower(), impact_ns=int(f.impact_ns),
+                       per_iteration_ns=f.per_iteration_ns, title=f.title, message=f.message,
+                       suggestion=f.suggestion) for f in a.findings],
+        breakdown=_breakdown_lines(a), capture_time=_capture_lines(a), gpu_metrics=_gpu_metrics_lines(a),
+        top_kernels=[(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"]))
+                     for r in kernels.head(5).to_dict("records")],
+        kernel_ns=int(kernels["total_ns"].sum()),
+        p50_ns=st.get("p50_ns"), iterations=st.get("count", 0), range_name=a.iterations.range_name,
+        slow=slow_share(a), latency_p50_ns=st.get("latency_p50_ns"),
+        queueing=bool(st.get("latency_includes_queueing")), queue_depth_p50=st.get("queue_depth_p50"),
+        headline=st.get("headline"), throughput_per_s=st.get("throughput_per_s"), why=a.iterations.why,
+        sequences=st.get("sequences"),
+        # per thread or rank that runs the loop: its name, steady iterations and period
+        loops=[(str(q.get("thread") or f"pid {q['pid']} tid {q['tid']}"), int(q["pid"]), int(q["tid"]),
+                int(q["count"]), q.get("period_p50_ns")) for q in (getattr(a.iterations, "sequences", None) or [])],
+        gpu_recorded=bool(len(a.ops)),
+        busy=[(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
+        window=a.steady.label, window_ns=a.steady.dur_ns, nsys=trace.meta.nsys_version,
+        slowest_kernel=(a.kernels.iloc[0]["name"] if len(a.kernels) else None),
+        rank_payloads=_rank_payloads(a, trace_path),
+        ranks_verdict=(a.ranks.verdict if a.ranks is not None and len(a.ranks.ranks) > 1 else None),
+        warnings=list(trace.meta.warnings),
+        # how each rule ended: fired, passed (it looked at the data), not_checked (with the input the
+        # trace lacks), disabled; the JSON's "rules" and the report's "Rules run" carry the same
+        rules_run=[(r["rule"], r["status"], r.get("reason")) for r in getattr(a, "rule_log", None) or []],
+        nsys_rules=[(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
+                    a.nsys_rules.to_dict("records") if r["count"]])
 
 
 def _gpu_metrics_lines(a: Any) -> list[str]:
@@ -480,18 +478,19 @@ def slow_share(a: Any) -> tuple[int, int, float] | None:
     return headline(a)
 
 
-def _capture_lines(a: Any) -> dict[str, Any]:
+def _capture_lines(a: Any) -> CaptureTime | None:
     """Where every second of the capture went (``analyses.phases``): the parts, the start-up's fillers,
     the window's idle share."""
     from nsysan.report.tables import capture_parts
 
     ph = a.phases
     if ph is None:
-        return {}
+        return None
     span = ph.judged.dur_ns
-    return {"capture_ns": ph.capture.dur_ns, "parts": capture_parts(ph),
-            "startup_filled": [(x["what"], int(x["ns"])) for x in sorted(ph.startup_filled, key=lambda x: -x["ns"])[:4]],
-            "window_idle_frac": (ph.idle_ns / span) if span else 0.0, "window": ph.judged.label}
+    return CaptureTime(capture_ns=ph.capture.dur_ns, parts=capture_parts(ph),
+                       startup_filled=[(x["what"], int(x["ns"]))
+                                       for x in sorted(ph.startup_filled, key=lambda x: -x["ns"])[:4]],
+                       window_idle_frac=(ph.idle_ns / span) if span else 0.0, window=ph.judged.label)
 
 
 def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:

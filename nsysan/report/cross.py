@@ -8,27 +8,30 @@ the straggler of ``analyses/ranks.cross_stragglers``; ``render_cross_html(summar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsysan.analyses.ranks import cross_stragglers
 from nsysan.report.html import environment
 from nsysan.report.jsonout import ranks_to_dict
 from nsysan.report.ranks_view import ranks_view
 
+if TYPE_CHECKING:
+    from nsysan.report.summary import RunSummary
 
-def cross_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+
+def cross_summary(results: list[RunSummary]) -> dict[str, Any]:
     """Per-trace (per-rank) busy/idle, iteration time p50, slowest kernel, as JSON. When the traces
     hold the ranks of one job (processes with communication kernels in several exports), the ranks
     are aligned on their collectives on the exports' common clock (``analyses/ranks.combine``) and
     the straggler is the rank the others wait for; otherwise a trace whose iteration time p50 exceeds
     1.2x the median of the traces of its program (``program`` per result) is marked slower."""
-    med, ranks, late = cross_stragglers(results)
+    med, ranks, late = cross_stragglers([r.straggler_inputs() for r in results])
     rows = []
     for r, straggler in zip(results, late):
-        rows.append({"trace": r["trace"], "p50_ns": r.get("p50_ns"), "iterations": r.get("iterations"),
-                     "busy": [{"device_id": d, "busy_frac": round(f, 4), "idle_ns": i} for d, f, i in r["busy"]],
-                     "top_finding": r["findings"][0][0] if r["findings"] else None,
-                     "slowest_kernel": r["slowest_kernel"], "straggler": straggler})
+        rows.append({"trace": r.trace, "p50_ns": r.p50_ns, "iterations": r.iterations,
+                     "busy": [{"device_id": d, "busy_frac": round(f, 4), "idle_ns": i} for d, f, i in r.busy],
+                     "top_finding": r.findings[0][0] if r.findings else None,
+                     "slowest_kernel": r.slowest_kernel, "straggler": straggler})
     out: dict[str, Any] = {
         "schema": "nsysan.cross/2", "median_p50_ns": med,
         "straggler_rule": ("the rank that arrives last at the aligned collectives (see ranks)" if ranks is not None
