@@ -307,7 +307,9 @@ def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
 
     sites = a.idle_samples.site_calls if a.idle_samples is not None else None
     return replace(a, memory=memory_use(a), unified=unified_memory(a), thread_states=thread_states(trace),
-                   stages=stages(a), slow_iterations=slow_iterations(a), inputs_missing=missing_inputs(trace),
+                   stages=stages(a.comm, a.busy, a.steady, a.iterations),
+                   slow_iterations=slow_iterations(trace, a.iterations, a.ops, a.busy),
+                   inputs_missing=missing_inputs(trace),
                    syncs=hidden_syncs(trace.cuda_api, trace.memcpy, a.ops, a.iterations.table,
                                       (a.steady.start_ns, a.steady.end_ns), sites))
 

@@ -450,7 +450,7 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
         sequences=st.get("sequences"),
         # per thread or rank that runs the loop: its name, steady iterations and period
         loops=[(str(q.get("thread") or f"pid {q['pid']} tid {q['tid']}"), int(q["pid"]), int(q["tid"]),
-                int(q["count"]), q.get("period_p50_ns")) for q in (getattr(a.iterations, "sequences", None) or [])],
+                int(q["count"]), q.get("period_p50_ns")) for q in a.iterations.sequences],
         gpu_recorded=bool(len(a.ops)),
         busy=[(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
         window=a.steady.label, window_ns=a.steady.dur_ns, nsys=trace.meta.nsys_version,
@@ -460,7 +460,7 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
         warnings=list(trace.meta.warnings),
         # how each rule ended: fired, passed (it looked at the data), not_checked (with the input the
         # trace lacks), disabled; the JSON's "rules" and the report's "Rules run" carry the same
-        rules_run=[(r["rule"], r["status"], r.get("reason")) for r in getattr(a, "rule_log", None) or []],
+        rules_run=[(r["rule"], r["status"], r.get("reason")) for r in a.rule_log],
         nsys_rules=[(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
                     a.nsys_rules.to_dict("records") if r["count"]])
 
@@ -475,7 +475,7 @@ def slow_share(a: Any) -> tuple[int, int, float] | None:
     """``analyses.slow_iterations.headline`` (imported when a summary is built: not at start-up)."""
     from nsysan.analyses.slow_iterations import headline
 
-    return headline(a)
+    return headline(a.slow_iterations, any(f.rule == "slow-iterations" for f in a.findings))
 
 
 def _capture_lines(a: Any) -> CaptureTime | None:

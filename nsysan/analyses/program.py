@@ -41,12 +41,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses.libranges import library_of
+
+if TYPE_CHECKING:
+    from nsysan.analyses.tensorrt import TensorRT
+    from nsysan.trace.model import Trace
 
 TRAINING, INFERENCE, UNKNOWN = "training", "inference", "unknown"
 MIN_FORWARD_KERNELS = 100  # PyTorch kernels without a backward one that make a forward-only program
@@ -168,10 +172,17 @@ class Program:
 UNKNOWN_PROGRAM = Program()
 
 
-def of(a: Any) -> Program:
-    """The analysis' Program (``Analysis.program``), or the unknown one when it has none (an analysis
-    built by hand)."""
-    p = getattr(a, "program", None)
+class WithProgram(Protocol):
+    """What ``of`` reads of the result (``nsysan.result.Analysis``, a layer above the analyses)."""
+
+    @property
+    def program(self) -> Program | None: ...
+
+
+def of(a: WithProgram) -> Program:
+    """The analysis' Program (``Analysis.program``), or the unknown one when it has none (the
+    analysis has not run: ``program`` is None)."""
+    p = a.program
     return p if isinstance(p, Program) else UNKNOWN_PROGRAM
 
 
@@ -206,7 +217,7 @@ def _short(s: str, n: int = 80) -> str:
     return s if len(s) <= n else s[:n - 3] + "..."
 
 
-def _profiled_pids(trace: Any) -> set[int]:
+def _profiled_pids(trace: Trace) -> set[int]:
     pids: set[int] = set()
     for t in ("kernels", "cuda_api", "nvtx", "memcpy", "osrt"):
         df = getattr(trace, t, None)
@@ -215,7 +226,7 @@ def _profiled_pids(trace: Any) -> set[int]:
     return {int(p) for p in pids}
 
 
-def program(trace: Any, nvtx_summary: pd.DataFrame | None = None, tensorrt: Any = None) -> Program:
+def program(trace: Trace, nvtx_summary: pd.DataFrame | None = None, tensorrt: TensorRT | None = None) -> Program:
     """The ``Program`` of a trace (see the module docstring). ``nvtx_summary``: ``nvtx.range_summary``
     (one row per range name, with ``count``); ``tensorrt``: ``tensorrt.analyze_tensorrt``'s result."""
     fw: dict[str, str] = {}  # framework -> why (the first evidence found)
@@ -268,7 +279,7 @@ def _kernel_frameworks(knames: list[str], kcounts: np.ndarray, fw: dict[str, str
         fw.pop(OPENACC)  # NVHPC's runtime fill kernels (__pgi_uacc_cuda_fill) serve OpenMP offload too
 
 
-def _nvtx_frameworks(trace: Any, nvtx_summary: pd.DataFrame | None, fw: dict[str, str],
+def _nvtx_frameworks(trace: Trace, nvtx_summary: pd.DataFrame | None, fw: dict[str, str],
                      hits: dict[str, tuple[int, str]]) -> str | None:
     """The libraries NVTX range names and domains show, into ``fw``; the training and inference
     ranges into ``hits``. Returns the first Python NVTX domain, or None."""
@@ -302,7 +313,7 @@ def _nvtx_frameworks(trace: Any, nvtx_summary: pd.DataFrame | None, fw: dict[str
     return py_domain
 
 
-def _thread_and_process_names(trace: Any) -> tuple[set[str], list[str]]:
+def _thread_and_process_names(trace: Trace) -> tuple[set[str], list[str]]:
     """The names of the profiled processes' threads, and of those processes (sorted)."""
     pids = _profiled_pids(trace)
     tnames = set()

@@ -7,12 +7,15 @@ CUDA calls, thread scheduling when it did, unified memory faults when managed me
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from nsysan.trace.model import Trace
 
-def missing_inputs(trace: Any) -> list[dict[str, str]]:
+
+def missing_inputs(trace: Trace) -> list[dict[str, str]]:
     tables = set(trace.meta.tables)
     out: list[dict[str, str]] = []
     cuda = len(trace.cuda_api) > 0

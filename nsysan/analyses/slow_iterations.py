@@ -28,13 +28,14 @@ compared with the same measure over the sequence's typical steady iterations (th
 
 ``cause`` names the largest difference: ``new kernels`` (new kernels or set-up calls: first use of code,
 autotuning or recompilation), ``allocation``, ``file I/O``, ``waiting`` (blocked on another thread or
-process: input not ready), ``extra work`` (extra NVTX ranges, or more GPU work), ``untraced CPU``. ``periodic`` is the interval between slow iterations when it is regular (every N).
+process: input not ready), ``extra work`` (extra NVTX ranges, or more GPU work), ``untraced CPU``.
+``periodic`` is the interval between slow iterations when it is regular (every N).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,11 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses import libranges
 from nsysan.analyses.frames import category_mask, name_in
 from nsysan.analyses.iterations import steady_periods
+
+if TYPE_CHECKING:
+    from nsysan.analyses.gpu import Busy
+    from nsysan.analyses.iterations import Iterations
+    from nsysan.trace.model import Trace
 
 FACTOR = 2.0
 MIN_STEADY = 5  # a sequence needs this many steady periods for its median to mean anything
@@ -76,11 +82,11 @@ class SlowIterations:
         return int(self.table["cost_ns"].sum()) if len(self.table) else 0
 
 
-def headline(a: Any) -> tuple[int, int, float] | None:
-    """(slow iterations, their cost, its share of the steady iterations' time) when ``slow-iterations``
-    fired on ``a`` (they matter), else None: the headline names them beside the typical period."""
-    s = getattr(a, "slow_iterations", None)
-    if s is None or not s.steady_span_ns or not any(f.rule == "slow-iterations" for f in a.findings):
+def headline(s: SlowIterations | None, fired: bool) -> tuple[int, int, float] | None:
+    """(slow iterations, their cost, its share of the steady iterations' time) of ``s`` (the analysis'
+    ``slow_iterations``) when the ``slow-iterations`` rule fired (``fired``: they matter), else None: the
+    headline names them beside the typical period."""
+    if s is None or not s.steady_span_ns or not fired:
         return None
     return len(s.table), s.cost_ns, s.cost_ns / s.steady_span_ns
 
@@ -150,9 +156,11 @@ def _new_names(codes: np.ndarray, texts: list[str], left: np.ndarray, right: np.
     return out
 
 
-def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
-    """The slow steady iterations of ``a`` (an ``Analysis``: its iterations, trace, GPU ops, busy time)."""
-    it = a.iterations.table
+def slow_iterations(trace: Trace, its: Iterations, ops: pd.DataFrame, busy: Busy | None,
+                    factor: float = FACTOR) -> SlowIterations:
+    """The slow steady iterations of the iteration model ``its``, measured in the trace's calls and
+    ranges, its GPU operations ``ops`` and their merged busy intervals ``busy`` (``gpu.Busy``)."""
+    it = its.table
     empty = SlowIterations(factor, pd.DataFrame(columns=_COLUMNS))
     if len(it) == 0 or "period_ns" not in it:
         return empty
@@ -171,7 +179,7 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
         if not slow.any():
             continue
         lo, hi = g["lo_ns"].to_numpy(np.int64), g["hi_ns"].to_numpy(np.int64)
-        m = _measures(a, int(pid), int(tid), lo, hi, slow)
+        m = _measures(trace, its, ops, busy, int(pid), int(tid), lo, hi, slow)
         typ = {k: float(np.median(v[~slow])) if (~slow).any() else 0.0 for k, v in m.items()
                if k not in ("new_kernels", "extra_ranges", "wait_call")}
         typical[(int(pid), int(tid))] = {"period_ns": med, **typ}
@@ -192,22 +200,20 @@ def slow_iterations(a: Any, factor: float = FACTOR) -> SlowIterations:
             "extra_ranges": [m["extra_ranges"][i] for i in np.flatnonzero(slow)],
             "untraced_ns": m["untraced_ns"][slow]})
         df["cause"] = [_cause(r, typical[(int(pid), int(tid))]) for r in df.itertuples(index=False)]
-        first = _first_in_enclosing(a, int(pid), int(tid), g["start_ns"].to_numpy(np.int64)[slow])
+        first = _first_in_enclosing(trace.nvtx, its, int(pid), int(tid), g["start_ns"].to_numpy(np.int64)[slow])
         if first is not None:
-            df.loc[first, "cause"] = f"start of each '{a_enclosing(a)}'"
+            df.loc[first, "cause"] = f"start of each '{enclosing_range(its)}'"
         rows.append(df)
     if not rows:
         return SlowIterations(factor, empty.table, typical, span, periodic)
     return SlowIterations(factor, pd.concat(rows, ignore_index=True)[_COLUMNS], typical, span, periodic)
 
 
-def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> dict[str, Any]:
+def _measures(tr: Trace, its: Iterations, ops: pd.DataFrame, busy_iv: Busy | None, pid: int, tid: int,
+              lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> dict[str, Any]:
     """Per interval (lo, hi] of one sequence: the measures the module doc lists. Vectorised: the
-    names through their categories' codes, the busy intervals the analysis merged (``a.busy``)."""
-    tr = a.trace
+    names through their categories' codes, the busy intervals the analysis merged (``busy_iv``)."""
     n = len(lo)
-    ops = a.ops
-    busy_iv = getattr(a, "busy", None)
     op_pid = ops["pid"].to_numpy()
     of_pid = op_pid == pid
     if busy_iv is not None:
@@ -271,7 +277,7 @@ def _measures(a: Any, pid: int, tid: int, lo: np.ndarray, hi: np.ndarray, slow: 
             "alloc_calls": iv.sums_between(alloc, lo, hi), "setup_calls": iv.sums_between(setup, lo, hi),
             "setup_ns": setup_ns,
             "io_ns": io_ns, "wait_ns": wait_ns, "wait_call": wait_call,
-            "extra_ranges": _extra_ranges(a, pid, lo, hi, slow), "untraced_ns": untraced}
+            "extra_ranges": _extra_ranges(tr.nvtx, its.range_name, pid, lo, hi, slow), "untraced_ns": untraced}
 
 
 def _top_call(names: np.ndarray, s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -294,10 +300,10 @@ def _top_call(names: np.ndarray, s: np.ndarray, e: np.ndarray, lo: np.ndarray, h
     return out
 
 
-def _extra_ranges(a: Any, pid: int, lo: np.ndarray, hi: np.ndarray, slow: np.ndarray) -> list[list[str]]:
-    """Per interval: the names of the program's own NVTX ranges of the process starting in it that no
-    typical interval holds (library ranges and the iteration range itself left out)."""
-    nv = a.trace.nvtx
+def _extra_ranges(nv: pd.DataFrame, rng: str | None, pid: int, lo: np.ndarray, hi: np.ndarray,
+                  slow: np.ndarray) -> list[list[str]]:
+    """Per interval: the names of the program's own NVTX ranges (``nv``: the trace's) of the process
+    starting in it that no typical interval holds (library ranges and the iteration range ``rng`` left out)."""
     out: list[list[str]] = [[] for _ in range(len(lo))]
     if len(nv) == 0:
         return out
@@ -307,7 +313,6 @@ def _extra_ranges(a: Any, pid: int, lo: np.ndarray, hi: np.ndarray, slow: np.nda
         return out
     names = sub["name"].astype(str)
     own = ~libranges.library_mask(names, sub["domain"])
-    rng = a.iterations.range_name
     keep = own & (names.to_numpy() != rng) & (sub["text"].astype(str).to_numpy() != rng)
     t = sub["start_ns"].to_numpy(np.int64)[keep]
     nm = names.to_numpy()[keep]
@@ -318,28 +323,29 @@ def _extra_ranges(a: Any, pid: int, lo: np.ndarray, hi: np.ndarray, slow: np.nda
     return _new_names(codes, texts, left, right, slow)
 
 
-def a_enclosing(a: Any) -> str | None:
+def enclosing_range(its: Iterations) -> str | None:
     """The program's range that encloses the iterations (a request around its tokens), if any."""
-    for lv in getattr(a.iterations, "levels", []) or []:
+    for lv in its.levels:
         if str(lv.get("role", "")).startswith("encloses"):
             return str(lv["name"])
     return None
 
 
-def _first_in_enclosing(a: Any, pid: int, tid: int, starts: np.ndarray) -> np.ndarray | None:
+def _first_in_enclosing(nv: pd.DataFrame, its: Iterations, pid: int, tid: int,
+                        starts: np.ndarray) -> np.ndarray | None:
     """Which of the iterations starting at ``starts`` are the first iteration inside an instance of the
-    enclosing range on their thread (the per-request work before a request's first token)."""
-    name = a_enclosing(a)
+    enclosing range on their thread (the per-request work before a request's first token); ``nv``:
+    the trace's NVTX ranges."""
+    name = enclosing_range(its)
     if name is None or len(starts) == 0:
         return None
-    nv = a.trace.nvtx
     m = ((nv["pid"].to_numpy() == pid) & (nv["tid"].to_numpy() == tid) & nv["end_ns"].notna().to_numpy()
          & (nv["name"].astype(str).to_numpy() == name))
     enc = nv.loc[m]
     if len(enc) == 0:
         return None
     es = np.sort(enc["start_ns"].to_numpy(np.int64))
-    it = a.iterations.table
+    it = its.table
     mine = it.loc[(it["pid"].to_numpy() == pid) & (it["tid"].to_numpy() == tid)]
     its = np.sort(mine["start_ns"].to_numpy(np.int64))
     # the first iteration after each enclosing instance's start

@@ -23,12 +23,16 @@ before tuning); the saving counted is the difference.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+
+if TYPE_CHECKING:
+    from nsysan.analyses.gpu import Busy, Window
+    from nsysan.analyses.iterations import Iterations
 
 P2P = ("SendRecv", "Send", "Recv")
 P2P_MIN_SHARE = 0.5
@@ -83,16 +87,16 @@ class Stages:
                 "multi_gpu_processes": [t.to_dict() for t in self.turns]}
 
 
-def _steady_iterations_per_pid(a: Any) -> dict[int, int]:
-    t = a.iterations.table
+def _steady_iterations_per_pid(its: Iterations) -> dict[int, int]:
+    t = its.table
     if len(t) == 0:
         return {}
     st = t.loc[~t["warmup"].to_numpy(dtype=bool)]
     return {int(p): int(n) for p, n in st.groupby("pid").size().items()}
 
 
-def _micro_batches(a: Any) -> int | None:
-    for lv in a.iterations.levels or []:
+def _micro_batches(its: Iterations) -> int | None:
+    for lv in its.levels or []:
         if lv.get("role") == "sub-step" and lv.get("per_iteration_min") == lv.get("per_iteration_max") \
                 and (lv.get("per_iteration_min") or 0) >= 2:
             return int(lv["per_iteration_min"])
@@ -103,17 +107,16 @@ def _clip(pair: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> tuple[np.nda
     return iv.clip_merged(pair[0], pair[1], lo, hi)
 
 
-def stages(a: Any) -> Stages:
-    """Pipeline stages (point-to-point ranks) and multi-GPU processes of ``a`` (an ``Analysis``)."""
-    return Stages(_pipeline(a), _turns(a))
+def stages(comm: pd.DataFrame, busy: Busy | None, steady: Window, its: Iterations) -> Stages:
+    """Pipeline stages (point-to-point ranks) and multi-GPU processes: from the communication ops
+    (``comm.comm_ops``), the merged busy intervals (``gpu.Busy``), the steady window and the iterations."""
+    return Stages(_pipeline(comm, busy, steady, its), _turns(busy, steady, its))
 
 
-def _pipeline(a: Any) -> Pipeline | None:
-    comm = a.comm
-    if len(comm) == 0 or a.busy is None:
+def _pipeline(comm: pd.DataFrame, busy_iv: Busy | None, steady: Window, iters: Iterations) -> Pipeline | None:
+    if len(comm) == 0 or busy_iv is None:
         return None
-    w = a.steady
-    lo, hi = w.start_ns, w.end_ns
+    lo, hi = steady.start_ns, steady.end_ns
     c = comm.loc[(comm["end_ns"].to_numpy() > lo) & (comm["start_ns"].to_numpy() < hi)]
     if len(c) == 0 or c["pid"].nunique() < 2:
         return None
@@ -124,14 +127,14 @@ def _pipeline(a: Any) -> Pipeline | None:
     per_pid_dev = c.groupby("pid")["device_id"].agg(lambda s: sorted(set(s.tolist())))
     if any(len(d) != 1 for d in per_pid_dev):
         return None  # a stage is one process on one device
-    its = _steady_iterations_per_pid(a)
+    its = _steady_iterations_per_pid(iters)
     rows = []
     for pid, devs in per_pid_dev.items():
         dev = int(devs[0])
         n = its.get(int(pid), 0)
         if n < 2:
             return None
-        b = a.busy.per_dev.get(dev)
+        b = busy_iv.per_dev.get(dev)
         if b is None:
             return None
         comp = _clip(b["compute"], lo, hi)
@@ -147,7 +150,7 @@ def _pipeline(a: Any) -> Pipeline | None:
                      "p2p_ns": p2p_alone // n, "idle_ns": max(0, span - busy) // n, "step_ns": span // n,
                      "bubble": round(1 - compute / span, 4) if span else 0.0})
     df = pd.DataFrame(rows).sort_values("pid").reset_index(drop=True)
-    m = _micro_batches(a)
+    m = _micro_batches(iters)
     p = len(df)
     ideal = (p - 1) / (m + p - 1) if m else None
     k = int(df["compute_ns"].to_numpy().argmax())
@@ -155,17 +158,16 @@ def _pipeline(a: Any) -> Pipeline | None:
     return Pipeline(df, m, ideal, int(df.loc[k, "pid"]), saving, int(df["iterations"].min()))
 
 
-def _turns(a: Any) -> list[Turns]:
+def _turns(busy: Busy | None, steady: Window, iters: Iterations) -> list[Turns]:
     """The processes computing on several devices, from the analysis' merged busy intervals (per process
     and device: their compute), clipped to the steady window."""
-    if a.busy is None:
+    if busy is None:
         return []
     out = []
-    w = a.steady
-    lo, hi = w.start_ns, w.end_ns
-    its = _steady_iterations_per_pid(a)
+    lo, hi = steady.start_ns, steady.end_ns
+    its = _steady_iterations_per_pid(iters)
     by_pid: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
-    for (pid, dev), d in sorted(a.busy.per_pid_dev.items()):
+    for (pid, dev), d in sorted(busy.per_pid_dev.items()):
         if len(d["compute"][0]):
             by_pid.setdefault(int(pid), {})[int(dev)] = _clip(d["compute"], lo, hi)
     for pid, sets in by_pid.items():

@@ -45,12 +45,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses.frames import category_mask, group_rows
+
+if TYPE_CHECKING:
+    from nsysan.analyses.gpu import Window
+    from nsysan.trace.model import Trace
 
 TRT_DOMAINS = frozenset({"tensorrt"})
 MYELIN_DOMAINS = frozenset({"myelin", "myelin-exec"})
@@ -237,7 +241,7 @@ def _in_time_order(executions: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return executions.iloc[t_order].assign(exec_id=np.arange(n_ex)).reset_index(drop=True), renum
 
 
-def analyze_tensorrt(trace: Any, ops: pd.DataFrame, rg: pd.DataFrame, window: Any = None) -> TensorRT:
+def analyze_tensorrt(trace: Trace, ops: pd.DataFrame, rg: pd.DataFrame, window: Window | None = None) -> TensorRT:
     """The TensorRT view (see the module docstring). ``ops`` is ``summaries.gpu_ops(trace)`` (with
     the launching call), ``rg`` is ``nvtx.ranges(...)``, ``window`` the analysed (steady) window."""
     gpu_recorded = len(ops) > 0
@@ -523,7 +527,7 @@ def layer_is_reformat(layers: pd.DataFrame) -> np.ndarray:
     return by_name | ((ops > 0) & (layers["reformat_kernel_ops"].to_numpy() == ops))
 
 
-def _host_side(trace: Any, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
+def _host_side(trace: Trace, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """Per execution: ns in blocking synchronize calls inside it (same thread), and whether it ran
     inside a stream capture (cudaStreamBeginCapture ... cudaStreamEndCapture on its thread)."""

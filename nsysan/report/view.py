@@ -405,7 +405,7 @@ def _headline(a: Any) -> list[tuple[str, str]]:
 
 def _slow_headline(a: Any) -> list[tuple[str, str]]:
     """The slow iterations' cost beside the typical period, when they matter (``slow_iterations.headline``)."""
-    got = slow_headline(a)
+    got = slow_headline(a.slow_iterations, any(f.rule == "slow-iterations" for f in a.findings))
     if got is None:
         return []
     n, cost, share = got
