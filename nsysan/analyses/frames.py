@@ -25,13 +25,13 @@ def _values_by_series(df: pd.DataFrame, i: int) -> object:
     return a.to_numpy() if isinstance(a, pd.arrays.NumpyExtensionArray) else a
 
 
-def column_arrays(df: pd.DataFrame, limit: int | None = None) -> list[object]:
+def column_arrays(df: pd.DataFrame, limit: int | None = None) -> list[Any]:
     """Each column's values by position (what ``df.iloc[:, i]`` holds: a numpy array, or an extension
     array such as a Categorical), the first ``limit`` rows: a fraction of a microsecond a column
     instead of a Series each (on small frames pandas' per-call cost is the run's). It reads pandas'
     block manager (``_mgr.iget_values``, private); a pandas without it gets the Series path."""
     get = getattr(getattr(df, "_mgr", None), "iget_values", None)
-    cols = [get(i) for i in range(df.shape[1])] if get is not None else \
+    cols: list[Any] = [get(i) for i in range(df.shape[1])] if get is not None else \
         [_values_by_series(df, i) for i in range(df.shape[1])]
     return cols if limit is None else [c[:limit] for c in cols]
 

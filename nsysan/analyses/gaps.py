@@ -135,7 +135,7 @@ def with_overlaps(trace: Trace, table: GapActivity, rows: np.ndarray, lo: np.nda
     """``table`` with its ``Overlaps``: for each thread whose host and sync gaps ``rows`` (spans
     [lo, hi), explained up to ``cut``) overlap, the pieces they share and what the thread did in
     them (the same exclusive sums as the gaps' own entries); ``table`` itself when none overlap."""
-    parts: list[tuple[np.ndarray, ...]] = []
+    parts: list[tuple[Any, ...]] = []  # ("e", entries...) and ("c", pieces...)
     labels = {t: i for i, t in enumerate(table.labels)}
     index: ThreadActivity | None = None
     is_detail = np.isin(rows, detail)
@@ -296,8 +296,9 @@ def idle_gaps_with_activity(trace: Trace, ops: pd.DataFrame, window: Window, *, 
     act_codes, act_cats, breakdown, is_sync = explain_gaps(trace, host, o_start[host],
                                                           np.minimum(api_start[host], o_end[host]),
                                                           o_pid[host], o_tid[host], detail, len(out), spent)
-    table = GapActivity(*spent, n=len(out))
-    del spent
+    sp_rows, sp_label, sp_ns, sp_labels = spent
+    table = GapActivity(sp_rows, sp_label, sp_ns, sp_labels, n=len(out))
+    del spent, sp_rows, sp_label, sp_ns, sp_labels
     table = with_overlaps(trace, table, host, o_start[host], np.minimum(api_start[host], o_end[host]), o_end[host],
                           o_pid[host], o_tid[host], detail)
     cause[host[is_sync]] = 1
@@ -362,7 +363,7 @@ def explain_gaps(trace: Trace, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     only = one_key(pid, tid)
     one = only is not None
     # one submitting thread (the usual case): its windows are all of them, no positions or copies
-    groups = [(only, slice(None))] if one else group_rows(pid, tid)
+    groups: list[tuple[Any, Any]] = [(only, slice(None))] if one else group_rows(pid, tid)
     fast = _fast_window_best()
     for (p, t), sel in groups:
         t_lo, t_hi, sp = (lo, hi, span) if one else (lo[sel], hi[sel], span[sel])
@@ -429,7 +430,7 @@ def _fill_breakdowns(breakdown: np.ndarray, gap_rows: np.ndarray, det_c: np.ndar
     ``gap_rows``): a list of {source, name, ns, share}, largest first."""
     a_, b_ = np.searchsorted(win, det_c), np.searchsorted(win, det_c, side="right")
     for wl, i0, i1 in zip(det_c.tolist(), a_.tolist(), b_.tolist()):
-        items = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "",
+        items: list[dict[str, Any]] = [{"source": SOURCES[s_], "name": str(names[SOURCES[s_]][c_]) if c_ >= 0 else "",
                   "ns": int(v_), "share": round(int(v_) / int(sp_c[wl]), 4)}
                  for s_, c_, v_ in zip(src[i0:i1].tolist(), code[i0:i1].tolist(), ns[i0:i1].tolist())]
         breakdown[gap_rows[wl]] = sorted(items, key=lambda x: (-int(x["ns"]), str(x["source"]), str(x["name"])))

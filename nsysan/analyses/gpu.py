@@ -9,6 +9,7 @@ processes' stream 7 are two streams. Every number states its window.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,7 +50,7 @@ class Busy:
     """
 
     def __init__(self, ops: pd.DataFrame) -> None:
-        self.per_pid_dev: dict[tuple[int, int], dict[str, object]] = {}
+        self.per_pid_dev: dict[tuple[int, int], dict[str, Any]] = {}  # intervals, and counts
         self.per_dev: dict[int, dict[str, Intervals]] = {}
         self.per_stream: dict[tuple[int, int, int], Intervals] = {}
         self.op_start = np.zeros(0, dtype=np.int64)

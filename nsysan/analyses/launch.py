@@ -160,7 +160,8 @@ def _per_kernel_by_codes(lau: pd.DataFrame) -> pd.DataFrame | None:
         return None
     span = max(len(an.categories), 1) * max(len(kn.categories), 1)
     kt = np.int32 if span < 1 << 31 else np.int64  # narrow keys: half the memory of these 1M-row temporaries
-    a, b = np.asarray(an.codes).astype(kt), np.asarray(kn.codes).astype(kt)
+    a: np.ndarray = np.asarray(an.codes).astype(kt)
+    b: np.ndarray = np.asarray(kn.codes).astype(kt)
     valid = (a >= 0) & (b >= 0)  # a missing key leaves the row out, as groupby does
     rows = None if bool(valid.all()) else np.flatnonzero(valid)  # None: every row
     if rows is not None:

@@ -201,7 +201,8 @@ def short_symbol(symbol: str, limit: int = 100) -> str:
     if cut > 0:
         s = s[cut + 1:]
     if len(s) > 60:  # long template arguments: shown as <…>
-        out, depth = [], 0
+        out: list[str] = []
+        depth = 0
         for ch in s:
             if ch == "<" and not "".join(out).endswith("operator"):
                 if depth == 0:

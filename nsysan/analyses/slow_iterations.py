@@ -331,12 +331,12 @@ def enclosing_range(its: Iterations) -> str | None:
     return None
 
 
-def _first_in_enclosing(nv: pd.DataFrame, its: Iterations, pid: int, tid: int,
+def _first_in_enclosing(nv: pd.DataFrame, iters: Iterations, pid: int, tid: int,
                         starts: np.ndarray) -> np.ndarray | None:
     """Which of the iterations starting at ``starts`` are the first iteration inside an instance of the
     enclosing range on their thread (the per-request work before a request's first token); ``nv``:
     the trace's NVTX ranges."""
-    name = enclosing_range(its)
+    name = enclosing_range(iters)
     if name is None or len(starts) == 0:
         return None
     m = ((nv["pid"].to_numpy() == pid) & (nv["tid"].to_numpy() == tid) & nv["end_ns"].notna().to_numpy()
@@ -345,7 +345,7 @@ def _first_in_enclosing(nv: pd.DataFrame, its: Iterations, pid: int, tid: int,
     if len(enc) == 0:
         return None
     es = np.sort(enc["start_ns"].to_numpy(np.int64))
-    it = its.table
+    it = iters.table
     mine = it.loc[(it["pid"].to_numpy() == pid) & (it["tid"].to_numpy() == tid)]
     its = np.sort(mine["start_ns"].to_numpy(np.int64))
     # the first iteration after each enclosing instance's start

@@ -261,10 +261,10 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     per_it = per_it_keys.assign(**_per_iteration(pts, per_it_keys["index"].to_numpy(np.int64)))
     sites = _per_site(pts, its, n_its)
     srcs = set(pts["source"].tolist())
-    source = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
+    found_by = ("Python backtraces" if "python" in srcs else "CUDA backtraces" if "native" in srcs else "API names")
     return Syncs(points=pts, per_iteration=per_it, sites=sites, iterations=n_its,
                  with_syncs=int((per_it["points"] > 0).sum()), calls=int(pts["calls"].sum()),
-                 drain_ns=int(drain.sum()), cost_ns=int(pts["cost_ns"].sum()), source=source)
+                 drain_ns=int(drain.sum()), cost_ns=int(pts["cost_ns"].sum()), source=found_by)
 
 
 def _per_iteration(pts: pd.DataFrame, index: np.ndarray) -> dict[str, np.ndarray]:

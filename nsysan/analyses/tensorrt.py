@@ -510,7 +510,7 @@ def _merge_truncated(engine: np.ndarray, l_exec: np.ndarray, l_text: np.ndarray,
                 break
     if truncated.any():  # renumber engines 1..k in order of first appearance
         _, codes = np.unique(engine, return_inverse=True)
-        order = {}
+        order: dict[int, int] = {}
         for c in codes[np.argsort([first_ex.get(int(engine[j]), j) for j in range(n)], kind="stable")].tolist():
             order.setdefault(c, len(order) + 1)
         engine[:] = np.array([order[c] for c in codes.tolist()], dtype=np.int64)

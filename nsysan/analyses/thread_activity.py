@@ -244,7 +244,7 @@ def _entries_by_window(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.
     """The parts' entries joined, those with time kept, grouped by window (stable): (win, source
     index, code, ns); windows and codes as int32 where they fit."""
     narrow = np.int32 if n_windows < 1 << 31 else np.int64
-    win = np.concatenate([p[0] for p in parts]).astype(narrow, copy=False)
+    win: np.ndarray = np.concatenate([p[0] for p in parts]).astype(narrow, copy=False)
     src = np.concatenate([p[1] for p in parts]).astype(np.int8, copy=False)
     code = np.concatenate([p[2] for p in parts]).astype(narrow, copy=False)
     ns = np.concatenate([p[3] for p in parts]).astype(np.int64, copy=False)
