@@ -249,7 +249,13 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
         ok = (k >= 0) & (a <= e_it[np.clip(k, 0, None)])
         if not ok.any():
             continue
-        a, e, g, d, k = a[ok], e[ok], g[ok], d[ok], k[ok]
+        if not bool(ok.all()):  # one column at a time, each let go as its copy is made
+            a = a[ok]
+            e = e[ok]
+            g = g[ok]
+            d = d[ok]
+            k = k[ok]
+        del ok
         rs, re_, rd, rk = _runs(a, e, d, k, w, max_gap_ns)
         idle = _idle_in_runs(busy, rs, re_, rd, claim_s, claim_e)
         n_it = len(s_it)
