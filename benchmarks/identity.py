@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 CORPUS = ROOT.parent / "shared" / "corpus" / "public-exports"
-TIMED = re.compile(rb"analysed in [0-9.]+ (s|ms)")
+TIMED = re.compile(rb"analysed\s+in\s+[0-9.]+\s+(s|ms)")  # (a narrow terminal may wrap it)
 
 
 def traces(cache: Path) -> list[tuple[str, Path]]:
