@@ -2,8 +2,9 @@
 collectives, with the waiting split from the transfer and the straggler named with its cause.
 
 **Ranks.** Every process that ran communication kernels is a rank; ranks are numbered in the order
-of their export's file name (numbers as numbers: ``rank2`` before ``rank10``), then (device, pid). One export holding every rank (``nsys profile`` of ``torchrun``) or one
-export per rank (``cross_rank`` on per-file tables) give the same result.
+of their export's file name (numbers as numbers: ``rank2`` before ``rank10``), then (device, pid).
+One export holding every rank (``nsys profile`` of ``torchrun``) or one export per rank
+(``cross_rank`` on per-file tables) give the same result.
 
 **Alignment.** Collectives are matched by order over the whole capture, then clipped to the
 ranks' common steady window (by the time the last rank arrived): the k-th collective of a type on
@@ -47,7 +48,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -73,6 +74,9 @@ class RankAnalysis:
     straggler: dict[str, Any] | None = None
     verdict: str = ""
     lanes: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> a timeline lane (see _lanes)
+    # not part of the result: the payloads it was combined from (``_payloads``) and the analysis fields
+    # they were computed from, so ``rank_payloads`` of the same analysis (the summary's) reuses them
+    made_from: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)
 
     def waiting(self, pid: int, p2p: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock intervals in which process ``pid`` waited in a collective for the last rank
@@ -181,7 +185,45 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
     completions and its communication ops over the whole capture (start, end, collective; times +
     ``offset_ns``, so payloads of several exports share one clock): aligned over the capture, then
     clipped to the common window (``combine``). Small: a few numbers and 3 values per collective,
-    whatever the trace's size: what a cluster worker returns per rank."""
+    whatever the trace's size: what a cluster worker returns per rank. Those ``analyze_ranks`` made of
+    the same analysis are reused (64 ranks: 1 s each time)."""
+    made = getattr(getattr(a, "ranks", None), "made_from", None)
+    inputs = _inputs(a)
+    if made is not None and len(made[0]) == len(inputs) and all(x is y for x, y in zip(made[0], inputs)):
+        raw = made[1]
+    else:
+        raw = _payloads(a)
+    return [_shifted(p, offset_ns, trace) for p in raw]
+
+
+def _inputs(a: Any) -> tuple[Any, ...]:
+    """The fields of the analysis ``_payloads`` reads."""
+    return (a.comm, a.ops, a.iterations.table, a.breakdown, a.gaps, a.trace, a.busy, a.steady)
+
+
+def _shifted(p: dict[str, Any], offset_ns: int, trace: str) -> dict[str, Any]:
+    """A payload of ``_payloads`` (times on the trace's clock) with its times + ``offset_ns`` and its
+    trace named: new lists throughout, each sum made in the type it had there (the arrays' in numpy,
+    Python ints' in Python)."""
+    def arr(values: np.ndarray) -> list[int]:
+        return (values + offset_ns).tolist()
+
+    def pairs(values: list[list[int]]) -> list[list[int]]:
+        return [[x + offset_ns, y + offset_ns] for x, y in values]
+
+    lanes = {k: (v + offset_ns if k in ("t0", "t1") else pairs(v)) for k, v in p["lanes"].items()}
+    return {**p, "trace": trace, "window": [w + offset_ns for w in p["window"]],
+            "iteration_end_ns": arr(p["iteration_end_ns"]),
+            "comm": {"start_ns": arr(p["comm"]["start_ns"]), "end_ns": arr(p["comm"]["end_ns"]),
+                     "collective": list(p["comm"]["collective"])},
+            "comm_exposed": {"start_ns": arr(p["comm_exposed"]["start_ns"]),
+                             "end_ns": arr(p["comm_exposed"]["end_ns"])},
+            "breakdown": dict(p["breakdown"]), "lanes": lanes}
+
+
+def _payloads(a: Any) -> list[dict[str, Any]]:
+    """``rank_payloads`` with times on the trace's own clock and no trace named, the per-op times as
+    arrays (``_shifted`` makes them lists; small enough to keep in ``RankAnalysis.made_from``)."""
     comm = a.comm
     if len(comm) == 0:
         return []
@@ -189,7 +231,13 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
     table = a.iterations.table
     # each table's rows of each process, found once (a mask over every op, call and gap per rank grew
     # with ranks x rows: 64 ranks, 7.9 s)
-    rows_of = _rows_by_pid(a.ops, comm, table, a.breakdown, a.gaps)
+    # (only the columns read below: a process's rows of every column of the ops were most of the time)
+    rows_of = _rows_by_pid(_only(a.ops, "start_ns", "end_ns", "role"),
+                           _only(comm, "start_ns", "end_ns", "dur_ns", "exposed_ns", "collective"),
+                           _only(table, "warmup", "period_ns", "start_ns", "end_ns"),
+                           _only(a.breakdown, "warmup", "span_start_ns", "span_end_ns",
+                                 *(f"{c}_ns" for c in ("span", "compute", "comm_exposed", "copy_exposed", "idle"))),
+                           _only(a.gaps, "cause", "start_ns", "end_ns", "gap_ns", "activity"))
     api_rows = _pid_rows(a.trace.cuda_api)
     out = []
     for pid, dev in zip(procs["pid"].astype(int), procs["device_id"].astype(int)):
@@ -217,19 +265,17 @@ def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str,
             act = host.groupby("activity", sort=True)["gap_ns"].sum().sort_values(ascending=False)
             top = str(act.index[0]) if len(act) else ""
         out.append({
-            "trace": trace, "pid": int(pid), "device_id": int(dev), "iterations": int(len(it)),
+            "trace": "", "pid": int(pid), "device_id": int(dev), "iterations": int(len(it)),
             "period_p50_ns": int(np.median(per)) if per.size else None,
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
             "host_wait_per_iter_ns": max(-1, _host_wait(a, api_rows(pid), lo, hi) // n),
-            "host_idle_activity": top, "window": [lo + offset_ns, hi + offset_ns],
-            "iteration_end_ns": (it["end_ns"].to_numpy(dtype=np.int64) + offset_ns).tolist() if len(it) else [],
-            "comm": {"start_ns": (every["start_ns"].to_numpy() + offset_ns).tolist(),
-                     "end_ns": (every["end_ns"].to_numpy() + offset_ns).tolist(),
+            "host_idle_activity": top, "window": [lo, hi],
+            "iteration_end_ns": it["end_ns"].to_numpy(dtype=np.int64) if len(it) else np.zeros(0, np.int64),
+            "comm": {"start_ns": every["start_ns"].to_numpy(), "end_ns": every["end_ns"].to_numpy(),
                      "collective": every["collective"].astype(str).tolist()},
-            "comm_exposed": {"start_ns": (exp_s + offset_ns).tolist(), "end_ns": (exp_e + offset_ns).tolist()},
-            "lanes": _lanes(a, pid, dev, bd, offset_ns)})
+            "comm_exposed": {"start_ns": exp_s, "end_ns": exp_e}, "lanes": _lanes(a, pid, dev, bd, 0)})
     return out
 
 
@@ -246,6 +292,12 @@ def _pid_rows(df: pd.DataFrame) -> Any:
     groups = dict(group_rows(df["pid"].to_numpy()))
     empty = np.zeros(0, dtype=np.int64)
     return lambda pid: groups.get((int(pid),), empty)
+
+
+def _only(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """``df`` with those of ``columns`` it has, and ``pid`` (a new frame of the same arrays: no copy)."""
+    keep = [c for c in ("pid", *columns) if c in df.columns]
+    return df[keep] if len(keep) < len(df.columns) else df
 
 
 def _rows_by_pid(*frames: pd.DataFrame) -> list[tuple[pd.DataFrame, Any]]:
@@ -375,7 +427,9 @@ def _natural(path: str) -> list[Any]:
 
 def analyze_ranks(a: Any) -> RankAnalysis:
     """Ranks of one analysis (several processes in one export)."""
-    return combine(rank_payloads(a), a.iterations.stats.get("p50_ns"))
+    raw = _payloads(a)
+    r = combine([_shifted(p, 0, "") for p in raw], a.iterations.stats.get("p50_ns"))
+    return replace(r, made_from=(_inputs(a), raw))
 
 
 def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped: list[str] | None = None
