@@ -7,32 +7,24 @@ no-ops where unsupported.
 
 The threshold trades memory for time. A numpy array above the threshold is mmapped: fresh pages,
 each faulted in and zeroed by the kernel, and unmapped when freed. The analyses make many
-temporaries of 10-20 MB (one int64 per kernel or API call), and with a 1 MB threshold the
-2-core machine spent 2.0 s of system time on 345,000 page faults on a 245 MB trace. With 32 MB
-those arrays reuse heap memory: 0.8-1.1 s of system time, 4.5 s -> 3.5-3.9 s end to end, and a
-peak of about 900 MB instead of 860 MB (malloc_trim after the load returns the freed pages).
+temporaries of 10-20 MB (one int64 per kernel or API call); under the threshold they reuse heap
+memory instead of faulting in fresh pages each time.
 
-Arrow's default pool (mimalloc in the wheels) keeps the pages of freed conversion buffers: on a
-245 MB trace the process held 752 MB after loading with it and 510 MB with the system allocator,
-at the same speed. So ``tune_allocator`` makes the system allocator Arrow's default pool, unless
-the user chose one with ``ARROW_DEFAULT_MEMORY_POOL``.
+Arrow's default pool (mimalloc in the wheels) keeps the pages of freed conversion buffers, so
+``tune_allocator`` makes the system allocator Arrow's default pool, unless the user chose one with
+``ARROW_DEFAULT_MEMORY_POOL``.
 
 The command line owns its process (``own_process``), and there the memory a run touches for the
-first time is what costs: on the 2-core machine (a virtual machine) most of the system time was the
-kernel zeroing fresh pages (``clear_page_erms``, 28-44% of all CPU samples under ``perf``), at about
-2 s per GB when the pages come back from the host. Three sources gave it pages to zero again and
-again: ``release``'s ``malloc_trim`` (1.1-1.5 GB handed back per 245 MB trace, then faulted in
-again), arrays above the mmap threshold (every column of a 2.5 GB trace: mmapped, zeroed, unmapped;
-33-47 GB of page allocations for a peak of 6.7 GB), and the worker threads' own arena (a big
-allocation there is always mmapped). So a process-owned run keeps what it frees: one arena, no
-mmap, no trimming below 2 GB of free heap top, and ``release`` does nothing but once, before the
-rules, where the peak is made (``release(before_peak=True)``). Measured in
-alternating runs with the same settings made by environment variables (medians of 4; 2 on the
-2.5 GB one): 245 MB replica 2.01 -> 1.79 s, peak 852 -> 817 MiB; real 329 MB launch loop 2.96 ->
-2.48 s, 1,236 -> 1,230 MiB; 2.5 GB replica 25.0 -> 16.8 s, 6.7 -> 7.1 GB (there the host's first-touch
-cost varies run to run: docs/performance.md). A library user's process (``open_trace`` in a notebook) is not
+first time is what costs: on a virtual machine the kernel zeroes every fresh page it hands out.
+Three sources would hand it pages to zero again and again: ``release``'s ``malloc_trim`` (the freed
+heap handed back, then faulted in again), arrays above the mmap threshold (mmapped, zeroed,
+unmapped), and the worker threads' own arena (a big allocation there is always mmapped). So a
+process-owned run keeps what it frees: one arena, no mmap, no trimming below 2 GB of free heap top,
+and ``release`` does nothing but once, before the rules, where the peak is made
+(``release(before_peak=True)``). A library user's process (``open_trace`` in a notebook) is not
 nsysan's to hold memory in: there the allocator keeps its defaults apart from the arena cap and
-threshold above, and ``release`` trims.
+threshold above, and ``release`` trims. The measurements behind these choices are in
+docs/performance.md ("The allocator").
 """
 
 from __future__ import annotations
@@ -123,14 +115,10 @@ def arrow_loaded() -> None:
 def release(*, before_peak: bool = False) -> None:
     """Hand freed memory back to the OS (Arrow's cached blocks, glibc's free pages); nothing in a
     process nsysan owns, which would only fault the same pages in again (module doc), except once
-    ``before_peak``: after the analyses, before the rules and the report. There the heap holds about
-    100 MiB of free chunks among the analyses' results (the 245 MB replica: a 395 MiB heap, 280 MiB
-    in use), the rules' and the timeline's temporaries fit none of them and extended the heap to
-    430-470 MiB while 290-330 MiB were in use (``mallinfo2`` sampled at each extension). Trimmed, the
-    free chunks cost nothing until a temporary touches them. Alternating runs against the same code
-    without it (session 15): the replica 445-460 -> 430-441 MiB at the same speed (4 pairs), the real
-    329 MB launch loop 512-528 -> 504-524 MiB (3 pairs), the 2.5 GB replica 3,788-3,939 ->
-    3,754-3,776 MiB, 19.4-26.0 -> 18.8-19.8 s (2 pairs)."""
+    ``before_peak``: after the analyses, before the rules and the report. There the heap holds free
+    chunks among the analyses' results that the rules' and the timeline's temporaries do not fit, so
+    they would extend the heap; trimmed, the free chunks cost nothing until a temporary touches them
+    (measurements: docs/performance.md, "The allocator")."""
     if _owned and not before_peak:
         return
     if sys.modules.get("pyarrow") is not None:  # not imported for it
