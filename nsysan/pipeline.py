@@ -443,11 +443,11 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
         top_kernels=[(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"]))
                      for r in kernels.head(5).to_dict("records")],
         kernel_ns=int(kernels["total_ns"].sum()),
-        p50_ns=st.get("p50_ns"), iterations=st.get("count", 0), range_name=a.iterations.range_name,
-        slow=slow_share(a), latency_p50_ns=st.get("latency_p50_ns"),
-        queueing=bool(st.get("latency_includes_queueing")), queue_depth_p50=st.get("queue_depth_p50"),
-        headline=st.get("headline"), throughput_per_s=st.get("throughput_per_s"), why=a.iterations.why,
-        sequences=st.get("sequences"),
+        p50_ns=st.p50_ns, iterations=st.count or 0, range_name=a.iterations.range_name,
+        slow=slow_share(a), latency_p50_ns=st.latency_p50_ns,
+        queueing=bool(st.latency_includes_queueing), queue_depth_p50=st.queue_depth_p50,
+        headline=st.headline, throughput_per_s=st.throughput_per_s, why=a.iterations.why,
+        sequences=st.sequences,
         # per thread or rank that runs the loop: its name, steady iterations and period
         loops=[(str(q.get("thread") or f"pid {q['pid']} tid {q['tid']}"), int(q["pid"]), int(q["tid"]),
                 int(q["count"]), q.get("period_p50_ns")) for q in a.iterations.sequences],

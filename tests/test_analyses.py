@@ -114,7 +114,7 @@ def test_iterations_detect_warmup_and_steady_stats():
     a = analyze(F.make_trace(nvtx=F.nvtx(rows)), rules=False)
     it = a.iterations
     assert it.range_name == "step" and it.warmup == 1 and it.how.startswith("auto (CPU only")
-    assert it.stats["count"] == 9 and it.stats["latency_p50_ns"] == 50_000 and it.stats["period_p50_ns"] == 100_000
+    assert it.stats.count == 9 and it.stats.latency_p50_ns == 50_000 and it.stats.period_p50_ns == 100_000
     assert a.steady.start_ns == 1_000_000 and a.steady.label == "steady state"
 
 

@@ -31,21 +31,21 @@ def _plain_pushpop(conn, name: str) -> bool:
 def _check(conn, a) -> int:
     if "NVTX_EVENTS" not in sqltruth.tables(conn) or "StringIds" not in sqltruth.tables(conn):
         return 0
-    cands = sorted(a.iterations.candidates, key=lambda c: (-c["count"], c["name"]))
+    cands = sorted(a.iterations.candidates, key=lambda c: (-c.count, c.name))
     checked = 0
     for c in cands:
         if checked >= CHECKED_PER_TRACE:
             break
-        if ":" in c["name"] or not _plain_pushpop(conn, c["name"]):
+        if ":" in c.name or not _plain_pushpop(conn, c.name):
             continue
-        inst = sqltruth.range_instances(conn, c["name"])
+        inst = sqltruth.range_instances(conn, c.name)
         per_thread = Counter((r["pid"], r["tid"]) for r in inst)
-        assert c["count"] == len(inst), c["name"]
-        assert c["threads"] == len(per_thread), c["name"]
-        assert c["per_thread_max"] == max(per_thread.values()), c["name"]
-        assert c["total_ns"] == sum(r["end"] - r["start"] for r in inst), c["name"]
-        assert c["median_ns"] == int(sqltruth.median([r["completion"] - r["start"] for r in inst])), c["name"]
-        assert c["with_gpu_frac"] == round(sum(r["ops"] > 0 for r in inst) / len(inst), 4), c["name"]
+        assert c.count == len(inst), c.name
+        assert c.threads == len(per_thread), c.name
+        assert c.per_thread_max == max(per_thread.values()), c.name
+        assert c.total_ns == sum(r["end"] - r["start"] for r in inst), c.name
+        assert c.median_ns == int(sqltruth.median([r["completion"] - r["start"] for r in inst])), c.name
+        assert c.with_gpu_frac == round(sum(r["ops"] > 0 for r in inst) / len(inst), 4), c.name
         checked += 1
     return checked
 

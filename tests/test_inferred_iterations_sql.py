@@ -297,10 +297,10 @@ def _check_exception(conn, name: str, a, b, kind: str) -> None:
                          "GROUP BY n.textId)").fetchone()[0] or 0
         assert n >= len(all_inst), (name, n)
         assert bi.how == XLA_HOW, bi.how
-        assert _within(bi.stats["p50_ns"], sql_p), (bi.stats["p50_ns"], sql_p)
+        assert _within(bi.stats.p50_ns, sql_p), (bi.stats.p50_ns, sql_p)
         return
     assert bi.how == INFERRED_HOW, bi.how
-    got = bi.stats["p50_ns"]
+    got = bi.stats.p50_ns
     if kind == "pair":
         # one kernel pair issued over and over, no other op, nothing on the host marking a step: the
         # launch sequence has period 2 over the whole loop, so the unit found is the pair
@@ -349,7 +349,7 @@ def test_stripped_period_equals_sql(analysis, stripped, name):
     finally:
         conn.close()
     assert b.iterations is not None and b.iterations.how == INFERRED_HOW, b.iterations and b.iterations.how
-    got = b.iterations.stats["p50_ns"]
+    got = b.iterations.stats.p50_ns
     assert _within(got, sql_p), f"inferred {got} ns vs SQL {sql_p} ns ({_ratio(got, sql_p):.3f})"
     _assert_in_loop(b, loop)
 
@@ -406,7 +406,7 @@ def test_unannotated_period_equals_anchor(analysis, name):
     assert count >= 80, count
     it = a.iterations
     assert it is not None and it.how == INFERRED_HOW, it and it.how
-    got = it.stats["p50_ns"]
+    got = it.stats.p50_ns
     assert _within(got, anchor), f"inferred {got} ns vs anchor {anchor} ns ({_ratio(got, anchor):.3f})"
     assert a.steady is not None and a.steady.start_ns >= first, (a.steady, first)
 

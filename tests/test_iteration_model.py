@@ -42,19 +42,19 @@ def test_period_not_latency_when_the_cpu_runs_ahead():
     lat = done - np.array([s for s, _ in steps])
     steady = ~it.table["warmup"].to_numpy()
     assert it.table["end_ns"].tolist() == done.tolist()
-    assert it.stats["period_p50_ns"] == 100_000 and it.stats["p50_ns"] == 100_000
-    assert it.stats["latency_p50_ns"] == int(round(float(np.median(lat[steady]))))
-    assert it.stats["latency_p50_ns"] > 10 * it.stats["period_p50_ns"]
-    assert it.stats["latency_includes_queueing"] is True and it.stats["queue_depth_max"] >= 20
-    assert it.stats["throughput_per_s"] == pytest.approx(1e9 / 100_000)
+    assert it.stats.period_p50_ns == 100_000 and it.stats.p50_ns == 100_000
+    assert it.stats.latency_p50_ns == int(round(float(np.median(lat[steady]))))
+    assert it.stats.latency_p50_ns > 10 * it.stats.period_p50_ns
+    assert it.stats.latency_includes_queueing is True and it.stats.queue_depth_max >= 20
+    assert it.stats.throughput_per_s == pytest.approx(1e9 / 100_000)
 
 
 def test_no_queueing_when_each_iteration_waits():
     steps = [(i * 1_000_000, i * 1_000_000 + 300_000) for i in range(10)]
     kern = [[(s + 1_000, s + 200_000)] for s, _ in steps]
     it = analyze(F.make_trace(**_loop(steps, kern)), rules=False).iterations
-    assert it.stats["period_p50_ns"] == 1_000_000 and it.stats["latency_p50_ns"] == 300_000
-    assert it.stats["queue_depth_max"] == 0 and it.stats["latency_includes_queueing"] is False
+    assert it.stats.period_p50_ns == 1_000_000 and it.stats.latency_p50_ns == 300_000
+    assert it.stats.queue_depth_max == 0 and it.stats.latency_includes_queueing is False
 
 
 def test_library_and_gpu_less_ranges_are_never_the_iteration():
@@ -71,7 +71,7 @@ def test_library_and_gpu_less_ranges_are_never_the_iteration():
         ["start_ns", "dur_ns"], ascending=[True, False]).reset_index(drop=True)
     it = analyze(F.make_trace(**{**tables, "nvtx": nv}), rules=False).iterations
     assert it.range_name == "step"
-    verdicts = {c["name"]: c["verdict"] for c in it.candidates}
+    verdicts = {c.name: c.verdict for c in it.candidates}
     assert verdicts["NCCL:ncclAllReduce"].startswith("library range")
     assert verdicts["poll()"] == "no GPU work launched below it"
     assert verdicts["step"] == "chosen"
@@ -84,7 +84,7 @@ def test_outermost_range_that_covers_the_gpu_work():
     it = analyze(F.make_trace(**_loop(steps, kern, extra_nvtx=inner)), rules=False).iterations
     # launches at s+10..s+160 ns: both in 'forward'; 'backward' launched nothing
     assert it.range_name == "step"
-    cov = {c["name"]: c["gpu_coverage"] for c in it.candidates}
+    cov = {c.name: c.gpu_coverage for c in it.candidates}
     assert cov["step"] == pytest.approx(1.0) and cov["forward"] == pytest.approx(1.0)
 
 
@@ -99,8 +99,8 @@ def test_each_thread_is_its_own_sequence():
     tables = {k: pd.concat([t1[k], t2[k]], ignore_index=True).sort_values("start_ns", kind="stable")
               .reset_index(drop=True) for k in t1}
     it = analyze(F.make_trace(**tables), rules=False).iterations
-    assert it.stats["sequences"] == 2
-    assert it.stats["period_p50_ns"] == 2_000_000
+    assert it.stats.sequences == 2
+    assert it.stats.period_p50_ns == 2_000_000
     assert set(it.table["tid"]) == {F.PID, F.PID + 1}
 
 
@@ -108,11 +108,11 @@ def test_sub_microsecond_ranges_are_rejected():
     steps = [(i * 10_000, i * 10_000 + 200) for i in range(20)]
     kern = [[(s + 50, s + 600)] for s, _ in steps]  # 550 ns of GPU work: the whole iteration < 1 us
     it = analyze(F.make_trace(**_loop(steps, kern)), rules=False).iterations
-    assert {c["verdict"] for c in it.candidates} == {"shorter than 1 us"}
+    assert {c.verdict for c in it.candidates} == {"shorter than 1 us"}
     # the range is not the iteration; the GPU work still repeats (one kernel every 10 us): the loop
     # inferred from it, whose period is the kernels' spacing
     assert it.how.startswith("inferred") and it.range_name != "step"
-    assert it.stats["period_p50_ns"] == 10_000
+    assert it.stats.period_p50_ns == 10_000
 
 
 def test_no_iteration_means_the_gpu_active_part_is_judged():
@@ -146,8 +146,8 @@ def test_warmup_judged_on_service_time_not_on_queueing():
     steps = [(i * 10_000, i * 10_000 + 5_000) for i in range(n)]
     kern = [[(100, 2_000_100)]] + [[(2_000_100 + (i - 1) * 100_000, 2_000_100 + i * 100_000)] for i in range(1, n)]
     it = analyze(F.make_trace(**_loop(steps, kern)), rules=False).iterations
-    assert it.warmup == 1 and it.stats["count"] == n - 1
-    assert it.stats["period_p50_ns"] == 100_000
+    assert it.warmup == 1 and it.stats.count == n - 1
+    assert it.stats.period_p50_ns == 100_000
 
 
 def test_the_finest_covering_range_wins_over_an_epoch_around_it():
@@ -157,5 +157,5 @@ def test_the_finest_covering_range_wins_over_an_epoch_around_it():
     epochs = [(e * 20_000_000, e * 20_000_000 + 10_000_000, "epoch") for e in range(4)]
     it = analyze(F.make_trace(**_loop(steps, kern, extra_nvtx=epochs)), rules=False).iterations
     assert it.range_name == "step"
-    v = {c["name"]: c["verdict"] for c in it.candidates}
+    v = {c.name: c.verdict for c in it.candidates}
     assert v["epoch"].startswith("fewer instances than 'step'")

@@ -83,8 +83,8 @@ def test_range_enclosing_later_instances_of_itself(tmp_path):
     it = a.iterations
     t = it.table.sort_values("start_ns")
     assert it.range_name == "train_step"
-    assert len(t) == len(leaf) and it.stats["count"] + it.warmup == len(leaf)
-    assert it.stats.get("enclosing_instances") == 2
+    assert len(t) == len(leaf) and it.stats.count + it.warmup == len(leaf)
+    assert it.stats.enclosing_instances == 2
     assert t["start_ns"].tolist() == [r["start"] for r in leaf]
     assert t["end_ns"].tolist() == done
     assert t["period_ns"].tolist() == [-1] + sql_periods
@@ -184,7 +184,7 @@ def test_gradient_accumulation_iteration_is_the_optimizer_step():
     n_steps = conn.execute("SELECT count(*) FROM nvtx WHERE text = 'optimizer_step'").fetchone()[0]
     per_step = _inner_counts(conn, "optimizer_step", "micro_batch")
     it = analyze(F.make_trace(**tables), rules=False).iterations
-    v = {c["name"]: c["verdict"] for c in it.candidates}
+    v = {c.name: c.verdict for c in it.candidates}
     assert it.range_name == "optimizer_step", v
     assert len(it.table) == n_steps
     assert v["micro_batch"].startswith("a sub-step of 'optimizer_step'")
@@ -319,7 +319,7 @@ def test_worker_threads_each_their_own_loop():
     conn = _db(tables)
     per_thread = dict(conn.execute("SELECT tid, count(*) FROM nvtx WHERE text = 'step' GROUP BY tid").fetchall())
     it = analyze(F.make_trace(**tables), rules=False).iterations
-    assert it.range_name == "step" and it.stats["sequences"] == len(per_thread)
+    assert it.range_name == "step" and it.stats.sequences == len(per_thread)
     assert it.table.groupby("tid").size().to_dict() == per_thread
 
 
@@ -382,7 +382,7 @@ def test_nested_steps_recording(tmp_path):
     it = a.iterations
     t = it.table.sort_values("start_ns")
     assert it.range_name == "train_step" and len(t) == len(leaf)
-    assert it.stats["enclosing_instances"] == len(inst) - len(leaf)
+    assert it.stats.enclosing_instances == len(inst) - len(leaf)
     assert t["period_ns"].tolist() == [-1] + [b - a_ for a_, b in zip(done, done[1:])]
     assert (t["period_ns"].iloc[1:] > 0).all() and (t["service_ns"] >= 0).all()
     # the first step compiles (the workload prints 340 ms): a warm-up finding whose iterations are
@@ -410,7 +410,7 @@ def test_synthetic_range_around_itself_two_levels():
             AND m.start >= n.start AND m.end <= n.end) ORDER BY n.start""").fetchall()
     it = analyze(F.make_trace(**tables), rules=False).iterations
     t = it.table.sort_values("start_ns")
-    assert len(t) == len(leaves) and it.stats["enclosing_instances"] == 2
+    assert len(t) == len(leaves) and it.stats.enclosing_instances == 2
     assert t["start_ns"].tolist() == [s for s, _ in leaves]
     assert t["end_ns"].tolist() == [d for _, d in leaves]
     assert t["period_ns"].tolist() == [-1] + [b[1] - a[1] for a, b in zip(leaves, leaves[1:])]
@@ -431,7 +431,7 @@ def test_grad_accum_recording(tmp_path):
         (g, s, e)).fetchone()[0] for s, e, g in steps}
     it = analyze(nsysan.open_trace(path), rules=False).iterations
     assert it.range_name == "train_step" and len(it.table) == len(steps)
-    v = {c["name"]: c["verdict"] for c in it.candidates}
+    v = {c.name: c.verdict for c in it.candidates}
     assert v["micro_batch"].startswith("a sub-step of 'train_step'")
     sub = it.substeps.loc[it.substeps["name"] == "micro_batch"].merge(it.table[["index", "start_ns"]], on="index")
     got = {(int(s), int(t)): int(c) for s, t, c in zip(sub["start_ns"], sub["tid"], sub["count"])}
@@ -450,7 +450,7 @@ def test_threads_loops_recording(tmp_path):
                               "JOIN StringIds AS s ON s.id = t.nameId").fetchall())
     seqs = sqltruth._sequences(sqltruth.range_instances(conn, "worker_step"))
     it = analyze(nsysan.open_trace(path), rules=False).iterations
-    assert it.range_name == "worker_step" and it.stats["sequences"] == len(seqs) > 1
+    assert it.range_name == "worker_step" and it.stats.sequences == len(seqs) > 1
     got = {(s["pid"], s["tid"]): s for s in it.sequences}
     assert set(got) == set(seqs)
     assert len({p for p, _ in seqs}) == 1

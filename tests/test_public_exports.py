@@ -63,8 +63,8 @@ def test_every_gpu_op_inside_the_window_and_the_iteration_is_the_users(path: Pat
         # a library range only through the TensorRT fallback: engine executions, never a layer range
         assert library_of(it.range_name) is None or (it.how == TENSORRT_HOW and execution_rows(
             a.nvtx_ranges)[a.nvtx_ranges["name"].to_numpy() == it.range_name].all())
-        assert it.stats["count"] >= 1
-        assert it.stats["latency_p50_ns"] >= 1_000
+        assert it.stats.count >= 1
+        assert it.stats.latency_p50_ns >= 1_000
         if len(a.ops):
             assert int(it.table["gpu_ops"].gt(0).sum()) * 2 >= len(it.table)
     else:
@@ -114,7 +114,7 @@ def test_nccl_polls_are_not_the_iteration():
     polls = _sql(path).execute("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'ncclNetRecvTest()'").fetchone()[0]
     assert polls > 30_000
     assert a.iterations.range_name is None
-    verdict = {c["name"]: c["verdict"] for c in a.iterations.candidates}
+    verdict = {c.name: c.verdict for c in a.iterations.candidates}
     assert verdict["ncclNetRecvTest()"] == "library range (NCCL)"
 
 
@@ -127,7 +127,7 @@ def test_library_annotations_are_not_iterations(name: str, library: str):
     # never a library range: no iteration, or the loop inferred from the GPU work (issue 48)
     assert a.iterations.range_name is None or a.iterations.how.startswith("inferred")
     assert library_of(str(a.iterations.range_name)) is None
-    libs = {c["library"] for c in a.iterations.candidates}
+    libs = {c.library for c in a.iterations.candidates}
     assert library in libs
 
 

@@ -115,9 +115,9 @@ def test_iteration_range_period_latency_and_busy_from_sql(name, analysis, fixtur
             steady_lat.append(r["done"] - r["start"])
             if i:
                 steady_periods.append(r["done"] - rows[i - 1]["done"])
-    assert it.stats["period_p50_ns"] == int(round(float(np.median(steady_periods))))
-    assert it.stats["latency_p50_ns"] == int(round(float(np.median(steady_lat))))
-    assert it.stats["p50_ns"] == it.stats["period_p50_ns"]
+    assert it.stats.period_p50_ns == int(round(float(np.median(steady_periods))))
+    assert it.stats.latency_p50_ns == int(round(float(np.median(steady_lat))))
+    assert it.stats.p50_ns == it.stats.period_p50_ns
     for _, r in a.busy_steady.iterrows():
         assert int(r["busy_ns"]) == union_ns(con, int(r["device_id"]), a.steady.start_ns, a.steady.end_ns)
     for _, r in a.busy_capture.iterrows():
@@ -129,9 +129,9 @@ def test_graph_decode_runs_ahead_eager_does_not(analysis):
         pytest.skip("decode fixtures missing")
     g = analysis("decode_graph").iterations.stats
     e = analysis("decode_eager").iterations.stats
-    assert g["latency_includes_queueing"] and g["queue_depth_p50"] >= 5
-    assert g["latency_p50_ns"] > 5 * g["period_p50_ns"]
-    assert not e["latency_includes_queueing"]
+    assert g.latency_includes_queueing and g.queue_depth_p50 >= 5
+    assert g.latency_p50_ns > 5 * g.period_p50_ns
+    assert not e.latency_includes_queueing
 
 
 def test_two_processes_on_one_gpu(analysis, fixture_dir):
@@ -144,10 +144,10 @@ def test_two_processes_on_one_gpu(analysis, fixture_dir):
     cap = a.busy_capture
     assert len(cap) == 1 and int(cap.iloc[0]["streams"]) == len(pairs) == 6
     assert int(cap.iloc[0]["processes"]) == 2
-    assert a.iterations.stats["sequences"] == 2
+    assert a.iterations.stats.sequences == 2
     # two sequences, not one interleaved list: the period is a step of one process (~11.9 ms)
-    assert 10_000_000 < a.iterations.stats["period_p50_ns"] < 14_000_000
-    assert {c["name"]: c["verdict"] for c in a.iterations.candidates}["NCCL:ncclAllReduce"] == "library range (NCCL)"
+    assert 10_000_000 < a.iterations.stats.period_p50_ns < 14_000_000
+    assert {c.name: c.verdict for c in a.iterations.candidates}["NCCL:ncclAllReduce"] == "library range (NCCL)"
 
 
 @pytest.mark.parametrize("slow,fast", [("decode_eager", "decode_graph"), ("train_inline", "train_dataloader")])
@@ -222,5 +222,5 @@ def test_framework_ranges_are_information_not_the_iteration(name, analysis, fixt
         LEFT JOIN StringIds s ON s.id = n.textId JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = n.domainId
         LEFT JOIN StringIds ds ON ds.id = d.textId WHERE n.domainId != 0 AND coalesce(d.text, ds.value) = 'TSL'""")}
     for c in it.candidates:
-        if c["name"].startswith("TSL:") or c["name"].split(":", 1)[-1] in tsl:
-            assert c["library"] == "XLA", c["name"]
+        if c.name.startswith("TSL:") or c.name.split(":", 1)[-1] in tsl:
+            assert c.library == "XLA", c.name

@@ -64,7 +64,7 @@ def test_impact_has_the_right_order_of_magnitude(step, rule_id, nxt, analysis):
     saved_per_batch_ms = (_ms((fx / step / "README.md").read_text()) - _ms((fx / nxt / "README.md").read_text())) / 3
     a = analysis(step)
     f = next(f for f in a.findings if f.rule == rule_id)
-    impact_per_iter_ms = f.impact_ns / a.iterations.stats["count"] / 1e6
+    impact_per_iter_ms = f.impact_ns / a.iterations.stats.count / 1e6
     assert saved_per_batch_ms > 0
     assert saved_per_batch_ms / 10 <= impact_per_iter_ms <= saved_per_batch_ms * 10, (impact_per_iter_ms, saved_per_batch_ms)
 

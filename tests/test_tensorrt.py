@@ -148,7 +148,7 @@ def test_several_engines_and_contexts():
     # no user range: each execution is one iteration (the fallback), never a layer range
     it = a.iterations
     assert it.how == TENSORRT_HOW and it.range_name == "TensorRT:ExecutionContext::enqueue"
-    assert len(it.table) == 15 and it.stats["sequences"] == 2
+    assert len(it.table) == 15 and it.stats.sequences == 2
     # rules: reformat share 20/300 >= 5%; TF32 convolutions 2 ms of 4.5 ms; fp32-compute leaves them alone
     rules = {f.rule: f for f in a.findings}
     assert rules["trt-reformat"].window.get("estimate_ns", rules["trt-reformat"].impact_ns) == 10 * 20_000

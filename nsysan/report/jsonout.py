@@ -16,6 +16,7 @@ import pandas as pd
 
 from nsysan.analyses.breakdown import breakdown_summary
 from nsysan.analyses.frames import distinct
+from nsysan.analyses.iterations.values import Choice
 from nsysan.report import metrics_view
 from nsysan.report.records import clean as _clean
 from nsysan.report.records import records
@@ -187,10 +188,9 @@ def _iterations_dict(a: Any, limit: int) -> dict[str, Any]:
     statistics, each iteration, the levels of steps and the breakdown of an iteration's time."""
     it = a.iterations
     return {"range": it.range_name, "how": it.how, "why": it.why, "warmup": it.warmup,
-            "candidates": _clean(sorted(it.candidates, key=lambda c: (c["verdict"] not in
-                                        ("chosen", "chosen (option)"), -c["gpu_coverage"], -c["count"],
-                                        c["name"]))[:limit]),
-            "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats),
+            "candidates": _clean([c.to_json() for c in sorted(it.candidates, key=lambda c: (
+                c.chosen not in (Choice.AUTO, Choice.OPTION), -c.gpu_coverage, -c.count, c.name))[:limit]]),
+            "steady": it.steady.to_dict() if it.steady else None, "stats": _clean(it.stats.to_json()),
             "timed_regions": _clean(it.timed_regions), "per_iteration": records(iteration_table(it.table)),
             # steps within steps: the other levels (sub-steps inside each iteration, ranges
             # enclosing iterations), the sub-steps per iteration, one summary per thread's loop

@@ -27,14 +27,14 @@ def _short(text: object, n: int = MAX_NAME) -> str:
 def _iterations_line(a: Any) -> str:
     it = a.iterations
     st = it.stats
-    if not st.get("count"):
+    if not st.count:
         return f"iterations: none ({_short(it.why or 'no repeated NVTX range', 120)})"
-    if st.get("headline") == "period":
-        head = (f"period p50 {fmt_ns(st.get('p50_ns'))} ({st.get('throughput_per_s', 0):,.1f}/s), "
-                f"latency p50 {fmt_ns(st.get('latency_p50_ns'))}")
+    if st.headline == "period":
+        head = (f"period p50 {fmt_ns(st.p50_ns)} ({st.throughput_per_s or 0:,.1f}/s), "
+                f"latency p50 {fmt_ns(st.latency_p50_ns)}")
     else:
-        head = f"latency p50 {fmt_ns(st.get('p50_ns'))}"
-    return f"iterations: {_short(it.range_name)!r} x{st['count']} steady, {head}"
+        head = f"latency p50 {fmt_ns(st.p50_ns)}"
+    return f"iterations: {_short(it.range_name)!r} x{st.count} steady, {head}"
 
 
 def _busy(a: Any) -> list[tuple[str, str]]:
@@ -77,14 +77,14 @@ def notebook_view(a: Any) -> NotebookView:
     m = a.trace.meta
     st = a.iterations.stats
     head: list[tuple[str, str]] = []
-    if st.get("count"):
-        period = st.get("headline") == "period"
-        head += [("Iteration range", f"{a.iterations.range_name} (x{st['count']} steady, "
+    if st.count:
+        period = st.headline == "period"
+        head += [("Iteration range", f"{a.iterations.range_name} (x{st.count} steady, "
                                      f"{a.iterations.warmup} warm-up)"),
-                 ("Iteration p50" + (" (period)" if period else " (latency)"), fmt_ns(st.get("p50_ns")))]
+                 ("Iteration p50" + (" (period)" if period else " (latency)"), fmt_ns(st.p50_ns))]
         if period:
-            head += [("Throughput", f"{st.get('throughput_per_s', 0):,.1f} it/s"),
-                     ("Latency p50", fmt_ns(st.get("latency_p50_ns")))]
+            head += [("Throughput", f"{st.throughput_per_s or 0:,.1f} it/s"),
+                     ("Latency p50", fmt_ns(st.latency_p50_ns))]
     else:
         head.append(("Iterations", f"none ({a.iterations.why or 'no repeated NVTX range'})"))
     head.append(("Window", f"{a.steady.label}: {fmt_ns(a.steady.dur_ns)}"))

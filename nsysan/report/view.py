@@ -381,15 +381,15 @@ def _headline(a: Any) -> list[tuple[str, str]]:
     st = a.iterations.stats
     busy = a.busy_steady
     ov = a.overlap.loc[a.overlap["direction"] == "all"] if len(a.overlap) else a.overlap
-    has_it = bool(st.get("count"))
+    has_it = bool(st.count)
     judged = "steady" if a.steady.label == "steady state" else a.steady.label  # the window the numbers are of
-    period = st.get("headline") == "period"
-    latency = fmt_ns(st.get("latency_p50_ns")) if has_it else "-"
-    if has_it and st.get("latency_includes_queueing"):
-        latency += f" (queued: CPU {st.get('queue_depth_p50', 0):g} ahead)"
+    period = st.headline == "period"
+    latency = fmt_ns(st.latency_p50_ns) if has_it else "-"
+    if has_it and st.latency_includes_queueing:
+        latency += f" (queued: CPU {st.queue_depth_p50 or 0:g} ahead)"
     return [
-        ("Iteration time p50" + (" (period)" if period else " (latency)"), fmt_ns(st.get("p50_ns")) if has_it else "-"),
-        ("Throughput", f"{st.get('throughput_per_s', 0):.1f} it/s" if has_it else "-"),
+        ("Iteration time p50" + (" (period)" if period else " (latency)"), fmt_ns(st.p50_ns) if has_it else "-"),
+        ("Throughput", f"{st.throughput_per_s or 0:.1f} it/s" if has_it else "-"),
         ("Latency p50", latency),
         *(((f"GPU {int(r['device_id'])} busy ({judged})" if len(busy) > 1 else f"GPU busy ({judged})",
             fmt_pct(float(r["busy_frac"]))) for _, r in busy.iterrows()) if len(busy) else
@@ -436,7 +436,7 @@ def _info(a: Any, gpus: str) -> list[tuple[str, str]]:
     info = [("Trace", Path(m.path).name), ("nsys", m.nsys_version or "unknown"), ("GPUs", gpus),
             ("Capture", fmt_ns(m.duration_ns)),
             ("Region analysed", f"{a.steady.label}: {fmt_ns(a.steady.dur_ns)}"
-             + (f" ({st.get('count', 0)} '{a.iterations.range_name}' iterations, {a.iterations.warmup} warm-up excluded)"
+             + (f" ({st.count or 0} '{a.iterations.range_name}' iterations, {a.iterations.warmup} warm-up excluded)"
                 if a.iterations.range_name else "")),
             ("Iteration range", a.iterations.why or "-"),
             ]
@@ -464,7 +464,7 @@ def _first_screen(a: Any, gpus: str) -> tuple[list[tuple[int, str, str, str, str
     """The top fixes, the savings of all of them, and the subtitle (GPUs, nsys, iterations, window)."""
     m = a.trace.meta
     st = a.iterations.stats
-    has_it = bool(st.get("count"))
+    has_it = bool(st.count)
     wdur = a.steady.dur_ns
     top_fixes = [(i, f.severity.name.lower(), f.title, f.rule,
                   fmt_ns(f.impact_ns) if f.impact_ns > 0 else "no estimate",
@@ -473,7 +473,7 @@ def _first_screen(a: Any, gpus: str) -> tuple[list[tuple[int, str, str, str, str
     total_saving = sum(f.impact_ns for f in a.findings)
     savings_total = (f"{fmt_ns(total_saving)} in all ({fmt_pct(total_saving / wdur)} of the {a.steady.label}; "
                      "no time counted twice)") if total_saving and wdur else ""
-    it_txt = (f"'{a.iterations.range_name}' x{st.get('count', 0)}, one every {fmt_ns(st.get('p50_ns'))}"
+    it_txt = (f"'{a.iterations.range_name}' x{st.count or 0}, one every {fmt_ns(st.p50_ns)}"
               if has_it else "no iteration range")
     subtitle = " · ".join(x for x in [gpus if len(a.trace.gpus) else "", f"nsys {m.nsys_version or '?'}", it_txt,
                                       f"judged on the {a.steady.label}: {fmt_ns(a.steady.dur_ns)}"] if x)
@@ -631,9 +631,9 @@ def _iteration_tables(a: Any) -> list[Table]:
                  "rank arrived; transfer: after it.")
         if a.ranks is not None and len(a.ranks.ranks) > 1 else
         Table("ranks", "Ranks", [], [], [], "One process with communication, or none: no ranks to align."),
-        table("iteration_candidates", "Which range is the iteration", pd.DataFrame(sorted(
-            a.iterations.candidates, key=lambda c: (not str(c["verdict"]).startswith("chosen"), -c["gpu_coverage"],
-                                                    -c["count"], c["name"]))[:MAX_TABLE_ROWS]), [
+        table("iteration_candidates", "Which range is the iteration", pd.DataFrame([c.to_json() for c in sorted(
+            a.iterations.candidates, key=lambda c: (c.chosen is None, -c.gpu_coverage, -c.count,
+                                                    c.name))[:MAX_TABLE_ROWS]]), [
             ("Range", "name", lambda v: str(v)[:140]), ("Instances", "count", lambda v: f"{int(v):,}"),
             ("Most on one thread", "per_thread_max", lambda v: f"{int(v):,}"),
             ("Median", "median_ns", fmt_ns), ("GPU time launched", "gpu_coverage", fmt_pct),

@@ -36,7 +36,7 @@ completion below), and the ranges that enclose iterations.
 of the same name on its thread (an outer ``train_step`` around the next 14, a decorated function that
 calls itself) is a region around iterations, not one: the innermost instances (those that enclose
 no other) are the iterations, the count and every per-iteration number are theirs, and
-``stats["enclosing_instances"]`` says how many were set aside (``why`` says so too). Candidates'
+``stats.enclosing_instances`` says how many were set aside (``why`` says so too). Candidates'
 counts still list every instance (what the export holds).
 
 **Several threads, each its own loop**: each (pid, tid) is a sequence with its own period; the
@@ -104,7 +104,8 @@ from nsysan.analyses.iterations.choice import (
 from nsysan.analyses.iterations.model import Iterations, iterations
 from nsysan.analyses.iterations.nesting import MIN_OUTER, NEST_MIN, REGULAR_MIN, encloses_same
 from nsysan.analyses.iterations.timing import QUEUEING_RATIO, steady_periods
+from nsysan.analyses.iterations.values import Candidate, Choice, IterationStats, Reason, Rejection
 
 __all__ = ["COVERAGE_CLOSE", "MIN_COVERAGE", "MIN_INSTANCES", "MIN_OUTER", "NEST_MIN", "QUEUEING_RATIO",
-           "REGULAR_MIN", "TENSORRT_HOW", "XLA_HOW", "Iterations", "candidates", "encloses_same", "iterations",
-           "pick_range", "steady_periods"]
+           "REGULAR_MIN", "TENSORRT_HOW", "XLA_HOW", "Candidate", "Choice", "IterationStats", "Iterations", "Reason",
+           "Rejection", "candidates", "encloses_same", "iterations", "pick_range", "steady_periods"]

@@ -4,7 +4,6 @@ fallbacks (XLA module executions, TensorRT engine executions). The model: ``iter
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,15 +12,14 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import one_key
 from nsysan.analyses.iterations.facts import _Facts
 from nsysan.analyses.iterations.nesting import _outer_or_inner
+from nsysan.analyses.iterations.values import MIN_COVERAGE, MIN_INSTANCES, Candidate, Choice, Reason, Rejection, decide
 from nsysan.analyses.libranges import library_of, xla_module
 from nsysan.analyses.recorder_ranges import added_by_recorder
 from nsysan.errors import UsageError
 
-MIN_INSTANCES = 3
 MIN_NS = 1_000
 MIN_CPU_ONLY_NS = 10_000
 COVERAGE_CLOSE = 0.8
-MIN_COVERAGE = 0.25
 
 
 def _per_thread_max(rg: pd.DataFrame) -> pd.Series:
@@ -123,14 +121,15 @@ def _name_stats(col: dict[str, np.ndarray], order: np.ndarray, cuts: np.ndarray)
 
 
 def candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
-               gpu_recorded: bool = True) -> list[dict[str, Any]]:
-    """Every repeated range, with the facts the choice is made on and a verdict: ``"chosen"`` is
-    decided by ``pick_range``; the others say why they were rejected."""
+               gpu_recorded: bool = True) -> list[Candidate]:
+    """Every repeated range, with the facts the choice is made on, rejected where it cannot be an
+    iteration whatever the others are (a library's, too few repeats, no GPU work, too short); the
+    choice among the rest is ``pick_range``'s."""
     return _candidates(rg, owned, gpu_recorded=gpu_recorded)[0]
 
 
 def _candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
-                gpu_recorded: bool = True) -> tuple[list[dict[str, Any]], _Facts]:
+                gpu_recorded: bool = True) -> tuple[list[Candidate], _Facts]:
     facts = _Facts()
     if len(rg) == 0:
         return [], facts
@@ -171,124 +170,123 @@ def _candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
         groups = np.searchsorted(cuts, hits, side="right") - 1
         firsts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]])) if len(hits) else hits
         first_domain = dict(zip(groups[firsts].tolist(), order[hits[firsts]].tolist()))
-    out: list[dict[str, Any]] = []
+    out: list[Candidate] = []
     for name in sorted(names):  # what a group-by on the name, sorted, visits
         j = group_of[name]
         g = order[cuts[j]:ends_at[j]]  # the name's rows, in row order
         domain = str(dom_vals[first_domain[j]]) if j in first_domain else None
         lib = library_of(str(name), domain)
         with_gpu = int(stats["with_gpu"][j]) / int(stats["count"][j])
-        c = {"name": str(name), "count": int(stats["count"][j]), "per_thread_max": int(per_thread[name]),
-             "threads": int(stats["threads"][j]),
-             "median_ns": int(stats["median_lat"][j]), "total_ns": int(stats["total"][j]),
-             "depth": float(stats["median_depth"][j]), "with_gpu_frac": round(with_gpu, 4),
-             "gpu_coverage": 0.0, "library": lib, "verdict": "", "recorder": added_by_recorder(domain)}
-        basic = (c["per_thread_max"] >= MIN_INSTANCES and not (gpu_recorded and with_gpu < 0.5)
-                 and c["median_ns"] >= (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS))
-        if lib is not None:
-            c["verdict"] = f"library range ({lib})"
-        elif c["per_thread_max"] < MIN_INSTANCES:
-            c["verdict"] = f"repeats fewer than {MIN_INSTANCES} times on one thread"
-        elif gpu_recorded and with_gpu < 0.5:
-            c["verdict"] = "no GPU work launched below it"
-        elif c["median_ns"] < (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS):
-            c["verdict"] = "shorter than 1 us" if gpu_recorded else "shorter than 10 us (CPU only)"
-        if lib is None and c["per_thread_max"] >= MIN_INSTANCES:  # a level of the loop, GPU work or not
-            facts.rows[c["name"]] = g
-            facts.repeated[c["name"]] = c["depth"]
-        if basic and (lib is None or (lib == "XLA" and xla_module(str(name), domain))):
-            facts.rows[c["name"]] = g
+        n, med = int(per_thread[name]), int(stats["median_lat"][j])
+        short = _shortfall(n, with_gpu, med, gpu_recorded)
+        if lib is None and n >= MIN_INSTANCES:  # a level of the loop, GPU work or not
+            facts.rows[str(name)] = g
+            facts.repeated[str(name)] = float(stats["median_depth"][j])
+        coverage = 0.0
+        if short is None and (lib is None or (lib == "XLA" and xla_module(str(name), domain))):
+            facts.rows[str(name)] = g
             if lib is None:
-                facts.basic.add(c["name"])
+                facts.basic.add(str(name))
             if gpu_recorded:  # (an XLA module's too: the fallback when no range of the program's own qualifies)
-                c["gpu_coverage"] = round(_coverage(col["pid"][g], col["tid"][g], col["start_ns"][g],
-                                                    col["end_ns"][g], sums, owned_total, by_thread), 6)
-        out.append(c)
+                coverage = round(_coverage(col["pid"][g], col["tid"][g], col["start_ns"][g], col["end_ns"][g], sums,
+                                           owned_total, by_thread), 6)
+        out.append(Candidate(name=str(name), count=int(stats["count"][j]), per_thread_max=n,
+                             threads=int(stats["threads"][j]), median_ns=med, total_ns=int(stats["total"][j]),
+                             depth=float(stats["median_depth"][j]), with_gpu_frac=round(with_gpu, 4),
+                             gpu_coverage=coverage, library=lib, recorder=added_by_recorder(domain),
+                             rejected=Rejection(Reason.LIBRARY, library=lib) if lib is not None else short))
     facts.sums, facts.by_thread, facts.owned_total = sums, by_thread, owned_total
     return out, facts
 
 
+def _shortfall(per_thread_max: int, with_gpu: float, median_ns: int, gpu_recorded: bool) -> Rejection | None:
+    """Why a range cannot be an iteration whatever the others are (too few repeats on a thread, no
+    GPU work below most instances, too short), or None."""
+    if per_thread_max < MIN_INSTANCES:
+        return Rejection(Reason.FEW_REPEATS)
+    if gpu_recorded and with_gpu < 0.5:
+        return Rejection(Reason.NO_GPU_WORK)
+    if median_ns < (MIN_NS if gpu_recorded else MIN_CPU_ONLY_NS):
+        return Rejection(Reason.TOO_SHORT, cpu_only=not gpu_recorded)
+    return None
+
+
 def pick_range(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = None, *,
-               gpu_recorded: bool = True) -> tuple[str | None, str, list[dict[str, Any]]]:
+               gpu_recorded: bool = True) -> tuple[str | None, str, list[Candidate]]:
     """(range label, how, candidates). A ``name`` that matches no range raises ``UsageError``."""
     return _pick(rg, name, owned, gpu_recorded=gpu_recorded)[:3]
 
 
 def _pick(rg: pd.DataFrame, name: str | None, owned: pd.DataFrame | None = None, *,
-          gpu_recorded: bool = True) -> tuple[str | None, str, list[dict[str, Any]], _Facts]:
+          gpu_recorded: bool = True) -> tuple[str | None, str, list[Candidate], _Facts]:
     cands, facts = _candidates(rg, owned, gpu_recorded=gpu_recorded)
     if name is not None:
-        labels = set(rg["name"].astype(str)) if len(rg) else set()
-        if name in labels:
-            chosen = name
-        else:
-            by_text = sorted({lab for lab in labels if lab.split(":", 1)[-1] == name})
-            if len(by_text) != 1:
-                shown = [c["name"] for c in sorted(cands, key=lambda c: -c["count"]) if not c["library"]][:8]
-                raise UsageError(
-                    f"--iteration-range {name!r} matches no closed NVTX range in this trace"
-                    + (f" (it matches several: {', '.join(by_text)})" if by_text else ""),
-                    hint=("candidates: " + ", ".join(repr(s) for s in shown)) if shown else
-                    "this trace has no repeated NVTX range")
-            chosen = by_text[0]
-        for c in cands:
-            if c["name"] == chosen:
-                c["verdict"] = "chosen (option)"
-        return chosen, "option", cands, facts
-    ok = [c for c in cands if not c["verdict"]]
-    if any(not c["recorder"] for c in ok) and any(c["recorder"] for c in ok):
+        chosen = _named(rg, name, cands)
+        return chosen, "option", decide(cands, {}, {chosen: Choice.OPTION}), facts
+    ok = [c for c in cands if c.undecided]
+    rejected: dict[str, Rejection] = {}
+    if any(not c.recorder for c in ok) and any(c.recorder for c in ok):
         # the ranges nsysan profile --annotate added are the iteration only where the program has none
-        for c in ok:
-            if c["recorder"]:
-                c["verdict"] = "added by the recorder (nsysan profile --annotate): the program's own ranges come first"
-        ok = [c for c in ok if not c["recorder"]]
+        rejected.update((c.name, Rejection(Reason.RECORDER)) for c in ok if c.recorder)
+        ok = [c for c in ok if not c.recorder]
     if gpu_recorded:
-        best = max((c["gpu_coverage"] for c in ok), default=0.0)
+        best = max((c.gpu_coverage for c in ok), default=0.0)
         if best < MIN_COVERAGE:
-            for c in ok:
-                c["verdict"] = (f"launched {c['gpu_coverage']:.0%} of the GPU time (an iteration launches at "
-                                f"least {MIN_COVERAGE:.0%})")
-            return (*_fallback(rg, cands, gpu_recorded=gpu_recorded), facts)
-        for c in ok:
-            if c["gpu_coverage"] < COVERAGE_CLOSE * best:
-                c["verdict"] = f"covers {c['gpu_coverage']:.0%} of the GPU time (best {best:.0%})"
-        ok = [c for c in ok if not c["verdict"]]
+            rejected.update((c.name, Rejection(Reason.LOW_COVERAGE, coverage=c.gpu_coverage)) for c in ok)
+            return (*_fallback(rg, decide(cands, rejected), gpu_recorded=gpu_recorded), facts)
+        rejected.update((c.name, Rejection(Reason.BELOW_BEST, coverage=c.gpu_coverage, best=best))
+                        for c in ok if c.gpu_coverage < COVERAGE_CLOSE * best)
+        ok = [c for c in ok if c.name not in rejected]
     if not ok:
-        return (*_fallback(rg, cands, gpu_recorded=gpu_recorded), facts)
-    ok = _outer_or_inner(ok, rg, facts)
-    ok.sort(key=lambda c: (-c["per_thread_max"], c["depth"], -c["total_ns"], c["name"]))
-    for c in ok[1:]:
-        c["verdict"] = (f"fewer instances than {ok[0]['name']!r} ({c['per_thread_max']} vs {ok[0]['per_thread_max']} "
-                        "on one thread), which launches as much of the GPU work")
-    ok[0]["verdict"] = "chosen"
+        return (*_fallback(rg, decide(cands, rejected), gpu_recorded=gpu_recorded), facts)
+    ok, substeps = _outer_or_inner(ok, rg, facts)
+    rejected.update(substeps)
+    ok.sort(key=lambda c: (-c.per_thread_max, c.depth, -c.total_ns, c.name))
+    rejected.update((c.name, Rejection(Reason.FEWER_INSTANCES, other=ok[0].name, mine=c.per_thread_max,
+                                       theirs=ok[0].per_thread_max)) for c in ok[1:])
     how = "auto" if gpu_recorded else "auto (CPU only: no GPU activity recorded)"
-    return ok[0]["name"], how, cands, facts
+    return ok[0].name, how, decide(cands, rejected, {ok[0].name: Choice.AUTO}), facts
 
+
+def _named(rg: pd.DataFrame, name: str, cands: list[Candidate]) -> str:
+    """The range ``--iteration-range`` names: its label, or the one label whose text after the
+    domain's "domain:" is ``name``; else ``UsageError`` listing the candidates."""
+    labels = set(rg["name"].astype(str)) if len(rg) else set()
+    if name in labels:
+        return name
+    by_text = sorted({lab for lab in labels if lab.split(":", 1)[-1] == name})
+    if len(by_text) != 1:
+        shown = [c.name for c in sorted(cands, key=lambda c: -c.count) if not c.library][:8]
+        raise UsageError(
+            f"--iteration-range {name!r} matches no closed NVTX range in this trace"
+            + (f" (it matches several: {', '.join(by_text)})" if by_text else ""),
+            hint=("candidates: " + ", ".join(repr(s) for s in shown)) if shown else
+            "this trace has no repeated NVTX range")
+    return by_text[0]
 
 
 XLA_HOW = "auto (XLA module executions: no range of the program's own qualified)"
 
 
-def _fallback(rg: pd.DataFrame, cands: list[dict[str, Any]], *,
-              gpu_recorded: bool) -> tuple[str | None, str, list[dict[str, Any]]]:
+def _fallback(rg: pd.DataFrame, cands: list[Candidate], *,
+              gpu_recorded: bool) -> tuple[str | None, str, list[Candidate]]:
     """When no range of the program's own qualifies: the executions of a jitted XLA module
     (``XlaModule:#hlo_module=...#``, when JAX's or TensorFlow's own ranges are missing or lost
     their names), else TensorRT engine executions."""
-    mods = [c for c in cands if c["library"] == "XLA" and c["gpu_coverage"] >= MIN_COVERAGE]
+    mods = [c for c in cands if c.library == "XLA" and c.gpu_coverage >= MIN_COVERAGE]
     if mods:
-        best = max(c["gpu_coverage"] for c in mods)
-        mods = sorted((c for c in mods if c["gpu_coverage"] >= COVERAGE_CLOSE * best),
-                      key=lambda c: (-c["per_thread_max"], -c["total_ns"], c["name"]))
-        mods[0]["verdict"] = "chosen (XLA module executions: no range of the program's own qualified)"
-        return mods[0]["name"], XLA_HOW, cands
+        best = max(c.gpu_coverage for c in mods)
+        mods = sorted((c for c in mods if c.gpu_coverage >= COVERAGE_CLOSE * best),
+                      key=lambda c: (-c.per_thread_max, -c.total_ns, c.name))
+        return mods[0].name, XLA_HOW, decide(cands, {}, {mods[0].name: Choice.XLA})
     return _tensorrt_fallback(rg, cands, gpu_recorded=gpu_recorded)
 
 
 TENSORRT_HOW = "auto (TensorRT engine executions: no range of the program's own qualified)"
 
 
-def _tensorrt_fallback(rg: pd.DataFrame, cands: list[dict[str, Any]], *,
-                       gpu_recorded: bool) -> tuple[str | None, str, list[dict[str, Any]]]:
+def _tensorrt_fallback(rg: pd.DataFrame, cands: list[Candidate], *,
+                       gpu_recorded: bool) -> tuple[str | None, str, list[Candidate]]:
     """The fallback when no range of the program's own qualifies: TensorRT engine executions
     (``tensorrt.execution_rows``: ``ExecutionContext::execute``/``enqueue`` ranges, never a layer
     range), one execution = one iteration, even a single one. The execution label with the most
@@ -310,44 +308,38 @@ def _tensorrt_fallback(rg: pd.DataFrame, cands: list[dict[str, Any]], *,
         return None, "none", cands
     per = per.reset_index().sort_values(["count", "total_ns", "name"], ascending=[False, False, True], kind="stable")
     chosen = str(per["name"].iloc[0])
-    verdict = "chosen (TensorRT engine executions: no range of the program's own qualified)"
-    for c in cands:
-        if c["name"] == chosen:
-            c["verdict"] = verdict
-            break
-    else:
+    if not any(c.name == chosen for c in cands):  # (an execution that repeats on no thread)
         g = ex.loc[ex["name"] == chosen]
-        cands.append({"name": chosen, "count": int(len(g)),
-                      "per_thread_max": int(g.groupby(["pid", "tid"]).size().max()),
-                      "threads": int(g[["pid", "tid"]].drop_duplicates().shape[0]),
-                      "median_ns": int(np.median(g["dur_ns"].to_numpy())), "total_ns": int(g["dur_ns"].sum()),
-                      "depth": float(np.median(g["depth"].to_numpy())),
-                      "with_gpu_frac": round(float((g["gpu_ops"].to_numpy() > 0).mean()), 4),
-                      "gpu_coverage": 0.0, "library": "TensorRT", "verdict": verdict})
-    return chosen, TENSORRT_HOW, cands
+        cands = [*cands, Candidate(
+            name=chosen, count=int(len(g)), per_thread_max=int(g.groupby(["pid", "tid"]).size().max()),
+            threads=int(g[["pid", "tid"]].drop_duplicates().shape[0]), median_ns=int(np.median(g["dur_ns"].to_numpy())),
+            total_ns=int(g["dur_ns"].sum()), depth=float(np.median(g["depth"].to_numpy())),
+            with_gpu_frac=round(float((g["gpu_ops"].to_numpy() > 0).mean()), 4), gpu_coverage=0.0,
+            library="TensorRT", recorder=None)]
+    return chosen, TENSORRT_HOW, decide(cands, {}, {chosen: Choice.TENSORRT})
 
 
-def _why_chosen(chosen: str, how: str, cands: list[dict[str, Any]], n: int, gpu_recorded: bool) -> str:
+def _why_chosen(chosen: str, how: str, cands: list[Candidate], n: int, gpu_recorded: bool) -> str:
     """Why ``chosen`` is the iteration (``how`` it was picked; ``n``: its instances)."""
     if how == "option":
         why = f"'{chosen}', as asked (--iteration-range)"
     elif how == XLA_HOW:
-        c = next(c for c in cands if c["name"] == chosen)
+        c = next(c for c in cands if c.name == chosen)
         why = (f"'{chosen}': each execution of this jitted XLA module is one iteration ({n} executions, "
-               f"{c['gpu_coverage']:.0%} of the GPU time), as no NVTX range of the program's own qualified")
+               f"{c.gpu_coverage:.0%} of the GPU time), as no NVTX range of the program's own qualified")
     elif how == TENSORRT_HOW:
         why = (f"'{chosen}': each TensorRT engine execution is one iteration ({n} executions), as no "
                f"NVTX range of the program's own qualified")
     else:
-        c = next(c for c in cands if c["name"] == chosen)
-        subs = [x["name"] for x in cands if x["verdict"].startswith(f"a sub-step of {chosen!r}")]
+        c = next(c for c in cands if c.name == chosen)
+        subs = [x.name for x in cands if x.substep_of(chosen)]
         why = (f"'{chosen}': the most repeated of the ranges the recorder added (nsysan profile --annotate; not "
-               f"written in the program), launching {c['gpu_coverage']:.0%} of the GPU time" if c.get("recorder") else
+               f"written in the program), launching {c.gpu_coverage:.0%} of the GPU time" if c.recorder else
                f"'{chosen}': the most repeated range of the program's own that launched "
-               f"{c['gpu_coverage']:.0%} of the GPU time" if gpu_recorded else
+               f"{c.gpu_coverage:.0%} of the GPU time" if gpu_recorded else
                f"'{chosen}': the most repeated range of the program's own (no GPU activity was recorded)")
         if subs:
             why = (f"'{chosen}': the unit the loop repeats, with the same number of "
                    + ", ".join(f"'{x}'" for x in subs) + " inside each (its sub-steps, a finer breakdown, not the "
-                   f"iteration), launching {c['gpu_coverage']:.0%} of the GPU time")
+                   f"iteration), launching {c.gpu_coverage:.0%} of the GPU time")
     return why

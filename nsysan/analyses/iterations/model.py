@@ -15,6 +15,7 @@ from nsysan.analyses.iterations.inferred import INFERRED_HOW, INFERRED_LEAD, INF
 from nsysan.analyses.iterations.levels import _levels
 from nsysan.analyses.iterations.nesting import _pushpop, encloses_same
 from nsysan.analyses.iterations.timing import _helper_thread_work, _iteration_stats, _sequence_columns, _sequences
+from nsysan.analyses.iterations.values import Candidate, IterationStats
 from nsysan.analyses.recorder_ranges import RECORDER_DOMAIN, STEP, added_by_recorder, iteration_steps, recorder_text
 
 
@@ -25,9 +26,9 @@ class Iterations:
     table: pd.DataFrame  # one row per iteration
     warmup: int
     steady: Window | None
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: IterationStats = field(default_factory=IterationStats)
     timed_regions: list[dict[str, object]] = field(default_factory=list)
-    candidates: list[dict[str, Any]] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
     why: str = ""
     # steps within steps: one row per iteration and sub-step range (index, pid, tid, name, count,
     # cpu_ns, gpu_ns), and one summary per other level (sub-steps, ranges that enclose iterations)
@@ -55,7 +56,7 @@ def iterations(rg: pd.DataFrame, *, name: str | None = None, warmup_factor: floa
         if found is None or len(found.instances) == 0:
             if found is not None:
                 why += f", and no loop was found in the GPU work ({found.why})"
-            return Iterations(None, how, pd.DataFrame(), 0, None, {}, regions, cands,
+            return Iterations(None, how, pd.DataFrame(), 0, None, IterationStats(), regions, cands,
                               why + ": the GPU-active part of the capture is judged")
         return _build(found.instances, INFERRED_NAME, INFERRED_HOW, warmup_factor, owned, threads, regions,
                       cands, found.why, 0, inferred=found.loops)
@@ -91,7 +92,7 @@ def _recorder_steps(it: pd.DataFrame, rg: pd.DataFrame) -> pd.DataFrame:
 
 
 def _build(it: pd.DataFrame, chosen: str, how: str, warmup_factor: float, owned: pd.DataFrame | None,
-           threads: pd.DataFrame | None, regions: list[dict[str, object]], cands: list[dict[str, Any]], why: str,
+           threads: pd.DataFrame | None, regions: list[dict[str, object]], cands: list[Candidate], why: str,
            enclosing: int, inferred: list[dict[str, Any]] | None = None) -> Iterations:
     """The iterations from their instances (rows in ``nvtx.ranges``' columns, one per iteration)."""
     it = it.sort_values(["pid", "tid", "start_ns"], kind="stable").reset_index(drop=True)
@@ -115,6 +116,6 @@ def _build(it: pd.DataFrame, chosen: str, how: str, warmup_factor: float, owned:
     win = Window(int(steady["start_ns"].min()), int(steady["end_ns"].max()), "steady state") if len(steady) else None
     stats = _iteration_stats(table, steady, len(parts), enclosing, warm)
     if inferred is not None:
-        stats["inferred_loops"] = inferred
+        stats = replace(stats, inferred_loops=inferred)
     return Iterations(chosen, how, table, warm, win, stats, regions, cands, why,
                       sequences=_sequences(table, threads))

@@ -4,13 +4,13 @@ which, and the outer-or-inner decision between two qualifying ranges (``iteratio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.iterations.facts import _Facts
+from nsysan.analyses.iterations.values import Candidate, Reason, Rejection
 
 NEST_MIN = 0.75  # share of a range's instances inside another's for it to run inside it
 REGULAR_MIN = 0.75  # share of the outer instances that hold the usual number of the inner range
@@ -129,17 +129,18 @@ def _nest(outer: _Inst, inner: _Inst) -> tuple[int, bool] | None:
     return k, bool(float((per == k).mean()) >= REGULAR_MIN)
 
 
-def _outer_or_inner(ok: list[dict[str, Any]], rg: pd.DataFrame, facts: _Facts) -> list[dict[str, Any]]:
+def _outer_or_inner(ok: list[Candidate], rg: pd.DataFrame,
+                    facts: _Facts) -> tuple[list[Candidate], dict[str, Rejection]]:
     """Steps within steps (see the module doc): of two qualifying ranges one of which runs inside the
     other, the outer one is the iteration when it holds the same number k >= 2 of the inner one each
     time (k micro-batches per optimizer step, L layers per step) and repeats at least ``MIN_OUTER``
     times on a thread: the inner one is its breakdown, dropped here with a verdict that says so.
     Otherwise (a varying number: tokens of requests of different lengths, the steps of partial
     epochs; or few outer instances) both are left to the usual order, where the inner one, repeated
-    more often, wins."""
+    more often, wins. Returns the candidates left and the rejections of the sub-steps."""
     if len(ok) < 2:
-        return ok
-    inst = {c["name"]: _instances(rg, facts.rows[c["name"]], facts) for c in ok if c["name"] in facts.rows}
+        return ok, {}
+    inst = {c.name: _instances(rg, facts.rows[c.name], facts) for c in ok if c.name in facts.rows}
     rel: dict[tuple[str, str], tuple[int, bool]] = {}
     for p in inst:
         for c in inst:
@@ -147,17 +148,14 @@ def _outer_or_inner(ok: list[dict[str, Any]], rg: pd.DataFrame, facts: _Facts) -
                 r = _nest(inst[p], inst[c])
                 if r is not None:
                     rel[(p, c)] = r
-    why: dict[str, str] = {}
+    why: dict[str, Rejection] = {}
     for (p, c), (k, regular) in sorted(rel.items()):
         if (c, p) in rel or k <= 1:  # the same extents, or one inner per outer: left to the usual order
             continue
         if regular and inst[p].per_thread_max >= MIN_OUTER:
-            why.setdefault(c, f"a sub-step of {p!r} ({k} per {p!r}): the loop repeats {p!r}, this is its breakdown")
+            why.setdefault(c, Rejection(Reason.SUBSTEP, other=p, per_other=k))  # the loop repeats p: c its breakdown
         # else the inner range, repeated more often, wins in the usual order ("fewer instances than ...")
-    left = [c for c in ok if c["name"] not in why]
+    left = [c for c in ok if c.name not in why]
     if not left:
-        return ok
-    for c in ok:
-        if c["name"] in why:
-            c["verdict"] = why[c["name"]]
-    return left
+        return ok, {}
+    return left, why

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.iterations.values import IterationStats
 
 QUEUEING_RATIO = 1.2
 WARMUP_CHAIN = 3  # fast iterations that may lie between two slow ones of an inferred warm-up
@@ -104,7 +105,7 @@ def _helper_thread_work(it: pd.DataFrame, owned: pd.DataFrame | None) -> tuple[n
 
 
 def _iteration_stats(table: pd.DataFrame, steady: pd.DataFrame, sequences: int, enclosing: int,
-                     warm: int) -> dict[str, Any]:
+                     warm: int) -> IterationStats:
     """The iteration model's statistics: count, period, latency, the headline figure, throughput,
     queue depth, warm-up."""
     lat = steady["latency_ns"].to_numpy()
@@ -135,7 +136,7 @@ def _iteration_stats(table: pd.DataFrame, steady: pd.DataFrame, sequences: int, 
         wt = table.loc[table["warmup"]]
         stats["warmup_mean_ns"] = int(round(float(wt["latency_ns"].mean())))
         stats["warmup_service_ns"] = int(wt["service_ns"].sum())
-    return stats
+    return IterationStats(**stats)
 
 
 def _thread_names(threads: pd.DataFrame | None) -> dict[tuple[int, int], str]:
