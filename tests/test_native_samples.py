@@ -175,7 +175,7 @@ def test_native_call_sites_from_cuda_callchains(analysis, fixture_dir, name):
     sync = next(k for k in want if k[0] == "cudaStreamSynchronize" and k[1].startswith("at::native::_local_scalar_dense"))
     assert want[sync] >= 35
     from nsysan.rules import RuleContext
-    from nsysan.rules._helpers import call_sites
+    from nsysan.rules._wording import call_sites
 
     note = call_sites(RuleContext(a), ["cudaStreamSynchronize"])
     assert note.startswith(" Call sites (CUDA backtraces): cudaStreamSynchronize from at::native::_local_scalar_dense_cuda")
@@ -208,7 +208,7 @@ def test_pageable_copies_quote_only_their_own_calls(analysis, fixture_dir, name)
     pg = m.loc[(m["host_mem"] == "Pageable") & m["kind"].isin(["HtoD", "DtoH"]) & (m["start_ns"] < w.end_ns)
                & (m["end_ns"] > w.start_ns)]
     from nsysan.rules import RuleContext
-    from nsysan.rules._helpers import call_sites
+    from nsysan.rules._wording import call_sites
 
     note = call_sites(RuleContext(a), None, correlation=zip(pg["pid"].tolist(), pg["correlation_id"].tolist()))
     if not want:
@@ -526,7 +526,7 @@ def test_call_sites_inside_ranges(analysis, fixture_dir):
     got = aggregate_sites(calls_in(a.idle_samples.site_calls, steps))
     assert {(r["api"], r["function"], int(r["line"])): int(r["calls"]) for _, r in got.iterrows()} == dict(want)
     from nsysan.rules import RuleContext
-    from nsysan.rules._helpers import call_sites_in
+    from nsysan.rules._wording import call_sites_in
 
     (api, fn, ln), _ = max(spent.items(), key=lambda kv: kv[1])  # the site with the most time in its calls first
     note = call_sites_in(RuleContext(a), steps)

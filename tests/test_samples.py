@@ -123,7 +123,7 @@ def test_call_sites_of_cuda_calls_from_python_backtraces(analysis, fixture_dir):
     assert got == dict(want)
     assert got[("cudaStreamSynchronize", "fetch_result", 67)] >= 55
     from nsysan.rules import RuleContext
-    from nsysan.rules._helpers import call_sites
+    from nsysan.rules._wording import call_sites
 
     # what sync-api / sync-memcpy / alloc-in-loop append to their messages
     note = call_sites(RuleContext(a), ["cudaStreamSynchronize"])

@@ -21,43 +21,35 @@ severity. The terminal, HTML and JSON list findings in this order.
 
 **Per iteration.** A finding on the steady state of an iteration model also gives its saving per
 steady iteration (``Finding.per_iteration_ns``); a whole-capture finding (no iteration model) has
-none, and its message never speaks of a steady state (``_helpers.window_words``).
+none, and its message never speaks of a steady state (``_wording.window_words``).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, replace
+from concurrent.futures import Executor, Future
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from nsysan._executor import Inline
 from nsysan.analyses import intervals as iv
-from nsysan.rules._base import REGISTRY, Finding, Rule, Severity, rule
-from nsysan.rules._helpers import window_words
+from nsysan.analyses.gpu import Window
+from nsysan.result import Analysis
+from nsysan.rules._base import REGISTRY, Finding, Rule, RuleContext, Severity, rule
+from nsysan.rules._wording import window_words
+from nsysan.trace.model import Trace
 from nsysan.units import fmt_ns
 
 for _m in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
     importlib.import_module(f"{__name__}.{_m}")
 
 
-@dataclass
-class RuleContext:
-    a: Any  # nsysan.analysis.Analysis
-
-    @property
-    def window(self) -> Any:
-        return self.a.steady
-
-    @property
-    def trace(self) -> Any:
-        return self.a.trace
-
-
-def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
-              pool: Any = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+def run_rules(analysis: Analysis, config: dict[str, dict[str, Any]],
+              pool: Executor | Inline | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
     """Run every rule; returns findings graded (``graded``), with their saving per iteration
     (``per_iteration``) and worded for their window (``window_words``), in ``ranked`` order, and a
     log of what ran.
@@ -66,14 +58,14 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
     ctx = RuleContext(analysis)
     disabled = set(config.get("_disabled", {}))
     pool = pool or Inline()
-    started = []
+    started: list[tuple[str, dict[str, Any] | None, Future[list[Finding]] | None]] = []
     for rid in sorted(REGISTRY):
         r = REGISTRY[rid]
         if rid in disabled:
             started.append((rid, None, None))
             continue
-        params = {**r.thresholds, **config.get(rid, {})}
-        started.append((rid, params, pool.submit(lambda fn=r.fn, kw=params: list(fn(ctx, **kw)))))
+        thresholds = {**r.thresholds, **config.get(rid, {})}
+        started.append((rid, thresholds, pool.submit(_findings_of, r, ctx, thresholds)))
     findings: list[Finding] = []
     log: list[dict[str, Any]] = []
     for rid, params, job in started:
@@ -86,7 +78,7 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         log.append({"rule": rid, "status": "fired" if got else "not_checked" if lacks else "passed",
                     **({"reason": f"the trace lacks {lacks}"} if lacks else {}), "thresholds": params})
     steady = analysis.steady
-    whole = getattr(steady, "label", "") != "steady state"  # no iteration model: the window is the capture
+    whole = steady.label != "steady state"  # no iteration model: the window is the capture
     n_steady = 0 if whole else steps_per_sequence(analysis.iterations.table)
     out = []
     for f in allocate(findings):
@@ -96,6 +88,11 @@ def run_rules(analysis: Any, config: dict[str, dict[str, Any]],
         out.append(f if per == f.per_iteration_ns and text == f.message
                    else replace(f, per_iteration_ns=per, message=text))
     return ranked(out), log
+
+
+def _findings_of(r: Rule, ctx: RuleContext, thresholds: dict[str, Any]) -> list[Finding]:
+    """Rule ``r``'s findings with these thresholds (a task of ``run_rules``' executor)."""
+    return list(r.fn(ctx, **thresholds))
 
 
 GPU_METRICS_INPUT = (("GPU_METRICS",), "GPU metrics (nsys profile --gpu-metrics-devices=all)")
@@ -112,7 +109,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def unmet_input(rid: str, trace: Any) -> str | None:
+def unmet_input(rid: str, trace: Trace) -> str | None:
     """What the trace lacks that rule ``rid`` needs (``NEEDS``), or None when it has it, the rule needs
     nothing special, or the program could not have used it: no CUDA calls (memory growth), no kernels
     (GPU metrics), no managed allocation call (``cudaMallocManaged``/``cuMemAllocManaged``: unified
@@ -120,7 +117,7 @@ def unmet_input(rid: str, trace: Any) -> str | None:
     need = NEEDS.get(rid)
     if need is None:
         return None
-    tables = set(getattr(trace.meta, "tables", ()) or ())
+    tables = set(trace.meta.tables)
     if any(t in tables for t in need[0]):
         return None
     if rid == "memory-growth" and len(trace.cuda_api) == 0:
@@ -158,7 +155,7 @@ def ranked(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (tier(f), -int(f.impact_ns), -int(f.covers_ns), -int(f.severity), f.rule))
 
 
-def steps_per_sequence(table: Any) -> int:
+def steps_per_sequence(table: pd.DataFrame | None) -> int:
     """The steady iterations of the longest sequence (thread or rank): the steps a saving over the
     window is spread over. Sequences (ranks, worker threads) run at once, so a window that holds 30
     steps of each of two ranks holds 30 steps, not 60."""
@@ -170,7 +167,7 @@ def steps_per_sequence(table: Any) -> int:
     return int(t.groupby(["pid", "tid"], sort=False).size().max())
 
 
-def per_iteration(f: Finding, steady: Any, n_steady: int) -> int | None:
+def per_iteration(f: Finding, steady: Window, n_steady: int) -> int | None:
     """The finding's counted saving divided by the steady iterations of its window, when that window
     is the steady state of the iteration model (``n_steady`` iterations of one sequence:
     ``steps_per_sequence``); else None."""

@@ -1,4 +1,4 @@
-"""Finding, Severity, the ``@rule`` registry and the rule context."""
+"""Finding, Severity, the ``@rule`` registry and the rule context (``RuleContext``)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from nsysan.analyses.frames import to_records
+from nsysan.analyses.gpu import Window
+from nsysan.result import Analysis
+from nsysan.trace.model import Trace
 
 
 class Severity(IntEnum):
@@ -32,7 +36,7 @@ class Finding:
     window: Mapping[str, Any] = field(default_factory=dict)
     # The wall-clock time the saving comes from: (starts, ends) int64 arrays of absolute ns, or None
     # for "anywhere in the window". Not serialised; ``run_rules`` allocates impacts against it.
-    claims: Any = field(default=None, compare=False, repr=False)
+    claims: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
     # A diagnosis that explains other rules' evidence (a straggler rank explains its host gaps and the
     # others' waiting) is allocated before them: higher first. Not serialised.
     precedence: int = field(default=0, compare=False, repr=False)
@@ -82,6 +86,21 @@ def _section(doc: str, name: str) -> str:
 REGISTRY: dict[str, Rule] = {}
 
 
+@dataclass
+class RuleContext:
+    """What a rule reads: the frozen result of the trace's analyses (``a``), its window and trace."""
+
+    a: Analysis
+
+    @property
+    def window(self) -> Window:
+        return self.a.steady
+
+    @property
+    def trace(self) -> Trace:
+        return self.a.trace
+
+
 def rule(id: str, title: str, **thresholds: Any) -> Callable[[Callable[..., Iterator[Finding]]], Callable[..., Iterator[Finding]]]:
     """Register a rule. Thresholds are keyword arguments, overridable from the CLI or a config file."""
 
@@ -102,18 +121,23 @@ def top_records(df: pd.DataFrame, by: str, n: int = 10, cols: list[str] | None =
     d = df.nlargest(n, by) if n else df
     if cols:
         d = d[cols]
-    out = []
-    for rec in to_records(d):
+    out: list[dict[str, Any]] = []
+    for rec in records(d):
         out.append({k: (v.item() if hasattr(v, "item") else (None if v is pd.NA else v)) for k, v in rec.items()})
     return tuple(out)
 
 
-def claims_of(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``to_records(df)``: each row's cells (as ``iterrows`` gives them), keyed by the column names."""
+    return cast(list[dict[str, Any]], to_records(df))
+
+
+def claims_of(starts: npt.ArrayLike, ends: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """A finding's ``claims``: the wall-clock intervals its saving would come from."""
     return (np.asarray(starts, dtype=np.int64).reshape(-1), np.asarray(ends, dtype=np.int64).reshape(-1))
 
 
-def finding(ctx: Any, rule_id: str, **kw: Any) -> Finding:
+def finding(ctx: RuleContext, rule_id: str, **kw: Any) -> Finding:
     r = REGISTRY[rule_id]
     kw.setdefault("suggestion", r.fix)
     kw.setdefault("window", ctx.window.to_dict())

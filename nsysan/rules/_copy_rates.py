@@ -24,10 +24,13 @@ over 64 KiB) the bytes term is left out: ``floor``, the latency.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+
+from nsysan.rules._base import RuleContext
 
 LINK_BYTES_PER_S = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9}  # PCIe x16 raw rate per direction, by generation
 PINNED_SHARE = 0.85  # of the raw rate a large pinned copy reaches (128b/130b coding, packet overheads)
@@ -39,15 +42,15 @@ SMALL_COPY_BYTES = 64 << 10  # a copy this small is all latency: its time is the
 ASSUMED_SPEEDUP = 2.0  # pinned over pageable when neither the trace nor the GPU tells (pageable-memcpy's default)
 
 
-def link_rate(ctx: Any, device_ids: Any = None) -> tuple[float | None, str]:
+def link_rate(ctx: RuleContext, device_ids: Iterable[object] | None = None) -> tuple[float | None, str]:
     """Pinned throughput of the devices' PCIe link (the slowest of them), and how it was found."""
-    g = ctx.trace.gpus
-    if device_ids is not None and len(g):
-        g = g.loc[g["device_id"].isin(list(device_ids))]
-    if len(g) == 0:
+    gpus = ctx.trace.gpus
+    if device_ids is not None and len(gpus):
+        gpus = gpus.loc[gpus["device_id"].isin(list(device_ids))]
+    if len(gpus) == 0:
         return None, ""
     rates = []
-    for name, major, minor in zip(g["name"].astype(str), g["compute_major"], g["compute_minor"]):
+    for name, major, minor in zip(gpus["name"].astype(str), gpus["compute_major"], gpus["compute_minor"]):
         if pd.isna(major) or pd.isna(minor) or (int(major), int(minor)) in NO_PCIE \
                 or any(n in name for n in NO_PCIE_NAMES):
             return None, ""
@@ -59,7 +62,7 @@ def link_rate(ctx: Any, device_ids: Any = None) -> tuple[float | None, str]:
     return rate, f"PCIe Gen{gen} x16 pinned"
 
 
-def pinned_rate(ctx: Any, kind: str, device_ids: Any = None) -> tuple[float | None, str]:
+def pinned_rate(ctx: RuleContext, kind: str, device_ids: Iterable[object] | None = None) -> tuple[float | None, str]:
     """Pinned throughput (bytes/s) for copies of ``kind`` ("HtoD"/"DtoH"): measured in the trace,
     else the GPU's link, else None; with a word on where it came from."""
     m = ctx.trace.memcpy
@@ -71,7 +74,7 @@ def pinned_rate(ctx: Any, kind: str, device_ids: Any = None) -> tuple[float | No
     return link_rate(ctx, device_ids)
 
 
-def latency_floor(ctx: Any, kind: str) -> int:
+def latency_floor(ctx: RuleContext, kind: str) -> int:
     """The shortest small copy (at most ``SMALL_COPY_BYTES``) of ``kind`` in the trace (ns): what even
     a tiny pinned copy takes; 0 when the trace has no small copy of that kind."""
     m = ctx.trace.memcpy
@@ -79,13 +82,13 @@ def latency_floor(ctx: Any, kind: str) -> int:
     return int(d.min()) if len(d) else 0
 
 
-def has_rate(nbytes: Any) -> bool:
+def has_rate(nbytes: npt.ArrayLike) -> bool:
     """Whether copies of these sizes have a transfer rate worth printing or dividing by: at least one
     is over ``SMALL_COPY_BYTES`` (smaller ones are all latency)."""
     return bool((np.asarray(nbytes, dtype=np.float64) > SMALL_COPY_BYTES).any())
 
 
-def fallback_rate(nbytes: Any, dur_ns: Any, assumed_speedup: float) -> float | None:
+def fallback_rate(nbytes: npt.ArrayLike, dur_ns: npt.ArrayLike, assumed_speedup: float) -> float | None:
     """``assumed_speedup`` x the aggregate throughput (bytes/s) of the copies over ``SMALL_COPY_BYTES``
     (what a pinned copy would reach when neither the trace nor the GPU says); None when no copy is
     that large or they took no time."""
@@ -98,7 +101,7 @@ def fallback_rate(nbytes: Any, dur_ns: Any, assumed_speedup: float) -> float | N
     return float(b[big].sum()) / (t / 1e9) * assumed_speedup
 
 
-def pinned_durations(ctx: Any, copies: pd.DataFrame, assumed_speedup: float) -> np.ndarray:
+def pinned_durations(ctx: RuleContext, copies: pd.DataFrame, assumed_speedup: float) -> np.ndarray:
     """Per copy (rows with kind, host_mem, bytes, dur_ns, device_id), the time it would take from
     pinned memory: pageable host<->device copies at ``pinned_rate`` (or ``fallback_rate`` when the
     trace and the GPU say nothing) plus the latency floor, capped at what they took; the floor alone

@@ -32,12 +32,12 @@ waiting on another) move nothing, so the saving is then lower, never higher.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import pandas as pd
 
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.syncs import SYNC_COPY_APIS, sync_calls
+from nsysan.rules._base import RuleContext
 
 _NONE = 1 << 60  # no ready time (far beyond any timestamp)
 # a wait returns when the GPU work ends, by the host's clock: a synchronous copy's call was seen to end
@@ -53,7 +53,7 @@ REPLAY_COLUMNS = ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "api_name"
                   "stream_id", "pid", "tid", "correlation_id")
 
 
-def window_ops(ctx: Any) -> np.ndarray:
+def window_ops(ctx: RuleContext) -> np.ndarray:
     """Positions in ``ctx.a.ops`` of the GPU operations that start in the window, on each device at
     most the leading ``REPLAY_MAX_OPS`` (``saving`` scales what they save to the window)."""
     ops, w = ctx.a.ops, ctx.window
@@ -68,7 +68,7 @@ def window_ops(ctx: Any) -> np.ndarray:
     return np.sort(rows[keep])
 
 
-def _blocking(o: Any) -> np.ndarray:
+def _blocking(o: pd.DataFrame) -> np.ndarray:
     """Which of these ops (rows of ``ctx.a.ops``) were copies whose call returned only once they were
     done: a synchronous copy call, or one that ended after its copy did."""
     if len(o) == 0 or "api_name" not in o:
@@ -78,7 +78,8 @@ def _blocking(o: Any) -> np.ndarray:
                          | (o["api_end_ns"].to_numpy() >= o["end_ns"].to_numpy())), dtype=bool)
 
 
-def _waits(ctx: Any, o: Any, blocking: np.ndarray, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _waits(ctx: RuleContext, o: pd.DataFrame, blocking: np.ndarray,
+           hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Calls after which the host had waited for the GPU, in the window up to ``hi`` (the replayed
     operations' last end): pid, tid, start_ns, end_ns."""
     t, w = ctx.trace, ctx.window
@@ -94,7 +95,7 @@ def _waits(ctx: Any, o: Any, blocking: np.ndarray, hi: int) -> tuple[np.ndarray,
             cat([sc["end_ns"].to_numpy(np.int64), b["api_end_ns"].to_numpy(np.int64)]))
 
 
-def saving(ctx: Any, rows: np.ndarray, new_dur: np.ndarray) -> dict[int, int]:
+def saving(ctx: RuleContext, rows: np.ndarray, new_dur: np.ndarray) -> dict[int, int]:
     """Per device, what the window would save (ns) if the operations at ``rows`` of ``ctx.a.ops``
     (``window_ops``) took ``new_dur`` (aligned with ``rows``; 0 takes one off the queue, its own
     duration leaves it as it is), by the replay of the module docstring."""
@@ -146,7 +147,7 @@ def _blocks(s: np.ndarray, e: np.ndarray, nd: np.ndarray, stream: np.ndarray) ->
     return bid, bs, be, np.minimum(length, be - bs)
 
 
-def _replay(o: Any, nd: np.ndarray, blocking: np.ndarray, waits: tuple[np.ndarray, ...]) -> int:
+def _replay(o: pd.DataFrame, nd: np.ndarray, blocking: np.ndarray, waits: tuple[np.ndarray, ...]) -> int:
     """One device's saving: the last block's original end less its replayed end."""
     order = np.argsort(o["start_ns"].to_numpy(), kind="stable")
     s = o["start_ns"].to_numpy(np.int64)[order]
@@ -203,7 +204,7 @@ def _ends(bid: np.ndarray, bs: np.ndarray, be: np.ndarray, length: np.ndarray, r
     return out
 
 
-def _waited(o: Any, order: np.ndarray, api_s: np.ndarray, e: np.ndarray, bs: np.ndarray,
+def _waited(o: pd.DataFrame, order: np.ndarray, api_s: np.ndarray, e: np.ndarray, bs: np.ndarray,
             waits: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The waits that ended with an op of this device (the latest op end at or before the wait's end,
     reached while it waited): per op (in ``order``) the index of its thread's last such wait before

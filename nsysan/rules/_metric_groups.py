@@ -9,28 +9,29 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.metrics import MIN_SAMPLES
+from nsysan.rules._base import RuleContext
 
 
-def metric_rows(ctx: Any, kinds: tuple[str, ...] = ("kernel",)) -> pd.DataFrame:
+def metric_rows(ctx: RuleContext, kinds: tuple[str, ...] = ("kernel",)) -> pd.DataFrame:
     """The kernel-group rows (``GpuMetrics.by_kernel``) of these kinds with enough samples; empty
     without GPU metrics."""
-    gm = getattr(ctx.a, "gpu_metrics", None)
-    if gm is None or len(gm.by_kernel) == 0:
+    metrics = ctx.a.gpu_metrics
+    if metrics is None or len(metrics.by_kernel) == 0:
         return pd.DataFrame()
-    k = gm.by_kernel
-    return k.loc[k["kind"].isin(list(kinds)).to_numpy() & (k["samples"].to_numpy() >= MIN_SAMPLES)
-                 & k["device_id"].notna().to_numpy()]
+    groups = metrics.by_kernel
+    return groups.loc[groups["kind"].isin(list(kinds)).to_numpy() & (groups["samples"].to_numpy() >= MIN_SAMPLES)
+                      & groups["device_id"].notna().to_numpy()]
 
 
-def group_ops(ctx: Any, device: int, kind: str, group: str) -> tuple[np.ndarray, np.ndarray]:
+def group_ops(ctx: RuleContext, device: int, kind: str, group: str) -> tuple[np.ndarray, np.ndarray]:
     """The runs of one kernel group's ops on ``device`` in the steady window that the GPU metrics
     measured (``GpuMetrics.measured``: the runs holding a sample; ops shorter than the sampling
     period alone are not judged by the metrics, so not claimed)."""
-    gm = ctx.a.gpu_metrics
-    got = gm.group_spans.get((int(device), kind, group))
-    if got is None:
+    metrics = ctx.a.gpu_metrics
+    got = None if metrics is None else metrics.group_spans.get((int(device), kind, group))
+    if metrics is None or got is None:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    return gm.measured(int(device), *got)
+    return metrics.measured(int(device), *got)
 
 
 def union(spans: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -30,15 +30,15 @@ host-bound-gap when the GPU idles during them, never counted twice).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import call_sites, steady, steady_iterations
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._window import steady, steady_iterations
+from nsysan.rules._wording import call_sites
 from nsysan.units import fmt_ns
 
 ALLOC_APIS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc", "cudaMallocAsync",
@@ -50,7 +50,7 @@ WORK_APIS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLau
 
 
 @rule("alloc-in-loop", "Memory allocated and freed every iteration", min_calls_per_iteration=1.0, min_calls=10)
-def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_calls_per_iteration: float, min_calls: int) -> Iterator[Finding]:
     api = ctx.trace.cuda_api
     allc = api.loc[name_in(api["name"], ALLOC_APIS)]
     if len(allc) == 0:
@@ -107,33 +107,33 @@ def check(ctx: Any, *, min_calls_per_iteration: float, min_calls: int) -> Iterat
                                        ["name", "start_ns", "dur_ns", "tid"]))
 
 
-def _freed(ctx: Any, frees: int, allocs: int) -> bool:
+def _freed(ctx: RuleContext, frees: int, allocs: int) -> bool:
     """Churn rather than growth: the memory usage events (when recorded) show at least half the bytes
     allocated in the steady window freed there; without them, at least half as many free calls as
     allocation calls. A free call somewhere among many allocations is not churn."""
-    mem = getattr(ctx.a, "memory", None)
+    mem = ctx.a.memory
     if mem is not None and mem.recorded and len(mem.growth):
-        g = mem.growth
-        alloc, freed = int(g["allocated_bytes"].sum()), int(g["freed_bytes"].sum())
+        growth = mem.growth
+        alloc, freed = int(growth["allocated_bytes"].sum()), int(growth["freed_bytes"].sum())
         if alloc > 0:
             return freed >= 0.5 * alloc
     return frees > 0 and frees >= 0.5 * max(allocs, 1)
 
 
-def _freed_note(ctx: Any, frees: int, allocs: int, freed: bool) -> str:
+def _freed_note(ctx: RuleContext, frees: int, allocs: int, freed: bool) -> str:
     if frees == 0:
         return "; no free call among them"
-    mem = getattr(ctx.a, "memory", None)
+    mem = ctx.a.memory
     if not freed and mem is not None and mem.recorded and len(mem.growth):
-        g = mem.growth
-        freed_mib, alloc_mib = int(g["freed_bytes"].sum()) >> 20, int(g["allocated_bytes"].sum()) >> 20
+        growth = mem.growth
+        freed_mib, alloc_mib = int(growth["freed_bytes"].sum()) >> 20, int(growth["allocated_bytes"].sum()) >> 20
         return (f"; {allocs} allocation and {frees} free calls, and by the memory usage events "
                 f"{freed_mib:,} of {alloc_mib:,} MiB "
                 "allocated freed: memory-growth")
     return "" if freed else f"; {allocs} allocation and {frees} free calls"
 
 
-def _work_span(ctx: Any) -> tuple[int, int]:
+def _work_span(ctx: RuleContext) -> tuple[int, int]:
     """From the first GPU operation's start to the last one's end; without GPU activity tables, from
     the first to the last kernel launch or copy call."""
     ops = ctx.a.ops

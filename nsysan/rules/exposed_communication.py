@@ -65,26 +65,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import category_mask
+from nsysan.analyses.gpu import Intervals, Window
 from nsysan.analyses.opclass import is_communication
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
+from nsysan.result import Analysis
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import has_gpu_activity
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._window import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("exposed-communication", "Communication not hidden under compute", min_frac=0.05, min_ns=100_000)
-def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
     a = ctx.a
     w = ctx.window
-    if not has_gpu_activity(ctx) or len(a.comm) == 0 or w.dur_ns <= 0:
+    merged = a.busy  # the merged busy intervals per device, by kind
+    if not has_gpu_activity(ctx) or len(a.comm) == 0 or w.dur_ns <= 0 or merged is None:
         return
     busy = a.busy_steady
     straggler = a.ranks is not None and a.ranks.straggler is not None
@@ -96,9 +100,9 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
     for _, r in busy.iterrows():
         dev = int(r["device_id"])
         wall, dev_busy = int(r["comm_ns"]), int(r["busy_ns"])
-        if wall <= 0 or dev not in a.busy.per_dev:
+        if wall <= 0 or dev not in merged.per_dev:
             continue
-        d = a.busy.per_dev[dev]  # merged once by the analysis: clipping keeps them merged
+        d = merged.per_dev[dev]  # merged once by the analysis: clipping keeps them merged
         pids = np.unique(a.comm.loc[a.comm["device_id"] == dev, "pid"].to_numpy())
         cl, all_exposed, waited, waited_p2p = _exposed(a, d, w, pids, straggler)
         exposed = all_exposed - waited
@@ -142,7 +146,7 @@ def check(ctx: Any, *, min_frac: float, min_ns: int) -> Iterator[Finding]:
         evidence=tuple(evidence))
 
 
-def progress_beside(ctas: Any, k: int, sms: int) -> np.ndarray:
+def progress_beside(ctas: npt.ArrayLike, k: int, sms: int) -> np.ndarray:
     """The share of its own speed a compute kernel of ``ctas`` CTAs keeps while a collective holds
     ``k`` of the device's ``sms`` SMs (the module's docstring; one CTA per SM counted)."""
     c = np.asarray(ctas, dtype=np.float64)
@@ -234,7 +238,7 @@ def _compute_beside(ms: np.ndarray, me: np.ndarray, xs: np.ndarray,
     return beside, at(hi_c - beside), at(hi_c)
 
 
-def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[str, Any], w: Any) -> Overlap:
+def overlap_saving(a: Analysis, dev: int, cl: Intervals, d: dict[str, Intervals], w: Window) -> Overlap:
     """What overlapping the exposed intervals ``cl`` of device ``dev`` with the compute before them
     would save, the SMs its collectives hold counted (the module's docstring). ``d``: the device's
     merged busy intervals by kind; ``w``: the window."""
@@ -252,7 +256,7 @@ def overlap_saving(a: Any, dev: int, cl: tuple[np.ndarray, np.ndarray], d: dict[
     return Overlap(min(saving, beside_ns), exposed, beside_ns, mean, split_frac, ctas_k, sms)
 
 
-def _shares(a: Any, dev: int, sms: int, t0: int, exposed: tuple[np.ndarray, np.ndarray],
+def _shares(a: Analysis, dev: int, sms: int, t0: int, exposed: tuple[np.ndarray, np.ndarray],
             beside: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
     """Per exposed interval: the share of its speed the compute beside it (in [lo, hi): ``beside``)
     keeps next to the collectives in the interval (``progress_beside``, each collective weighted by
@@ -293,17 +297,17 @@ def _shares(a: Any, dev: int, sms: int, t0: int, exposed: tuple[np.ndarray, np.n
     return np.clip(share, 0.0, 1.0), split_i, ctas_k
 
 
-def _sm_count(a: Any, dev: int) -> int:
+def _sm_count(a: Analysis, dev: int) -> int:
     """The device's SM count (``TARGET_INFO_GPU.smCount``); 0 when the export does not give it."""
-    g = getattr(a.trace, "gpus", None)
-    if g is None or len(g) == 0 or "sm_count" not in g:
+    gpus = a.trace.gpus
+    if len(gpus) == 0 or "sm_count" not in gpus:
         return 0
-    v = g.loc[(g["device_id"] == dev).to_numpy(), "sm_count"].dropna()
+    v = gpus.loc[(gpus["device_id"] == dev).to_numpy(), "sm_count"].dropna()
     return int(v.iloc[0]) if len(v) and int(v.iloc[0]) > 0 else 0
 
 
-def _exposed(a: Any, d: dict[str, Any], w: Any, pids: np.ndarray,
-             straggler: bool) -> tuple[tuple[np.ndarray, np.ndarray], int, int, int]:
+def _exposed(a: Analysis, d: dict[str, Intervals], w: Window, pids: np.ndarray,
+             straggler: bool) -> tuple[Intervals, int, int, int]:
     """A device's communication with no compute beside it in the window ``w``, less the waiting
     that is not overlap's to hide: (those intervals, all exposed ns, waited ns, of which in
     point-to-point transfers). ``d``: the device's merged busy intervals by kind."""
@@ -311,19 +315,21 @@ def _exposed(a: Any, d: dict[str, Any], w: Any, pids: np.ndarray,
                      iv.clip_merged(*d["compute"], w.start_ns, w.end_ns))
     all_exposed = iv.total(*cl)
     waited = waited_p2p = 0
-    if a.ranks is not None and len(a.ranks.aligned):
+    ranks = a.ranks
+    if ranks is not None and len(ranks.aligned):
         for pid in pids:  # point-to-point waiting is the pipeline's dependency (its bubble), not overlap's
-            cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=True))
+            cl = iv.subtract(cl, ranks.waiting(int(pid), p2p=True))
         waited_p2p = all_exposed - iv.total(*cl)
+        lead = ranks.straggler
         for pid in pids:
-            if straggler and int(pid) != int(a.ranks.straggler["pid"]):  # waiting for it: rank-imbalance's
-                cl = iv.subtract(cl, a.ranks.waiting(int(pid), p2p=False))
+            if straggler and lead is not None and int(pid) != int(lead["pid"]):  # waiting for it: rank-imbalance's
+                cl = iv.subtract(cl, ranks.waiting(int(pid), p2p=False))
         waited = all_exposed - iv.total(*cl)
     return cl, all_exposed, waited, waited_p2p
 
 
-def _device_part(a: Any, dev: int, coll: Any, wall: int, all_exposed: int, waits: tuple[int, int, int],
-                 pids: np.ndarray, per_it: Any, cap_note: str) -> str:
+def _device_part(a: Analysis, dev: int, coll: pd.DataFrame, wall: int, all_exposed: int, waits: tuple[int, int, int],
+                 pids: np.ndarray, per_it: pd.DataFrame, cap_note: str) -> str:
     """The message's part for one device. ``coll``: the device's rows of the collectives table;
     ``waits``: (waited, in point-to-point, exposed); ``cap_note``: the compute cap's note, or ""."""
     waited, waited_p2p, exposed = waits
@@ -336,9 +342,10 @@ def _device_part(a: Any, dev: int, coll: Any, wall: int, all_exposed: int, waits
         concurrent = (f" (kernels ran at once on several streams: {fmt_ns(wall)} of wall-clock time, "
                       f"{fmt_ns(all_exposed)} of it exposed)")
     wait_note = ""
+    lead = a.ranks.straggler if a.ranks is not None else None  # waited > waited_p2p: there is one
     if waited:
-        whom = [f"{fmt_ns(waited - waited_p2p)} for rank {a.ranks.straggler['rank']} to arrive (rank-imbalance)"
-                if waited > waited_p2p else "",
+        whom = [f"{fmt_ns(waited - waited_p2p)} for rank {lead['rank']} to arrive (rank-imbalance)"
+                if waited > waited_p2p and lead is not None else "",
                 f"{fmt_ns(waited_p2p)} for the peer of a point-to-point transfer (the pipeline's dependency)"
                 if waited_p2p else ""]
         wait_note = ("; of the exposed time, waiting: " + ", ".join(w for w in whom if w)

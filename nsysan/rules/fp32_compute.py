@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from nsysan.analyses.frames import category_mask
 from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import CUBLAS_TF32, CUDNN_TENSOR_OPS, TORCH_BF16, TORCH_FP16, TORCH_TF32, Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
 HEAVY = re.compile(r"conv|gemm|xmma|fprop|dgrad|wgrad|cutlass|implicit|winograd|cudnn::cnn|sm\d+_", re.I)
@@ -40,7 +39,8 @@ FP32 = re.compile(r"f32|fp32|sgemm|tf32|float|s1688|s884|ffma|scudnn", re.I)
 
 
 @rule("fp32-compute", "Convolutions/GEMMs run in FP32", min_share=0.2, assumed_saving_frac=0.5, min_compute_major=7)
-def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute_major: int) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_share: float, assumed_saving_frac: float,
+          min_compute_major: int) -> Iterator[Finding]:
     k = ctx.trace.kernels
     w = ctx.window
     in_w = (k["start_ns"].to_numpy() < w.end_ns) & (k["end_ns"].to_numpy() > w.start_ns)

@@ -17,7 +17,6 @@ counted twice.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,13 +24,13 @@ import pandas as pd
 from nsysan.analyses.frames import count_sum
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._helpers import has_gpu_activity
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
+from nsysan.rules._window import has_gpu_activity
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("gpu-low-util", "GPU mostly idle", max_busy_frac=0.5)
-def check(ctx: Any, *, max_busy_frac: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, max_busy_frac: float) -> Iterator[Finding]:
     w = ctx.window
     gaps = ctx.a.gaps
     inside = ((gaps["start_ns"].to_numpy() >= w.start_ns) & (gaps["end_ns"].to_numpy() <= w.end_ns)

@@ -19,16 +19,15 @@ allocated before the rules that see each device's idle time (``precedence``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.units import fmt_ns
 
 
 @rule("gpus-take-turns", "GPUs of one process take turns", max_both_share=0.2)
-def check(ctx: Any, *, max_both_share: float) -> Iterator[Finding]:
-    st = getattr(ctx.a, "stages", None)
-    for t in (st.turns if st is not None else []):
+def check(ctx: RuleContext, *, max_both_share: float) -> Iterator[Finding]:
+    stages = ctx.a.stages
+    for t in (stages.turns if stages is not None else []):
         if t.both_share >= max_both_share or t.saving_ns <= 0:
             continue
         per = ", ".join(f"GPU {d} {fmt_ns(v)}" for d, v in sorted(t.compute_ns.items()))

@@ -31,17 +31,16 @@ never count it again. Measured on ``syncs_mask`` against ``syncs_none`` (workloa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("hidden-syncs", "The loop synchronizes with the GPU every step", min_iter_share=0.5, min_share=0.02)
-def check(ctx: Any, *, min_iter_share: float, min_share: float) -> Iterator[Finding]:
-    s = getattr(ctx.a, "syncs", None)
+def check(ctx: RuleContext, *, min_iter_share: float, min_share: float) -> Iterator[Finding]:
+    s = ctx.a.syncs
     w = ctx.window
     if s is None or s.iterations == 0 or len(s.points) == 0 or w.dur_ns <= 0:
         return

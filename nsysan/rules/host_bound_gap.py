@@ -55,20 +55,21 @@ one-shot program) one-time costs are all there is: every gap is counted as a rec
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import to_records
 from nsysan.analyses.gaps import activity_time
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import (by_device, has_gpu_activity, label, one_time_mask, recurrence_keys,
-                                   window_gap_rows)
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, records, rule
+from nsysan.rules._window import has_gpu_activity, one_time_mask, recurrence_keys, window_gap_rows
+from nsysan.rules._wording import by_device, label
 from nsysan.units import fmt_bytes, fmt_ns
 
+if TYPE_CHECKING:  # imported where used (the scheduling analysis is read only when the trace has it)
+    from nsysan.analyses.sched import Schedule
 
 FEED = Advice(
     torch=("more input workers producing ahead of the loop (PyTorch ``DataLoader(num_workers=..., prefetch_factor=..., "
@@ -87,12 +88,12 @@ def blocked_advice(p: Program) -> str:
 INPUT_MIN = 0.5  # share of the gaps' Python samples inside the input pipeline that names it
 
 
-def _input_share(ctx: Any, gaps: Any) -> float:
+def _input_share(ctx: RuleContext, gaps: pd.DataFrame) -> float:
     """The share of the Python samples in ``gaps`` taken inside the input pipeline (``samples.INPUT_FUNCTIONS``)."""
-    s = getattr(ctx.a, "idle_samples", None)
-    if s is None or not getattr(s, "source", "") or not hasattr(s, "for_gaps"):
+    samples = ctx.a.idle_samples
+    if samples is None or not samples.source:
         return 0.0
-    return s.for_gaps(gaps).input_share()
+    return samples.for_gaps(gaps).input_share()
 
 
 INPUT_ADVICE = Advice(
@@ -120,7 +121,7 @@ ONE_TIME_FIX = ("this is a one-time cost, not a per-iteration one: keep it out o
 
 
 @rule("host-bound-gap", "GPU idle while the CPU does other work", min_frac=0.05, min_gap_frac_of_iteration=0.02)
-def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_frac: float, min_gap_frac_of_iteration: float) -> Iterator[Finding]:
     if not has_gpu_activity(ctx):
         return
     # the host and sync gaps of the window as positions first: only the recurring and the one-time
@@ -149,7 +150,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
     if len(once):
         top = once.nlargest(3, "gap_ns")
         once_note = (f" Not counted: {len(once)} one-time gap(s), {fmt_ns(int(once['gap_ns'].sum()))} in total ("
-                     + ", ".join(f"{label(r['activity'])} {fmt_ns(int(r['gap_ns']))}" for r in to_records(top))
+                     + ", ".join(f"{label(r['activity'])} {fmt_ns(int(r['gap_ns']))}" for r in records(top))
                      + "): a one-time cost, not a per-iteration one.")
     if dev_max(rec) >= min_frac * w.dur_ns and len(rec):
         total = int(rec["gap_ns"].sum())
@@ -165,7 +166,8 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                      "(a pageable copy staged by the driver, a queued launch), which moving work off the thread "
                      "does not remove." if total - saving > 0.01 * total else "")
         # the gap classes (by label), for the samples per class
-        by = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+        by_class = rec.groupby(rec["activity"].astype(str))["gap_ns"].agg(["count", "sum"]).sort_values(
+            "sum", ascending=False)
         spent = activity_time(full, ctx.a.gap_activity, rec_rows)  # each thread nanosecond once (several devices)
         parts = _doing(spent, int(spent["ns"].sum()))
         state, blocked = _running_or_blocked(ctx, rec, g_st, cut)
@@ -189,7 +191,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       message=("This run has no loop (no iteration found): its one-time costs are its cost. " if one_shot
                                else "") + f"The GPU sat idle waiting for the CPU to submit work, per device: {by_device(rec, w)}. "
                               f"What the submitting thread was doing: {parts}.{state}{tail_note}"
-                              f"{_python_note(ctx, rec, by)}{once_note}",
+                              f"{_python_note(ctx, rec, by_class)}{once_note}",
                       evidence=_evidence(rec))
     elif dev_max(once) >= min_frac * w.dur_ns:
         yield finding(ctx, "host-bound-gap", severity=Severity.INFO, impact_ns=0,
@@ -200,7 +202,7 @@ def check(ctx: Any, *, min_frac: float, min_gap_frac_of_iteration: float) -> Ite
                       evidence=_evidence(once))
 
 
-def _wait_ns(full: Any, rows: np.ndarray) -> np.ndarray:
+def _wait_ns(full: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """Per gap ``rows``: the time of the whole wait it is part of, the gaps of one device that end
     at the same launching call (unified memory migrations the CPU's page faults start split one wait
     for one launch into many short gaps: each is short, the wait is not)."""
@@ -228,16 +230,16 @@ UM_CPU_FIX = ("the CPU touches managed memory that the GPU used last, and each p
 UM_CPU_SHARE = 0.5  # share of the recurring waits with a CPU page fault inside that names the cause
 
 
-def _cpu_faults(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> tuple[str, int | None]:
+def _cpu_faults(ctx: RuleContext, rec: pd.DataFrame, starts: np.ndarray, cut: np.ndarray) -> tuple[str, int | None]:
     """The CPU page faults on managed memory (``--cuda-um-cpu-page-faults=true``) of the submitting
     processes inside the gaps (up to the launching calls), when they fall in at least ``UM_CPU_SHARE``
     of the waits: the sentence that names them as the cause and the saving of the fix
     (``_fault_saving``), else ("", None)."""
-    cf = getattr(ctx.trace, "um_cpu_faults", None)
-    if cf is None or len(cf) == 0 or len(rec) == 0:
+    faults = ctx.trace.um_cpu_faults
+    if len(faults) == 0 or len(rec) == 0:
         return "", None
     pid = rec["pid"].to_numpy()
-    t = np.sort(cf["start_ns"].to_numpy(np.int64)[np.isin(cf["pid"].to_numpy(), pid)])
+    t = np.sort(faults["start_ns"].to_numpy(np.int64)[np.isin(faults["pid"].to_numpy(), pid)])
     n = np.searchsorted(t, cut, side="left") - np.searchsorted(t, starts, side="left")
     key = np.stack([rec["device_id"].to_numpy(), rec["api_start_ns"].to_numpy()])
     _, inv = np.unique(key, axis=1, return_inverse=True)
@@ -275,7 +277,8 @@ def _cpu_faults(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> tupl
             f"side).{model}"), saving
 
 
-def _fault_saving(ctx: Any, rec: Any, act: str, faults: np.ndarray, wait_ns: np.ndarray) -> tuple[str, int | None]:
+def _fault_saving(ctx: RuleContext, rec: pd.DataFrame, act: str, faults: np.ndarray,
+                  wait_ns: np.ndarray) -> tuple[str, int | None]:
     """What the unified-memory fix saves in the waits: the faults' service, not the CPU's own work
     (the fix keeps the writes). Per wait, its CPU faults times the cost of a fault
     (``unified.cpu_fault_cost``: the NVTX range the faults fell in, its instances with and without
@@ -298,20 +301,20 @@ def _fault_saving(ctx: Any, rec: Any, act: str, faults: np.ndarray, wait_ns: np.
             ), saving
 
 
-def _running_or_blocked(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> tuple[str, bool]:
+def _running_or_blocked(ctx: RuleContext, rec: pd.DataFrame, starts: np.ndarray, cut: np.ndarray) -> tuple[str, bool]:
     """From the context switches (``analyses/sched.py``): the share of the gaps (up to the launching
     calls) the submitting threads were on a CPU, and where they sat when off it. ("", False) when the
     trace has no scheduling events."""
     from nsysan.analyses.sched import NOT_IN_A_CALL, ZERO, add
 
-    st = getattr(ctx.a, "thread_states", None)
-    if st is None or not st.recorded or len(rec) == 0:
+    states = ctx.a.thread_states
+    if states is None or not states.recorded or len(rec) == 0:
         return "", False
     tt = ZERO
     pid, tid = rec["pid"].to_numpy(), rec["tid"].to_numpy()
     for p, t in sorted(set(zip(pid.tolist(), tid.tolist()))):
         m = (pid == p) & (tid == t)
-        tt = add(tt, st.schedule.thread_time(int(p), int(t), starts[m], cut[m]))
+        tt = add(tt, states.schedule.thread_time(int(p), int(t), starts[m], cut[m]))
     if tt.total_ns == 0:
         return "", False
     where = [f"{n} {fmt_ns(v)}" for n, v in tt.top_calls(3)]
@@ -326,13 +329,13 @@ def _running_or_blocked(ctx: Any, rec: Any, starts: np.ndarray, cut: np.ndarray)
                     "prefetch to the host before the CPU touches it)."), False
         return (f" By the context switches the thread was blocked (off the CPU) {tt.off_share:.0%} of these gaps "
                 f"({', '.join(where)}): waiting (for its input, on output, another process or a lock), not computing."
-                + _waker_note(ctx, st.schedule, rec, starts, cut)), True
+                + _waker_note(ctx, states.schedule, rec, starts, cut)), True
     off = f"; off the CPU {tt.off_share:.0%} ({', '.join(where)})" if tt.off_ns else ""
     return (f" By the context switches the thread was running (on a CPU) {tt.running_share:.0%} of these gaps{off}: "
             "CPU work."), False
 
 
-def _waker_note(ctx: Any, schedule: Any, rec: Any, starts: np.ndarray, cut: np.ndarray) -> str:
+def _waker_note(ctx: RuleContext, schedule: Schedule, rec: pd.DataFrame, starts: np.ndarray, cut: np.ndarray) -> str:
     """Who the thread with the most gap time waited for, and what that thread did (``analyses/wakers.py``)."""
     from nsysan.analyses.wakers import note, waker_of
 
@@ -344,7 +347,7 @@ def _waker_note(ctx: Any, schedule: Any, rec: Any, starts: np.ndarray, cut: np.n
     return note(w) if w is not None else ""
 
 
-def _managed_to_host(ctx: Any, starts: np.ndarray, ends: np.ndarray) -> int:
+def _managed_to_host(ctx: RuleContext, starts: np.ndarray, ends: np.ndarray) -> int:
     """How many of the intervals hold the start of a unified memory migration to the host (copy kind
     12: the CPU touched managed memory that lived on the GPU)."""
     mc = ctx.trace.memcpy
@@ -359,7 +362,7 @@ def _managed_to_host(ctx: Any, starts: np.ndarray, ends: np.ndarray) -> int:
     return int((n > 0).sum())
 
 
-def _doing(spent: Any, total: int, top: int = 5) -> str:
+def _doing(spent: pd.DataFrame, total: int, top: int = 5) -> str:
     """The activities that took the gaps' time, by overlap (``activity_time``): the ``top`` largest
     traced ones, the other traced ones together, then the untraced rest and the launching calls'
     tails; the times add up to ``total``."""
@@ -376,13 +379,13 @@ def _doing(spent: Any, total: int, top: int = 5) -> str:
     return "; ".join(out)
 
 
-def _python_note(ctx: Any, gaps: Any = None, by: Any = None) -> str:
+def _python_note(ctx: RuleContext, gaps: pd.DataFrame | None = None, by_class: pd.DataFrame | None = None) -> str:
     """Which functions ran on the submitting thread in these gaps, over all of them and per gap class
     (``analyses/samples.py``: Python samples first, else native CPU samples), or which input would tell."""
-    s = getattr(ctx.a, "idle_samples", None)
+    s = ctx.a.idle_samples
     if s is None:
         return ""
-    whole = s.for_gaps(gaps) if gaps is not None and hasattr(s, "for_gaps") and s.source else None
+    whole = s.for_gaps(gaps) if gaps is not None and s.source else None
     top = whole.top() if whole is not None else s.top()
     if not top:
         if whole is not None and whole.samples:
@@ -390,21 +393,21 @@ def _python_note(ctx: Any, gaps: Any = None, by: Any = None) -> str:
         return f" Which code ran: {s.note}." if s.note else ""
     what = "Python samples" if s.source == "python" else "CPU samples"
     out = f" {what} taken in these gaps: {top}."
-    if by is not None and len(by) > 1:
+    if gaps is not None and by_class is not None and len(by_class) > 1:
         per = []
-        for act in list(by.index)[:5]:
-            a = s.for_gaps(gaps.loc[gaps["activity"].astype(str).to_numpy() == act], act)
-            per.append(f"{label(act)}: {a.top(2)}" if a.attributed else
-                       f"{label(act)}: {a.samples} sample(s), too few to attribute")
+        for act in list(by_class.index)[:5]:
+            in_class = s.for_gaps(gaps.loc[gaps["activity"].astype(str).to_numpy() == act], act)
+            per.append(f"{label(act)}: {in_class.top(2)}" if in_class.attributed else
+                       f"{label(act)}: {in_class.samples} sample(s), too few to attribute")
         out += " Per gap class: " + "; ".join(per) + "."
     if s.source == "native" and s.note:
         out += f" {s.note}."
     return out
 
 
-def _evidence(g: Any) -> tuple[dict[str, Any], ...]:
+def _evidence(gaps: pd.DataFrame) -> tuple[dict[str, Any], ...]:
     ev = []
-    for r in to_records(g.nlargest(10, "gap_ns")):  # the row's cells as iterrows gives them (mixed: as objects)
+    for r in records(gaps.nlargest(10, "gap_ns")):  # the row's cells as iterrows gives them (mixed: as objects)
         raw = r["breakdown"]  # (None: a gap outside the longest explained in detail)
         bd = raw or []
         # each gap's shares (exclusive) add up to at most 1: the rest of it is untraced

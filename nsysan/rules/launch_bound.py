@@ -59,12 +59,14 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import rows_of, top_rows
-from nsysan.analyses.optimizer import per_parameter_optimizer
+from nsysan.analyses.gpu import Busy, Window
+from nsysan.analyses.optimizer import OptimizerLoop, per_parameter_optimizer
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import ONE_TIME_OUTLIER, steady_cpu, steady_iterations, window_gap_rows
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._window import ONE_TIME_OUTLIER, steady_iterations, window_gap_rows
+from nsysan.rules._wording import steady_cpu
 from nsysan.units import fmt_ns, fmt_pct
 
 CHUNK = 1 << 18  # launches judged together (the working set's bound)
@@ -72,17 +74,17 @@ CHUNK = 1 << 18  # launches judged together (the working set's bound)
 
 @rule("launch-bound", "Kernel launches cost more than the kernels", min_kernels=100, min_dominated_frac=0.3,
       max_kernel_ns=50_000, min_frac=0.05, max_launch_gap_ns=200_000)
-def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_ns: int,
+def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_kernel_ns: int,
           min_frac: float, max_launch_gap_ns: int) -> Iterator[Finding]:
     # masks over the launch frame (a million rows on big traces): only the needed columns are copied
-    lau, w = ctx.a.launches, ctx.window
-    if len(lau) == 0:
+    launches, w = ctx.a.launches, ctx.window
+    if len(launches) == 0:
         return
-    is_graph = lau["is_graph"].to_numpy(dtype=bool)
-    key = _kernel_key(lau)
-    api_start = lau["api_start_ns"].to_numpy()
+    is_graph = launches["is_graph"].to_numpy(dtype=bool)
+    key = _kernel_key(launches)
+    api_start = launches["api_start_ns"].to_numpy()
     first = first_launches(key, api_start)  # each kernel's first launch (module loading): one-time
-    inside = (lau["start_ns"].to_numpy() < w.end_ns) & (lau["end_ns"].to_numpy() > w.start_ns)
+    inside = (launches["start_ns"].to_numpy() < w.end_ns) & (launches["end_ns"].to_numpy() > w.start_ns)
     plain = inside & ~is_graph
     n_graphs = int((inside & is_graph).sum())
     firsts = np.flatnonzero(plain & first)
@@ -91,12 +93,12 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
     del first, inside, plain, is_graph, api_start  # (per-launch temporaries let go as soon as done)
     if len(rows) < max(min_kernels, 1):  # (none to judge even when the threshold is 0)
         return
-    gpu_ns, api_ns = lau["gpu_ns"].to_numpy(), lau["api_ns"].to_numpy()
+    gpu_ns, api_ns = launches["gpu_ns"].to_numpy(), launches["api_ns"].to_numpy()
     # each kernel's median launch cost (one per key), then the launches a chunk at a time: no
     # float or int64 array of every launch (the 1.2M launches of a 245 MB trace: 87 -> 30 MiB)
     keys, med_of = _median_per_key(key[rows], api_ns[rows], own=True)
     dom_parts: list[np.ndarray] = []
-    saving = 0
+    saved = 0.0
     for a in range(0, len(rows), CHUNK):
         r = rows[a:a + CHUNK]
         med = med_of[np.searchsorted(keys, key[r])]
@@ -105,14 +107,15 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
         d = r[sel]
         # each dominated launch's cost capped at its kernel's median, above its run time (floats
         # that are whole or half nanoseconds: their sums are exact, in chunks or not)
-        saving += float(np.clip(np.minimum(api_ns[d], med[sel]) - gpu_ns[d], 0, None).sum())
+        saved += float(np.clip(np.minimum(api_ns[d], med[sel]) - gpu_ns[d], 0, None).sum())
         dom_parts.append(d)
-    saving = int(saving)
+    saving = int(saved)
     dom = np.concatenate(dom_parts) if dom_parts else np.zeros(0, np.int64)
     del dom_parts, keys, med_of, key
     frac = len(dom) / len(rows)
-    per = per_iteration(ctx, lau, every, max_launch_gap_ns)
+    per = per_iteration(ctx, launches, every, max_launch_gap_ns)
     del every
+    claims: tuple[np.ndarray, np.ndarray] | None
     if per is not None:  # the GPU's wait for the launches, iteration by iteration
         impact, claims = per.estimate, per.claims
         if frac < min_dominated_frac and impact < min_frac * w.dur_ns:
@@ -143,18 +146,18 @@ def check(ctx: Any, *, min_kernels: int, min_dominated_frac: float, max_kernel_n
         message = (f"{cost}; launch cost above run time {fmt_ns(saving)} (each launch capped at its kernel's "
                    f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
-    top = lau[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
-    message, suggestion = _optimizer_words(ctx, lau, message)
+    top = launches[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
+    message, suggestion = _optimizer_words(ctx, launches, message)
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
                   suggestion=suggestion,
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
 
 
-def _optimizer_words(ctx: Any, lau: Any, message: str) -> tuple[str, str]:
+def _optimizer_words(ctx: RuleContext, launches: pd.DataFrame, message: str) -> tuple[str, str]:
     """The message and the fix, the optimizer's own flag first when the optimizer loops over parameters."""
     prog = program_of(ctx.a)
     suggestion = advice(prog)
-    opt = None if prog.jax else per_parameter_optimizer(lau, ctx.trace.nvtx, steady_iterations(ctx))
+    opt = None if prog.jax else per_parameter_optimizer(launches, ctx.trace.nvtx, steady_iterations(ctx))
     if opt is not None:  # the optimizer's own flag, before graphs or compilation
         wait = optimizer_wait(ctx, opt)
         alone = (f" The flag alone would save about {fmt_ns(wait)} per iteration (median): the GPU's wait for the "
@@ -167,7 +170,7 @@ def _optimizer_words(ctx: Any, lau: Any, message: str) -> tuple[str, str]:
     return message, suggestion
 
 
-def optimizer_wait(ctx: Any, opt: Any) -> int | None:
+def optimizer_wait(ctx: RuleContext, opt: OptimizerLoop) -> int | None:
     """The saving of the optimizer's own flag, per iteration (median, ns): the GPU idle time (no op
     of any process on its device) inside the CPU span of the optimizer part's launch calls, which a
     fused optimizer's few launches would not leave. None without spans or device activity."""
@@ -199,7 +202,7 @@ class PerIteration:
     where_share: float  # of the launches
     sequences: int = 1  # threads or ranks whose iterations launched: the figures are the best one's
 
-    def sentence(self, ctx: Any) -> str:
+    def sentence(self, ctx: RuleContext) -> str:
         w = ctx.window
         at = (f" inside NVTX range '{self.where}' ({fmt_pct(self.where_share)} of them)" if self.where else "")
         per = self.estimate / max(self.per_seq, 1)
@@ -213,10 +216,11 @@ class PerIteration:
                 f"iteration would wait for the GPU instead: about {fmt_ns(int(per))} less per iteration.")
 
 
-def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: int = 200_000) -> PerIteration | None:
+def per_iteration(ctx: RuleContext, launches: pd.DataFrame, plain: np.ndarray,
+                  max_gap_ns: int = 200_000) -> PerIteration | None:
     """Per steady iteration, the GPU idle time inside the CPU spans of its launches (see the module
     docstring); None without an iteration model or without launches inside its iterations.
-    ``plain``: positions in ``lau`` of the window's kernel launches (no graph launches);
+    ``plain``: positions in ``launches`` of the window's kernel launches (no graph launches);
     ``max_gap_ns``: host time between two launches above which they are not one run."""
     its = steady_iterations(ctx)
     busy = ctx.a.busy
@@ -225,9 +229,9 @@ def per_iteration(ctx: Any, lau: pd.DataFrame, plain: np.ndarray, max_gap_ns: in
     w = ctx.window
     # the launch columns as they are (no copy of each for the window's launches: 1.2M launches, six
     # columns); each thread's launches are taken from them by position
-    pid_c, tid_c = lau["pid"].to_numpy(), lau["tid"].to_numpy()
-    cols = (lau["api_start_ns"].to_numpy(), lau["api_end_ns"].to_numpy(), lau["gpu_ns"].to_numpy(),
-            lau["device_id"].to_numpy())
+    pid_c, tid_c = launches["pid"].to_numpy(), launches["tid"].to_numpy()
+    cols = (launches["api_start_ns"].to_numpy(), launches["api_end_ns"].to_numpy(), launches["gpu_ns"].to_numpy(),
+            launches["device_id"].to_numpy())
     ipid, itid = its["pid"].to_numpy(), its["tid"].to_numpy()
     ist, ien = its["start_ns"].to_numpy(), its["end_ns"].to_numpy()
     per_idle, per_n, per_span, per_gpu = [], [], [], []
@@ -307,7 +311,7 @@ def _thread_launches(cols: tuple[np.ndarray, ...], plain: np.ndarray, pid_c: np.
     return a, e_all[o], g_all[o], d_all[o]
 
 
-def _runs(a: np.ndarray, e: np.ndarray, d: np.ndarray, k: np.ndarray, w: Any,
+def _runs(a: np.ndarray, e: np.ndarray, d: np.ndarray, k: np.ndarray, w: Window,
           max_gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Runs of launches (call starts ``a``, ends ``e``, devices ``d``, iterations ``k``), clipped to
     the window ``w``: (start, end, device, iteration) of each. A run breaks between iterations, at a
@@ -327,7 +331,7 @@ def _runs(a: np.ndarray, e: np.ndarray, d: np.ndarray, k: np.ndarray, w: Any,
     return rs[keep], re_[keep], rd[keep], rk[keep]
 
 
-def _idle_in_runs(busy: Any, rs: np.ndarray, re_: np.ndarray, rd: np.ndarray, claim_s: dict[int, list[np.ndarray]],
+def _idle_in_runs(busy: Busy, rs: np.ndarray, re_: np.ndarray, rd: np.ndarray, claim_s: dict[int, list[np.ndarray]],
                   claim_e: dict[int, list[np.ndarray]]) -> np.ndarray:
     """Each run's GPU idle time on its device; the idle stretches (holes) into ``claim_s``/``claim_e``."""
     idle = np.zeros(len(rs), dtype=np.int64)
@@ -365,21 +369,21 @@ def _best_sequence(per_idle: list[np.ndarray], per_n: list[np.ndarray]) -> tuple
 MAX_NAMED_RANGES = 200_000  # NVTX ranges swept to name where the launches happen (more: not named)
 
 
-def _where(ctx: Any, threads: list[tuple[int, int]], starts: list[np.ndarray]) -> tuple[str, float]:
+def _where(ctx: RuleContext, threads: list[tuple[int, int]], starts: list[np.ndarray]) -> tuple[str, float]:
     """The innermost push/pop NVTX range holding most of these launch calls (on their threads), and
     its share of them."""
-    rg = ctx.a.nvtx_ranges
-    if len(rg) == 0:
+    ranges = ctx.a.nvtx_ranges
+    if len(ranges) == 0:
         return "", 0.0
     w = ctx.window
-    near = np.flatnonzero((rg["start_ns"].to_numpy() < w.end_ns) & (rg["end_ns"].to_numpy() > w.start_ns))
-    near = near[(rg["style"].iloc[near] == "PushPop").to_numpy(dtype=bool)]
-    rpid, rtid = rg["pid"].to_numpy()[near], rg["tid"].to_numpy()[near]
+    near = np.flatnonzero((ranges["start_ns"].to_numpy() < w.end_ns) & (ranges["end_ns"].to_numpy() > w.start_ns))
+    near = near[(ranges["style"].iloc[near] == "PushPop").to_numpy(dtype=bool)]
+    rpid, rtid = ranges["pid"].to_numpy()[near], ranges["tid"].to_numpy()[near]
     per_name: list[pd.Series] = []
     total = 0
     for (p_, t_), a in zip(threads, starts):
         total += len(a)
-        r = rg.iloc[near[(rpid == p_) & (rtid == t_)]]
+        r = ranges.iloc[near[(rpid == p_) & (rtid == t_)]]
         if len(r) == 0 or len(r) > MAX_NAMED_RANGES:
             continue
         o = np.argsort(r["start_ns"].to_numpy(), kind="stable")
@@ -407,7 +411,7 @@ def first_launches(key: np.ndarray, api_start: np.ndarray, fast: bool = True) ->
     if (fast and len(key) > 1 and int(key.min()) >= 0 and int(key.max()) < 8 * len(key) + (1 << 20)
             and bool((api_start[1:] >= api_start[:-1]).all())):
         pt = np.int32 if len(key) < 1 << 31 else np.int64  # positions: half the room of int64
-        pos = np.full(int(key.max()) + 1, -1, dtype=pt)
+        pos: np.ndarray = np.full(int(key.max()) + 1, -1, dtype=pt)
         pos[key[::-1]] = np.arange(len(key) - 1, -1, -1, dtype=pt)
         first[pos[pos >= 0]] = True
         return first
@@ -420,22 +424,22 @@ def first_launches(key: np.ndarray, api_start: np.ndarray, fast: bool = True) ->
     return first
 
 
-def _kernel_key(lau: pd.DataFrame) -> np.ndarray:
+def _kernel_key(launches: pd.DataFrame) -> np.ndarray:
     """A key per (launching API, kernel name): int32 where the keys fit (half the memory of a
     million-launch temporary; the same values, so the same order), else int64."""
     out = []
     for c in ("api_name", "name"):
-        arr = lau[c].array
-        codes = np.asarray(arr.codes) if isinstance(arr, pd.Categorical) else pd.factorize(lau[c])[0]
+        arr = launches[c].array
+        codes = np.asarray(arr.codes) if isinstance(arr, pd.Categorical) else pd.factorize(launches[c])[0]
         out.append(codes)
     hi = [int(c.max(initial=-1)) + 1 for c in out]  # the largest code + 1 of each
-    kt = np.int32 if (hi[0] + 1) * (hi[1] + 1) < 1 << 31 else np.int64
-    a, b = (c.astype(kt) for c in out)
-    a += 1
-    b += 1
-    a *= kt(hi[1] + 1)
-    a += b
-    return a
+    kt: type[np.signedinteger[Any]] = np.int32 if (hi[0] + 1) * (hi[1] + 1) < 1 << 31 else np.int64
+    api_code, name_code = (c.astype(kt) for c in out)
+    api_code += 1
+    name_code += 1
+    api_code *= kt(hi[1] + 1)
+    api_code += name_code
+    return api_code
 
 
 def _median_per_key(key: np.ndarray, v: np.ndarray, own: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -37,8 +37,8 @@ import pandas as pd
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import TORCH_BF16, TORCH_HALF, Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._metric_groups import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
 
 FP32 = re.compile(r"\bfloat\b|f32|fp32", re.IGNORECASE)
@@ -47,7 +47,7 @@ REDUCED = re.compile(r"half|bfloat16|bf16|fp16|f16|__nv_fp8|fp8|int8", re.IGNORE
 
 @rule("memory-bound", "Kernels bound by DRAM bandwidth", min_dram_pct=60.0, max_tensor_pct=10.0, min_samples=20,
       min_share=0.02, assumed_saving_frac=0.25)
-def check(ctx: Any, *, min_dram_pct: float, max_tensor_pct: float, min_samples: int, min_share: float,
+def check(ctx: RuleContext, *, min_dram_pct: float, max_tensor_pct: float, min_samples: int, min_share: float,
           assumed_saving_frac: float) -> Iterator[Finding]:
     k = metric_rows(ctx, ("kernel", "range"))
     if len(k) == 0:
@@ -83,7 +83,7 @@ def check(ctx: Any, *, min_dram_pct: float, max_tensor_pct: float, min_samples: 
                                "sm_active", "tensor_active")))
 
 
-def ranges_named(ctx: Any, dev: int, rows: pd.DataFrame, min_ns: float) -> list[tuple[dict[str, Any], Any]]:
+def ranges_named(ctx: RuleContext, dev: int, rows: pd.DataFrame, min_ns: float) -> list[tuple[dict[str, Any], Any]]:
     """The memory-bound ranges to name (``by_kernel`` rows of kind ``range``: each range's own kernels),
     innermost first: the ones with the least kernel time, a range whose kernels overlap one already
     named left out (the iteration around a memory-bound phase is not named again), and ranges whose

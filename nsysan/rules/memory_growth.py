@@ -25,22 +25,21 @@ backtraces). Impact: none in time (the cost is the run that dies).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from nsysan.analyses.memory import ALLOC, ALLOC_CALLS
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._helpers import call_sites
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
+from nsysan.rules._wording import call_sites
 
 MIB = 1 << 20
 
 
 @rule("memory-growth", "Device memory grows every iteration and is never freed", min_mib_per_iteration=1.0,
       min_rising_share=0.8, max_freed_share=0.1)
-def check(ctx: Any, *, min_mib_per_iteration: float, min_rising_share: float,
+def check(ctx: RuleContext, *, min_mib_per_iteration: float, min_rising_share: float,
           max_freed_share: float) -> Iterator[Finding]:
-    mem = getattr(ctx.a, "memory", None)
+    mem = ctx.a.memory
     if mem is None or not mem.recorded or len(mem.growth) == 0:
         return
     per = mem.per_process
@@ -65,20 +64,21 @@ def check(ctx: Any, *, min_mib_per_iteration: float, min_rising_share: float,
                                f"{g.live_first_bytes / MIB:,.0f} -> {g.live_last_bytes / MIB:,.0f} MiB); "
                                f"{g.allocated_bytes / MIB:,.0f} MiB allocated and "
                                f"{g.freed_bytes / MIB:,.0f} MiB freed in the steady state; "
-                               f"{live_end / MIB:,.0f} MiB live at the end{left}.{_sites(ctx, g)}"),
+                               f"{live_end / MIB:,.0f} MiB live at the end{left}."
+                               f"{_sites(ctx, g.pid, g.first_ns, g.last_ns)}"),
                       evidence=({"pid": int(g.pid), "growth_per_iteration_bytes": int(grow), "steps": int(g.steps),
                                  "grew_in": int(g.grew_in), "allocated_bytes": int(g.allocated_bytes),
                                  "freed_bytes": int(g.freed_bytes), "live_end_bytes": live_end,
                                  "device_total_bytes": total},))
 
 
-def _sites(ctx: Any, g: Any) -> str:
-    """Where the steady allocations of the process were made, from backtraces (their calls joined by
-    correlation id), '' without backtraces."""
+def _sites(ctx: RuleContext, pid: int, first_ns: int, last_ns: int) -> str:
+    """Where the allocations of process ``pid`` in [first_ns, last_ns) (its steady ones) were made,
+    from backtraces (their calls joined by correlation id), '' without backtraces."""
     ev = ctx.trace.gpu_memory_usage
     t = ev["start_ns"].to_numpy()
-    m = ((ev["pid"].to_numpy() == g.pid) & (ev["operation"].to_numpy() == ALLOC) & (t >= g.first_ns)
-         & (t < g.last_ns))
+    m = ((ev["pid"].to_numpy() == pid) & (ev["operation"].to_numpy() == ALLOC) & (t >= first_ns)
+         & (t < last_ns))
     pairs = list(zip(ev["pid"].to_numpy()[m].tolist(), ev["correlation_id"].to_numpy()[m].tolist()))
     return call_sites(ctx, ALLOC_CALLS, pairs) if pairs else ""
 

@@ -22,11 +22,10 @@ the two never count the same time).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._copy_rates import (
     SMALL_COPY_BYTES,
     fallback_rate,
@@ -35,12 +34,13 @@ from nsysan.rules._copy_rates import (
     pinned_durations,
     pinned_rate,
 )
-from nsysan.rules._helpers import call_sites, steady
+from nsysan.rules._window import steady
+from nsysan.rules._wording import call_sites
 from nsysan.units import fmt_bytes, fmt_ns, fmt_rate
 
 
 @rule("pageable-memcpy", "Copies use pageable host memory", min_total_ns=100_000, assumed_speedup=2.0)
-def check(ctx: Any, *, min_total_ns: int, assumed_speedup: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_total_ns: int, assumed_speedup: float) -> Iterator[Finding]:
     m = steady(ctx.trace.memcpy, ctx)
     pageable = m.loc[(m["host_mem"] == "Pageable") & m["kind"].isin(["HtoD", "DtoH"])]
     if len(pageable) == 0 or int(pageable["dur_ns"].sum()) < min_total_ns:

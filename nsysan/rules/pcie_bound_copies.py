@@ -21,19 +21,18 @@ the program could avoid, the trace does not say) or be hidden behind compute, wh
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
-from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._metric_helpers import evidence, metric_rows
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
+from nsysan.rules._metric_groups import evidence, metric_rows
 from nsysan.units import fmt_bytes, fmt_ns, fmt_pct
 
 DIRECTIONS = {"memcpy HtoD": ("pcie_rx", "host-to-device", "RX"), "memcpy DtoH": ("pcie_tx", "device-to-host", "TX")}
 
 
 @rule("pcie-bound-copies", "Copies limited by the PCIe link", min_pcie_pct=60.0, min_samples=20, min_share=0.05)
-def check(ctx: Any, *, min_pcie_pct: float, min_samples: int, min_share: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_pcie_pct: float, min_samples: int, min_share: float) -> Iterator[Finding]:
     k = metric_rows(ctx, ("role",))
     if len(k) == 0:
         return

@@ -21,16 +21,14 @@ that see that time (``precedence``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.units import fmt_ns
 
 
 @rule("pipeline-imbalance", "Pipeline stages are unbalanced", min_excess=0.15)
-def check(ctx: Any, *, min_excess: float) -> Iterator[Finding]:
-    st = getattr(ctx.a, "stages", None)
-    p = st.pipeline if st is not None else None
+def check(ctx: RuleContext, *, min_excess: float) -> Iterator[Finding]:
+    p = ctx.a.stages.pipeline if ctx.a.stages is not None else None
     if p is None or len(p.stages) < 2:
         return
     df = p.stages

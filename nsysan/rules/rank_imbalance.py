@@ -28,29 +28,27 @@ of those gaps.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
 from nsysan.analyses import intervals as iv
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import window_gaps
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._window import window_gaps
 from nsysan.units import fmt_ns
 
 
 @rule("rank-imbalance", "A straggler rank keeps the others waiting")
-def check(ctx: Any) -> Iterator[Finding]:
-    r = ctx.a.ranks
-    if r is None or r.straggler is None:
+def check(ctx: RuleContext) -> Iterator[Finding]:
+    ranks = ctx.a.ranks
+    if ranks is None or ranks.straggler is None:
         return
-    s = r.straggler
-    al = r.aligned
+    s = ranks.straggler
+    aligned = ranks.aligned
     impact = int(s.get("saving_ns", 0))
     if impact <= 0:
         return
     top = s["causes"][0]["column"] if s["causes"] else ""
-    g = ctx.a.gaps
-    if top == "host_idle_per_iter_ns" and len(g):
+    if top == "host_idle_per_iter_ns" and len(ctx.a.gaps):
         mine = window_gaps(ctx, ("host", "sync"))
         mine = mine.loc[mine["pid"] == s["pid"]]
         if s.get("host_idle_activity") and "activity" in mine:  # the gaps of what made it late
@@ -58,10 +56,12 @@ def check(ctx: Any) -> Iterator[Finding]:
         claims = claims_of(mine["start_ns"], mine["end_ns"])
     else:
         starts, ends = [], []
-        for pid in al.loc[al["rank"] != s["rank"], "pid"].unique():
+        merged = ctx.a.busy  # the merged busy intervals per device
+        for pid in aligned.loc[aligned["rank"] != s["rank"], "pid"].unique():
             dev = int(ctx.a.comm.loc[ctx.a.comm["pid"] == pid, "device_id"].mode().iloc[0])
-            ws = ctx.a.ranks.waiting(int(pid), p2p=False)  # point-to-point waiting is a pipeline's bubble
-            comp = ctx.a.busy.per_dev[dev]["compute"] if dev in ctx.a.busy.per_dev else (ws[0][:0], ws[1][:0])
+            ws = ranks.waiting(int(pid), p2p=False)  # point-to-point waiting is a pipeline's bubble
+            comp = merged.per_dev[dev]["compute"] if merged is not None and dev in merged.per_dev \
+                else (ws[0][:0], ws[1][:0])
             x = iv.subtract(ws, comp)
             starts.append(x[0])
             ends.append(x[1])
@@ -85,4 +85,4 @@ def check(ctx: Any) -> Iterator[Finding]:
                               if s.get("others_host_wait_per_iter_ns") is not None
                               and s["others_host_wait_per_iter_ns"] <= s["saving_per_iter_ns"] else "")
                            + ")."),
-                  evidence=tuple({k: v for k, v in row.items()} for row in r.ranks.to_dict("records")))
+                  evidence=tuple({k: v for k, v in row.items()} for row in ranks.ranks.to_dict("records")))

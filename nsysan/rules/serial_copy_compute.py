@@ -25,22 +25,22 @@ Fires when less than ``max_overlap_frac`` of the HtoD copy time overlaps compute
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
 from nsysan.rules._critical_path import saving, window_ops
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("serial-copy-compute", "Copies and compute do not overlap", max_overlap_frac=0.5, min_copy_ns=200_000)
-def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Finding]:
     ov = ctx.a.overlap
     rows = ov.loc[ov["direction"] == "HtoD"] if len(ov) else ov
     w = ctx.window
@@ -77,7 +77,7 @@ def check(ctx: Any, *, max_overlap_frac: float, min_copy_ns: int) -> Iterator[Fi
                   message="; ".join(parts) + ".", evidence=tuple(evidence))
 
 
-def _replayed(ctx: Any) -> dict[int, int]:
+def _replayed(ctx: RuleContext) -> dict[int, int]:
     """Per device, what the window saves with its host-to-device copies off the GPU's queue (a
     pageable one keeps what it takes over its pinned time: pageable-memcpy's part), by the replay of
     ``_critical_path``: the kernels after a copy start no earlier than they were launched."""
@@ -93,7 +93,7 @@ def _replayed(ctx: Any) -> dict[int, int]:
     return saving(ctx, rows, new)
 
 
-def _host_mem(ctx: Any, copies: Any) -> np.ndarray:
+def _host_mem(ctx: RuleContext, copies: pd.DataFrame) -> np.ndarray:
     """The host memory of these copies (ops rows), from the memcpy table by process and correlation id."""
     m = ctx.trace.memcpy
     keys = pack_keys(m["pid"].to_numpy(), m["correlation_id"].to_numpy())

@@ -26,13 +26,13 @@ intervals.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from nsysan.analyses.program import Program, of
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._helpers import ONE_TIME_NAMES
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._window import ONE_TIME_NAMES
 from nsysan.units import fmt_ns
 
 ADVICE = {
@@ -70,8 +70,8 @@ def new_kernels_advice(p: Program) -> str:
 
 
 @rule("slow-iterations", "Slow iterations in the middle of the run", min_share=0.05)
-def check(ctx: Any, *, min_share: float) -> Iterator[Finding]:
-    s = getattr(ctx.a, "slow_iterations", None)
+def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
+    s = ctx.a.slow_iterations
     if s is None or len(s.table) == 0 or s.steady_span_ns <= 0:
         return
     t = s.table
@@ -114,7 +114,7 @@ def check(ctx: Any, *, min_share: float) -> Iterator[Finding]:
                                                        "extra_ranges", "untraced_ns"]))
 
 
-def _ranges(t: Any, cause: str) -> str:
+def _ranges(t: pd.DataFrame, cause: str) -> str:
     """The extra NVTX ranges of one cause's iterations, each named once: "; ranges 'checkpoint' x3"."""
     seen: dict[str, int] = {}
     for v in t.loc[t["cause"] == cause, "extra_ranges"]:
@@ -125,7 +125,8 @@ def _ranges(t: Any, cause: str) -> str:
     return "; ranges " + ", ".join(f"'{k}'" + (f" x{n}" if n > 1 else "") for k, n in sorted(seen.items())[:5])
 
 
-def _inside(r: Any) -> str:
+def _inside(r: pd.Series) -> str:
+    """What one slow iteration (a row of ``SlowIterations.table``) held beyond a typical one."""
     bits = [f"#{int(r['index'])} ({fmt_ns(int(r['period_ns']))})"]
     if r["new_kernels"]:
         bits.append(f"{len(r['new_kernels'])} kernel names no typical iteration launches")

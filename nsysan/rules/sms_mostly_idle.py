@@ -22,7 +22,7 @@ are ``launch-bound``'s (CPU launch cost), never counted here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,16 +31,16 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import range_intervals, user_ranges
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._metric_helpers import group_ops, metric_rows
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._metric_groups import group_ops, metric_rows
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("sms-mostly-idle", "GPU busy but its SMs mostly idle", min_gr_pct=5.0, max_ratio=0.4, min_samples=20,
       assumed_saving_frac=0.5)
-def check(ctx: Any, *, min_gr_pct: float, max_ratio: float, min_samples: int,
+def check(ctx: RuleContext, *, min_gr_pct: float, max_ratio: float, min_samples: int,
           assumed_saving_frac: float) -> Iterator[Finding]:
-    gm = getattr(ctx.a, "gpu_metrics", None)
+    gm = ctx.a.gpu_metrics
     if gm is None:
         return
     w, ops = ctx.window, ctx.a.ops
@@ -99,7 +99,7 @@ def check(ctx: Any, *, min_gr_pct: float, max_ratio: float, min_samples: int,
                            for name, a, b, m, busy in chosen))
 
 
-def _idle(m: Any, min_gr: float, ratio: float, min_samples: int) -> bool:
+def _idle(m: Mapping[str, Any], min_gr: float, ratio: float, min_samples: int) -> bool:
     gr, sm = m.get("gr_active"), m.get("sm_active")
     return (m.get("samples") or 0) >= min_samples and gr is not None and sm is not None and gr == gr and sm == sm \
         and gr >= min_gr and sm < ratio * gr

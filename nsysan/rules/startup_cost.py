@@ -22,17 +22,16 @@ gives its time (``covers_ns``), so it ranks above small savings.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("startup-cost", "Start-up is the largest part of the run", min_frac=0.3)
-def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
-    ph = getattr(ctx.a, "phases", None)
+def check(ctx: RuleContext, *, min_frac: float) -> Iterator[Finding]:
+    ph = ctx.a.phases
     if ph is None or ph.gpu_active is None or ph.capture.dur_ns <= 0:
         return
     s, cap, win = ph.startup_ns, ph.capture.dur_ns, ph.judged.dur_ns

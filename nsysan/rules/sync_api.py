@@ -19,7 +19,6 @@ and gpu-low-util never count it again. Silent on traces without GPU activity.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
@@ -28,15 +27,16 @@ from nsysan.analyses.frames import name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._helpers import call_sites, has_gpu_activity, steady
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._window import has_gpu_activity, steady
+from nsysan.rules._wording import call_sites
 from nsysan.units import fmt_ns, fmt_pct
 
 SYNC = BLOCKING_SYNC_APIS
 
 
 @rule("sync-api", "Host blocked in synchronization calls", min_frac=0.3)
-def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_frac: float) -> Iterator[Finding]:
     w = ctx.window
     api = ctx.trace.cuda_api
     s = steady(api.loc[name_in(api["name"], SYNC)], ctx)

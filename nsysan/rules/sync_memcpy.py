@@ -20,7 +20,6 @@ activity for these calls (no MEMCPY/MEMSET table: WSL2, ``-t osrt``): their GPU 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,9 +29,10 @@ from nsysan.analyses.frames import name_in
 from nsysan.analyses.join import pack_keys
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
-from nsysan.rules._helpers import call_sites, steady
+from nsysan.rules._window import steady
+from nsysan.rules._wording import call_sites
 from nsysan.units import fmt_ns
 
 SYNC_COPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
@@ -41,7 +41,7 @@ SYNC_COPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSym
 
 
 @rule("sync-memcpy", "Synchronous copies block the host", min_total_ns=100_000)
-def check(ctx: Any, *, min_total_ns: int) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_total_ns: int) -> Iterator[Finding]:
     api = ctx.trace.cuda_api
     calls = steady(api.loc[name_in(api["name"], SYNC_COPY_APIS)], ctx)
     ops = ctx.a.ops
@@ -100,7 +100,7 @@ def advice(p: Program) -> str:
     return choose(ADVICE, p)
 
 
-def _idle_after(ctx: Any, ops: pd.DataFrame) -> np.ndarray:
+def _idle_after(ctx: RuleContext, ops: pd.DataFrame) -> np.ndarray:
     """Per op, how long its device stayed idle after the op ended (0 when other work kept it busy)."""
     out = np.zeros(len(ops), dtype=np.int64)
     end, dev = ops["end_ns"].to_numpy(), ops["device_id"].to_numpy()
@@ -119,7 +119,7 @@ def _idle_after(ctx: Any, ops: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _pinned_time(ctx: Any, ops: pd.DataFrame) -> np.ndarray:
+def _pinned_time(ctx: RuleContext, ops: pd.DataFrame) -> np.ndarray:
     """Per op, its time were it a copy from pinned memory (``_copy_rates``); memsets as they ran."""
     m = ctx.trace.memcpy
     keys = pack_keys(m["pid"].to_numpy(), m["correlation_id"].to_numpy())

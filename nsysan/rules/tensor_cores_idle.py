@@ -26,7 +26,6 @@ there, of an 80.5 ms FP32 GEMM).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
@@ -43,17 +42,18 @@ from nsysan.rules._advice import (
     Advice,
     choose,
 )
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
-from nsysan.rules._metric_helpers import evidence, group_ops, metric_rows, union
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._metric_groups import evidence, group_ops, metric_rows, union
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("tensor-cores-idle", "Tensor cores idle while GEMMs run", max_tensor_pct=5.0, min_sm_pct=50.0, min_samples=20,
       min_share=0.05, assumed_saving_frac=0.5)
-def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: int, min_share: float,
+def check(ctx: RuleContext, *, max_tensor_pct: float, min_sm_pct: float, min_samples: int, min_share: float,
           assumed_saving_frac: float) -> Iterator[Finding]:
     k = metric_rows(ctx)
-    if len(k) == 0:
+    metrics = ctx.a.gpu_metrics
+    if len(k) == 0 or metrics is None:  # (no rows without metrics)
         return
     is_mm = np.array([bool(MATMUL.search(str(g))) for g in k["group"]], dtype=bool)
     t, sm = k["tensor_active"].to_numpy(np.float64), k["sm_active"].to_numpy(np.float64)
@@ -63,7 +63,7 @@ def check(ctx: Any, *, max_tensor_pct: float, min_sm_pct: float, min_samples: in
         spans = [group_ops(ctx, int(dev), "kernel", str(g)) for g in rows["group"]]
         s, e = union(spans)
         wall = iv.total(s, e)
-        compute = ctx.a.gpu_metrics.by_kernel
+        compute = metrics.by_kernel
         comp = compute.loc[(compute["device_id"] == dev) & (compute["kind"] == "role") & (compute["group"] == "compute")]
         comp_ns = int(comp["busy_ns"].iloc[0]) if len(comp) else w.dur_ns
         if wall == 0 or wall < min_share * max(comp_ns, 1):

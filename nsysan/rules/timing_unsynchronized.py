@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,8 +48,9 @@ from nsysan.analyses.libranges import library_mask
 from nsysan.analyses.program import Program
 from nsysan.analyses.program import of as program_of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, finding, rule
-from nsysan.rules._helpers import call_sites_in, has_gpu_activity
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
+from nsysan.rules._window import has_gpu_activity
+from nsysan.rules._wording import call_sites_in
 from nsysan.units import fmt_ns
 
 MIN_TIMER_NS = 100_000  # a late instance shorter than this on the CPU is a launch wrapper, not a timed region
@@ -88,12 +88,12 @@ def clock_calls_inside(osrt: pd.DataFrame, ranges: pd.DataFrame) -> int:
     return n
 
 
-def timer_evidence(rg: pd.DataFrame, rows: np.ndarray, name: str, osrt: pd.DataFrame) -> str:
-    """What in the trace shows a CPU timer around the ranges at positions ``rows`` of ``rg`` (one
+def timer_evidence(ranges: pd.DataFrame, rows: np.ndarray, name: str, osrt: pd.DataFrame) -> str:
+    """What in the trace shows a CPU timer around the ranges at positions ``rows`` of ``ranges`` (one
     name's late instances): "name", "enclosing range 'X'", "N clock calls", or "" (nothing)."""
     if timer_named(name):
         return "name"
-    parent, names = rg["parent"].to_numpy(), rg["name"].to_numpy()
+    parent, names = ranges["parent"].to_numpy(), ranges["name"].to_numpy()
     cur = np.unique(parent[rows])
     for _ in range(64):  # the enclosing ranges, a level at a time (distinct names judged once each)
         cur = cur[cur >= 0]
@@ -103,17 +103,17 @@ def timer_evidence(rg: pd.DataFrame, rows: np.ndarray, name: str, osrt: pd.DataF
         if hit:
             return f"enclosing range '{hit[0][:80]}'"
         cur = np.unique(parent[cur])
-    n = clock_calls_inside(osrt, rg.iloc[rows])
+    n = clock_calls_inside(osrt, ranges.iloc[rows])
     return f"{n} clock calls" if n else ""
 
 
 @rule("timing-unsynchronized", "CPU timing range closes before its GPU work ends", min_after_frac=0.2,
       min_after_ns=100_000, min_instances=3)
-def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: int) -> Iterator[Finding]:
-    rg = ctx.a.nvtx_ranges
-    if len(rg) == 0 or not has_gpu_activity(ctx):
+def check(ctx: RuleContext, *, min_after_frac: float, min_after_ns: int, min_instances: int) -> Iterator[Finding]:
+    ranges = ctx.a.nvtx_ranges
+    if len(ranges) == 0 or not has_gpu_activity(ctx):
         return
-    r = rg.loc[rg["gpu_ops"].to_numpy() > 0]
+    r = ranges.loc[ranges["gpu_ops"].to_numpy() > 0]
     if len(r) == 0:
         return
     r = r.loc[~library_mask(r["name"], r["domain"] if "domain" in r else None)]
@@ -128,7 +128,7 @@ def check(ctx: Any, *, min_after_frac: float, min_after_ns: int, min_instances: 
         late = g.loc[g["gpu_after_end_ns"] > 0]
         worst = late.loc[late["gpu_after_end_ns"].idxmax()]
         late_after, late_dur = float(late["gpu_after_end_ns"].mean()), float(late["dur_ns"].mean())
-        timer = timer_evidence(rg, rg.index.get_indexer(late.index), str(name), ctx.trace.osrt)
+        timer = timer_evidence(ranges, ranges.index.get_indexer(late.index), str(name), ctx.trace.osrt)
         rows.append({"name": str(name)[:160], "instances": len(g), "late": len(late),
                      "after_avg_ns": int(late_after), "range_avg_ns": int(late_dur), "under_report_ns": after,
                      "worst_start_ns": int(worst["start_ns"]), "worst_after_ns": int(worst["gpu_after_end_ns"]),

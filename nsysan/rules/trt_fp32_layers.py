@@ -22,17 +22,17 @@ this one, so the same kernels are never counted twice.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("trt-fp32-layers", "TensorRT layers run in FP32/TF32", min_share=0.2, assumed_saving_frac=0.5,
       min_compute_major=7)
-def check(ctx: Any, *, min_share: float, assumed_saving_frac: float, min_compute_major: int) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_share: float, assumed_saving_frac: float,
+          min_compute_major: int) -> Iterator[Finding]:
     tr = ctx.a.tensorrt
     if tr is None or not tr.found or not tr.gpu_recorded or len(tr.ops) == 0:
         return

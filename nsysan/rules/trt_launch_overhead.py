@@ -24,12 +24,11 @@ into a CUDA Graph run no GPU work when traced and are not judged.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -49,7 +48,7 @@ def waiting_gaps(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 @rule("trt-launch-overhead", "TensorRT executions wait for layer launches", min_layers=20, min_frac=0.1)
-def check(ctx: Any, *, min_layers: int, min_frac: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_layers: int, min_frac: float) -> Iterator[Finding]:
     tr = ctx.a.tensorrt
     if tr is None or not tr.found or not tr.gpu_recorded:
         return

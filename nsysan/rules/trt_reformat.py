@@ -23,18 +23,17 @@ host time) and the impact is 0: the GPU time was not recorded.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses.tensorrt import layer_is_reformat
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("trt-reformat", "TensorRT reformatting layers take a share of each execution", min_share=0.05)
-def check(ctx: Any, *, min_share: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
     tr = ctx.a.tensorrt
     if tr is None or not tr.found or len(tr.layers) == 0:
         return

@@ -21,18 +21,17 @@ count them again). Without GPU activity in the trace the impact is 0.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
 
 
 @rule("trt-sync-execution", "TensorRT executions are synchronous (execute/executeV2)", min_frac=0.5)
-def check(ctx: Any, *, min_frac: float) -> Iterator[Finding]:
+def check(ctx: RuleContext, *, min_frac: float) -> Iterator[Finding]:
     tr = ctx.a.tensorrt
     if tr is None or not tr.found:
         return

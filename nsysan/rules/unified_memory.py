@@ -24,15 +24,14 @@ time (a lower bound of the stall). Claimed on the kernel time while faults were 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from nsysan.rules._base import Finding, Severity, claims_of, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.units import fmt_bytes, fmt_ns
 
 
 @rule("unified-memory-faults", "Unified memory migrates on page faults", min_share=0.02)
-def check(ctx: Any, *, min_share: float) -> Iterator[Finding]:
-    u = getattr(ctx.a, "unified", None)
+def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
+    u = ctx.a.unified
     if u is None or not u.present:
         return
     w = ctx.window.dur_ns

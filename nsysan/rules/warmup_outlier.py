@@ -22,16 +22,15 @@ Impact: 0 -- warm-up costs the measurement, not the steady-state run time.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
-from nsysan.rules._base import Finding, Severity, finding, rule
+from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.units import fmt_ns
 
 
 @rule("warmup-outlier", "Warm-up iterations are outliers")
-def check(ctx: Any) -> Iterator[Finding]:
+def check(ctx: RuleContext) -> Iterator[Finding]:
     it = ctx.a.iterations
     if it.warmup == 0 or len(it.table) == 0:
         return

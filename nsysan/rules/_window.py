@@ -1,16 +1,17 @@
-"""Shared helpers for rules: steady-state slices, iterations, one-time costs, library ranges."""
+"""What a rule reads of its window (``ctx.window``: the steady state, else the whole capture): the
+frames sliced to it, its iterations and gaps, and which events in it are one-time costs rather than
+a loop's."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses.gpu import in_window
-from nsysan.analyses.libranges import library_of
+from nsysan.rules._base import RuleContext
 
 ONE_TIME_OUTLIER = 20.0  # a gap this many times its group's median is a one-time cost, not a loop's
 # activities that are setup by their nature (JIT compiles, module loads, initialisation, autotuning)
@@ -18,17 +19,17 @@ ONE_TIME_NAMES = re.compile(r"compil|\bjit|nvrtc|CommInit|\binit|initiali[sz]|lo
                             r"warm.?up|build", re.I)
 
 
-def steady(df: pd.DataFrame, ctx: Any) -> pd.DataFrame:
+def steady(df: pd.DataFrame, ctx: RuleContext) -> pd.DataFrame:
     return in_window(df, ctx.window) if len(df) else df
 
 
-def has_gpu_activity(ctx: Any) -> bool:
+def has_gpu_activity(ctx: RuleContext) -> bool:
     """The trace holds GPU activity (kernels, graph launches, copies or memsets). WSL2 exports and
     ``-t osrt`` captures have none: rules that judge GPU time stay silent there."""
     return len(ctx.a.ops) > 0
 
 
-def steady_iterations(ctx: Any) -> pd.DataFrame:
+def steady_iterations(ctx: RuleContext) -> pd.DataFrame:
     """The steady-state iterations (start_ns, end_ns, ...), or an empty frame without an iteration model."""
     it = ctx.a.iterations
     t = it.table
@@ -37,7 +38,8 @@ def steady_iterations(ctx: Any) -> pd.DataFrame:
     return t.loc[~t["warmup"].to_numpy(dtype=bool)]
 
 
-def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+def window_gaps(ctx: RuleContext, causes: tuple[str, ...] | None = None,
+                columns: list[str] | None = None) -> pd.DataFrame:
     """The gaps inside the window (of ``causes``), only ``columns`` of them when given (a launch
     loop's gaps run to millions: a rule copies only what it reads)."""
     g = ctx.a.gaps
@@ -49,7 +51,7 @@ def window_gaps(ctx: Any, causes: tuple[str, ...] | None = None, columns: list[s
     return g if len(rows) == len(g) else g.iloc[rows]
 
 
-def window_gap_rows(ctx: Any, causes: tuple[str, ...] | None = None) -> np.ndarray:
+def window_gap_rows(ctx: RuleContext, causes: tuple[str, ...] | None = None) -> np.ndarray:
     """Positions in ``ctx.a.gaps`` of the gaps ``window_gaps`` returns, ascending."""
     g = ctx.a.gaps
     w = ctx.window
@@ -59,7 +61,7 @@ def window_gap_rows(ctx: Any, causes: tuple[str, ...] | None = None) -> np.ndarr
     return np.flatnonzero(m)
 
 
-def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+def one_time_mask(ctx: RuleContext, keys: pd.Series, sizes: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Which events (gaps, calls) are one-time costs rather than a loop's: those of a key (activity
     label, call name) that occurs fewer than max(3, half the steady iterations of the longest
     iteration sequence: with several ranks or threads, one loop's) times, those whose
@@ -96,7 +98,7 @@ def one_time_mask(ctx: Any, keys: pd.Series, sizes: np.ndarray, starts: np.ndarr
     return one | (big & ~recurring[codes])
 
 
-def recurrence_keys(ctx: Any, labels: pd.Series) -> pd.Series:
+def recurrence_keys(ctx: RuleContext, labels: pd.Series) -> pd.Series:
     """Gap activity labels as ``one_time_mask`` keys: CPU time inside the iteration range or a range
     around iterations (a timed region, an enclosing level) is the loop's own untraced work, however
     the gap was labelled ('nvtx:infer', 'mostly untraced CPU work' and 'untraced CPU work' are one
@@ -108,87 +110,3 @@ def recurrence_keys(ctx: Any, labels: pd.Series) -> pd.Series:
     words = labels.astype(str).str.replace(r"^mostly ", "", regex=True)
     inside = words.str.startswith("nvtx:") & words.str[5:].isin(loop)
     return words.where(~inside, "untraced CPU work")
-
-
-def call_sites(ctx: Any, api_names: Any, correlation: Any = None) -> str:
-    """Where these CUDA calls came from, from Python backtraces, else native CUDA backtraces
-    (``analyses/samples.call_sites``), as a sentence for a finding's message; '' when the trace has no
-    backtraces. ``correlation``: (pid, correlation id) pairs to count only those calls; ``api_names``
-    None: any API."""
-    from nsysan.analyses.samples import site_note
-
-    s = getattr(ctx.a, "idle_samples", None)
-    return site_note(getattr(s, "sites", None), None if api_names is None else tuple(str(n) for n in api_names),
-                     calls=getattr(s, "site_calls", None), correlation=correlation)
-
-
-def steady_cpu(ctx: Any) -> str:
-    """Which functions the launching thread ran over the steady state, from its CPU or Python samples,
-    as a sentence for a finding's message ('' without enough samples)."""
-    s = getattr(ctx.a, "idle_samples", None)
-    st = getattr(s, "steady", None)
-    if st is None or not st.attributed:
-        return ""
-    return f" Samples on the launching thread over {window_name(ctx.window)}: {st.top()}."
-
-
-def window_name(w: Any) -> str:
-    """What a finding's message calls its window: "the steady state" with an iteration model, else
-    "the whole capture" ("the span of GPU activity" for an export without capture bounds). A
-    whole-capture finding never says "steady state"."""
-    label = str(getattr(w, "label", "") or "")
-    return ("the steady state" if label == "steady state" else "the span of GPU activity" if label == "gpu activity"
-            else "the GPU-active part" if label == "GPU-active part" else "the whole capture")
-
-
-_QUOTED = re.compile(r"(?<![A-Za-z0-9])'[^']*'(?![A-Za-z0-9])")
-_STEADY_WORDS = re.compile(r"\bthe steady state\b|\bsteady-state ")
-
-
-def window_words(message: str, w: Any) -> str:
-    """``message`` as said of window ``w`` when that is not a steady state: rules write "in the steady
-    state" / "steady-state ..." for ``ctx.window``, which without an iteration model is the whole
-    capture ("in the whole capture"; the adjective is dropped). Quoted names ('...') are left as
-    they are. ``run_rules`` applies it to every finding, so no rule's wording can say otherwise."""
-    if str(getattr(w, "label", "")) == "steady state" or "steady" not in message:
-        return message
-    name = window_name(w)
-
-    def sub(m: re.Match[str]) -> str:
-        return "" if m.group(0).startswith("steady-state") else m.group(0).replace("the steady state", name)
-
-    out, at = [], 0
-    for q in _QUOTED.finditer(message):  # a quoted name ('...', not an apostrophe) kept as it is
-        out += [_STEADY_WORDS.sub(sub, message[at:q.start()]), q.group(0)]
-        at = q.end()
-    return "".join(out) + _STEADY_WORDS.sub(sub, message[at:])
-
-
-def label(activity: str) -> str:
-    """An activity label for a message, saying when an NVTX range belongs to a library."""
-    a = str(activity) or "untraced CPU work"
-    if a.startswith("nvtx:"):
-        lib = library_of(a[5:])
-        if lib:
-            return f"{a} ({lib} library range)"
-    return a
-
-
-def by_device(g: pd.DataFrame, w: Any) -> str:
-    """Idle time per device, each as a share of the window on that device (never summed over devices)."""
-    if len(g) == 0:
-        return ""
-    tot = g.groupby("device_id", sort=True)["gap_ns"].sum()
-    from nsysan.units import fmt_ns, fmt_pct
-
-    return "; ".join(f"device {int(d)}: {fmt_ns(int(v))} ({fmt_pct(int(v) / w.dur_ns)} of the {w.label})"
-                     for d, v in tot.items())
-
-
-def call_sites_in(ctx: Any, ranges: pd.DataFrame, n: int = 2) -> str:
-    """The call sites of the backtraced CUDA calls made inside these NVTX ranges, as a sentence."""
-    from nsysan.analyses.samples import aggregate_sites, calls_in, site_note
-
-    s = getattr(ctx.a, "idle_samples", None)
-    sites = aggregate_sites(calls_in(getattr(s, "site_calls", None), ranges))
-    return site_note(sites, None, n)

@@ -1,0 +1,99 @@
+"""Words for findings' messages: where CUDA calls came from (call sites), what the launching thread
+ran, what a window is called, activity labels with their library, idle time per device."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import pandas as pd
+
+from nsysan.analyses.gpu import Window
+from nsysan.analyses.libranges import library_of
+from nsysan.rules._base import RuleContext
+
+
+def call_sites(ctx: RuleContext, api_names: Iterable[object] | None,
+               correlation: Iterable[tuple[int, int]] | None = None) -> str:
+    """Where these CUDA calls came from, from Python backtraces, else native CUDA backtraces
+    (``analyses/samples.call_sites``), as a sentence for a finding's message; '' when the trace has no
+    backtraces. ``correlation``: (pid, correlation id) pairs to count only those calls; ``api_names``
+    None: any API."""
+    from nsysan.analyses.samples import site_note
+
+    samples = ctx.a.idle_samples
+    return site_note(None if samples is None else samples.sites,
+                     None if api_names is None else tuple(str(n) for n in api_names),
+                     calls=None if samples is None else samples.site_calls, correlation=correlation)
+
+
+def steady_cpu(ctx: RuleContext) -> str:
+    """Which functions the launching thread ran over the steady state, from its CPU or Python samples,
+    as a sentence for a finding's message ('' without enough samples)."""
+    samples = ctx.a.idle_samples
+    loop = None if samples is None else samples.steady
+    if loop is None or not loop.attributed:
+        return ""
+    return f" Samples on the launching thread over {window_name(ctx.window)}: {loop.top()}."
+
+
+def window_name(w: Window) -> str:
+    """What a finding's message calls its window: "the steady state" with an iteration model, else
+    "the whole capture" ("the span of GPU activity" for an export without capture bounds). A
+    whole-capture finding never says "steady state"."""
+    kind = w.label
+    return ("the steady state" if kind == "steady state" else "the span of GPU activity" if kind == "gpu activity"
+            else "the GPU-active part" if kind == "GPU-active part" else "the whole capture")
+
+
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])'[^']*'(?![A-Za-z0-9])")
+_STEADY_WORDS = re.compile(r"\bthe steady state\b|\bsteady-state ")
+
+
+def window_words(message: str, w: Window) -> str:
+    """``message`` as said of window ``w`` when that is not a steady state: rules write "in the steady
+    state" / "steady-state ..." for ``ctx.window``, which without an iteration model is the whole
+    capture ("in the whole capture"; the adjective is dropped). Quoted names ('...') are left as
+    they are. ``run_rules`` applies it to every finding, so no rule's wording can say otherwise."""
+    if w.label == "steady state" or "steady" not in message:
+        return message
+    name = window_name(w)
+
+    def sub(m: re.Match[str]) -> str:
+        return "" if m.group(0).startswith("steady-state") else m.group(0).replace("the steady state", name)
+
+    out, at = [], 0
+    for q in _QUOTED.finditer(message):  # a quoted name ('...', not an apostrophe) kept as it is
+        out += [_STEADY_WORDS.sub(sub, message[at:q.start()]), q.group(0)]
+        at = q.end()
+    return "".join(out) + _STEADY_WORDS.sub(sub, message[at:])
+
+
+def label(activity: str) -> str:
+    """An activity label for a message, saying when an NVTX range belongs to a library."""
+    name = str(activity) or "untraced CPU work"
+    if name.startswith("nvtx:"):
+        library = library_of(name[5:])
+        if library:
+            return f"{name} ({library} library range)"
+    return name
+
+
+def by_device(gaps: pd.DataFrame, w: Window) -> str:
+    """Idle time per device, each as a share of the window on that device (never summed over devices)."""
+    if len(gaps) == 0:
+        return ""
+    per_device = gaps.groupby("device_id", sort=True)["gap_ns"].sum()
+    from nsysan.units import fmt_ns, fmt_pct
+
+    return "; ".join(f"device {int(d)}: {fmt_ns(int(v))} ({fmt_pct(int(v) / w.dur_ns)} of the {w.label})"
+                     for d, v in per_device.items())
+
+
+def call_sites_in(ctx: RuleContext, ranges: pd.DataFrame, n: int = 2) -> str:
+    """The call sites of the backtraced CUDA calls made inside these NVTX ranges, as a sentence."""
+    from nsysan.analyses.samples import aggregate_sites, calls_in, site_note
+
+    samples = ctx.a.idle_samples
+    sites = aggregate_sites(calls_in(None if samples is None else samples.site_calls, ranges))
+    return site_note(sites, None, n)
