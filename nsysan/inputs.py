@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 
 from nsysan.errors import TraceNotFoundError, TraceUnreadableError
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 # the first bytes of a report written by nsys 2022.4 and 2025.3 (a .nsys-rep under another name)
@@ -32,7 +32,7 @@ def file_kind(mode: int) -> str:
 def regular_file(path: str | os.PathLike[str], what: str = "") -> os.stat_result:
     """``os.stat`` of an input that must be a regular file; ``TraceNotFoundError`` naming the path
     (and ``what`` it is, e.g. "saved analysis") otherwise. Nothing is opened."""
-    shown = (what + " " if what else "") + _say(path)
+    shown = (what + " " if what else "") + clean_text(path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -52,14 +52,14 @@ def read_head(path: str | os.PathLike[str], n: int = 64) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise TraceUnreadableError(f"{_say(path)}: cannot read: {e.strerror or e}") from e
+        raise TraceUnreadableError(f"{clean_text(path)}: cannot read: {e.strerror or e}") from e
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise TraceNotFoundError(f"{_say(path)}: not a regular file ({file_kind(st.st_mode)})")
+            raise TraceNotFoundError(f"{clean_text(path)}: not a regular file ({file_kind(st.st_mode)})")
         return os.pread(fd, n, 0)
     except OSError as e:
-        raise TraceUnreadableError(f"{_say(path)}: cannot read: {e.strerror or e}") from e
+        raise TraceUnreadableError(f"{clean_text(path)}: cannot read: {e.strerror or e}") from e
     finally:
         os.close(fd)
 

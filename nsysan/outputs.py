@@ -22,7 +22,7 @@ from typing import IO
 from nsysan import _atomic
 from nsysan._atomic import replacing
 from nsysan.errors import OutputError, OutputExistsError, TraceNotFoundError, TraceUnreadableError, UsageError
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 MAX_SIDE_FILE = 64 << 20  # a config or saved analysis larger than this is not one
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
@@ -128,7 +128,7 @@ def refuse_special(option: str, path: str | os.PathLike[str]) -> None:
     why = unreplaceable(path)
     if why is not None:
         prefix = f"{option} " if option else ""
-        raise OutputError(f"{prefix}{_say(path)}: {why}, not a regular file: nsysan writes its outputs only as "
+        raise OutputError(f"{prefix}{clean_text(path)}: {why}, not a regular file: nsysan writes its outputs only as "
                           "new or regular files, even with --force", hint="name a new file or a regular file")
 
 
@@ -166,7 +166,7 @@ def atomic_file(path: Path, *, force: bool, protect: Sequence[tuple[int, int]] =
     ``protect``: (device, inode) of the inputs, which an output never
     replaces, whatever ``force`` says."""
     path = Path(path)
-    shown = _say(path)
+    shown = clean_text(path)
     if protect and identity(path) in set(protect):
         raise UsageError(f"{shown}: is an input of this run; refusing to overwrite it with a report",
                          hint="choose another output name")
@@ -205,7 +205,7 @@ def together() -> Iterator[None]:
         with _atomic.together():
             yield
     except OSError as e:
-        shown = _say(e.filename2 or e.filename or "")
+        shown = clean_text(e.filename2 or e.filename or "")
         raise OutputError(f"{shown}: cannot write: {reason(e)}") from e
 
 
@@ -222,7 +222,7 @@ def write_atomic(path: Path, text: str, *, force: bool, protect: Sequence[tuple[
 def read_small_file(path: Path, what: str) -> bytes:
     """The bytes of a config or saved-JSON file: a regular file (a FIFO would block the read
     forever), at most MAX_SIDE_FILE bytes. Errors name the file."""
-    shown = _say(path)
+    shown = clean_text(path)
     try:
         st = os.stat(path)
     except FileNotFoundError:

@@ -308,10 +308,10 @@ def range_kernels(launches: Launches, g: pd.DataFrame) -> np.ndarray:
     launches ``nvtx.ranges``' projection counts)."""
     if not launches or len(g) == 0:
         return np.empty(0, np.int64)
-    gp, gt = g["pid"].to_numpy(np.int64), g["tid"].to_numpy(np.int64)
+    gap_pid, gap_tid = g["pid"].to_numpy(np.int64), g["tid"].to_numpy(np.int64)
     gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
     parts = []
-    for (p, t), rows in group_rows(gp, gt):
+    for (p, t), rows in group_rows(gap_pid, gap_tid):
         got = launches.get((p, t))
         if got is None:
             continue

@@ -325,12 +325,12 @@ def gap_index(samples: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
         return out
     ts, spid, stid = samples["ts_ns"].to_numpy(), samples["pid"].to_numpy(), samples["tid"].to_numpy()
     gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
-    gp, gt = gaps["pid"].to_numpy(np.int64), gaps["tid"].to_numpy(np.int64)
-    for pid, tid in set(zip(gp.tolist(), gt.tolist())):
+    gap_pid, gap_tid = gaps["pid"].to_numpy(np.int64), gaps["tid"].to_numpy(np.int64)
+    for pid, tid in set(zip(gap_pid.tolist(), gap_tid.tolist())):
         m = np.flatnonzero((spid == pid) & (stid == tid))
         if not m.size:
             continue
-        rows = np.flatnonzero((gp == pid) & (gt == tid))
+        rows = np.flatnonzero((gap_pid == pid) & (gap_tid == tid))
         order = rows[np.argsort(gs[rows], kind="stable")]
         s, e = gs[order], ge[order]
         k = np.searchsorted(s, ts[m], side="right") - 1

@@ -39,7 +39,7 @@ from nsysan.errors import (
 from nsysan.inputs import REPORT_SUFFIXES, SQLITE_MAGIC, is_report, read_head, regular_file
 from nsysan.record.nsys import check_nsys, export_flags, find_nsys
 from nsysan.record.process import run_group
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 EXPORT_TIMEOUT_S = 1800.0  # default limit of one `nsys export`; NSYSAN_EXPORT_TIMEOUT changes it (0: none)
 
@@ -77,7 +77,7 @@ def export_timeout() -> float | None:
     except ValueError:
         v = -1.0
     if not (v >= 0 and v != float("inf")):
-        raise UsageError(f"NSYSAN_EXPORT_TIMEOUT={_say(raw)!r}: expected seconds >= 0 (0: no limit)")
+        raise UsageError(f"NSYSAN_EXPORT_TIMEOUT={clean_text(raw)!r}: expected seconds >= 0 (0: no limit)")
     return v or None
 
 
@@ -104,10 +104,10 @@ def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str | None,
     """Export ``report`` with ``nsys export --type sqlite`` into the cache (see the module's doc) and
     return the export's path; a cached export of the same report (path, size, time) is reused, also
     when no nsys is at hand."""
-    shown = _say(report)
+    shown = clean_text(report)
     final = export_path(report, st)
     if _usable(final):
-        say(f"nsysan: {shown}: using its SQLite export cached at {_say(final)}")
+        say(f"nsysan: {shown}: using its SQLite export cached at {clean_text(final)}")
         return final
     if not nsys:
         raise NotSQLiteError(
@@ -126,13 +126,13 @@ def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str | None,
         final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # reports hold command lines, env
         work = Path(tempfile.mkdtemp(prefix=".export-", dir=final.parent.parent))
     except OSError as e:
-        raise OutputError(f"cannot create the export cache {_say(final.parent)}: {e.strerror or e}",
+        raise OutputError(f"cannot create the export cache {clean_text(final.parent)}: {e.strerror or e}",
                           hint=f"set XDG_CACHE_HOME to a writable folder, or export it by hand: "
                                f"nsys export --type sqlite {shown}") from e
     try:
         out = work / final.name
         log = work / "nsys-export.log"
-        say(f"nsysan: exporting {shown} with nsys ... (cached at {_say(final)})")
+        say(f"nsysan: exporting {shown} with nsys ... (cached at {clean_text(final)})")
         t0 = time.monotonic()
         try:
             flags = export_flags(nsys, left(), deadline_error=True)
@@ -146,12 +146,12 @@ def export(report: str | os.PathLike[str], st: os.stat_result, nsys: str | None,
                 hint="raise the limit with NSYSAN_EXPORT_TIMEOUT=SECONDS (0: none), or export it by hand: "
                      f"nsys export --type sqlite {shown}") from None
         except OSError as e:
-            raise ToolNotFoundError(f"{_say(nsys)}: cannot run it ({e.strerror or e})",
+            raise ToolNotFoundError(f"{clean_text(nsys)}: cannot run it ({e.strerror or e})",
                                     hint="pass --nsys /path/to/nsys or set NSYSAN_NSYS") from e
         if rc != 0 or not _usable(out):
             why = _tail(log)
             raise NotSQLiteError(
-                f"{shown}: nsys export failed (exit {rc}){': ' + _say(why) if why else ''}",
+                f"{shown}: nsys export failed (exit {rc}){': ' + clean_text(why) if why else ''}",
                 hint=f"is it an Nsight Systems report? Try by hand: nsys export --type sqlite {shown}")
         os.replace(out, final)
         say(f"nsysan: exported {shown} in {time.monotonic() - t0:.1f} s")

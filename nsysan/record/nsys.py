@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from nsysan.errors import ToolNotFoundError
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 MIN_NSYS = (2021, 2)  # SQLite export with NVTX
 
@@ -27,7 +27,7 @@ def find_nsys(explicit: str | None = None) -> str | None:
 
 def check_nsys(nsys: str) -> None:
     if not (Path(nsys).is_file() and os.access(nsys, os.X_OK)):
-        raise ToolNotFoundError(f"{_say(nsys)}: not an executable nsys",
+        raise ToolNotFoundError(f"{clean_text(nsys)}: not an executable nsys",
                                 hint="pass --nsys /path/to/nsys or set NSYSAN_NSYS")
 
 
@@ -50,12 +50,12 @@ def check_version(nsys: str, timeout: float | None = None, *, deadline_error: bo
     except subprocess.TimeoutExpired as e:
         if deadline_error and timeout is not None and limit >= timeout:
             raise
-        raise ToolNotFoundError(f"{_say(nsys)}: cannot run it ({_say(e)})") from e
+        raise ToolNotFoundError(f"{clean_text(nsys)}: cannot run it ({clean_text(e)})") from e
     except OSError as e:
-        raise ToolNotFoundError(f"{_say(nsys)}: cannot run it ({_say(e)})") from e
+        raise ToolNotFoundError(f"{clean_text(nsys)}: cannot run it ({clean_text(e)})") from e
     m = re.search(r"(\d{4})\.(\d+)", ver)
     if not m or (int(m.group(1)), int(m.group(2))) < MIN_NSYS:
-        raise ToolNotFoundError(f"{_say(nsys)}: version {_say(ver.strip()) or 'unknown'} is too old; need "
+        raise ToolNotFoundError(f"{clean_text(nsys)}: version {clean_text(ver.strip()) or 'unknown'} is too old; need "
                                 f"{MIN_NSYS[0]}.{MIN_NSYS[1]} or newer for SQLite export with NVTX")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysan.errors import OutputError, OutputExistsError, ResourceLimitError, ToolNotFoundError, UsageError
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 PROFILE_SLACK_NS = 2_000_000_000  # file times are coarse on some file systems (FAT: 2 s)
 
@@ -28,10 +28,10 @@ def output_name(output: str) -> str:
             out = out[: -len(suffix)]
             break
     if "%" in out:
-        raise UsageError(f"-o {_say(out)}: nsys expands %p, %h, %q{{VAR}} in output names, so nsysan could not "
+        raise UsageError(f"-o {clean_text(out)}: nsys expands %p, %h, %q{{VAR}} in output names, so nsysan could not "
                          "tell which file it wrote", hint="give a plain name")
     if not out or out.endswith(("/", os.sep)) or os.path.isdir(out):
-        raise UsageError(f"-o {_say(out)}: expected an output name without extension (e.g. -o runs/mytrace)")
+        raise UsageError(f"-o {clean_text(out)}: expected an output name without extension (e.g. -o runs/mytrace)")
     return out
 
 
@@ -43,13 +43,13 @@ def _prepare(out: str, force: bool) -> tuple[Path, Path, list[Path]]:
     report, sqlite = Path(out + ".nsys-rep"), Path(out + ".sqlite")
     too_long = path_too_long(report)
     if too_long:
-        raise OutputError(f"-o {_say(out[:60])}...: {too_long}", hint="choose a shorter -o name")
+        raise OutputError(f"-o {clean_text(out[:60])}...: {too_long}", hint="choose a shorter -o name")
     existing = [p for p in (report, sqlite) if p.exists() or p.is_symlink()]
     for p in existing:
         if p.is_dir() and not p.is_symlink():
-            raise UsageError(f"{_say(p)}: is a directory", hint="choose another -o name")
+            raise UsageError(f"{clean_text(p)}: is a directory", hint="choose another -o name")
     if existing and not force:
-        raise OutputExistsError(f"{' and '.join(_say(p) for p in existing)}: exists; nsys would write its trace "
+        raise OutputExistsError(f"{' and '.join(clean_text(p) for p in existing)}: exists; nsys would write its trace "
                                 "under another name", hint="pass -f to overwrite, or choose another -o name")
     return report, sqlite, existing
 
@@ -59,11 +59,11 @@ def _clear(out: str, existing: list[Path], sqlite: Path) -> None:
         try:
             p.unlink()
         except OSError as e:
-            raise OutputError(f"{_say(p)}: cannot remove it to overwrite it: {e.strerror or e}") from e
+            raise OutputError(f"{clean_text(p)}: cannot remove it to overwrite it: {e.strerror or e}") from e
     try:  # nsys 2022.4 writes /tmp/nsys-report-XXXX.* (and exits 0) when the folder is missing
         sqlite.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise OutputError(f"-o {_say(out)}: cannot create its folder: {e.strerror or e}") from e
+        raise OutputError(f"-o {clean_text(out)}: cannot create its folder: {e.strerror or e}") from e
 
 
 def annotate_env(command: Sequence[str], annotate: bool | None, *, diagnose: bool, trace: str,
@@ -79,14 +79,14 @@ def annotate_env(command: Sequence[str], annotate: bool | None, *, diagnose: boo
     why = ann.blocked(command) or (None if "nvtx" in trace.split(",") else f"-t {trace} does not trace NVTX")
     if why:
         if annotate:
-            raise UsageError(f"--annotate: {_say(why)}; drop that, or pass --no-annotate")
-        say(f"nsysan: not annotated: {_say(why)}")
+            raise UsageError(f"--annotate: {clean_text(why)}; drop that, or pass --no-annotate")
+        say(f"nsysan: not annotated: {clean_text(why)}")
         return None
     if not is_python(command):
-        say(f"nsysan: --annotate: {_say(os.path.basename(command[0]))} is not a Python program nsysan knows; "
+        say(f"nsysan: --annotate: {clean_text(os.path.basename(command[0]))} is not a Python program nsysan knows; "
             "the Python programs it starts are annotated (PYTHONPATH)")
     say("nsysan: annotating the frameworks' steps (NVTX domain nsysan; PYTHONPATH starts with "
-        f"{_say(ann.SITE_DIR)})")
+        f"{clean_text(ann.SITE_DIR)})")
     return ann.annotate_env(os.environ)
 
 
@@ -116,12 +116,12 @@ def profile(command: Sequence[str], *, output: str, nsys: str | None, force: boo
     try:  # --timeout bounds every wait of the run, the version check included
         nsys_mod.check_version(found, timeout, deadline_error=True)
     except subprocess.TimeoutExpired:
-        raise ResourceLimitError(f"{_say(found)} --version did not answer within --timeout {timeout:g} s; "
+        raise ResourceLimitError(f"{clean_text(found)} --version did not answer within --timeout {timeout:g} s; "
                                  "it and every process it started were stopped",
                                  hint="raise --timeout, or check that this nsys runs") from None
     _clear(out, existing, sqlite)
     full = presets.profile_command(found, out, cmd, force=force, **preset)
-    say("running: " + _say(" ".join(full)))
+    say("running: " + clean_text(" ".join(full)))
     started_ns = time.time_ns()
     try:
         rc = run_group(full, timeout=timeout, say=say, **({"env": env} if env is not None else {}))
@@ -131,12 +131,12 @@ def profile(command: Sequence[str], *, output: str, nsys: str | None, force: boo
         kept = fresh(sqlite, started_ns)
         raise ResourceLimitError(
             f"nsys did not finish within --timeout {timeout:g} s; it and every process it started were stopped",
-            hint=(f"nsys wrote {_say(sqlite)} before it stopped: nsysan analyze {_say(sqlite)}" if kept else
+            hint=(f"nsys wrote {clean_text(sqlite)} before it stopped: nsysan analyze {clean_text(sqlite)}" if kept else
                   "raise --timeout, or make the run shorter (nsys profile --duration SECONDS)")) from None
     if not sqlite.exists():
         return rc, sqlite, False
     if not fresh(sqlite, started_ns):
-        raise OutputError(f"{_say(sqlite)}: not written by this run (older than its start); nsys wrote its "
+        raise OutputError(f"{clean_text(sqlite)}: not written by this run (older than its start); nsys wrote its "
                           "trace elsewhere (see its \"Generated:\" lines above)", hint="pass -f to overwrite")
     return rc, sqlite, True
 
