@@ -29,7 +29,7 @@ from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.analyses.join import launched
 from nsysan.analyses.program import program
-from nsysan.analyses.ranks import analyze_ranks
+from nsysan.analyses.ranks import RankInputs, analyze_ranks
 from nsysan.analyses.tensorrt import analyze_tensorrt
 from nsysan.result import Analysis, Params
 from nsysan.trace.model import Trace
@@ -289,8 +289,8 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
                                  trace.osrt),
     )
     # the analyses that read the others
-    a = replace(a, ranks=analyze_ranks(a), idle_samples=_idle_samples(trace, a), gpu_metrics=_gpu_metrics(trace, a),
-                tensorrt=trt_f.result())
+    a = replace(a, ranks=analyze_ranks(RankInputs.of(a)), idle_samples=_idle_samples(trace, a),
+                gpu_metrics=_gpu_metrics(trace, a), tensorrt=trt_f.result())
     a = replace(a, program=program(trace, nvtx_summary, a.tensorrt))
     return _beyond_time(trace, a), nsys_f
 
@@ -306,7 +306,8 @@ def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
     from nsysan.analyses.unified import unified_memory
 
     sites = a.idle_samples.site_calls if a.idle_samples is not None else None
-    return replace(a, memory=memory_use(a), unified=unified_memory(a), thread_states=thread_states(trace),
+    return replace(a, memory=memory_use(trace, a.iterations),
+                   unified=unified_memory(trace, a.iterations, a.steady), thread_states=thread_states(trace),
                    stages=stages(a.comm, a.busy, a.steady, a.iterations),
                    slow_iterations=slow_iterations(trace, a.iterations, a.ops, a.busy),
                    inputs_missing=missing_inputs(trace),

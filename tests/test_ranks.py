@@ -9,7 +9,7 @@ import factories as F
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.ranks import analyze_ranks
+from nsysan.analyses.ranks import RankInputs, analyze_ranks
 from nsysan.analysis import analyze
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -59,7 +59,7 @@ def _trace(lates: list[int]):
 
 def test_straggler_named_with_its_cause_and_the_wait_it_causes():
     a = analyze(_trace([0, 3_000_000]))  # rank 1's host is 3 ms late every step
-    r = analyze_ranks(a)
+    r = analyze_ranks(RankInputs.of(a))
     assert len(r.ranks) == 2 and list(r.ranks["device_id"]) == [0, 1]
     s = r.straggler
     assert s is not None and s["rank"] == 1
@@ -82,7 +82,7 @@ def test_straggler_named_with_its_cause_and_the_wait_it_causes():
 
 def test_ranks_in_step_name_no_straggler():
     a = analyze(_trace([0, 20_000]))  # 20 us apart: noise, not a straggler
-    r = analyze_ranks(a)
+    r = analyze_ranks(RankInputs.of(a))
     assert r.straggler is None and r.verdict.startswith("ranks in step")
     assert not [x for x in a.findings if x.rule == "rank-imbalance"]
 
@@ -93,13 +93,13 @@ def test_collective_counts_that_differ_by_one_are_aligned_on_those_that_run_toge
     and the straggler is still named, never dropped silently."""
     t = _trace([0, 3_000_000])
     k = t.kernels
-    whole = analyze_ranks(analyze(t))
+    whole = analyze_ranks(RankInputs.of(analyze(t)))
     for which in (-1, 0):  # the last one, or the first one
         drop = k.index[(k["pid"] == 200) & (k["name"].astype(str) == NCCL)][which]
         from dataclasses import replace
 
         a = analyze(replace(t, kernels=k.drop(index=drop).reset_index(drop=True)))
-        r = analyze_ranks(a)
+        r = analyze_ranks(RankInputs.of(a))
         assert not r.not_aligned and len(r.aligned)
         assert r.straggler is not None and r.straggler["rank"] == whole.straggler["rank"]
         assert "different numbers" in r.verdict and "aligned on" in r.verdict
@@ -116,14 +116,15 @@ def test_collectives_that_never_run_together_are_not_aligned():
     drop = k.index[sel][-1]
     moved = k.assign(start_ns=np.where(sel, k["start_ns"] + 10**12, k["start_ns"]),
                      end_ns=np.where(sel, k["end_ns"] + 10**12, k["end_ns"]))
-    a = analyze(replace(t, kernels=moved.drop(index=drop).sort_values("start_ns", kind="stable").reset_index(drop=True)))
-    r = analyze_ranks(a)
+    kept = moved.drop(index=drop).sort_values("start_ns", kind="stable").reset_index(drop=True)
+    a = analyze(replace(t, kernels=kept))
+    r = analyze_ranks(RankInputs.of(a))
     assert r.straggler is None and r.not_aligned and "different numbers" in r.not_aligned[0]
 
 
 def test_single_rank_world_reductions_are_not_aligned(analysis):
     a = analysis("two_procs")
-    r = analyze_ranks(a)
+    r = analyze_ranks(RankInputs.of(a))
     assert len(r.ranks) == 2 and len(r.aligned) == 0 and r.straggler is None
     assert np.all(r.ranks["wait_per_iter_ns"] == 0)
 
@@ -136,7 +137,7 @@ def test_one_export_per_rank_gives_the_same_ranks():
     from nsysan.analyses.ranks import combine, rank_payloads
 
     whole = _trace([0, 3_000_000])
-    one = analyze_ranks(analyze(whole))
+    one = analyze_ranks(RankInputs.of(analyze(whole)))
     payloads = []
     shift = -7_000_000_000  # the second export's clock reads 7 s more: its offset brings it back
     for pid, off in ((100, 0), (200, shift)):

@@ -31,11 +31,16 @@ whatever the loop keeps). Memory that grows every iteration and is never freed i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from nsysan.analyses.iterations import Iterations
+    from nsysan.trace.model import Trace
 
 FLAG = "--cuda-memory-usage=true"
 HOST_KINDS = (0, 1)  # ENUM_CUDA_MEM_KIND: pageable, pinned (host memory)
@@ -70,7 +75,8 @@ _GROWTH = ["pid", "devices", "steps", "growth_per_iteration_bytes", "grew_in", "
            "first_ns", "last_ns"]
 
 
-def _signed(b: np.ndarray, op: np.ndarray, keys: Any = None) -> np.ndarray:
+def _signed(b: np.ndarray, op: np.ndarray,
+            keys: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
     """+bytes for an allocation, -bytes for a deallocation, 0 for another operation, in ``b`` (int64, the
     caller's own array: changed in place and returned). A 0-byte free takes the bytes allocated at its
     address; ``keys()`` gives the (device, process, address) arrays of the rows when the export has
@@ -179,7 +185,7 @@ def _one_value(v: np.ndarray) -> bool:
     return v.strides == (0,) or int(v.min()) == int(v.max())
 
 
-def _pairs(e: _Events) -> list[tuple[int, int, Any]]:
+def _pairs(e: _Events) -> list[tuple[int, int, np.ndarray | slice]]:
     """(device, process, its rows of ``e``: a slice for all of them) per pair, in (device, process)
     order, each pair's rows in time order."""
     from nsysan.analyses.frames import group_rows
@@ -190,14 +196,15 @@ def _pairs(e: _Events) -> list[tuple[int, int, Any]]:
     return [(d, p, idx) for (d, p), idx in group_rows(dev, pid)]
 
 
-def memory_use(a: Any) -> MemoryUse:
-    """GPU memory of ``a`` (an ``Analysis``): from the usage events when recorded, else the calls."""
-    tr = a.trace
-    totals = dict(zip(tr.gpus["device_id"].tolist(), tr.gpus["total_memory_bytes"].tolist())) if len(tr.gpus) else {}
+def memory_use(trace: Trace, iterations: Iterations) -> MemoryUse:
+    """GPU memory of ``trace`` (its usage events, GPUs and CUDA calls), its growth counted on the
+    steady iterations of ``iterations``: from the usage events when recorded, else the calls."""
+    g = trace.gpus
+    totals = dict(zip(g["device_id"].tolist(), g["total_memory_bytes"].tolist())) if len(g) else {}
     totals = {d: int(v) if pd.notna(v) and v > 0 else 0 for d, v in totals.items()}  # NULL, <= 0: unknown (0)
-    e = _device_events(tr.gpu_memory_usage)
+    e = _device_events(trace.gpu_memory_usage)
     if e is None:
-        return _from_calls(a)
+        return _from_calls(trace.cuda_api, iterations.table)
     pp, series = [], []
     op_all = e.column("operation")
     for dev, pid, idx in _pairs(e):
@@ -216,13 +223,13 @@ def memory_use(a: Any) -> MemoryUse:
     per = pd.DataFrame(pp, columns=_PP)
     ser = pd.concat(series, ignore_index=True) if series else pd.DataFrame(columns=["device_id", "pid", "t_ns",
                                                                                       "live_bytes"])
-    return MemoryUse("usage events", per, ser, _growth(a, e), [])
+    return MemoryUse("usage events", per, ser, _growth(trace.cuda_api, iterations.table, e), [])
 
 
-def _steady_bounds(a: Any) -> dict[int, np.ndarray]:
+def _steady_bounds(table: pd.DataFrame) -> dict[int, np.ndarray]:
     """Per process: the CPU boundaries of its steady iterations (its longest sequence's): each one's
     start, then the end of the last one's CPU range (n + 1 values; iteration i owns [b[i], b[i+1]))."""
-    it = a.iterations.table
+    it = table
     if len(it) == 0:
         return {}
     st = it.loc[~it["warmup"].to_numpy(dtype=bool)]
@@ -236,13 +243,12 @@ def _steady_bounds(a: Any) -> dict[int, np.ndarray]:
     return out
 
 
-def _call_times(a: Any, e: _Events) -> np.ndarray:
+def _call_times(api: pd.DataFrame, e: _Events) -> np.ndarray:
     """Each usage event's CPU time: the start of the call that made it (same process and correlation
     id), else the event's own time (it lies inside that call)."""
     from nsysan.analyses.join import call_keys, first_match
 
     t = e.t
-    api = a.trace.cuda_api
     if len(api) == 0 or "correlation_id" not in e.ev.columns or len(e) == 0:
         return t
     corr = e.column("correlation_id")
@@ -262,18 +268,20 @@ def _call_times(a: Any, e: _Events) -> np.ndarray:
     return out
 
 
-def _growth(a: Any, e: _Events) -> pd.DataFrame:
+def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
+    """Per process: its live memory over its steady iterations (``table``'s), from the events ``e``
+    placed at their calls' times (``api``: the CUDA API table)."""
     rows = []
     cpu_t = None
     pids, devs = e.column("pid"), e.column("device_id")
     one_pid = int(pids[0]) if _one_value(pids) else None
-    calls = _AllocCalls(a.trace.cuda_api)
-    for pid, b in _steady_bounds(a).items():
+    calls = _AllocCalls(api)
+    for pid, b in _steady_bounds(table).items():
         n = len(b) - 1
         m = None if one_pid == pid else pids == pid  # None: every event
         if n < 2 or (one_pid is not None and one_pid != pid) or (m is not None and not m.any()):
             continue
-        cpu_t = _call_times(a, e) if cpu_t is None else cpu_t
+        cpu_t = _call_times(api, e) if cpu_t is None else cpu_t
         ct = cpu_t if m is None else cpu_t[m]
         o = np.argsort(ct, kind="stable")
         t = ct[o]
@@ -332,12 +340,12 @@ class _AllocCalls:
         return {"alloc_calls": int(alloc[m].sum()), "free_calls": int(free[m].sum())}
 
 
-def _from_calls(a: Any) -> MemoryUse:
-    """No usage events: the allocation and free calls per steady window of each process."""
-    api = a.trace.cuda_api
+def _from_calls(api: pd.DataFrame, table: pd.DataFrame) -> MemoryUse:
+    """No usage events: the allocation and free calls (``api``) per steady window of each process
+    (``table``: the iterations)."""
     calls = _AllocCalls(api)
     rows = []
-    for pid, b in _steady_bounds(a).items():
+    for pid, b in _steady_bounds(table).items():
         if len(b) < 3:
             continue
         c = calls.between(pid, int(b[0]), int(b[-1]))

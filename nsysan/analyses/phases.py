@@ -159,7 +159,7 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
     reach = np.maximum.accumulate(np.concatenate([[c0], en[:-1]]))
     own = np.maximum(en - np.maximum(st, reach), 0)
     by = pd.Series(own, index=f["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False, kind="stable")
-    out = [{"what": str(k), "ns": int(v)} for k, v in by.items() if v > 0][:MAX_FILLED]
+    out: list[dict[str, Any]] = [{"what": str(k), "ns": int(v)} for k, v in by.items() if v > 0][:MAX_FILLED]
     traced = int(own.sum())
     shown = sum(x["ns"] for x in out)
     if traced - shown > 0:

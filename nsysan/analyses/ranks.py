@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -58,6 +59,11 @@ import pandas as pd
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import group_rows, name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
+
+if TYPE_CHECKING:
+    from nsysan.analyses.gpu import Busy, Window
+    from nsysan.analyses.iterations import Iterations
+    from nsysan.trace.model import Trace
 
 LATE_SHARE = 0.5
 MIN_MARGIN_FRAC = 0.05
@@ -76,7 +82,7 @@ class RankAnalysis:
     lanes: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> a timeline lane (see _lanes)
     # not part of the result: the payloads it was combined from (``_payloads``) and the analysis fields
     # they were computed from, so ``rank_payloads`` of the same analysis (the summary's) reuses them
-    made_from: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)
+    made_from: tuple[RankInputs, list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)
 
     def waiting(self, pid: int, p2p: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Wall-clock intervals in which process ``pid`` waited in a collective for the last rank
@@ -180,25 +186,70 @@ def _matching_offsets(per: dict[int, pd.DataFrame]) -> dict[int, int] | None:
     return out
 
 
-def rank_payloads(a: Any, offset_ns: int = 0, trace: str = "") -> list[dict[str, Any]]:
+@dataclass(frozen=True, eq=False)
+class RankInputs:
+    """What the rank analysis reads, fields of the analysis (``nsysan.result.Analysis``): its
+    communication ops, GPU ops, iterations, per-iteration breakdown and idle gaps, the trace's CUDA
+    API table, the busy intervals per device and the steady window."""
+
+    comm: pd.DataFrame
+    ops: pd.DataFrame
+    iterations: Iterations
+    breakdown: pd.DataFrame
+    gaps: pd.DataFrame
+    cuda_api: pd.DataFrame
+    busy: Busy | None
+    steady: Window
+
+    @classmethod
+    def of(cls, a: RankSources) -> RankInputs:
+        """Those fields of the analysis ``a``."""
+        return cls(a.comm, a.ops, a.iterations, a.breakdown, a.gaps, a.trace.cuda_api, a.busy, a.steady)
+
+    def same(self, other: RankInputs) -> bool:
+        """Whether ``other`` holds the very objects this does (payloads made of one are the other's)."""
+        return all(x is y for x, y in zip(self._parts(), other._parts()))
+
+    def _parts(self) -> tuple[object, ...]:
+        return (self.comm, self.ops, self.iterations.table, self.breakdown, self.gaps, self.cuda_api, self.busy,
+                self.steady)
+
+
+class RankSources(Protocol):
+    """What ``rank_payloads`` reads of a finished analysis (``nsysan.result.Analysis``, a layer above
+    the analyses): the fields of ``RankInputs`` and the rank analysis made of them, if any."""
+
+    @property
+    def comm(self) -> pd.DataFrame: ...
+    @property
+    def ops(self) -> pd.DataFrame: ...
+    @property
+    def iterations(self) -> Iterations: ...
+    @property
+    def breakdown(self) -> pd.DataFrame: ...
+    @property
+    def gaps(self) -> pd.DataFrame: ...
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def busy(self) -> Busy | None: ...
+    @property
+    def steady(self) -> Window: ...
+    @property
+    def ranks(self) -> RankAnalysis | None: ...
+
+
+def rank_payloads(a: RankSources, offset_ns: int = 0, trace: str = "") -> list[dict[str, Any]]:
     """Per process that ran communication kernels: its per-iteration numbers, its steady iterations'
     completions and its communication ops over the whole capture (start, end, collective; times +
     ``offset_ns``, so payloads of several exports share one clock): aligned over the capture, then
     clipped to the common window (``combine``). Small: a few numbers and 3 values per collective,
     whatever the trace's size: what a cluster worker returns per rank. Those ``analyze_ranks`` made of
     the same analysis are reused (64 ranks: 1 s each time)."""
-    made = getattr(getattr(a, "ranks", None), "made_from", None)
-    inputs = _inputs(a)
-    if made is not None and len(made[0]) == len(inputs) and all(x is y for x, y in zip(made[0], inputs)):
-        raw = made[1]
-    else:
-        raw = _payloads(a)
+    made = a.ranks.made_from if a.ranks is not None else None
+    inputs = RankInputs.of(a)
+    raw = made[1] if made is not None and made[0].same(inputs) else _payloads(inputs)
     return [_shifted(p, offset_ns, trace) for p in raw]
-
-
-def _inputs(a: Any) -> tuple[Any, ...]:
-    """The fields of the analysis ``_payloads`` reads."""
-    return (a.comm, a.ops, a.iterations.table, a.breakdown, a.gaps, a.trace, a.busy, a.steady)
 
 
 def _shifted(p: dict[str, Any], offset_ns: int, trace: str) -> dict[str, Any]:
@@ -221,7 +272,7 @@ def _shifted(p: dict[str, Any], offset_ns: int, trace: str) -> dict[str, Any]:
             "breakdown": dict(p["breakdown"]), "lanes": lanes}
 
 
-def _payloads(a: Any) -> list[dict[str, Any]]:
+def _payloads(a: RankInputs) -> list[dict[str, Any]]:
     """``rank_payloads`` with times on the trace's own clock and no trace named, the per-op times as
     arrays (``_shifted`` makes them lists; small enough to keep in ``RankAnalysis.made_from``)."""
     comm = a.comm
@@ -238,7 +289,7 @@ def _payloads(a: Any) -> list[dict[str, Any]]:
                            _only(a.breakdown, "warmup", "span_start_ns", "span_end_ns",
                                  *(f"{c}_ns" for c in ("span", "compute", "comm_exposed", "copy_exposed", "idle"))),
                            _only(a.gaps, "cause", "start_ns", "end_ns", "gap_ns", "activity"))
-    api_rows = _pid_rows(a.trace.cuda_api)
+    api_rows = _pid_rows(a.cuda_api)
     out = []
     for pid, dev in zip(procs["pid"].astype(int), procs["device_id"].astype(int)):
         ops_p, comm_p, table_p, bd_p, g = (f.iloc[r(pid)] for f, r in rows_of)
@@ -252,7 +303,7 @@ def _payloads(a: Any) -> list[dict[str, Any]]:
         comp = mine.loc[mine["role"].astype(str).to_numpy() == "compute"]
         compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
         cm = comm_p.loc[(comm_p["start_ns"] >= lo) & (comm_p["start_ns"] < hi)]
-        exp_s, exp_e = _exposed_comm(a, dev, cm)
+        exp_s, exp_e = _exposed_comm(a.busy, dev, cm)
         every = comm_p  # aligned over the whole capture, then clipped
         bd = a.breakdown
         bd = bd_p.loc[~bd_p["warmup"].to_numpy(dtype=bool)] if len(bd) else bd
@@ -270,12 +321,12 @@ def _payloads(a: Any) -> list[dict[str, Any]]:
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
-            "host_wait_per_iter_ns": max(-1, _host_wait(a, api_rows(pid), lo, hi) // n),
+            "host_wait_per_iter_ns": max(-1, _host_wait(a.cuda_api, api_rows(pid), lo, hi) // n),
             "host_idle_activity": top, "window": [lo, hi],
             "iteration_end_ns": it["end_ns"].to_numpy(dtype=np.int64) if len(it) else np.zeros(0, np.int64),
             "comm": {"start_ns": every["start_ns"].to_numpy(), "end_ns": every["end_ns"].to_numpy(),
                      "collective": every["collective"].astype(str).tolist()},
-            "comm_exposed": {"start_ns": exp_s, "end_ns": exp_e}, "lanes": _lanes(a, pid, dev, bd, 0)})
+            "comm_exposed": {"start_ns": exp_s, "end_ns": exp_e}, "lanes": _lanes(a.busy, dev, bd, 0)})
     return out
 
 
@@ -284,7 +335,7 @@ SYNC_COPIES = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemset", "cuMe
                "cuMemcpyHtoD", "cuMemcpyDtoD")
 
 
-def _pid_rows(df: pd.DataFrame) -> Any:
+def _pid_rows(df: pd.DataFrame) -> Callable[[int], np.ndarray]:
     """A function: process id -> the positions of ``df``'s rows of that process, in their order
     (empty without any); the rows grouped once."""
     if len(df) == 0 or "pid" not in df:
@@ -300,19 +351,18 @@ def _only(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
     return df[keep] if len(keep) < len(df.columns) else df
 
 
-def _rows_by_pid(*frames: pd.DataFrame) -> list[tuple[pd.DataFrame, Any]]:
+def _rows_by_pid(*frames: pd.DataFrame) -> list[tuple[pd.DataFrame, Callable[[int], np.ndarray]]]:
     """Each frame with its ``_pid_rows``."""
     return [(f, _pid_rows(f)) for f in frames]
 
 
-def _host_wait(a: Any, rows: np.ndarray, lo: int, hi: int) -> int:
-    """The time one process's threads (``rows``: its rows of the CUDA API table) spent blocked in CUDA
+def _host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int) -> int:
+    """The time one process's threads (``rows``: its rows of the CUDA API table ``api``) spent blocked in CUDA
     calls in [lo, hi): synchronization calls, synchronous copies and memsets, and any call of at least
     ``HOST_WAIT_MIN_NS`` (a full launch queue), clipped. What a rank's host waited for its GPU: the
     most its step can shrink when its GPU stops waiting for a straggler (the rest of its step is its
     own host work). -1 when none of its CUDA calls is traced in the window (its host is not known: no
     bound)."""
-    api = a.trace.cuda_api
     if len(api) == 0 or len(rows) == 0:
         return -1
     st, en = api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows]
@@ -329,10 +379,10 @@ LANE_ITERATIONS = 2
 LANE_MAX = 4000
 
 
-def _lanes(a: Any, pid: int, dev: int, bd: pd.DataFrame, offset_ns: int) -> dict[str, Any]:
-    """What one rank's device ran over ``LANE_ITERATIONS`` iterations in the middle of its steady
-    state (merged intervals per role, on the common clock): a timeline lane per rank, a few KB."""
-    d = a.busy.per_dev.get(dev) if a.busy is not None else None
+def _lanes(busy: Busy | None, dev: int, bd: pd.DataFrame, offset_ns: int) -> dict[str, Any]:
+    """What one rank's device ``dev`` ran (``busy``) over ``LANE_ITERATIONS`` iterations in the middle of
+    its steady state (merged intervals per role, on the common clock): a timeline lane per rank, a few KB."""
+    d = busy.per_dev.get(dev) if busy is not None else None
     if d is None or len(bd) == 0:
         return {}
     mid = max(0, len(bd) // 2 - LANE_ITERATIONS // 2)
@@ -349,17 +399,17 @@ def _lanes(a: Any, pid: int, dev: int, bd: pd.DataFrame, offset_ns: int) -> dict
     return out
 
 
-def _exposed_comm(a: Any, dev: int, cm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of this rank's communication kernels during which no compute ran on its device."""
+def _exposed_comm(busy: Busy | None, dev: int, cm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of this rank's communication kernels during which no compute ran on its device (``busy``)."""
     s = cm["start_ns"].to_numpy(dtype=np.int64)
     e = cm["end_ns"].to_numpy(dtype=np.int64)
-    d = a.busy.per_dev.get(dev) if a.busy is not None else None
+    d = busy.per_dev.get(dev) if busy is not None else None
     if d is None or len(s) == 0:
         return iv.merge(s, e)
     return iv.subtract(iv.merge(s, e), d["compute"])
 
 
-def combine(payloads: list[dict[str, Any]], iter_ns: Any = None) -> RankAnalysis:
+def combine(payloads: list[dict[str, Any]], iter_ns: float | None = None) -> RankAnalysis:
     """Ranks from per-process payloads (one export or many): numbered by (trace, device, pid), their
     collectives aligned, the straggler named."""
     if not payloads:
@@ -425,14 +475,14 @@ def _natural(path: str) -> list[Any]:
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t] + [(2, 0, str(path))]
 
 
-def analyze_ranks(a: Any) -> RankAnalysis:
-    """Ranks of one analysis (several processes in one export)."""
-    raw = _payloads(a)
-    r = combine([_shifted(p, 0, "") for p in raw], a.iterations.stats.get("p50_ns"))
-    return replace(r, made_from=(_inputs(a), raw))
+def analyze_ranks(inputs: RankInputs) -> RankAnalysis:
+    """Ranks of one analysis (several processes in one export), from the fields it reads (``inputs``)."""
+    raw = _payloads(inputs)
+    r = combine([_shifted(p, 0, "") for p in raw], inputs.iterations.stats.p50_ns)
+    return replace(r, made_from=(inputs, raw))
 
 
-def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped: list[str] | None = None
+def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: float | None, skipped: list[str] | None = None
                ) -> tuple[dict[str, Any] | None, str]:
     if len(ranks) < 2:
         return None, "one rank"
@@ -464,7 +514,7 @@ def _straggler(ranks: pd.DataFrame, aligned: pd.DataFrame, iter_ns: Any, skipped
                       f"their GPU idle, it waits {own / 1e6:.3f} ms; iteration {ref / 1e6:.3f} ms)")
     waited = int(aligned.loc[aligned["rank"] != r["rank"], "wait_ns"].sum())
     waited_per_iter = int(others["wait_per_iter_ns"].median())
-    causes = []
+    causes: list[dict[str, Any]] = []
     for col, label in (("host_idle_per_iter_ns", "GPU idle while its host was late"),
                        ("compute_per_iter_ns", "GPU compute"),
                        ("comm_transfer_exposed_per_iter_ns", "exposed communication")):

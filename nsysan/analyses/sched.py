@@ -18,12 +18,15 @@ is running, in one call, or untraced.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+
+if TYPE_CHECKING:
+    from nsysan.trace.model import Trace
 
 FLAG = "--cpuctxsw=process-tree"
 NOT_IN_A_CALL = "not in a traced call"
@@ -243,7 +246,7 @@ def calling_threads(cuda_api: pd.DataFrame) -> set[tuple[int, int]]:
     return {(int(k >> 32), int(k & 0xFFFFFFFF)) for k in np.unique(key).tolist()}
 
 
-def thread_states(trace: Any) -> ThreadStates:
+def thread_states(trace: Trace) -> ThreadStates:
     """Running or blocked for the program's own NVTX ranges on launching threads (library ranges left
     out: ``libranges``)."""
     from nsysan.analyses import libranges

@@ -20,14 +20,20 @@ trace's own user-prefetch migrations' rate when it has them, else its fastest mi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.iterations import steady_periods
+
+if TYPE_CHECKING:
+    from nsysan.analyses.gpu import Window
+    from nsysan.analyses.iterations import Iterations
+    from nsysan.trace.model import Trace
 
 UM_HTOD, UM_DTOH = 11, 12
 CAUSES = {0: "unknown", 1: "user prefetch", 2: "page fault", 3: "speculative prefetch", 4: "eviction",
@@ -71,9 +77,9 @@ class UnifiedMemory:
                 "saving_ns": self.saving_ns, "missing_flags": self.missing}
 
 
-def _bounds(a: Any) -> pd.DataFrame:
-    """Steady iterations with their period (lo, hi] per process."""
-    st = steady_periods(a.iterations.table)
+def _bounds(table: pd.DataFrame) -> pd.DataFrame:
+    """Steady iterations of the iteration table ``table`` with their period (lo, hi] per process."""
+    st = steady_periods(table)
     if len(st) == 0:
         return pd.DataFrame(columns=["index", "pid", "lo", "hi"])
     return pd.DataFrame({"index": st["index"].to_numpy(), "pid": st["pid"].to_numpy(), "lo": st["lo_ns"].to_numpy(),
@@ -151,13 +157,13 @@ def _bulk_rate(dur: np.ndarray, byt: np.ndarray, cause: np.ndarray) -> float:
     return 0.0
 
 
-def unified_memory(a: Any) -> UnifiedMemory:
-    tr = a.trace
-    mc = tr.memcpy
+def unified_memory(trace: Trace, iterations: Iterations, steady: Window) -> UnifiedMemory:
+    """Unified memory of ``trace`` (its migrations and page faults), per steady iteration of
+    ``iterations`` and in the steady window ``steady``."""
+    mc = trace.memcpy
     um = mc.loc[np.isin(mc["copy_kind"].to_numpy(), (UM_HTOD, UM_DTOH))] if len(mc) else mc
     cause = um["migration_cause"].to_numpy() if "migration_cause" in um else np.zeros(len(um), dtype=np.int64)
-    gf = getattr(tr, "um_gpu_faults", pd.DataFrame())
-    cf = getattr(tr, "um_cpu_faults", pd.DataFrame())
+    gf, cf = trace.um_gpu_faults, trace.um_cpu_faults
     by: dict[str, dict[str, int]] = {}
     for c in np.unique(cause).tolist():
         m = cause == c
@@ -165,17 +171,17 @@ def unified_memory(a: Any) -> UnifiedMemory:
         by[name] = {"count": int(m.sum()), "bytes": int(um["bytes"].to_numpy(np.int64)[m].sum()),
                     "ns": int(um["dur_ns"].to_numpy(np.int64)[m].sum())}
     kind = um["copy_kind"].to_numpy()
-    lo, hi = a.steady.start_ns, a.steady.end_ns
-    b = _bounds(a)
+    lo, hi = steady.start_ns, steady.end_ns
+    b = _bounds(iterations.table)
     per, thrash = _per_iteration(um, gf, cf, b, cause)
-    pk, faulted_iv, faulted_total = _faulted_kernels(tr.kernels, gf, lo, hi)
+    pk, faulted_iv, faulted_total = _faulted_kernels(trace.kernels, gf, lo, hi)
     byt = um["bytes"].to_numpy(np.int64)
     rate = _bulk_rate(um["dur_ns"].to_numpy(np.int64), byt, cause)
     stw = (um["start_ns"].to_numpy(np.int64) >= lo) & (um["start_ns"].to_numpy(np.int64) < hi)
     fault_bytes = int(byt[stw & (cause == 2)].sum())
     bulk_ns = int(fault_bytes / rate * 1e9) if rate > 0 else 0
     saving = max(0, faulted_total - bulk_ns)
-    recorded = len(gf) > 0 or len(cf) > 0 or bool(getattr(tr, "um_faults_recorded", False))
+    recorded = len(gf) > 0 or len(cf) > 0
     missing = [] if recorded else list(FLAGS)
     return UnifiedMemory(len(um), int(byt[kind == UM_HTOD].sum()), int(byt[kind == UM_DTOH].sum()), by,
                          len(gf), int(gf["faults"].sum()) if len(gf) else 0, len(cf), recorded, per, pk, thrash, rate,
@@ -196,7 +202,7 @@ class CpuFaultCost:
     faults: int  # the CPU faults inside the faulting instances
 
 
-def cpu_fault_cost(trace: Any, name: str, threads: Any) -> CpuFaultCost | None:
+def cpu_fault_cost(trace: Trace, name: str, threads: Iterable[tuple[int, int]]) -> CpuFaultCost | None:
     """The cost of one CPU page fault on managed memory inside NVTX range ``name`` on ``threads``
     ((pid, tid) pairs), over the whole capture: the range's instances whose process took no CPU fault
     inside them (``um_cpu_faults``, ``--cuda-um-cpu-page-faults=true``; a fault is a point in time,
@@ -208,9 +214,9 @@ def cpu_fault_cost(trace: Any, name: str, threads: Any) -> CpuFaultCost | None:
     Caveats: the faults are those of the process (CPU faults carry no thread), and a fault-free
     instance is taken to do the same work as a faulting one (a first instance before the GPU touched
     the memory, typically a warm-up)."""
-    cf = getattr(trace, "um_cpu_faults", None)
+    cf = trace.um_cpu_faults
     nv = trace.nvtx
-    if cf is None or len(cf) == 0 or len(nv) == 0:
+    if len(cf) == 0 or len(nv) == 0:
         return None
     keys = [(int(p) << 32) | int(t) for p, t in threads]
     m = (nv["name"].astype(str).to_numpy() == name) & nv["end_ns"].notna().to_numpy()

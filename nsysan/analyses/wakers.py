@@ -36,13 +36,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.sched import Schedule, ThreadTime
+
+if TYPE_CHECKING:
+    from nsysan.analyses.samples import Attribution
+    from nsysan.trace.model import Trace
+    from nsysan.trace.samples import Samples
 
 NEAR_NS = 200_000
 MIN_WAIT_NS = 50_000
@@ -71,7 +76,7 @@ class Waker:
     signalled: int  # of its wakes, those with a traced release call of this thread just before
     doing: ThreadTime  # the waker during the waits it ended
     ranges: list[tuple[str, int]] = field(default_factory=list)  # its NVTX ranges in those waits, by overlap
-    samples: Any = None  # samples.Attribution of its samples in those waits, or None
+    samples: Attribution | None = None  # its samples in those waits, or None
     cycle_ns: int = 0  # median duration of its top range's instances (one batch), 0 without a range
     period_ns: int = 0  # median time between the wakes it made
     wait_ns: int = 0  # median off-CPU time of the waiter per wake it made
@@ -190,7 +195,7 @@ def _release_lag(osrt: pd.DataFrame | None, key: tuple[int, int], t: np.ndarray,
     return np.where((i >= 0) & (lag <= near_ns), lag, none)
 
 
-def describe(w: Waker, nvtx: pd.DataFrame, samples: Any = None) -> Waker:
+def describe(w: Waker, nvtx: pd.DataFrame, samples: Samples | None = None) -> Waker:
     """``w`` with the waker's NVTX ranges and Python samples in the waits it ended (``w.periods``),
     and its top range's median duration per instance."""
     from dataclasses import replace
@@ -227,16 +232,17 @@ def describe(w: Waker, nvtx: pd.DataFrame, samples: Any = None) -> Waker:
     return replace(w, ranges=ranges[:5], samples=att, cycle_ns=cycle)
 
 
-def waker_of(trace: Any, schedule: Schedule, pid: int, tid: int, starts: np.ndarray, ends: np.ndarray) -> Waker | None:
+def waker_of(trace: Trace, schedule: Schedule, pid: int, tid: int, starts: np.ndarray,
+             ends: np.ndarray) -> Waker | None:
     """``find_waker`` then ``describe`` on a loaded trace: its thread names, OS runtime calls, NVTX
     ranges and (read for the waker's thread only, in the waits' span) Python samples."""
     w = find_waker(schedule, pid, tid, starts, ends, names=trace.thread_names(), osrt=trace.osrt)
     if w is None:
         return None
     ws, we = w.periods
-    samples = None
-    path = getattr(trace.meta, "path", None)
-    tables = set(getattr(trace.meta, "tables", ()) or ())
+    samples: Samples | None = None
+    path = trace.meta.path
+    tables = set(trace.meta.tables)
     if path and "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables and len(we):
         import sqlite3
 
@@ -272,8 +278,10 @@ def note(w: Waker) -> str:
         k = max(2, -(-w.cycle_ns // own)) if own else 2
         two = w.wait_with(2)
         out += (f" {rng} takes {fmt_ns(w.cycle_ns)} a batch (median) while the loop's own work takes {fmt_ns(own)} "
-                f"(the {fmt_ns(w.period_ns)} between wake-ups less the {fmt_ns(w.wait_ns)} wait): {rng} on {w.name or 'that thread'} "
-                f"is the bottleneck. With 2 producers (or {rng} 2x faster) the wait would fall to {fmt_ns(two)} a batch "
+                f"(the {fmt_ns(w.period_ns)} between wake-ups less the {fmt_ns(w.wait_ns)} wait): "
+                f"{rng} on {w.name or 'that thread'} "
+                f"is the bottleneck. With 2 producers (or {rng} 2x faster) the wait would fall to "
+                f"{fmt_ns(two)} a batch "
                 f"(saving {fmt_ns(w.wait_ns - two)} a batch)")
         out += (f"; with {k}, to {fmt_ns(w.wait_with(k))}." if k > 2 else ".")
     return out

@@ -4,6 +4,7 @@ fallbacks (XLA module executions, TensorRT engine executions). The model: ``iter
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,8 @@ def _launch_sums(by_thread: dict[tuple[int, int], np.ndarray | slice], api_all: 
         if got is not None:
             return got
         parts = [by_thread[k] for k in keys]
-        rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        # (several threads: positions each; a slice only stands for the one thread's every row)
+        rows = np.concatenate(cast(list[np.ndarray], parts)) if len(parts) > 1 else parts[0]
         api = api_all[rows]  # (a view when ``rows`` is every row)
         csum = np.empty(len(api) + 1, dtype=np.int64)
         csum[0] = 0
@@ -144,7 +146,7 @@ def _candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     if len(owned):
         only = one_key(owned["pid"].to_numpy(), owned["tid"].to_numpy())
         if only is not None:
-            by_thread[only] = slice(None)  # one thread: every row, no positions
+            by_thread[cast(tuple[int, int], only)] = slice(None)  # one thread (a pid, tid pair): every row
         else:
             for key, idx in owned.groupby(["pid", "tid"], sort=False).indices.items():
                 by_thread[(int(key[0]), int(key[1]))] = idx
@@ -174,7 +176,7 @@ def _candidates(rg: pd.DataFrame, owned: pd.DataFrame | None = None, *,
     for name in sorted(names):  # what a group-by on the name, sorted, visits
         j = group_of[name]
         g = order[cuts[j]:ends_at[j]]  # the name's rows, in row order
-        domain = str(dom_vals[first_domain[j]]) if j in first_domain else None
+        domain = str(dom_vals[first_domain[j]]) if dom_vals is not None and j in first_domain else None
         lib = library_of(str(name), domain)
         with_gpu = int(stats["with_gpu"][j]) / int(stats["count"][j])
         n, med = int(per_thread[name]), int(stats["median_lat"][j])
