@@ -6,6 +6,7 @@
     a = nsysan.analyze("report.sqlite")
     api.to_json(a, "out.json")        # also a.to_json("out.json"): the methods call these
     api.write_html(a, "report.html")  # a.write_html(...)
+    api.write(a, "csv", "tables/")    # any format of ``nsysan.report.formats.OUTPUTS`` by name
 
 ``Analysis``'s methods of the same names (``to_dict``, ``to_json``, ``to_html``, ``write_html``,
 ``write_perfetto``, ``__repr__`` = ``summary_text``, ``_repr_html_`` = ``summary_html``) delegate
@@ -39,53 +40,58 @@ def _inputs(a: Any) -> list[tuple[int, int]]:
     return [ident] if ident is not None else []
 
 
+def render(a: Any, name: str, *, show_env: bool = False) -> str:
+    """The text of the output format ``name`` (``nsysan.report.formats.OUTPUTS``: "json", "html"...), as
+    ``nsysan analyze`` writes it; a format written as it is made (a folder of CSV tables, the Perfetto
+    timeline) has no one text: ``write`` it."""
+    from nsysan.report.formats import output
+
+    o = output(name)
+    if o.render is None:
+        raise ValueError(f"the {name} output is written as it is made: nsysan.api.write(a, {name!r}, path)")
+    return o.render(a, show_env=show_env)
+
+
+def write(a: Any, name: str, path: str | os.PathLike[str], *, force: bool = False, show_env: bool = False) -> Path:
+    """Write the output format ``name`` (``nsysan.report.formats.OUTPUTS``) to ``path`` atomically, as
+    ``nsysan analyze`` does. An existing file nsysan did not write is replaced only with ``force=True``
+    (else ``OutputExistsError``); its own earlier outputs are; the trace itself never is (``UsageError``)."""
+    from pathlib import Path
+
+    from nsysan.report.formats import output
+
+    out = Path(path)
+    output(name).write(a, out, force=force, protect=_inputs(a), show_env=show_env)
+    return out
+
+
 def to_json(a: Any, path: str | os.PathLike[str] | None = None, *, show_env: bool = False,
             force: bool = False) -> str:
     """The JSON text ``nsysan analyze --json`` writes; also written to ``path`` when given (never over an
     existing file nsysan did not write without ``force``, never over the trace)."""
-    from nsysan.report.jsonout import to_json as render_json
+    from nsysan.report.formats import output
 
-    text = render_json(a, show_env=show_env)
-    if path is not None:
-        from pathlib import Path
-
-        from nsysan.outputs import write_atomic
-
-        write_atomic(Path(path), text, force=force, protect=_inputs(a))
+    if path is None:
+        return render(a, "json", show_env=show_env)
+    text = output("json").write(a, path, force=force, protect=_inputs(a), show_env=show_env)
+    assert text is not None
     return text
 
 
 def to_html(a: Any, *, show_env: bool = False) -> str:
     """The self-contained HTML report, as ``nsysan analyze --html`` writes it."""
-    from nsysan._version import __version__
-    from nsysan.report import html, view
-
-    return html.render(view.build(a, show_env=show_env, generated_by=f"nsysan {__version__}"))
+    return render(a, "html", show_env=show_env)
 
 
 def write_html(a: Any, path: str | os.PathLike[str], *, force: bool = False, show_env: bool = False) -> Path:
-    """Write the HTML report to ``path`` atomically. An existing file nsysan did not write is
-    replaced only with ``force=True`` (else ``OutputExistsError``); its own earlier outputs are;
-    the trace itself never is (``UsageError``)."""
-    from pathlib import Path
-
-    from nsysan.outputs import write_atomic
-
-    out = Path(path)
-    write_atomic(out, to_html(a, show_env=show_env), force=force, protect=_inputs(a))
-    return out
+    """Write the HTML report to ``path`` atomically (``write``'s overwrite rules)."""
+    return write(a, "html", path, force=force, show_env=show_env)
 
 
 def write_perfetto(a: Any, path: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write the timeline as Chrome trace-event JSON (Perfetto UI, chrome://tracing), as
     ``nsysan analyze --perfetto`` does; same overwrite rules as ``write_html``."""
-    from pathlib import Path
-
-    from nsysan.report.perfetto import write_perfetto as render_perfetto
-
-    out = Path(path)
-    render_perfetto(a, out, force=force, protect=_inputs(a))
-    return out
+    return write(a, "perfetto", path, force=force)
 
 
 def summary_text(a: Any) -> str:
@@ -103,4 +109,5 @@ def summary_html(a: Any) -> str:
 
 
 _registry.register(to_dict=to_dict, to_json=to_json, to_html=to_html, write_html=write_html,
-                   write_perfetto=write_perfetto, summary_text=summary_text, summary_html=summary_html)
+                   write_perfetto=write_perfetto, summary_text=summary_text, summary_html=summary_html,
+                   render=render, write=write)

@@ -36,9 +36,7 @@ def absolute(jobs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str
     out = []
     for trace, opts in jobs:
         o = dict(opts)
-        for k in ("json", "html", "csv"):
-            if o.get(k):
-                o[k] = str(Path(o[k]).resolve())
+        o["outputs"] = {k: str(Path(v).resolve()) for k, v in opts["outputs"].items()}
         out.append((str(Path(trace).resolve()), o))
     return out
 

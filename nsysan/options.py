@@ -215,11 +215,9 @@ def command_rule_config(config: Path | None, set_items: Sequence[str] | None,
 
 
 def analyze_options(args: Any, many: bool) -> dict[str, Any]:
-    """The options every trace of the ``analyze`` command shares (its parsed ``args``); the outputs'
-    combinations checked (``check_analyze_outputs``)."""
+    """The options every trace of the ``analyze`` command shares (its parsed ``args``); its outputs are
+    ``pipeline.plan_analyze``'s."""
     rule_config = command_rule_config(args.config, args.set, args.disable)
-    check_analyze_outputs(many=many, out_dir=args.out_dir, json_path=args.json, html=args.html, csv=args.csv,
-                          perfetto=args.perfetto)
     return {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
             "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
             "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many,
@@ -358,24 +356,3 @@ class LazyChoices(Sequence[str]):
 
     def __contains__(self, x: object) -> bool:
         return x in self._items()
-
-
-def check_analyze_outputs(*, many: bool, out_dir: str | None, json_path: str | None, html: str | None, csv: str | None,
-                          perfetto: str | None) -> None:
-    """``analyze``'s outputs combined as they can be: ``--out-dir`` alone for several traces, one
-    ``--perfetto`` for one trace, ``--out-dir`` a directory."""
-    import os
-
-    if out_dir and (json_path or html or csv):
-        raise UsageError("--out-dir writes <trace>.json and <trace>.html per trace; it cannot be combined with "
-                         "--json, --html or --csv")
-    if many and (json_path or html or csv):
-        raise UsageError("with several traces, use --out-dir DIR (one JSON + HTML per trace) instead of "
-                         "--json/--html/--csv")
-    if perfetto and (many or out_dir):
-        raise UsageError("--perfetto writes the timeline of one trace; it cannot be combined with several traces "
-                         "or --out-dir")
-    if out_dir and (os.path.exists(out_dir) or os.path.islink(out_dir)) and not os.path.isdir(out_dir):
-        from nsysan.errors import OutputError
-
-        raise OutputError(f"--out-dir {_say(out_dir)}: cannot write: exists and is not a directory")

@@ -15,17 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nsysan._version import __version__
 from nsysan.errors import NsysanError, OutputError, OutputExistsError, UsageError
 from nsysan.outputs import identity as _identity
 from nsysan.outputs import own_output, path_too_long, reason, refuse_special, together, write_atomic
+from nsysan.report.formats import OUTPUTS, Output, fit_name
 from nsysan.report.summary import CaptureTime, FixLine, RunSummary
 from nsysan.units import clean_text as _say
-
-NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
-CSV_NAMES = ("kernels", "kernel_configs", "cuda_api", "os_runtime", "memcpy", "memset", "nvtx", "launches",
-             "overlap", "gpu_busy", "gaps", "iterations", "iteration_breakdown", "collectives", "ranks",
-             "nsys_analyze", "findings")
 
 
 def _progress_factory(quiet: bool) -> Any:
@@ -60,24 +55,6 @@ def resolve_input(path: str, quiet: bool = False) -> str:
 
 
 # -- before any work: the outputs planned and checked --------------------------------------------
-
-def fit_name(name: str, suffix: str) -> str:
-    """``name + suffix``, the name shortened to fit one path component (NAME_MAX bytes)."""
-    budget = NAME_MAX - len(suffix.encode())
-    raw = os.fsencode(name)
-    if len(raw) <= budget:
-        return name + suffix
-    import hashlib  # a stable tag: two long names that share their first 240 bytes stay apart
-
-    tag = hashlib.sha256(raw).hexdigest()[:8]
-    return os.fsdecode(raw[:budget - 9]) + "-" + tag + suffix
-
-
-def _default_html(trace: str, json_path: str | None) -> str:
-    if json_path:
-        return str(Path(json_path).with_suffix(".html"))
-    return fit_name(Path(trace).stem, ".nsysan.html")
-
 
 def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, force: bool) -> list[tuple[int, int]]:
     """Before any work: no output is an input (same file by device and inode, so also through a
@@ -144,38 +121,68 @@ def _check_output_path(option: str, out: str, ident: tuple[int, int] | None, for
         raise OutputExistsError(f"{shown}: exists, and nsysan did not write it", hint="pass --force to overwrite it")
 
 
-def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out_dir: str | None, json_path: str | None,
-                 html: str | None, no_html: bool, csv: str | None, perfetto: str | None, force: bool,
+def check_combination(*, many: bool, out_dir: str | None, paths: dict[str, str | None]) -> None:
+    """``analyze``'s outputs combined as they can be: with several traces only ``--out-dir`` (which
+    writes the outputs with a ``suffix`` per trace), an output of ``one_trace`` only for one trace, and
+    ``--out-dir`` a directory."""
+    given = [o for o in OUTPUTS if o.one_trace is None]
+    flags = [o.flag for o in given]
+    if out_dir and any(paths.get(o.name) for o in given):
+        per_trace = " and ".join(f"<trace>{o.suffix}" for o in OUTPUTS if o.suffix)
+        raise UsageError(f"--out-dir writes {per_trace} per trace; it cannot be combined with "
+                         f"{', '.join(flags[:-1])} or {flags[-1]}")
+    if many and any(paths.get(o.name) for o in given):
+        kinds = " + ".join((o.suffix or "").lstrip(".").upper() for o in OUTPUTS if o.suffix)
+        raise UsageError(f"with several traces, use --out-dir DIR (one {kinds} per trace) instead of "
+                         f"{'/'.join(flags)}")
+    for o in OUTPUTS:
+        if o.one_trace and paths.get(o.name) and (many or out_dir):
+            raise UsageError(f"{o.flag} writes the {o.one_trace} of one trace; it cannot be combined with several "
+                             "traces or --out-dir")
+    if out_dir and (os.path.exists(out_dir) or os.path.islink(out_dir)) and not os.path.isdir(out_dir):
+        raise OutputError(f"--out-dir {_say(out_dir)}: cannot write: exists and is not a directory")
+
+
+def trace_outputs(trace: str, *, out_dir: str | None, paths: dict[str, str | None], off: set[str]) -> dict[str, str]:
+    """One trace's outputs, by name: in ``out_dir`` (``<trace><suffix>``), else the paths given and the
+    defaults (``Output.default``), less those turned off."""
+    if out_dir is not None:
+        return {o.name: str(Path(out_dir) / fit_name(Path(trace).stem, o.suffix)) for o in OUTPUTS
+                if o.suffix and o.name not in off}
+    chosen = {}
+    for o in OUTPUTS:
+        path = paths.get(o.name) or (o.default(trace, paths) if o.default else None)
+        if path and o.name not in off:
+            chosen[o.name] = path
+    return chosen
+
+
+def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out_dir: str | None,
+                 paths: dict[str, str | None], off: set[str], force: bool,
                  side_inputs: Sequence[str] = ()) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, int]]]:
-    """Each trace's options (``base`` and its outputs), every output checked (``check_outputs``)
-    before any trace is opened: nothing is analysed for an output that cannot be written, and no
-    output can be written over an input (a trace, or a ``side_inputs`` file such as ``--config``).
-    Returns the jobs and the inputs' identities."""
+    """Each trace's options (``base`` and its ``outputs``, by name: ``report.formats``), the combination
+    checked (``check_combination``) and every output (``check_outputs``) before any trace is opened:
+    nothing is analysed for an output that cannot be written, and no output can be written over an
+    input (a trace, or a ``side_inputs`` file such as ``--config``). ``paths``: the outputs' options,
+    by name; ``off``: the names turned off (``--no-html``). Returns the jobs and the inputs' identities."""
+    check_combination(many=many, out_dir=out_dir, paths=paths)
     jobs = []
     planned: list[tuple[str, str]] = []
     stems: dict[str, str] = {}
+    checked = sorted(OUTPUTS, key=lambda o: o.files is not None)  # the files, then the folders' files
     for t in traces:
-        o = dict(base)
         if many or out_dir:
-            d = Path(out_dir or ".")
             stem = Path(t).stem
             if stem in stems:
                 raise UsageError(f"{_say(stems[stem])} and {_say(t)} have the same name {_say(stem)!r}: their "
                                  "outputs in --out-dir would overwrite each other", hint="rename or link one of them")
             stems[stem] = t
-            o.update(json=str(d / fit_name(stem, ".json")),
-                     html=None if no_html else str(d / fit_name(stem, ".html")), csv=None)
-        else:
-            o.update(json=json_path, csv=csv, perfetto=perfetto,
-                     html=None if no_html else (html or _default_html(t, json_path)))
-        planned += [(opt, o[key]) for opt, key in (("--json", "json"), ("--html", "html"), ("--perfetto", "perfetto"))
-                    if o.get(key)]
-        if o["csv"]:
-            planned += [("--csv", str(Path(o["csv"]) / f"{n}.csv")) for n in CSV_NAMES]
-        jobs.append((t, o))
+        chosen = trace_outputs(t, out_dir=(out_dir or ".") if many or out_dir else None, paths=paths, off=off)
+        planned += [(o.flag, f) for o in checked if o.name in chosen for f in o.planned(chosen[o.name])]
+        jobs.append((t, {**base, "outputs": chosen}))
     if out_dir:
         planned.append(("--out-dir", str(Path(out_dir) / "summary.json")))
-        if not no_html:
+        if "html" not in off:
             planned.append(("--out-dir", str(Path(out_dir) / "summary.html")))
         planned.append(("--out-dir", str(Path(out_dir) / "ranks.csv")))
     protect = check_outputs([*traces, *side_inputs], planned, force=force)
@@ -339,12 +346,14 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> RunSummary:
     from nsysan import _startup
 
     _startup.pandas_without_arrow()  # before anything imports pandas (after the prefetch started)
+    from importlib import import_module
+
     from nsysan.analysis import Params, analyze
-    from nsysan.report import timeline
     from nsysan.trace import open_trace
 
-    if opts["html"]:  # the report's libraries too, before the collector resumes
-        from nsysan.report import html, view  # noqa: F401
+    chosen = [o for o in sorted(OUTPUTS, key=lambda o: o.write_order) if opts["outputs"].get(o.name)]
+    for module in [m for o in chosen for m in o.preload]:  # the renderers' libraries, before the collector resumes
+        import_module(module)
     if not opts["quiet"]:  # and the terminal's
         import rich.console
         import rich.text  # noqa: F401
@@ -358,70 +367,53 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> RunSummary:
     prog, show = _progress_factory(opts["quiet"]) if opts.get("interactive") else (None, None)
     if prog:
         prog.start()
-    started: list[Any] = []
     try:
         trace = open_trace(source, progress=_prefixed(show, "loading "), max_rows=opts["max_events"],
                            time_range=opts.get("time_range"))
         params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
                         warmup_factor=opts["warmup_factor"])
 
-        def begin(x: Any) -> None:
-            started.append(x)
-            timeline.start(x)
+        # work an output begins before the rules (the report's timeline), handed to it when it is written;
+        # dropped with this frame when an output cannot be written or the rules fail
+        early: dict[str, Any] = {}
+        starters = [o for o in chosen if o.early and any(opts["outputs"].get(n) for n in o.early_with)]
 
-        outputs: list[str] = []
-        # with both outputs, the report's timeline encodes while the rules run and the JSON is written
-        a = analyze(trace, params, rule_config=opts["rule_config"],
-                    on_analyses=begin if opts["html"] and opts["json"] else None,
+        def begin(x: Any) -> None:
+            early.update((o.name, o.early(x)) for o in starters if o.early)
+
+        a = analyze(trace, params, rule_config=opts["rule_config"], on_analyses=begin if starters else None,
                     progress=_prefixed(show, "analysing: "))
         with together():  # the trace's outputs appear together, or none of them (an error, a signal)
-            _write_outputs(a, trace, trace_path, source, opts, protect, outputs, show)
+            outputs = _write_outputs(a, source, opts, chosen, protect, early, show)
         return summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
     finally:
         if prog:
             prog.stop()
-        for x in started:  # (an output that could not be written, or rules that failed)
-            timeline.discard(x)
 
 
-def _write_outputs(a: Any, trace: Any, trace_path: str, source: Any, opts: dict[str, Any], protect: list[Any],
-                   outputs: list[str], show: Any = None) -> None:
-    from nsysan.report import html as html_mod
-    from nsysan.report import jsonout, view
-
-    kinds = [k for k in ("json", "csv", "html", "perfetto") if opts.get(k)]
-
-    def writing(what: str, kind: str) -> None:
+def _write_outputs(a: Any, source: Any, opts: dict[str, Any], chosen: list[Output], protect: list[Any],
+                   early: dict[str, Any], show: Any = None) -> list[str]:
+    """Each output in ``chosen`` (in its ``write_order``) written; returns how the run names them. The
+    JSON text is kept in the results cache, which ``compare`` and ``diff`` reuse."""
+    outputs = []
+    for i, o in enumerate(chosen):
         if show:
-            show(f"writing {what}", kinds.index(kind), len(kinds))
+            show(f"writing {o.label}", i, len(chosen))
+        path = opts["outputs"][o.name]
+        text = o.write(a, path, force=opts["force"], protect=protect, show_env=opts["show_env"],
+                       early=early.get(o.name))
+        outputs.append(o.shown(path))
+        if o.name == "json" and text is not None:
+            _keep_result(source, opts, text)
+    return outputs
 
-    if opts["json"]:
-        writing("JSON", "json")
-        text = jsonout.to_json(a, show_env=opts["show_env"])
-        write_atomic(Path(opts["json"]), text, force=opts["force"], protect=protect)
-        outputs.append(opts["json"])
-        from nsysan import results
 
-        if not opts["show_env"] and not opts.get("time_range") and results.enabled():  # compare and diff reuse it
-            results.put(results.key(source, results.options_of(
-                opts["iteration_range"], opts["min_gap_ns"], opts["warmup_factor"], opts["rule_config"])), text)
-    if opts["csv"]:
-        writing("CSV tables", "csv")
-        d = Path(opts["csv"])
-        for name, df in jsonout.csv_tables(a).items():
-            write_atomic(d / f"{name}.csv", jsonout.to_csv(df), force=opts["force"], protect=protect)
-        outputs.append(str(d) + "/")
-    if opts["html"]:
-        writing("HTML report", "html")
-        text = html_mod.render(view.build(a, show_env=opts["show_env"], generated_by=f"nsysan {__version__}"))
-        write_atomic(Path(opts["html"]), text, force=opts["force"], protect=protect)
-        outputs.append(opts["html"])
-    if opts.get("perfetto"):
-        from nsysan.report.perfetto import write_perfetto
+def _keep_result(source: Any, opts: dict[str, Any], text: str) -> None:
+    from nsysan import results
 
-        writing("Perfetto timeline", "perfetto")
-        write_perfetto(a, Path(opts["perfetto"]), force=opts["force"], protect=protect)
-        outputs.append(opts["perfetto"])
+    if not opts["show_env"] and not opts.get("time_range") and results.enabled():  # compare and diff reuse it
+        results.put(results.key(source, results.options_of(
+            opts["iteration_range"], opts["min_gap_ns"], opts["warmup_factor"], opts["rule_config"])), text)
 
 
 def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> RunSummary:

@@ -16,13 +16,15 @@ def _fail(message: str) -> None:  # one trace of several failed
 def cmd_analyze(args: argparse.Namespace) -> int:
     from nsysan import _startup, pipeline
     from nsysan.options import analyze_options
+    from nsysan.report.formats import OUTPUTS
 
     _startup.numpy_without_blas_threads()
     many = len(args.traces) > 1 or bool(args.scheduler)
+    paths = {o.name: getattr(args, o.dest) for o in OUTPUTS}
+    off = {o.name for o in OUTPUTS if o.off_dest and getattr(args, o.off_dest)}
     jobs, protect = pipeline.plan_analyze(
-        args.traces, analyze_options(args, many), many=many, out_dir=args.out_dir, json_path=args.json,
-        html=args.html, no_html=args.no_html, csv=args.csv, perfetto=args.perfetto, force=args.force,
-        side_inputs=[str(args.config)] if args.config else [])
+        args.traces, analyze_options(args, many), many=many, out_dir=args.out_dir, paths=paths, off=off,
+        force=args.force, side_inputs=[str(args.config)] if args.config else [])
     if not many:
         res = pipeline.analyze_single(*jobs[0], quiet=args.quiet, max_events=args.max_events,
                                       time_range=args.time_range)

@@ -10,18 +10,15 @@ from pathlib import Path
 
 from nsysan._version import __version__
 from nsysan.options import LazyChoices, add_command, one_line_parser, opt_number, scheduler_address, time_range
+from nsysan.report.formats import OUTPUTS
 
 
 def _analyze(a: argparse.ArgumentParser) -> None:
     a.add_argument("traces", nargs="+", metavar="TRACE", help="nsys SQLite export(s), or 'example'")
-    a.add_argument("--json", metavar="OUT.json", help="write the analysis as JSON (schema nsysan.analysis/2)")
-    a.add_argument("--html", metavar="OUT.html", help="write the HTML report here (default: next to --json, or "
-                   "./<trace>.nsysan.html)")
-    a.add_argument("--no-html", action="store_true", help="do not write an HTML report")
-    a.add_argument("--csv", metavar="DIR", help="write the tables as CSV files into DIR")
-    a.add_argument("--perfetto", metavar="OUT.json", help="write the timeline (GPU ops per stream, idle gaps with "
-                   "their causes, NVTX ranges, CUDA API calls, findings) as Chrome trace-event JSON for "
-                   "ui.perfetto.dev or chrome://tracing")
+    for o in OUTPUTS:  # report/formats.py: one entry per output format
+        a.add_argument(o.flag, metavar=o.metavar, help=o.help)
+        if o.off:
+            a.add_argument(o.off[0], action="store_true", help=o.off[1])
     a.add_argument("--out-dir", metavar="DIR", help="per-trace outputs into DIR (several traces), with summary.json, the cross-rank page summary.html and ranks.csv")
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
                    "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "

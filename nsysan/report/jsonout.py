@@ -315,3 +315,11 @@ def csv_tables(a: Any) -> dict[str, pd.DataFrame]:
                if a.gpu_metrics is not None else {}),
             "findings": pd.DataFrame([{k: v for k, v in f.to_dict().items() if k not in ("evidence", "window")}
                                       for f in a.findings])}
+
+
+def write_csv(a: Any, folder: Path, *, force: bool, protect: Any = ()) -> None:
+    """``--csv DIR``: each of ``csv_tables`` as ``DIR/<name>.csv``."""
+    from nsysan.outputs import write_atomic
+
+    for name, df in csv_tables(a).items():
+        write_atomic(Path(folder) / f"{name}.csv", to_csv(df), force=force, protect=protect)

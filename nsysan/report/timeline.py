@@ -188,7 +188,7 @@ ALL = slice(None)  # every row of a table: its lane uses the columns themselves
 def _narrow(ids: np.ndarray) -> np.ndarray:
     """Name ids in the narrowest of int8, int16 and int32 that holds them (the C lane reads any of
     them): one id per op of a lane of millions, a quarter of the room when the names are few."""
-    from nsysan.trace.load import narrow_type
+    from nsysan.trace.frames import narrow_type
 
     return ids.astype(narrow_type(0, int(ids.max(initial=0)), "int8") or np.int32, copy=False)
 
@@ -296,33 +296,27 @@ def initial_window(a: Any) -> tuple[int, int, str]:
     return cap.start_ns, cap.end_ns, "whole capture"
 
 
-_started: dict[int, tuple[Any, Any]] = {}  # id -> (analysis, future): timelines begun in the background
-
-
-def start(a: Any) -> None:
+def start(a: Any) -> Any:
     """Begin ``build_timeline(a)`` on a background thread (its encoding is mostly C and deflate, which
     release the GIL), so the rules run and the JSON is written meanwhile (the command line calls it
-    from ``analyze(on_analyses=...)``, before the rules); ``build_timeline(a)`` then takes the result,
-    or ``discard(a)`` forgets it (an output that could not be written). Not for a small trace (fewer
-    than ``_executor.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its lanes when asked."""
+    from ``analyze(on_analyses=...)``, before the rules); returns what ``build_timeline(a, begun)``
+    takes the result from (dropping it forgets the work: an output that could not be written). None for
+    a small trace (fewer than ``_executor.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its
+    lanes when asked."""
     from concurrent.futures import ThreadPoolExecutor
 
     if event_rows(a.trace) < SMALL_EVENTS:  # a small trace's lanes are mostly Python: no gain, only switching
-        return
+        return None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-timeline-start")
-    _started[id(a)] = (a, pool.submit(_build_timeline, a))
+    begun = pool.submit(_build_timeline, a)
     pool.shutdown(wait=False)
+    return begun
 
 
-def discard(a: Any) -> None:
-    _started.pop(id(a), None)
-
-
-def build_timeline(a: Any) -> dict[str, Any]:
-    """Lanes for the canvas timeline (see ``_build_timeline``), or the result of ``start(a)``."""
-    begun = _started.pop(id(a), None)
-    if begun is not None and begun[0] is a:
-        return begun[1].result()
+def build_timeline(a: Any, begun: Any = None) -> dict[str, Any]:
+    """Lanes for the canvas timeline (see ``_build_timeline``), or the result of ``begun = start(a)``."""
+    if begun is not None:
+        return begun.result()
     return _build_timeline(a)
 
 

@@ -340,8 +340,9 @@ def _util_plot(a: Any) -> Plot | None:
                      label="GPU utilization over the capture", cls="line util", ymax=100.0, height=160)
 
 
-def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Report:
-    """The report's view model: every section computed and formatted (strings from the trace raw)."""
+def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan", timeline: Any = None) -> Report:
+    """The report's view model: every section computed and formatted (strings from the trace raw).
+    ``timeline``: its lanes begun early (``timeline.start(a)``), or None to build them here."""
     m = a.trace.meta
     used = {int(d) for d in a.ops["device_id"].unique().tolist()} if len(a.ops) else set()
     gpus = _gpus_text(a.trace, used)
@@ -363,7 +364,7 @@ def build(a: Any, *, show_env: bool = False, generated_by: str = "nsysan") -> Re
                  breakdown=breakdown_rows(a), capture_time=capture_rows(a.phases),
                  iteration_plot=_iteration_plot(a), util_plot=_util_plot(a),
                  overlap_bars=_overlap_bars(a),
-                 timeline=build_timeline(a), rules_log=rules_log,
+                 timeline=build_timeline(a, timeline), rules_log=rules_log,
                  warnings=[w for w in m.warnings if not _SHORTENED.match(w)],
                  late_warnings=[w for w in m.warnings if _SHORTENED.match(w)], capture=capture,
                  ranks_view=rv, top_fixes=top_fixes, savings_total=savings_total, subtitle=subtitle,
