@@ -23,7 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from nsysan.trace import columns
-from nsysan.trace.load import Strings
+from nsysan.trace.strings import Strings
 
 KIND_OF = {"int64": "int", "double": "float", "string": "str", "binary": "bytes", "null": "null"}
 

@@ -25,7 +25,7 @@ from nsysan.analysis import analyze
 from nsysan.cli import main
 from nsysan.options import positive_jobs
 from nsysan.trace.columns import from_rows
-from nsysan.trace.load import CUT_MARK, Strings
+from nsysan.trace.strings import CUT_MARK, Strings
 
 UNKNOWN_NAME = "[unknown name]"
 

@@ -230,7 +230,7 @@ def test_columns_of_one_value_are_broadcast_and_equal_sql(fixture_dir, load, nam
     are ordinary arrays."""
     import sqlite3
 
-    from nsysan.trace.load import CONSTANT_MIN_ROWS
+    from nsysan.trace.model import CONSTANT_MIN_ROWS
 
     t = load(name)
     con = sqlite3.connect(fixture_dir / f"{name}.sqlite")
@@ -259,7 +259,7 @@ def test_a_wholly_missing_nullable_column_is_one_broadcast_missing_value(fixture
     otherwise the values as SQL has them."""
     import sqlite3
 
-    from nsysan.trace.load import CONSTANT_MIN_ROWS
+    from nsysan.trace.model import CONSTANT_MIN_ROWS
 
     k = load(name).kernels
     con = sqlite3.connect(fixture_dir / f"{name}.sqlite")

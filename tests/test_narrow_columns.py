@@ -1,4 +1,4 @@
-"""Narrow integer columns (``schema.NARROW``, ``load._narrow``, the direct reader's int32 outputs).
+"""Narrow integer columns (``schema.NARROW``, ``frames._narrow``, the direct reader's int32 outputs).
 
 The loaded tables keep ids in int32 and grid/block dimensions in as little as int8 when the trace's
 values allow, checked per column and per trace. Truth comes from SQL on copies of a fixture whose
@@ -21,7 +21,7 @@ import sqltruth
 import nsysan
 from nsysan.report import jsonout
 from nsysan.trace import direct
-from nsysan.trace import load as load_mod
+from nsysan.trace import frames as frames_mod
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -74,7 +74,7 @@ def test_columns_are_narrow_where_the_values_allow(fixture_dir, reader):
              [("grid_x", "gridX"), ("block_x", "blockX"), ("correlation_id", "correlationId"),
               ("stream_id", "streamId")]}
     for c, (lo, hi) in lo_hi.items():
-        want = load_mod.narrow_type(lo, hi, "int8" if c.startswith(("grid", "block")) else "int32")
+        want = frames_mod.narrow_type(lo, hi, "int8" if c.startswith(("grid", "block")) else "int32")
         assert want is not None and k[c].dtype == np.dtype(want), (c, lo, hi, k[c].dtype)
     _column_is(k, "grid_x", path, f"SELECT gridX FROM {KERNEL}")
     _column_is(k, "block_x", path, f"SELECT blockX FROM {KERNEL}")
@@ -142,13 +142,13 @@ def test_grid_and_block_beyond_their_narrow_types(fixture_dir, tmp_path, reader)
 
 def test_narrow_type_bounds():
     i8, i16, i32 = np.iinfo(np.int8), np.iinfo(np.int16), np.iinfo(np.int32)
-    assert load_mod.narrow_type(i8.min, i8.max, "int8") is np.int8
-    assert load_mod.narrow_type(i8.min - 1, 0, "int8") is np.int16
-    assert load_mod.narrow_type(0, i16.max + 1, "int8") is np.int32
-    assert load_mod.narrow_type(0, 1, "int32") is np.int32
-    assert load_mod.narrow_type(i32.min, i32.max, "int16") is np.int32
-    assert load_mod.narrow_type(0, i32.max + 1, "int32") is None
-    assert load_mod.narrow_type(i32.min - 1, 0, "int8") is None
+    assert frames_mod.narrow_type(i8.min, i8.max, "int8") is np.int8
+    assert frames_mod.narrow_type(i8.min - 1, 0, "int8") is np.int16
+    assert frames_mod.narrow_type(0, i16.max + 1, "int8") is np.int32
+    assert frames_mod.narrow_type(0, 1, "int32") is np.int32
+    assert frames_mod.narrow_type(i32.min, i32.max, "int16") is np.int32
+    assert frames_mod.narrow_type(0, i32.max + 1, "int32") is None
+    assert frames_mod.narrow_type(i32.min - 1, 0, "int8") is None
 
 
 def test_pid_and_tid_fields_of_any_global_id():
@@ -158,7 +158,7 @@ def test_pid_and_tid_fields_of_any_global_id():
     g = np.concatenate([rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=5000, dtype=np.int64),
                         np.array([0, -1, 1, 2**24 - 1, 2**24, 2**48 + (5 << 24) + 9, np.iinfo(np.int64).max,
                                   np.iinfo(np.int64).min], dtype=np.int64)])
-    pid, tid = load_mod._field24(g, 24), load_mod._field24(g, 0)
+    pid, tid = frames_mod._field24(g, 24), frames_mod._field24(g, 0)
     assert pid.dtype == np.int32 and tid.dtype == np.int32
     assert pid.tolist() == [(int(v) >> 24) & 0xFFFFFF for v in g.tolist()]
     assert tid.tolist() == [int(v) & 0xFFFFFF for v in g.tolist()]

@@ -25,6 +25,7 @@ from nsysan.analyses import intervals as iv
 from nsysan.report import html as html_mod
 from nsysan.report import timeline, view
 from nsysan.trace import direct
+from nsysan.trace import finish as finish_mod
 from nsysan.trace import load as load_mod
 
 
@@ -199,7 +200,7 @@ def test_nested_duplicates_dropped_as_defined():
         start = rng.integers(0, 1000, size=n)
         df = pd.DataFrame({"correlation_id": ids, "global_tid": rng.integers(0, 3, size=n), "start_ns": start,
                            "end_ns": start + rng.integers(0, 200, size=n)})
-        got = load_mod._drop_nested_duplicates(df)
+        got = finish_mod._drop_nested_duplicates(df)
         want = df.iloc[_kept_by_definition(df)].reset_index(drop=True)
         pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
 
@@ -689,7 +690,7 @@ def test_busy_stream_keys_of_broadcast_columns_equal_packed_keys():
     """Busy.stream_keys over the loader's broadcast pid and stream columns gives the packed key of
     every selected op, as over full columns."""
     from nsysan.analyses import gpu
-    from nsysan.trace.load import constant_column
+    from nsysan.trace.model import constant_column
 
     n = 5000
     st_ = np.arange(n, dtype=np.int64) * 10

@@ -175,6 +175,16 @@ def from_arrow(table: Any) -> Columns:
     return Columns(out, table.num_rows)
 
 
+def _numeric(values: list[Any]) -> Col:
+    """Text read as numbers (``pd.to_numeric``, coerced): what is not a number becomes NULL."""
+    num = np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce"))
+    if num.dtype.kind == "f":
+        return Col("float", num.astype(np.float64, copy=False), np.isnan(num))
+    if num.dtype.kind in "iub":
+        return Col("int", num.astype(np.int64))
+    return Col("float", num.astype(np.float64))
+
+
 def str_objects(values: Iterable[object]) -> np.ndarray:
     """``str(v)`` of each value, as an object array. Never ``np.asarray(...).astype(str)``: numpy's
     string dtype is fixed-width, so one 8 kB NVTX text among 300,000 short ones made it 10 GB."""

@@ -22,7 +22,7 @@ columns of one value so too (``analyses.frames.compact``: the GPU ops' op, kind,
 api_name codes, the launches' flags, the gaps' tid; 15 MiB on the 245 MB replica).
 
 Common columns: ``start_ns``, ``end_ns``, ``dur_ns`` (= end - start), ``pid``, ``tid`` (decoded from
-nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``load._decode_ids``). The int64 global
+nsys' ``globalTid = vm<<48 | pid<<24 | tid`` in one place, ``frames._decode_ids``). The int64 global
 ids of the event tables (``global_tid`` of cuda_api and osrt, ``global_pid`` of the GPU tables and
 those two) are extra: the analyses read pid and tid, and on a 245 MB trace the ids were 57 of the
 tables' 260 MiB. So are those of the side tables ``gpu_memory_usage`` and ``sched`` (millions of rows

@@ -39,7 +39,7 @@ from nsysan.trace.db import _connect
 PY_SAMPLING = "Python Periodic Sampling"
 PY_BACKTRACE = "Python Backtrace on CUDA"
 MAX_SAMPLES = 5_000_000
-MAX_NAME = 8192  # characters of a symbol, module, function or file name kept (trace.load.MAX_STRING)
+MAX_NAME = 8192  # characters of a symbol, module, function or file name kept (trace.strings.MAX_STRING)
 TID_MASK = (1 << 48) - 1  # globalTid without the VM bits: pid << 24 | tid
 
 Frame = tuple[str, str, int]

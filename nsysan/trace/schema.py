@@ -164,7 +164,7 @@ UM_CPU_FAULTS = TableSpec("um_cpu_faults", ("CUDA_UM_CPU_PAGE_FAULT_EVENTS",), (
 ), required=("start",))
 
 # Columns stored in the narrowest signed integer type their values allow, checked per trace at load
-# (``load._narrow``): never narrower than the type given, int64 when a value is beyond int32 (an id
+# (``frames._narrow``): never narrower than the type given, int64 when a value is beyond int32 (an id
 # above 2^31 keeps int64). Times, durations, byte counts and global ids always stay int64; ``pid`` and
 # ``tid`` (24 bits each, decoded from globalTid) are int32 in every table. Grid and block dimensions
 # go as small as int8: their only consumer widens them (analyses.summaries); ids that analyses
