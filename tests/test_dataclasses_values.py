@@ -64,9 +64,8 @@ def test_iteration_stats_json_leaves_out_what_was_not_measured():
     assert IterationStats().to_json() == {}
     st = IterationStats(count=3, sequences=1, p50_ns=10, headline="latency", warmup_count=0, inferred_loops=[])
     assert list(st.to_json()) == ["count", "sequences", "p50_ns", "headline", "warmup_count", "inferred_loops"]
-    # readers not yet on the attributes (rules, analyses.ranks) still ask as of a dict
-    assert st.get("p50_ns") == 10 and st.get("period_p50_ns") is None and st.get("period_p50_ns", 0) == 0
-    assert st.get("no_such_key", 1) == 1
+    assert st.p50_ns == 10 and st.period_p50_ns is None
+    assert not hasattr(st, "get")  # read by attribute everywhere: no dict-like access left
 
 
 def test_run_summary_travels_between_processes():

@@ -129,7 +129,7 @@ def check(ctx: RuleContext, *, min_frac: float, min_ns: int) -> Iterator[Finding
     # so the job saves at most what the most exposed device would (its skew to the others is not saved)
     wall = iv.total(*cl)
     impact = min(wall, worst_exposed)
-    it_note = (f" Iteration time p50: {fmt_ns(a.iterations.stats.get('p50_ns'))}."
+    it_note = (f" Iteration time p50: {fmt_ns(a.iterations.stats.p50_ns)}."
                if len(per_it) and a.iterations.range_name else "")
     multi = (f" On {len(parts)} devices: {fmt_ns(wall)} of wall-clock time exposed; overlap would save "
              f"{fmt_ns(worst_exposed)} on the device that saves most (what the job can save: its ranks move "

@@ -133,7 +133,7 @@ def check(ctx: RuleContext, *, min_frac: float, min_gap_frac_of_iteration: float
     rows = window_gap_rows(ctx, ("host", "sync"))
     if len(rows) == 0 or w.dur_ns == 0:
         return
-    p50 = int(ctx.a.iterations.stats.get("p50_ns", 0) or 0)
+    p50 = int(ctx.a.iterations.stats.p50_ns or 0)
     min_gap = int(p50 * min_gap_frac_of_iteration) if p50 else 0
     rows = rows[_wait_ns(full, rows) >= min_gap]
     one = one_time_mask(ctx, recurrence_keys(ctx, full["activity"].iloc[rows]), full["gap_ns"].to_numpy()[rows],

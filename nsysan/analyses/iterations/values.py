@@ -59,15 +59,7 @@ class IterationStats:
         """The measured fields, in their order (the JSON's ``iterations.stats``)."""
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """``stats.get(key)`` as when this was a dict: for readers outside the iteration model not yet
-        moved to the attributes (``rules/exposed_communication``, ``rules/host_bound_gap``,
-        ``analyses/ranks``). New code reads the attributes."""
-        v = getattr(self, key, None) if key in _STAT_NAMES else None
-        return default if v is None else v
 
-
-_STAT_NAMES = frozenset(f.name for f in fields(IterationStats))
 
 
 class Choice(Enum):
