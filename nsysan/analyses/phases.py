@@ -133,18 +133,21 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
     span = g0 - c0
     if span <= 0:
         return []
-    frames = []
-    for src, df in (("CUDA", cuda_api), ("OS", osrt)):
+    frames: list[pd.DataFrame] = []
+    texts: list[str] = []  # each call's name as a code into ``texts`` (text made only per distinct name)
+    for df in (cuda_api, osrt):
         if df is None or len(df) == 0:
             continue
         st, en = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
-        m = (st < g0) & (en > c0)
-        if not m.any():
+        m = np.flatnonzero((st < g0) & (en > c0))
+        if not len(m):
             continue
+        codes, uniq = pd.factorize(df["name"].iloc[m], use_na_sentinel=False)
         frames.append(pd.DataFrame({"tid": df["tid"].to_numpy()[m].astype(np.int64),
                                     "pid": df["pid"].to_numpy()[m].astype(np.int64),
                                     "start": np.clip(st[m], c0, g0), "end": np.clip(en[m], c0, g0),
-                                    "name": df["name"].iloc[np.flatnonzero(m)].astype(str).to_numpy(), "src": src}))
+                                    "name": codes.astype(np.int64) + len(texts)}))
+        texts += [str(u) for u in uniq]
     if not frames:
         return [{"what": "untraced CPU work", "ns": span}]
     f = pd.concat(frames, ignore_index=True)
@@ -158,8 +161,8 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
     st, en = f["start"].to_numpy(), f["end"].to_numpy()
     reach = np.maximum.accumulate(np.concatenate([[c0], en[:-1]]))
     own = np.maximum(en - np.maximum(st, reach), 0)
-    by = pd.Series(own, index=f["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False, kind="stable")
-    out: list[dict[str, Any]] = [{"what": str(k), "ns": int(v)} for k, v in by.items() if v > 0][:MAX_FILLED]
+    by = _sum_by_name(own, f["name"].to_numpy(), texts)
+    out: list[dict[str, Any]] = [{"what": k, "ns": v} for k, v in by if v > 0][:MAX_FILLED]
     traced = int(own.sum())
     shown = sum(x["ns"] for x in out)
     if traced - shown > 0:
@@ -169,3 +172,19 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
     if untraced > 0:
         out.append({"what": "untraced CPU work", "ns": untraced})
     return sorted(out, key=lambda x: -x["ns"])
+
+
+def _sum_by_name(own: np.ndarray, codes: np.ndarray, texts: list[str]) -> list[tuple[str, int]]:
+    """The time of each name (``codes`` into ``texts``; names alike in text are one), largest first,
+    ties in name order."""
+    if not len(codes):
+        return []
+    names, key = np.unique(np.array(texts, dtype=object), return_inverse=True)
+    row_key = key[codes]
+    sums = np.zeros(len(names), dtype=np.int64)
+    np.add.at(sums, row_key, own.astype(np.int64))
+    present = np.zeros(len(names), dtype=bool)
+    present[row_key] = True
+    keep = np.flatnonzero(present)
+    order = keep[np.argsort(-sums[keep], kind="stable")]
+    return [(str(names[i]), int(sums[i])) for i in order]

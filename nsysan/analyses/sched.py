@@ -137,15 +137,18 @@ class Schedule:
         out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         m = (o["pid"].to_numpy() == key[0]) & (o["tid"].to_numpy() == key[1]) if len(o) else np.zeros(0, bool)
         if m.any():
-            cs, ce = o["start_ns"].to_numpy(np.int64)[m], o["end_ns"].to_numpy(np.int64)[m]
-            names = o["name"].astype(str).to_numpy()[m]
+            rows = np.flatnonzero(m)
+            cs, ce = o["start_ns"].to_numpy(np.int64)[rows], o["end_ns"].to_numpy(np.int64)[rows]
+            codes, uniq = pd.factorize(o["name"].iloc[rows], use_na_sentinel=False)  # text per distinct name
             order = np.argsort(cs, kind="stable")
-            cs, ce, names = cs[order], ce[order], names[order]
+            cs, ce, codes = cs[order], ce[order], codes[order]
             is_, ie, ids = iv.innermost(cs, ce)
-            owner = names[ids]
-            for name in np.unique(owner).tolist():
-                k = owner == name
-                out[name] = (is_[k], ie[k])
+            names, name_of = np.unique(np.array([str(u) for u in uniq], dtype=object), return_inverse=True)
+            owner = name_of[codes[ids]]  # names alike in text are one
+            by = np.argsort(owner, kind="stable")  # each name's segments in time order
+            cut = np.flatnonzero(np.diff(owner[by])) + 1
+            for part in np.split(by, cut) if len(by) else []:
+                out[str(names[owner[part[0]]])] = (is_[part], ie[part])
         self._segments[key] = out
         return out
 
