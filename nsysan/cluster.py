@@ -16,13 +16,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsysan.errors import NsysanError, UsageError
 
+if TYPE_CHECKING:
+    from nsysan.options import RunOptions
 
-def _task(trace: str, opts: dict[str, Any]) -> dict[str, Any]:
+
+def _task(trace: str, opts: RunOptions) -> dict[str, Any]:
     """Runs on a worker."""
     from nsysan.pipeline import analyze_one
 
@@ -32,13 +36,9 @@ def _task(trace: str, opts: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"{type(e).__name__}: {e}", "exit_code": e.exit_code, "trace": trace}
 
 
-def absolute(jobs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    for trace, opts in jobs:
-        o = dict(opts)
-        o["outputs"] = {k: str(Path(v).resolve()) for k, v in opts["outputs"].items()}
-        out.append((str(Path(trace).resolve()), o))
-    return out
+def absolute(jobs: list[tuple[str, RunOptions]]) -> list[tuple[str, RunOptions]]:
+    return [(str(Path(t).resolve()), replace(o, outputs={k: str(Path(v).resolve()) for k, v in o.outputs.items()}))
+            for t, o in jobs]
 
 
 _START_HINT = "start one with `dask scheduler` (and `dask worker ADDRESS` on each node)"
@@ -102,7 +102,7 @@ def _wait_for_workers(client: Any, address: str, timeout_s: float) -> None:
                          hint="start them with `dask worker ADDRESS` on each node") from e
 
 
-def run(address: str, jobs: list[tuple[str, dict[str, Any]]], *, timeout_s: float = 30,
+def run(address: str, jobs: list[tuple[str, RunOptions]], *, timeout_s: float = 30,
         on_result: Callable[[dict[str, Any]], None] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Submit one task per trace to the scheduler at ``address``; returns (results, errors) in the
     order the traces were given."""
@@ -161,7 +161,7 @@ def run(address: str, jobs: list[tuple[str, dict[str, Any]]], *, timeout_s: floa
     return results, errors
 
 
-def run_many(address: str, jobs: list[tuple[str, dict[str, Any]]], *, timeout_s: float,
+def run_many(address: str, jobs: list[tuple[str, RunOptions]], *, timeout_s: float,
              on_error: Callable[[str], None]) -> tuple[list[dict[str, Any]], int]:
     """``pipeline.run_many`` on the cluster at ``address``: the summaries, each failure to ``on_error``
     (in the traces' order), and their number."""

@@ -10,6 +10,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -203,25 +204,61 @@ def disabled_rules(names: Iterable[str], option: str = "--disable") -> dict[str,
     return {r: True for r in names}
 
 
-def command_rule_config(config: Path | None, set_items: Sequence[str] | None,
-                        disable: Sequence[str] | None) -> dict[str, Any]:
-    """The rule configuration of ``--config``, then ``--set`` over it, then ``--disable``."""
-    rule_config: dict[str, Any] = load_config(config)
-    for rid, th in parse_set(set_items or []).items():
-        rule_config.setdefault(rid, {}).update(th)
-    if disable:
-        rule_config["_disabled"] = disabled_rules(disable)
-    return rule_config
+@dataclass(frozen=True)
+class RuleConfig:
+    """The rules' configuration of ``analyze``: the thresholds (``--config``, then ``--set`` over it) and
+    the rules not to run (``--disable``). ``as_dict`` is the ``{rule: {threshold: value}, "_disabled":
+    {rule: True}}`` that ``nsysan.analysis.analyze`` and the results cache take."""
+
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    disabled: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, config: Path | None, set_items: Sequence[str] | None,
+              disable: Sequence[str] | None) -> RuleConfig:
+        """The rule configuration of ``--config``, then ``--set`` over it, then ``--disable``."""
+        thresholds: dict[str, dict[str, Any]] = load_config(config)
+        for rid, th in parse_set(set_items or []).items():
+            thresholds.setdefault(rid, {}).update(th)
+        return cls(thresholds, tuple(disabled_rules(disable)) if disable else ())
+
+    def as_dict(self) -> dict[str, Any]:
+        """A new dict each time (its reader may change it)."""
+        out: dict[str, Any] = {rid: dict(th) for rid, th in self.thresholds.items()}
+        if self.disabled:
+            out["_disabled"] = dict.fromkeys(self.disabled, True)
+        return out
 
 
-def analyze_options(args: Any, many: bool) -> dict[str, Any]:
-    """The options every trace of the ``analyze`` command shares (its parsed ``args``); its outputs are
-    ``pipeline.plan_analyze``'s."""
-    rule_config = command_rule_config(args.config, args.set, args.disable)
-    return {"iteration_range": args.iteration_range, "min_gap_ns": int(args.min_gap_us * 1000),
-            "warmup_factor": args.warmup_factor, "rule_config": rule_config, "show_env": args.show_env,
-            "force": args.force, "quiet": args.quiet, "max_events": args.max_events, "interactive": not many,
-            "time_range": args.time_range}
+@dataclass(frozen=True)
+class RunOptions:
+    """What one trace of ``analyze`` is run with, made once from the parsed arguments
+    (``from_args``); each trace's own outputs (``outputs``: path by output name, ``report.formats``),
+    the inputs' identities not to write over (``protect``) and the SQLite file read (``source``) are
+    set by ``pipeline.plan_analyze`` and ``analyze_single``. Plain values: it pickles, to a process
+    of ``--jobs`` or a Dask worker. The defaults are the command line's."""
+
+    iteration_range: str | None = None
+    min_gap_ns: int = 10_000
+    warmup_factor: float = 1.5
+    rule_config: RuleConfig = field(default_factory=RuleConfig)
+    show_env: bool = False
+    force: bool = False
+    quiet: bool = False
+    max_events: int = 200_000_000
+    interactive: bool = False  # one trace in this process: a progress line on a terminal
+    time_range: tuple[float, float] | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    protect: tuple[tuple[int, int], ...] = ()
+    source: str | None = None
+
+    @classmethod
+    def from_args(cls, args: Any, many: bool) -> RunOptions:
+        """The options every trace of the ``analyze`` command shares (its parsed ``args``)."""
+        return cls(iteration_range=args.iteration_range, min_gap_ns=int(args.min_gap_us * 1000),
+                   warmup_factor=args.warmup_factor, rule_config=RuleConfig.build(args.config, args.set, args.disable),
+                   show_env=args.show_env, force=args.force, quiet=args.quiet, max_events=args.max_events,
+                   interactive=not many, time_range=args.time_range)
 
 
 # -- the command line's option values (argparse ``type=``: a bad value is its usage error) ---------

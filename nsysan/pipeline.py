@@ -12,8 +12,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsysan.errors import NsysanError, OutputError, OutputExistsError, UsageError
 from nsysan.outputs import identity as _identity
@@ -21,6 +22,9 @@ from nsysan.outputs import own_output, path_too_long, reason, refuse_special, to
 from nsysan.report.formats import OUTPUTS, Output, fit_name
 from nsysan.report.summary import CaptureTime, FixLine, RunSummary
 from nsysan.units import clean_text as _say
+
+if TYPE_CHECKING:
+    from nsysan.options import RunOptions
 
 
 def _progress_factory(quiet: bool) -> Any:
@@ -157,16 +161,16 @@ def trace_outputs(trace: str, *, out_dir: str | None, paths: dict[str, str | Non
     return chosen
 
 
-def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out_dir: str | None,
+def plan_analyze(traces: Sequence[str], base: RunOptions, *, many: bool, out_dir: str | None,
                  paths: dict[str, str | None], off: set[str], force: bool,
-                 side_inputs: Sequence[str] = ()) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[int, int]]]:
+                 side_inputs: Sequence[str] = ()) -> tuple[list[tuple[str, RunOptions]], list[tuple[int, int]]]:
     """Each trace's options (``base`` and its ``outputs``, by name: ``report.formats``), the combination
     checked (``check_combination``) and every output (``check_outputs``) before any trace is opened:
     nothing is analysed for an output that cannot be written, and no output can be written over an
     input (a trace, or a ``side_inputs`` file such as ``--config``). ``paths``: the outputs' options,
     by name; ``off``: the names turned off (``--no-html``). Returns the jobs and the inputs' identities."""
     check_combination(many=many, out_dir=out_dir, paths=paths)
-    jobs = []
+    jobs: list[tuple[str, dict[str, str]]] = []
     planned: list[tuple[str, str]] = []
     stems: dict[str, str] = {}
     checked = sorted(OUTPUTS, key=lambda o: o.files is not None)  # the files, then the folders' files
@@ -179,33 +183,31 @@ def plan_analyze(traces: Sequence[str], base: dict[str, Any], *, many: bool, out
             stems[stem] = t
         chosen = trace_outputs(t, out_dir=(out_dir or ".") if many or out_dir else None, paths=paths, off=off)
         planned += [(o.flag, f) for o in checked if o.name in chosen for f in o.planned(chosen[o.name])]
-        jobs.append((t, {**base, "outputs": chosen}))
+        jobs.append((t, chosen))
     if out_dir:
         planned.append(("--out-dir", str(Path(out_dir) / "summary.json")))
         if "html" not in off:
             planned.append(("--out-dir", str(Path(out_dir) / "summary.html")))
         planned.append(("--out-dir", str(Path(out_dir) / "ranks.csv")))
     protect = check_outputs([*traces, *side_inputs], planned, force=force)
-    for _, o in jobs:
-        o["protect"] = protect
-    return jobs, protect
+    shared = tuple(tuple(x) for x in protect)
+    return [(t, replace(base, outputs=chosen, protect=shared)) for t, chosen in jobs], protect
 
 
-def analyze_single(trace: str, opts: dict[str, Any], *, quiet: bool, max_events: int,
-                   time_range: Any) -> RunSummary:
+def analyze_single(trace: str, opts: RunOptions) -> RunSummary:
     """One trace in this process: the big tables decode on background threads (C, no GIL) while
     pandas is being imported."""
     from nsysan.trace import prefetch
 
-    opts["source"] = resolve_input(trace, quiet)
-    if not time_range:  # the prefetch decodes whole tables; a range is kept while decoding
-        prefetch.start(opts["source"], max_rows=max_events)
+    opts = replace(opts, source=resolve_input(trace, opts.quiet))
+    if not opts.time_range:  # the prefetch decodes whole tables; a range is kept while decoding
+        prefetch.start(opts.source, max_rows=opts.max_events)
     return analyze_one(trace, opts)
 
 
 # -- several traces --------------------------------------------------------------------------------
 
-def run_many(jobs: list[tuple[str, dict[str, Any]]], *, jobs_n: int,
+def run_many(jobs: list[tuple[str, RunOptions]], *, jobs_n: int,
              on_error: Callable[[str], None]) -> tuple[list[RunSummary], int]:
     """Several traces in local processes (``cluster.run_many``: on a Dask cluster); each failure goes
     to ``on_error`` as it comes. Returns the summaries and the number of failures. An output that
@@ -341,7 +343,7 @@ def ladder(traces: Sequence[str], names: str | None, *, metric: str | None, iter
 
 # -- one trace ------------------------------------------------------------------------------------------
 
-def analyze_one(trace_path: str, opts: dict[str, Any]) -> RunSummary:
+def analyze_one(trace_path: str, opts: RunOptions) -> RunSummary:
     """Analyse one trace and write its outputs; returns a small summary (used in parallel runs)."""
     from nsysan import _startup
 
@@ -351,37 +353,37 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> RunSummary:
     from nsysan.analysis import Params, analyze
     from nsysan.trace import open_trace
 
-    chosen = [o for o in sorted(OUTPUTS, key=lambda o: o.write_order) if opts["outputs"].get(o.name)]
+    chosen = [o for o in sorted(OUTPUTS, key=lambda o: o.write_order) if opts.outputs.get(o.name)]
     for module in [m for o in chosen for m in o.preload]:  # the renderers' libraries, before the collector resumes
         import_module(module)
-    if not opts["quiet"]:  # and the terminal's
+    if not opts.quiet:  # and the terminal's
         import rich.console
         import rich.text  # noqa: F401
     _startup.resume_collector()
 
     t0 = time.perf_counter()
     # a .nsys-rep is read from its export (made once into the cache); names stay the user's
-    source = opts.get("source") or resolve_input(trace_path, opts["quiet"])
-    protect = [tuple(x) for x in opts.get("protect", ())] + [i for i in [_identity(source)] if i is not None]
+    source = opts.source or resolve_input(trace_path, opts.quiet)
+    protect = [tuple(x) for x in opts.protect] + [i for i in [_identity(source)] if i is not None]
     # one progress line on a terminal, from the load to the last output (a 2.5 GB trace: 19 s on 2 cores)
-    prog, show = _progress_factory(opts["quiet"]) if opts.get("interactive") else (None, None)
+    prog, show = _progress_factory(opts.quiet) if opts.interactive else (None, None)
     if prog:
         prog.start()
     try:
-        trace = open_trace(source, progress=_prefixed(show, "loading "), max_rows=opts["max_events"],
-                           time_range=opts.get("time_range"))
-        params = Params(iteration_range=opts["iteration_range"], min_gap_ns=opts["min_gap_ns"],
-                        warmup_factor=opts["warmup_factor"])
+        trace = open_trace(source, progress=_prefixed(show, "loading "), max_rows=opts.max_events,
+                           time_range=opts.time_range)
+        params = Params(iteration_range=opts.iteration_range, min_gap_ns=opts.min_gap_ns,
+                        warmup_factor=opts.warmup_factor)
 
         # work an output begins before the rules (the report's timeline), handed to it when it is written;
         # dropped with this frame when an output cannot be written or the rules fail
         early: dict[str, Any] = {}
-        starters = [o for o in chosen if o.early and any(opts["outputs"].get(n) for n in o.early_with)]
+        starters = [o for o in chosen if o.early and any(opts.outputs.get(n) for n in o.early_with)]
 
         def begin(x: Any) -> None:
             early.update((o.name, o.early(x)) for o in starters if o.early)
 
-        a = analyze(trace, params, rule_config=opts["rule_config"], on_analyses=begin if starters else None,
+        a = analyze(trace, params, rule_config=opts.rule_config.as_dict(), on_analyses=begin if starters else None,
                     progress=_prefixed(show, "analysing: "))
         with together():  # the trace's outputs appear together, or none of them (an error, a signal)
             outputs = _write_outputs(a, source, opts, chosen, protect, early, show)
@@ -391,7 +393,7 @@ def analyze_one(trace_path: str, opts: dict[str, Any]) -> RunSummary:
             prog.stop()
 
 
-def _write_outputs(a: Any, source: Any, opts: dict[str, Any], chosen: list[Output], protect: list[Any],
+def _write_outputs(a: Any, source: Any, opts: RunOptions, chosen: list[Output], protect: list[Any],
                    early: dict[str, Any], show: Any = None) -> list[str]:
     """Each output in ``chosen`` (in its ``write_order``) written; returns how the run names them. The
     JSON text is kept in the results cache, which ``compare`` and ``diff`` reuse."""
@@ -399,8 +401,8 @@ def _write_outputs(a: Any, source: Any, opts: dict[str, Any], chosen: list[Outpu
     for i, o in enumerate(chosen):
         if show:
             show(f"writing {o.label}", i, len(chosen))
-        path = opts["outputs"][o.name]
-        text = o.write(a, path, force=opts["force"], protect=protect, show_env=opts["show_env"],
+        path = opts.outputs[o.name]
+        text = o.write(a, path, force=opts.force, protect=protect, show_env=opts.show_env,
                        early=early.get(o.name))
         outputs.append(o.shown(path))
         if o.name == "json" and text is not None:
@@ -408,12 +410,12 @@ def _write_outputs(a: Any, source: Any, opts: dict[str, Any], chosen: list[Outpu
     return outputs
 
 
-def _keep_result(source: Any, opts: dict[str, Any], text: str) -> None:
+def _keep_result(source: Any, opts: RunOptions, text: str) -> None:
     from nsysan import results
 
-    if not opts["show_env"] and not opts.get("time_range") and results.enabled():  # compare and diff reuse it
+    if not opts.show_env and not opts.time_range and results.enabled():  # compare and diff reuse it
         results.put(results.key(source, results.options_of(
-            opts["iteration_range"], opts["min_gap_ns"], opts["warmup_factor"], opts["rule_config"])), text)
+            opts.iteration_range, opts.min_gap_ns, opts.warmup_factor, opts.rule_config.as_dict())), text)
 
 
 def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> RunSummary:

@@ -12,6 +12,7 @@ from nsysan import api, pipeline
 from nsysan.cli import main
 from nsysan.cli.parser import build_parser
 from nsysan.errors import UsageError
+from nsysan.options import RunOptions
 from nsysan.report import formats, timeline
 from nsysan.report.formats import OUTPUTS, Output
 
@@ -63,9 +64,9 @@ def test_a_new_format_is_one_entry(summary_format, fixture_dir: Path, tmp_path: 
     assert api.render(a, "summary") == out.read_text()
     assert api.write(a, "summary", tmp_path / "api.txt").read_text() == out.read_text()
     # AND --out-dir plans it per trace, and the combinations name it
-    jobs, _ = pipeline.plan_analyze([trace], {}, many=False, out_dir=str(tmp_path / "d"), paths={}, off=set(),
+    jobs, _ = pipeline.plan_analyze([trace], RunOptions(), many=False, out_dir=str(tmp_path / "d"), paths={}, off=set(),
                                     force=False)
-    assert jobs[0][1]["outputs"]["summary"] == str(tmp_path / "d" / "ladder_baseline.txt")
+    assert jobs[0][1].outputs["summary"] == str(tmp_path / "d" / "ladder_baseline.txt")
     with pytest.raises(UsageError, match=r"<trace>\.txt per trace; .* --csv or --summary-txt"):
         pipeline.check_combination(many=False, out_dir="d", paths={"summary": "x.txt"})
     # AND a second format of the same name is refused

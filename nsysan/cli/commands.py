@@ -15,7 +15,7 @@ def _fail(message: str) -> None:  # one trace of several failed
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from nsysan import _startup, pipeline
-    from nsysan.options import analyze_options
+    from nsysan.options import RunOptions
     from nsysan.report.formats import OUTPUTS
 
     _startup.numpy_without_blas_threads()
@@ -23,11 +23,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     paths = {o.name: getattr(args, o.dest) for o in OUTPUTS}
     off = {o.name for o in OUTPUTS if o.off_dest and getattr(args, o.off_dest)}
     jobs, protect = pipeline.plan_analyze(
-        args.traces, analyze_options(args, many), many=many, out_dir=args.out_dir, paths=paths, off=off,
+        args.traces, RunOptions.from_args(args, many), many=many, out_dir=args.out_dir, paths=paths, off=off,
         force=args.force, side_inputs=[str(args.config)] if args.config else [])
     if not many:
-        res = pipeline.analyze_single(*jobs[0], quiet=args.quiet, max_events=args.max_events,
-                                      time_range=args.time_range)
+        res = pipeline.analyze_single(*jobs[0])
         if not args.quiet:
             from nsysan.report.terminal import print_summary
 
