@@ -44,10 +44,10 @@ SCHEMA = "nsysan.analysis/2"
 def _capture_window(trace: Trace, ops: pd.DataFrame) -> Window:
     m = trace.meta
     if m.start_ns is not None and m.end_ns is not None and m.end_ns > m.start_ns:
-        return Window(m.start_ns, m.end_ns, "capture")
+        return Window(m.start_ns, m.end_ns, "capture", "capture")
     if len(ops):
-        return Window(int(ops["start_ns"].min()), int(ops["end_ns"].max()), "gpu activity")
-    return Window(0, 0, "empty")
+        return Window(int(ops["start_ns"].min()), int(ops["end_ns"].max()), "gpu activity", "gpu_activity")
+    return Window(0, 0, "empty", "empty")
 
 
 def gpu_active(ops: pd.DataFrame, capture: Window) -> Window:
@@ -62,9 +62,9 @@ def gpu_active(ops: pd.DataFrame, capture: Window) -> Window:
     if done.any() and not done.all():
         ops = ops.loc[done]
     lo, hi = int(ops["start_ns"].min()), int(ops["end_ns"].max())
-    if capture.label == "capture":
+    if capture.kind == "capture":
         lo, hi = max(lo, capture.start_ns), min(hi, capture.end_ns)
-    return Window(lo, hi, "GPU-active part") if hi > lo else capture
+    return Window(lo, hi, "GPU-active part", "gpu_active") if hi > lo else capture
 
 
 def _gaps(trace: Trace, ops: pd.DataFrame, capture: Window,

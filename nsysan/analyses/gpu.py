@@ -9,7 +9,7 @@ processes' stream 7 are two streams. Every number states its window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -19,13 +19,21 @@ from nsysan.analyses.frames import distinct, group_rows, name_in, rows_of
 from nsysan.trace.model import constant_column, is_constant_column
 
 
+# what a window is: the capture's bounds ("capture"), the first to the last GPU op of an export without
+# capture bounds ("gpu_activity"), the capture's GPU-active part ("gpu_active"), the iteration model's
+# steady state ("steady"), nothing ("empty")
+WindowKind = Literal["capture", "gpu_activity", "gpu_active", "steady", "empty"]
+
+
 @dataclass(frozen=True)
 class Window:
-    """A time window [start_ns, end_ns) with a label saying what it is."""
+    """A time window [start_ns, end_ns): ``kind`` says what it is, for code to decide by; ``label`` is
+    its text for people ("capture", "gpu activity", "GPU-active part", "steady state", "empty")."""
 
     start_ns: int
     end_ns: int
-    label: str  # "capture", "gpu activity", "GPU-active part" (first to last GPU op), "steady state", "range:<name>"
+    label: str
+    kind: WindowKind = "capture"  # every window nsysan makes says its kind; tests' windows may leave it out
 
     @property
     def dur_ns(self) -> int:

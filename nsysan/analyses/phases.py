@@ -95,8 +95,8 @@ def phases(capture: Window, ops: pd.DataFrame, active: Window, judged: Window, b
             first = done.iloc[int(np.argmin(done["start_ns"].to_numpy()))]
             main = (int(first["pid"]), int(first["tid"]))
     filled = _startup_filled(cuda_api, osrt, c0, g0, main)
-    return Phases(capture, Window(g0, g1, "GPU-active part"), Window(w0, w1, judged.label), dev,
-                  startup_ns=g0 - c0, before_ns=w0 - g0, busy_ns=busy, idle_by_cause=idle, after_ns=g1 - w1,
+    return Phases(capture, Window(g0, g1, "GPU-active part", "gpu_active"), Window(w0, w1, judged.label, judged.kind),
+                  dev, startup_ns=g0 - c0, before_ns=w0 - g0, busy_ns=busy, idle_by_cause=idle, after_ns=g1 - w1,
                   tail_ns=c1 - g1, startup_filled=filled)
 
 

@@ -291,7 +291,7 @@ def initial_window(a: Any) -> tuple[int, int, str]:
             hi = min(hi, st.end_ns)
             if hi > lo:
                 return lo, hi, f"{len(first)} steady iteration{'s' if len(first) > 1 else ''} of '{a.iterations.range_name}'"
-    if st.dur_ns > 0 and st.label != cap.label:
+    if st.dur_ns > 0 and st.kind != cap.kind:
         return st.start_ns, st.end_ns, st.label
     return cap.start_ns, cap.end_ns, "whole capture"
 

@@ -45,7 +45,7 @@ class Bar:
     frac: float  # 0..1 of the largest
 
 
-# the loader's warning that long names or NVTX texts were shortened (nsysan/trace/load.py)
+# the loader's warning that long names or NVTX texts were shortened (nsysan/trace/strings.py)
 _SHORTENED = re.compile(r"[0-9]+ name\(s\) or NVTX text\(s\) longer than [0-9,]+ characters were shortened")
 
 
@@ -383,7 +383,7 @@ def _headline(a: Any) -> list[tuple[str, str]]:
     busy = a.busy_steady
     ov = a.overlap.loc[a.overlap["direction"] == "all"] if len(a.overlap) else a.overlap
     has_it = bool(st.count)
-    judged = "steady" if a.steady.label == "steady state" else a.steady.label  # the window the numbers are of
+    judged = "steady" if a.steady.kind == "steady" else a.steady.label  # the window the numbers are of
     period = st.headline == "period"
     latency = fmt_ns(st.latency_p50_ns) if has_it else "-"
     if has_it and st.latency_includes_queueing:
@@ -551,7 +551,7 @@ def _steady_first(a: Any, tid: str, title: str, steady_df: Any, capture_df: pd.D
                   cols: list[tuple[str, str, Any]], note: str = "") -> Table:
     """The steady-state table, with the whole capture's one click away (or only the capture's
     when the steady window is the capture)."""
-    if steady_df is None or a.steady.label == "capture":
+    if steady_df is None or a.steady.kind == "capture":
         return table(tid, title, capture_df, cols, note)
     t = table(tid, title, steady_df, cols, note)
     t.alt = table(tid + "-capture", title, capture_df, cols, note)

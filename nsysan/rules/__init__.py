@@ -78,7 +78,7 @@ def run_rules(analysis: Analysis, config: dict[str, dict[str, Any]],
         log.append({"rule": rid, "status": "fired" if got else "not_checked" if lacks else "passed",
                     **({"reason": f"the trace lacks {lacks}"} if lacks else {}), "thresholds": params})
     steady = analysis.steady
-    whole = steady.label != "steady state"  # no iteration model: the window is the capture
+    whole = steady.kind != "steady"  # no iteration model: the window is the capture
     n_steady = 0 if whole else steps_per_sequence(analysis.iterations.table)
     out = []
     for f in allocate(findings):
@@ -170,9 +170,10 @@ def steps_per_sequence(table: pd.DataFrame | None) -> int:
 def per_iteration(f: Finding, steady: Window, n_steady: int) -> int | None:
     """The finding's counted saving divided by the steady iterations of its window, when that window
     is the steady state of the iteration model (``n_steady`` iterations of one sequence:
-    ``steps_per_sequence``); else None."""
+    ``steps_per_sequence``); else None. A finding's window is ``Window.to_dict`` (no kind): it is the
+    steady state when its label and bounds are those of ``steady`` and ``steady`` is of kind "steady"."""
     w = f.window
-    if f.impact_ns <= 0 or n_steady <= 0 or w.get("label") != "steady state" \
+    if f.impact_ns <= 0 or n_steady <= 0 or steady.kind != "steady" or w.get("label") != steady.label \
             or int(w.get("start_ns", -1)) != steady.start_ns or int(w.get("end_ns", -1)) != steady.end_ns:
         return None
     return int(round(f.impact_ns / n_steady))

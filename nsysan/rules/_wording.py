@@ -41,9 +41,8 @@ def window_name(w: Window) -> str:
     """What a finding's message calls its window: "the steady state" with an iteration model, else
     "the whole capture" ("the span of GPU activity" for an export without capture bounds). A
     whole-capture finding never says "steady state"."""
-    kind = w.label
-    return ("the steady state" if kind == "steady state" else "the span of GPU activity" if kind == "gpu activity"
-            else "the GPU-active part" if kind == "GPU-active part" else "the whole capture")
+    return ("the steady state" if w.kind == "steady" else "the span of GPU activity" if w.kind == "gpu_activity"
+            else "the GPU-active part" if w.kind == "gpu_active" else "the whole capture")
 
 
 _QUOTED = re.compile(r"(?<![A-Za-z0-9])'[^']*'(?![A-Za-z0-9])")
@@ -55,7 +54,7 @@ def window_words(message: str, w: Window) -> str:
     state" / "steady-state ..." for ``ctx.window``, which without an iteration model is the whole
     capture ("in the whole capture"; the adjective is dropped). Quoted names ('...') are left as
     they are. ``run_rules`` applies it to every finding, so no rule's wording can say otherwise."""
-    if w.label == "steady state" or "steady" not in message:
+    if w.kind == "steady" or "steady" not in message:
         return message
     name = window_name(w)
 

@@ -113,7 +113,8 @@ def _build(it: pd.DataFrame, chosen: str, how: str, warmup_factor: float, owned:
     table = table.reset_index(drop=True).assign(index=np.arange(len(table)))
     warm = int(table["warmup"].sum())
     steady = table.loc[~table["warmup"]]
-    win = Window(int(steady["start_ns"].min()), int(steady["end_ns"].max()), "steady state") if len(steady) else None
+    win = (Window(int(steady["start_ns"].min()), int(steady["end_ns"].max()), "steady state", "steady")
+           if len(steady) else None)
     stats = _iteration_stats(table, steady, len(parts), enclosing, warm)
     if inferred is not None:
         stats = replace(stats, inferred_loops=inferred)
