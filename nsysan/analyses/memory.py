@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 FLAG = "--cuda-memory-usage=true"
 HOST_KINDS = (0, 1)  # ENUM_CUDA_MEM_KIND: pageable, pinned (host memory)
 ALLOC, FREE = 0, 1  # ENUM_CUDA_DEV_MEM_EVENT_OPER
+_PART = 1 << 20  # rows written at a time (``_call_times``)
 LANE_POINTS = 20_000  # at most this many points per (device, process) kept for the timeline lane
 
 ALLOC_CALLS = ("cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch", "cuMemAlloc",
@@ -99,11 +100,11 @@ def _signed(b: np.ndarray, op: np.ndarray,
     return b
 
 
-def _live(delta: np.ndarray) -> np.ndarray:
+def _live(delta: np.ndarray, in_place: bool = False) -> np.ndarray:
     """Live bytes after each event: the running sum of ``delta``, never below 0 (a free of memory
     not held takes nothing; the loader sets such frees aside, this holds for what it cannot see:
-    a 0-byte free of an address freed before)."""
-    live = np.cumsum(delta)
+    a 0-byte free of an address freed before). ``in_place``: summed into ``delta`` itself."""
+    live = np.cumsum(delta, out=delta if in_place else None)
     if len(live) and int(live.min()) < 0:
         live = live - np.minimum(np.minimum.accumulate(live), 0)
     return live
@@ -116,30 +117,48 @@ def _downsample(t: np.ndarray, live: np.ndarray, points: int) -> tuple[np.ndarra
     if len(t) <= points:
         return t, live
     edges = np.linspace(t[0], t[-1], points + 1)
-    b = np.searchsorted(edges, t, side="right")
-    b -= 1
-    np.clip(b, 0, points - 1, out=b)
-    if not bool((b[1:] >= b[:-1]).all()):  # not in time order: a sort by (bin, -live)
-        order = np.lexsort((-live, b))
-        first = np.concatenate([[True], b[order][1:] != b[order][:-1]])
-        pick = np.sort(order[first])
-        return t[pick], live[pick]
-    bounds = [0, *(np.flatnonzero(b[1:] != b[:-1]) + 1).tolist(), len(b)]
-    del b
+    bounds = _runs(t, edges)
+    if bounds is None:
+        b = np.searchsorted(edges, t, side="right")
+        b -= 1
+        np.clip(b, 0, points - 1, out=b)
+        if not bool((b[1:] >= b[:-1]).all()):  # not in time order: a sort by (bin, -live)
+            order = np.lexsort((-live, b))
+            first = np.concatenate([[True], b[order][1:] != b[order][:-1]])
+            pick = np.sort(order[first])
+            return t[pick], live[pick]
+        bounds = [0, *(np.flatnonzero(b[1:] != b[:-1]) + 1).tolist(), len(b)]
+        del b
     pick = np.fromiter((lo + int(np.argmax(live[lo:hi])) for lo, hi in zip(bounds[:-1], bounds[1:])),
                        dtype=np.int64, count=len(bounds) - 1)
     return t[pick], live[pick]
+
+
+def _runs(t: np.ndarray, edges: np.ndarray) -> list[int] | None:
+    """The rows where each non-empty bin of ``edges`` begins, and ``len(t)``, found by a binary
+    search of each edge in ``t`` (no bin number per row), or None (``_downsample`` numbers the rows):
+    ``t`` not in time order, or beyond 2^53 where an int64 time and its float differ. A row is in
+    bin k from the first time at or past ``edges[k]``, which for an exact integer time is the
+    edge's ceiling, so the runs are the rows' ``searchsorted(edges, t, "right") - 1`` bins'."""
+    n = len(t)
+    if not (-2**53 < int(t[0]) and int(t[-1]) < 2**53) or not bool((t[1:] >= t[:-1]).all()):
+        return None
+    starts = np.searchsorted(t, np.ceil(edges[1:-1]).astype(np.int64), side="left")
+    starts = starts[(starts > 0) & (starts < n)]
+    return [0, *np.unique(starts).tolist(), n]
 
 
 @dataclass
 class _Events:
     """The device memory events (host kinds left out) in time order (ties: the table's order), as
     arrays: ``rows`` their rows in the table (None: all, in its order), a column of one value one
-    broadcast value (``column``), ``delta`` the signed bytes (``_signed``)."""
+    broadcast value (``column``), ``delta`` the signed bytes (``_signed``). ``_growth`` uses them up
+    (its call times take the place of ``t``, its live memory that of ``delta``)."""
 
     ev: pd.DataFrame
     rows: np.ndarray | None
     t: np.ndarray
+    own_t: bool = False  # ``t`` is a copy of its own (else a view of the table's column)
     delta: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +171,11 @@ class _Events:
 
     def __len__(self) -> int:
         return len(self.t)
+
+    def let_go(self) -> None:
+        """The row index let go (``_call_times``, once it has every column it reads): a column
+        taken after it is empty."""
+        self.rows = np.empty(0, np.int32)
 
     def column(self, name: str) -> np.ndarray:
         v = self.ev[name].to_numpy()
@@ -173,12 +197,16 @@ def _device_events(ev: pd.DataFrame) -> _Events | None:
     t = t if rows is None else t[rows]
     if len(t) == 0:
         return None
+    own = rows is not None
     if not bool((t[1:] >= t[:-1]).all()):
         o = np.argsort(t, kind="stable")
         t = t[o]
         rows = o if rows is None else rows[o]
         del o
-    return _Events(ev, rows, t)
+        own = True
+    if rows is not None and len(ev) < 2**31:  # an index of half the width
+        rows = rows.astype(np.int32)
+    return _Events(ev, rows, t, own)
 
 
 def _one_value(v: np.ndarray) -> bool:
@@ -245,32 +273,37 @@ def _steady_bounds(table: pd.DataFrame) -> dict[int, np.ndarray]:
 
 def _call_times(api: pd.DataFrame, e: _Events) -> np.ndarray:
     """Each usage event's CPU time: the start of the call that made it (same process and correlation
-    id), else the event's own time (it lies inside that call)."""
+    id), else the event's own time (it lies inside that call). Matched ``_PART`` events at a time
+    (the temporaries of a part, not of every event) and written over ``e.t`` where the events own
+    it; ``e``'s row index is let go (``_Events.let_go``)."""
     from nsysan.analyses.join import call_keys, first_match
 
     t = e.t
     if len(api) == 0 or "correlation_id" not in e.ev.columns or len(e) == 0:
         return t
-    corr = e.column("correlation_id")
-    if corr.dtype.kind in "iu":  # (the loader's: no NULL left)
-        hit = corr > 0
-    else:
-        ok = pd.notna(corr)
-        corr = np.where(ok, corr, -1).astype(np.int64)
-        hit = ok & (corr > 0)
-    idx = first_match(*call_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy(), e.column("pid"), corr))
-    del corr
-    hit &= idx >= 0
-    idx[~hit] = 0
-    out = api["start_ns"].to_numpy(np.int64)[idx]
-    del idx
-    np.copyto(out, t, where=~hit)
+    corr, pids = e.column("correlation_id"), e.column("pid")
+    e.let_go()
+    call_pid, call_corr = api["pid"].to_numpy(), api["correlation_id"].to_numpy()
+    start = api["start_ns"].to_numpy(np.int64)
+    out = t if e.own_t else np.empty_like(t)
+    for lo in range(0, len(t), _PART):
+        c, hi = corr[lo:lo + _PART], min(lo + _PART, len(t))
+        if c.dtype.kind in "iu":  # (the loader's: no NULL left)
+            hit = c > 0
+        else:
+            ok = pd.notna(c)
+            c = np.where(ok, c, -1).astype(np.int64)
+            hit = ok & (c > 0)
+        idx = first_match(*call_keys(call_pid, call_corr, pids[lo:hi], c))
+        hit &= idx >= 0
+        out[lo:hi] = np.where(hit, start[np.where(hit, idx, 0)], t[lo:hi])
     return out
 
 
 def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
     """Per process: its live memory over its steady iterations (``table``'s), from the events ``e``
-    placed at their calls' times (``api``: the CUDA API table)."""
+    placed at their calls' times (``api``: the CUDA API table). Uses ``e`` up: where one process
+    made every event, its call times and live memory are worked out in ``e``'s own arrays."""
     rows = []
     cpu_t = None
     pids, devs = e.column("pid"), e.column("device_id")
@@ -278,33 +311,34 @@ def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
     calls = _AllocCalls(api)
     for pid, b in _steady_bounds(table).items():
         n = len(b) - 1
-        m = None if one_pid == pid else pids == pid  # None: every event
+        m = None if one_pid == pid else pids == pid  # None: every event (and no other process counted)
         if n < 2 or (one_pid is not None and one_pid != pid) or (m is not None and not m.any()):
             continue
         cpu_t = _call_times(api, e) if cpu_t is None else cpu_t
-        ct = cpu_t if m is None else cpu_t[m]
-        o = np.argsort(ct, kind="stable")
-        t = ct[o]
-        del ct
-        d = (e.delta if m is None else e.delta[m])[o]
-        del o
-        live = _live(d)  # over every device of the process, in the order of the calls
+        t = cpu_t if m is None else cpu_t[m]
+        d = e.delta if m is None else e.delta[m]
+        if not bool((t[1:] >= t[:-1]).all()):  # (never the table's own column: that is in time order)
+            o = np.argsort(t, kind="stable")
+            d = d[o]
+            del o
+            t.sort(kind="stable")  # the same times as t[o], sorted where they are
+        inside = (t >= b[0]) & (t < b[-1])
+        allocated, freed = int(np.sum(d, where=inside & (d > 0))), int(-np.sum(d, where=inside & (d < 0)))
+        del inside
         at = np.searchsorted(t, b, side="left") - 1  # the events before each boundary
+        del t
+        live = _live(d, in_place=True)  # over every device of the process, in the order of the calls
         lv = np.where(at >= 0, live[np.clip(at, 0, None)], 0)
-        del live
+        del live, d
         net = np.diff(lv)  # per iteration: what its calls allocated less what they freed
         parts = np.array_split(net, min(4, n))
-        inside = (t >= b[0]) & (t < b[-1])
-        del t
         devices = [int(devs[0])] if _one_value(devs) else np.unique(devs if m is None else devs[m]).tolist()
         rows.append({"pid": pid, "devices": devices, "steps": n,
                      "growth_per_iteration_bytes": float(lv[-1] - lv[0]) / n, "grew_in": int((net > 0).sum()),
                      "grew_in_quarters": int(sum(int(q.sum()) > 0 for q in parts)), "quarters": len(parts),
                      "live_first_bytes": int(lv[0]), "live_last_bytes": int(lv[-1]),
-                     "allocated_bytes": int(np.sum(d, where=inside & (d > 0))),
-                     "freed_bytes": int(-np.sum(d, where=inside & (d < 0))),
+                     "allocated_bytes": allocated, "freed_bytes": freed,
                      **calls.between(pid, int(b[0]), int(b[-1])), "first_ns": int(b[0]), "last_ns": int(b[-1])})
-        del d, inside
     return pd.DataFrame(rows, columns=_GROWTH)
 
 
