@@ -107,3 +107,17 @@ def test_growth_in_place_equals_the_plain_reference(monkeypatch, part, procs):
     want = _growth_ref(ev, api, bounds)
     assert [(r.pid, r.live_first_bytes, r.live_last_bytes, r.grew_in, r.allocated_bytes, r.freed_bytes)
             for r in got.itertuples()] == want
+
+
+@pytest.mark.parametrize("part", [1 << 18, 7, 1])
+def test_running_sum_undone_in_place_gives_the_deltas_back(monkeypatch, part):
+    rng = np.random.default_rng(part)
+    d = rng.integers(-2**62, 2**62, 5000).astype(np.int64)  # sums that wrap around int64
+    d[:3] = [np.iinfo(np.int64).max, 5, -7]
+    want = d.copy()
+    monkeypatch.setattr(M, "_PART", part)
+    with np.errstate(over="ignore"):
+        M._live(d, in_place=True)
+    M._differences(d)
+    assert np.array_equal(d, want)
+

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 FLAG = "--cuda-memory-usage=true"
 HOST_KINDS = (0, 1)  # ENUM_CUDA_MEM_KIND: pageable, pinned (host memory)
 ALLOC, FREE = 0, 1  # ENUM_CUDA_DEV_MEM_EVENT_OPER
-_PART = 1 << 20  # rows written at a time (``_call_times``)
+_PART = 1 << 18  # rows matched or summed at a time (``_call_times``, ``_differences``)
 LANE_POINTS = 20_000  # at most this many points per (device, process) kept for the timeline lane
 
 ALLOC_CALLS = ("cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch", "cuMemAlloc",
@@ -108,6 +108,15 @@ def _live(delta: np.ndarray, in_place: bool = False) -> np.ndarray:
     if len(live) and int(live.min()) < 0:
         live = live - np.minimum(np.minimum.accumulate(live), 0)
     return live
+
+
+def _differences(c: np.ndarray) -> None:
+    """A running sum undone where it is (``_live(in_place=True)``): each value less the one before,
+    a part at a time from the end. Exact: an int64 sum that wraps around is undone by the
+    difference that wraps back."""
+    for hi in range(len(c), 1, -_PART):
+        lo = max(hi - _PART, 1)
+        np.subtract(c[lo:hi], c[lo - 1:hi - 1], out=c[lo:hi])  # (the overlap read as before the write)
 
 
 def _downsample(t: np.ndarray, live: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -193,6 +202,8 @@ def _device_events(ev: pd.DataFrame) -> _Events | None:
     keep = ~np.isin(ev["mem_kind"].to_numpy(), HOST_KINDS)
     rows = None if bool(keep.all()) else np.flatnonzero(keep)
     del keep
+    narrow = len(ev) < 2**31  # the index in half the width
+    rows = rows.astype(np.int32) if rows is not None and narrow else rows
     t = ev["start_ns"].to_numpy(np.int64)
     t = t if rows is None else t[rows]
     if len(t) == 0:
@@ -200,12 +211,13 @@ def _device_events(ev: pd.DataFrame) -> _Events | None:
     own = rows is not None
     if not bool((t[1:] >= t[:-1]).all()):
         o = np.argsort(t, kind="stable")
-        t = t[o]
-        rows = o if rows is None else rows[o]
+        if own:
+            t.sort(kind="stable")  # (the same times as t[o], sorted where they are)
+        else:
+            t = t[o]
+        rows = (o.astype(np.int32) if narrow else o) if rows is None else rows[o]
         del o
         own = True
-    if rows is not None and len(ev) < 2**31:  # an index of half the width
-        rows = rows.astype(np.int32)
     return _Events(ev, rows, t, own)
 
 
@@ -237,17 +249,20 @@ def memory_use(trace: Trace, iterations: Iterations) -> MemoryUse:
     op_all = e.column("operation")
     for dev, pid, idx in _pairs(e):
         d, t, op = e.delta[idx], e.t[idx], op_all[idx]
-        live = _live(d)
-        k = int(np.argmax(live))
         alloc, free = op == ALLOC, op == FREE
-        pp.append({"device_id": dev, "pid": pid, "allocations": int(np.count_nonzero(alloc)),
-                   "frees": int(np.count_nonzero(free)), "allocated_bytes": int(np.sum(d, where=alloc)),
-                   "freed_bytes": int(-np.sum(d, where=free)), "peak_bytes": int(live[k]), "peak_ns": int(t[k]),
-                   "live_end_bytes": int(live[-1]), "device_total_bytes": totals.get(dev, 0)})
+        sums = {"allocations": int(np.count_nonzero(alloc)), "frees": int(np.count_nonzero(free)),
+                "allocated_bytes": int(np.sum(d, where=alloc)), "freed_bytes": int(-np.sum(d, where=free))}
         del alloc, free, op
+        live = _live(d, in_place=True)  # (d: a copy of the pair's deltas, or all of them, restored below)
+        k = int(np.argmax(live))
+        pp.append({"device_id": dev, "pid": pid, **sums, "peak_bytes": int(live[k]), "peak_ns": int(t[k]),
+                   "live_end_bytes": int(live[-1]), "device_total_bytes": totals.get(dev, 0)})
         st, sl = _downsample(t, live, LANE_POINTS)
         series.append(pd.DataFrame({"device_id": dev, "pid": pid, "t_ns": st, "live_bytes": sl}))
-        del d, t, live
+        del t, live
+        if isinstance(idx, slice):  # the running sum written over ``e.delta``: the deltas again
+            _differences(d)
+        del d
     per = pd.DataFrame(pp, columns=_PP)
     ser = pd.concat(series, ignore_index=True) if series else pd.DataFrame(columns=["device_id", "pid", "t_ns",
                                                                                       "live_bytes"])
@@ -318,10 +333,7 @@ def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
         t = cpu_t if m is None else cpu_t[m]
         d = e.delta if m is None else e.delta[m]
         if not bool((t[1:] >= t[:-1]).all()):  # (never the table's own column: that is in time order)
-            o = np.argsort(t, kind="stable")
-            d = d[o]
-            del o
-            t.sort(kind="stable")  # the same times as t[o], sorted where they are
+            e.delta, d = e.delta if m is not None else np.empty(0, np.int64), _sort_together(t, d)
         inside = (t >= b[0]) & (t < b[-1])
         allocated, freed = int(np.sum(d, where=inside & (d > 0))), int(-np.sum(d, where=inside & (d < 0)))
         del inside
@@ -340,6 +352,19 @@ def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
                      "allocated_bytes": allocated, "freed_bytes": freed,
                      **calls.between(pid, int(b[0]), int(b[-1])), "first_ns": int(b[0]), "last_ns": int(b[-1])})
     return pd.DataFrame(rows, columns=_GROWTH)
+
+
+def _sort_together(t: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``t`` sorted where it is (stable) and ``d`` in that order, written over the sort's own index
+    (a part at a time: each part of the index is read before it is written): the caller lets ``d``
+    go, and the sort costs one array, not two."""
+    o = np.argsort(t, kind="stable")
+    t.sort(kind="stable")  # the same times as t[o]
+    if o.dtype != d.dtype:  # (an index narrower than the deltas: a copy)
+        return d[o]
+    for lo in range(0, len(o), _PART):
+        o[lo:lo + _PART] = d[o[lo:lo + _PART]]
+    return o
 
 
 class _AllocCalls:
