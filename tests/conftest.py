@@ -34,10 +34,21 @@ gc.set_threshold(20_000, 20, 20)
 for _var in ("COLUMNS", "LINES"):
     os.environ.pop(_var, None)
 
-FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent  # the repository
+FIXTURES = TESTS / "fixtures" / "traces"
+SHARED = ROOT.parent / "shared"
 CORPUS = SHARED / "corpus" / "public-exports"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "trace.sqlite.xz").exists())
+
+# The tests live in folders by what they test (tests/analyses, tests/rules, ... : CONTRIBUTING.md), as
+# plain modules (no __init__.py). Each folder goes on the import path as pytest puts tests/ itself, so a
+# test imports a shared module (``import sqltruth``) or another test's helpers (``from test_inputs_profile
+# import fake_nsys``) by name wherever the two live and whichever tests a run selects. File names stay
+# unique across the folders (one module name each).
+for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 @pytest.hookimpl(optionalhook=True)

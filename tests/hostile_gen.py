@@ -24,7 +24,7 @@ imported nsysan but analysed nothing (so the fork is safe and cheap), and must:
   plus 64 MB of slack for allocator noise).
 
     python3 tests/hostile_gen.py --n 200 --seed 7          # locally, longer
-    NSYSAN_HOSTILE_N=500 pytest tests/test_hostile_generated.py
+    NSYSAN_HOSTILE_N=500 pytest tests/hostile/test_hostile_generated.py
 """
 
 from __future__ import annotations

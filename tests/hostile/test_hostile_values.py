@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from nsysan.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "traces" / "nested_steps" / "trace.sqlite.xz"
+FIXTURE = FIXTURES / "nested_steps" / "trace.sqlite.xz"
 K = "CUPTI_ACTIVITY_KIND_KERNEL"
 STEP = "train_step"  # the iteration range of nested_steps (push/pop; an outer instance encloses 14)
 # columns whose "none" the analyses mark with -1: the outputs must show null / an empty cell

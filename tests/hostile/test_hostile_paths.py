@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 from factories import apply_sql
 
 from nsysan import pipeline
@@ -39,7 +40,6 @@ from nsysan.report.jsonout import to_csv
 
 FIXED = 40
 SRC = "launch_graph_nodes"  # a small real fixture (4 kernel names, 10,803 kernels)
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

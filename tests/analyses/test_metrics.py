@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from tests.conftest import FIXTURE_NAMES
 
@@ -504,7 +505,7 @@ def test_hostile_saved_metrics_do_not_break_diff_or_compare(analysis):
 
 
 # the 170 MB recording (not committed): NSYSAN_FULL_DIAG=PATH, else ../bigtraces/ beside the checkout
-BIG = Path(os.environ.get("NSYSAN_FULL_DIAG") or Path(__file__).resolve().parents[2] / "bigtraces" / "full_diag.sqlite")
+BIG = Path(os.environ.get("NSYSAN_FULL_DIAG") or ROOT.parent / "bigtraces" / "full_diag.sqlite")
 
 
 @pytest.mark.skipif(not BIG.exists(), reason="the big recorded export is not on this machine")

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 psutil = pytest.importorskip("psutil")
 
-ROOT = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("NSYSAN_HOSTILE_SEED", "54"))
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="/proc, process groups")
 

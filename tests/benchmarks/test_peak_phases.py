@@ -8,14 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import FIXTURES, ROOT
 
 
 def test_detail_mode_runs(tmp_path):
     trace = tmp_path / "slow_iters.sqlite"
-    with lzma.open(ROOT / "tests" / "fixtures" / "traces" / "slow_iters" / "trace.sqlite.xz") as f, \
+    with lzma.open(FIXTURES / "slow_iters" / "trace.sqlite.xz") as f, \
             open(trace, "wb") as g:
         shutil.copyfileobj(f, g)
     env = dict(os.environ, NSYSAN_THREADS="1", NSYSAN_NO_CACHE="1")

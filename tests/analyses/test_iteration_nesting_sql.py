@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqltruth
+from conftest import FIXTURES
 
 import nsysan
 from nsysan.analysis import analyze
 
-FIX = Path(__file__).parent / "fixtures" / "traces"
+FIX = FIXTURES
 
 
 def _is(name: str, t: str = "NVTX_EVENTS") -> str:

@@ -12,19 +12,17 @@ import math
 import re
 import shutil
 from itertools import product
-from pathlib import Path
 
 import numpy as np
 import pytest
 import sqltruth
+from conftest import ROOT
 
 from nsysan import compare
 from nsysan.cli import main
 from nsysan.compare.gate import parse_threshold
 from nsysan.compare.stats import ALPHA
 from nsysan.report.names import ELLIPSIS, short_names
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)

@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups, FIFOs: POSIX")
 

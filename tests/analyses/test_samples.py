@@ -89,7 +89,7 @@ def test_frames_lost_in_export_say_how_to_get_them(analysis, fixture_dir):
     n, with_blob = con.execute("""SELECT count(*), count(binaryData) FROM NVTX_EVENTS WHERE eventType = 34""").fetchone()
     assert n > 1000 and with_blob == 0
     a = analysis("waits_python_noblobs")
-    # no Python frame is attributed: the native CPU samples are (tests/test_native_samples.py)
+    # no Python frame is attributed: the native CPU samples are (tests/analyses/test_native_samples.py)
     assert a.idle_samples.inputs["python_frames_lost"] and a.idle_samples.source == "native"
     assert "--include-blobs=true" in a.idle_samples.note
     f = next(f for f in a.findings if f.rule == "host-bound-gap")

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/statm").exists(), reason="fork and /proc")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 import factories as F
 from nsysan.analysis import Params, analyze
@@ -100,7 +101,7 @@ def test_rules_command(capsys):
 
 @pytest.mark.skipif(shutil.which("uv") is None and sys.version_info < (3, 10), reason="needs venv")
 def test_templates_reach_the_installed_wheel(tmp_path, fixture_dir):
-    root = Path(__file__).parents[1]
+    root = ROOT
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(root)],
                    check=True)
     wheel = next((tmp_path / "dist").glob("nsysan-*.whl"))

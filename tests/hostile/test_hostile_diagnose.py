@@ -20,13 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES, ROOT
 from hostile_gen import loosen
 from own_peak import OWN_PEAK_KB
 
 from nsysan.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "</script><script>alert(1)</script>"
 HOSTILE = f"{SCRIPT}\x1b[31mRED\u202eevil\u2028line\x00nul"
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

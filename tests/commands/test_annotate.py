@@ -19,11 +19,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, ROOT
 
 from nsysan.analyses import recorder_ranges
 from nsysan.record import annotate
 
-ROOT = Path(__file__).resolve().parents[1]
 SITE = annotate.SITE_DIR
 
 FAKES = {
@@ -470,7 +470,7 @@ elif argv[:1] == ["export"]:
 def nsys_env(tmp_path, fakes):
     from test_inputs_profile import fake_nsys
 
-    sqlite = next((ROOT / "tests" / "fixtures" / "traces" / "launch_eager").glob("trace.sqlite*"))
+    sqlite = next((FIXTURES / "launch_eager").glob("trace.sqlite*"))
     plain = tmp_path / "t.sqlite"
     if sqlite.suffix == ".xz":
         import lzma
@@ -604,7 +604,7 @@ def median_period(ends: list[int]) -> float:
 def test_recorded_step_period_equals_the_frameworks(name):
     from sqltruth import open_fixture
 
-    if not (ROOT / "tests" / "fixtures" / "traces" / name / "trace.sqlite.xz").exists():
+    if not (FIXTURES / name / "trace.sqlite.xz").exists():
         pytest.skip(f"{name}: not recorded")
     text, kernel = RECORDED[name]
     conn = open_fixture(name)
@@ -636,7 +636,7 @@ def test_iteration_steps_leave_out_the_step_nsys_closed_at_the_end():
 def test_the_recorded_steps_that_are_iterations(name):
     import nsysan
 
-    path = ROOT / "tests" / "fixtures" / "traces" / name / "trace.sqlite.xz"
+    path = FIXTURES / name / "trace.sqlite.xz"
     if not path.exists():
         pytest.skip(f"{name}: not recorded")
     from sqltruth import open_fixture

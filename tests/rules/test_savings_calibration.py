@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqltruth
+from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 # SHRUNK: a rule still firing on `after` is resolved when it keeps less than this share of its saving
 # there (one definition, the table's)
 from calibrate_savings import SHRUNK, gates_open

@@ -14,13 +14,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 import factories as F
 import nsysan
 from nsysan.cli import main
 from nsysan.report.perfetto import write_perfetto
 
-FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 NAMES = ["ladder_baseline", "launch_graph", "two_procs"]  # overlapping kernels; CUDA graphs; two processes
 NVTX_RANGE_TYPES = (59, 60, 70, 71)  # push/pop, start/end, and their NVTXT forms
 

@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, ROOT
 from test_inputs_profile import fake_nsys, kill_left, running
 
 from nsysan.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "traces" / "launch_graph" / "trace.sqlite.xz"
+FIXTURE = FIXTURES / "launch_graph" / "trace.sqlite.xz"
 SEED = 40
 posix_only = pytest.mark.skipif(os.name != "posix", reason="process groups, /proc: POSIX")
 

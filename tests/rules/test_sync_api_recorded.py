@@ -15,7 +15,7 @@ import bisect
 import sqlite3
 
 import pytest
-from conftest import FIXTURE_NAMES
+from conftest import FIXTURE_NAMES, ROOT
 
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 NAMES = [n for n in ("waits_native", "waits_sync") if n in FIXTURE_NAMES]
@@ -76,9 +76,8 @@ def test_sync_api_names_the_lines_that_synchronize(analysis):
     """The workload's own source says where it synchronizes: ``.item()`` in read_loss() and
     ``torch.cuda.synchronize()`` in the step loop; the finding must quote exactly those lines."""
     import re
-    from pathlib import Path
 
-    src = (Path(__file__).resolve().parents[1] / "workloads" / "host" / "diagnose.py").read_text().splitlines()
+    src = (ROOT / "workloads" / "host" / "diagnose.py").read_text().splitlines()
     f = {f.rule: f for f in analysis("waits_sync").findings}["sync-api"]
     quoted = re.findall(r"(cuda\w+Synchronize) from (\w+)\(\) diagnose\.py:(\d+) \((\d+) calls\)", f.message)
     assert {q[0] for q in quoted} == {"cudaStreamSynchronize", "cudaDeviceSynchronize"}

@@ -19,10 +19,10 @@ measured re-runs without the profiler in the fixture's README (within 2x, as sha
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import sqltruth
+from conftest import FIXTURES
 
 NAME = "um_cpu_writes"
 
@@ -169,7 +169,7 @@ def test_the_saving_against_the_measured_reruns(fixture_dir, analysis):
     against host_copy, which removes both."""
     conn = sqltruth.open_export(fixture_dir / f"{NAME}.sqlite")
     step = _median([e - s for s, e, _ in _ranges(conn, "train_step")])
-    meas = _measured(Path(__file__).parent / "fixtures" / "traces" / NAME)
+    meas = _measured(FIXTURES / NAME)
     assert set(meas) == {"faults", "prefetch", "host_copy"}
     a = analysis(NAME)
     cpu = next(x for x in a.findings if x.rule == "host-bound-gap").per_iteration_ns

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import re
 import statistics
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from sqltruth import open_fixture, union_ns
 
 from nsysan.rules.launch_bound import OPTIMIZER_FIX
 
-FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 FUSED = re.compile(r"multi_tensor_apply|fused", re.I)
 UNIT = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
