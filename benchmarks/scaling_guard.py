@@ -24,7 +24,7 @@ It fails (exit 1, naming what grew) when, from one scale to the next (4x the row
 Only ratios inside one run are compared, so the machine's speed does not matter; the whole guard
 takes about 30 s on 2 cores (three fixtures). ``--plant-quadratic NAME`` adds an O(n^2) loop in n = the trace's kernels
 to the analysis named NAME (as listed, e.g. ``slow_iterations.slow_iterations``) in the analysed
-processes: the guard must then fail on it (tests/test_scaling_guard.py).
+processes: the guard must then fail on it (tests/benchmarks/test_scaling_guard.py).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ fix leads with the optimizer's own flag (``fused=True``/``foreach=True``, ``apex
 with the flag's own saving: per iteration (median), the GPU idle time inside the CPU span of the
 optimizer part's launch calls. Recorded under nsys, whose tracing slows each launch, it overstates the
 saving without the profiler: optim_foreach_false (Adam, 200 parameters, H200) 24.9 ms a step against
-13.8 ms measured (``tests/test_optimizer_loop_sql.py``). The finding's impact stays the whole
+13.8 ms measured (``tests/rules/test_optimizer_loop_sql.py``). The finding's impact stays the whole
 iteration's wait (a CUDA Graph of the step removes it all).
 """
 

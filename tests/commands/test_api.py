@@ -12,16 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import factories as F
 import pytest
 
-import factories as F
 import nsysan
 from nsysan.analysis import Params
 from nsysan.cli import main
 from nsysan.errors import OutputExistsError, UsageError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "<script>alert(1)</script><b>x</b>"
 
 

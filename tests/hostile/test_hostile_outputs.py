@@ -13,16 +13,16 @@ import sys
 from html import unescape
 from pathlib import Path
 
+import factories as F
 import pandas as pd
 import pytest
 
-import factories as F
-from nsysan.record import export
 from nsysan.analysis import Params, analyze
+from nsysan.record import export
 from nsysan.report import html, view
 from nsysan.units import clean_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = "ladder_baseline"
 # what a terminal must never receive raw from a trace: escapes, carriage returns, NUL, bidi overrides
 # and marks, Unicode line/paragraph separators (a name that fakes a new line in the output)

@@ -4,9 +4,9 @@ impact of the right order of magnitude, and after the fix it no longer fires."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, ROOT
 
 from nsysan.report.terminal import rules_markdown
 from nsysan.rules import REGISTRY
@@ -60,7 +60,7 @@ SAVED_BY_NEXT = [  # (step, rule the next step fixes, next step)
 def test_impact_has_the_right_order_of_magnitude(step, rule_id, nxt, analysis):
     """Impact (over the steady state: 9 iterations) per iteration vs the measured per-batch saving
     of the next step (from the workloads' own timer around the 3 timed batches): within 10x."""
-    fx = Path(__file__).parent / "fixtures" / "traces"
+    fx = FIXTURES
     saved_per_batch_ms = (_ms((fx / step / "README.md").read_text()) - _ms((fx / nxt / "README.md").read_text())) / 3
     a = analysis(step)
     f = next(f for f in a.findings if f.rule == rule_id)
@@ -95,5 +95,5 @@ def test_registry_docs():
 
 
 def test_readme_rules_table_is_current():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     assert rules_markdown() in readme, "regenerate with: nsysan rules --markdown"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from calibrate_savings import gates_open
 
 # fixtures that between them fire most rules (copies, launches, NCCL, unified memory, stages, GPU metrics)

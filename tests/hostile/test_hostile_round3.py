@@ -20,7 +20,7 @@ import pytest
 
 from nsysan.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("NSYSAN_HOSTILE_SEED", "54"))
 SRC = "launch_graph_nodes"
 

@@ -30,7 +30,7 @@ from nsysan.trace.strings import CUT_MARK, Strings
 UNKNOWN_NAME = "[unknown name]"
 
 SRC = "launch_graph_nodes"  # a small real fixture with kernels (1.7 MB)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sha(p: Path) -> str:
