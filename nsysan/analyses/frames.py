@@ -176,6 +176,18 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return np.unique(v)
 
 
+def text_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Each row's code into ``texts``, the distinct values as text in sorted order (a missing value is
+    ``nan``, as ``astype(str)`` writes it; values alike in text share a code): text is made once per
+    distinct value (a categorical's codes are read as they are), never per row."""
+    codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    text = np.array([str(u) for u in uniq], dtype=object)
+    if not len(text):
+        return np.zeros(len(codes), np.int64), []
+    texts, key = np.unique(text, return_inverse=True)
+    return key[codes], [str(t) for t in texts]
+
+
 def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``values[rows]`` for distinct ascending ``rows`` (as ``group_rows`` gives them); the array
     itself, not a copy, when the rows are all of them (one process, one device: the common case),

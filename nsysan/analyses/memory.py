@@ -38,6 +38,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import group_rows, one_key
+from nsysan.trace.model import constant_column, is_constant_column
+
 if TYPE_CHECKING:
     from nsysan.analyses.iterations import Iterations
     from nsysan.trace.model import Trace
@@ -190,8 +193,8 @@ class _Events:
         v = self.ev[name].to_numpy()
         if self.rows is None:
             return v
-        if v.strides == (0,) and len(v):  # one value (the loader's broadcast): one value still
-            return np.broadcast_to(v[:1], (len(self.rows),))
+        if is_constant_column(v):  # one value (the loader's broadcast): one value still
+            return constant_column(v[0], len(self.rows), v.dtype)
         return v[self.rows]
 
 
@@ -221,18 +224,13 @@ def _device_events(ev: pd.DataFrame) -> _Events | None:
     return _Events(ev, rows, t, own)
 
 
-def _one_value(v: np.ndarray) -> bool:
-    return v.strides == (0,) or int(v.min()) == int(v.max())
-
-
 def _pairs(e: _Events) -> list[tuple[int, int, np.ndarray | slice]]:
     """(device, process, its rows of ``e``: a slice for all of them) per pair, in (device, process)
     order, each pair's rows in time order."""
-    from nsysan.analyses.frames import group_rows
-
     dev, pid = e.column("device_id"), e.column("pid")
-    if _one_value(dev) and _one_value(pid):
-        return [(int(dev[0]), int(pid[0]), slice(None))]
+    one = one_key(dev, pid)
+    if one is not None:
+        return [(one[0], one[1], slice(None))]
     return [(d, p, idx) for (d, p), idx in group_rows(dev, pid)]
 
 
@@ -322,7 +320,7 @@ def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
     rows = []
     cpu_t = None
     pids, devs = e.column("pid"), e.column("device_id")
-    one_pid = int(pids[0]) if _one_value(pids) else None
+    one_pid = one[0] if (one := one_key(pids)) is not None else None
     calls = _AllocCalls(api)
     for pid, b in _steady_bounds(table).items():
         n = len(b) - 1
@@ -344,7 +342,8 @@ def _growth(api: pd.DataFrame, table: pd.DataFrame, e: _Events) -> pd.DataFrame:
         del live, d
         net = np.diff(lv)  # per iteration: what its calls allocated less what they freed
         parts = np.array_split(net, min(4, n))
-        devices = [int(devs[0])] if _one_value(devs) else np.unique(devs if m is None else devs[m]).tolist()
+        devices = [one_dev[0]] if (one_dev := one_key(devs)) is not None else \
+            np.unique(devs if m is None else devs[m]).tolist()
         rows.append({"pid": pid, "devices": devices, "steps": n,
                      "growth_per_iteration_bytes": float(lv[-1] - lv[0]) / n, "grew_in": int((net > 0).sum()),
                      "grew_in_quarters": int(sum(int(q.sum()) > 0 for q in parts)), "quarters": len(parts),

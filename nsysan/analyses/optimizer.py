@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.frames import text_codes
+
 ELEMENTWISE = re.compile(r"elementwise|pointwise|_foreach_|Functor", re.I)
 FUSED = re.compile(r"multi_tensor_apply|FusedOptimizer|fused_?adam|FusedAdam|fused_sgd", re.I)
 OPTIMIZER_RANGE = re.compile(r"(?:^|[^a-z])(?:optim\w*|opt|opt_step|optimizer_step)(?:$|[^a-z])", re.I)
@@ -56,7 +58,8 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     # they are (no copy of every launch's columns: a million launches on big traces)
     pos = pos[np.argsort(a_all[pos], kind="stable")]
     a = a_all[pos]
-    codes, text = _name_codes(launches["name"])
+    codes, texts = text_codes(launches["name"])
+    text = pd.Series(texts, dtype=object)
     is_elem, is_fused, is_back = (text.str.contains(x).to_numpy() if len(text) else np.zeros(0, bool)
                                   for x in (ELEMENTWISE, FUSED, BACKWARD))
     g, pid, tid = (launches[c].to_numpy() for c in ("gpu_ns", "pid", "tid"))
@@ -110,16 +113,3 @@ def _range_part(nv: pd.DataFrame, pid: int, tid: int, s: int, e: int) -> tuple[i
         if len(r):
             return int(r["start_ns"].iloc[-1]), int(r["end_ns"].iloc[-1]), f"NVTX range '{r['text'].iloc[-1]}'"
     return None, e, ""
-
-
-def _name_codes(name: pd.Series) -> tuple[np.ndarray, pd.Series]:
-    """Each row's code into the distinct names as text (a missing name is the text ``nan``): a
-    categorical's own codes (no per-row conversion of a million names), else a factorisation."""
-    if isinstance(name.dtype, pd.CategoricalDtype):
-        cats = [str(c) for c in name.cat.categories]
-        codes = name.cat.codes.to_numpy()
-        if (codes < 0).any():
-            codes = np.where(codes < 0, len(cats), codes.astype(np.int64))
-        return codes, pd.Series(cats + ["nan"], dtype=object)
-    codes, uniq = pd.factorize(name.astype(object), use_na_sentinel=False)
-    return codes, pd.Series([str(u) for u in uniq], dtype=object)

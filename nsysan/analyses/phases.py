@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import text_codes
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.join import launched
 
@@ -142,12 +143,12 @@ def _startup_filled(cuda_api: pd.DataFrame | None, osrt: pd.DataFrame | None, c0
         m = np.flatnonzero((st < g0) & (en > c0))
         if not len(m):
             continue
-        codes, uniq = pd.factorize(df["name"].iloc[m], use_na_sentinel=False)
+        codes, names = text_codes(df["name"].iloc[m])
         frames.append(pd.DataFrame({"tid": df["tid"].to_numpy()[m].astype(np.int64),
                                     "pid": df["pid"].to_numpy()[m].astype(np.int64),
                                     "start": np.clip(st[m], c0, g0), "end": np.clip(en[m], c0, g0),
                                     "name": codes.astype(np.int64) + len(texts)}))
-        texts += [str(u) for u in uniq]
+        texts += names
     if not frames:
         return [{"what": "untraced CPU work", "ns": span}]
     f = pd.concat(frames, ignore_index=True)

@@ -326,7 +326,7 @@ def _payloads(a: RankInputs) -> list[dict[str, Any]]:
             "iteration_end_ns": it["end_ns"].to_numpy(dtype=np.int64) if len(it) else np.zeros(0, np.int64),
             "comm": {"start_ns": every["start_ns"].to_numpy(), "end_ns": every["end_ns"].to_numpy(),
                      "collective": every["collective"].astype(str).tolist()},
-            "comm_exposed": {"start_ns": exp_s, "end_ns": exp_e}, "lanes": _lanes(a.busy, dev, bd, 0)})
+            "comm_exposed": {"start_ns": exp_s, "end_ns": exp_e}, "lanes": _lanes(a.busy, dev, bd)})
     return out
 
 
@@ -379,23 +379,24 @@ LANE_ITERATIONS = 2
 LANE_MAX = 4000
 
 
-def _lanes(busy: Busy | None, dev: int, bd: pd.DataFrame, offset_ns: int) -> dict[str, Any]:
+def _lanes(busy: Busy | None, dev: int, bd: pd.DataFrame) -> dict[str, Any]:
     """What one rank's device ``dev`` ran (``busy``) over ``LANE_ITERATIONS`` iterations in the middle of
-    its steady state (merged intervals per role, on the common clock): a timeline lane per rank, a few KB."""
+    its steady state (merged intervals per role, on the trace's clock; `_shifted` moves them to the common
+    one): a timeline lane per rank, a few KB."""
     d = busy.per_dev.get(dev) if busy is not None else None
     if d is None or len(bd) == 0:
         return {}
     mid = max(0, len(bd) // 2 - LANE_ITERATIONS // 2)
     sel = bd.iloc[mid:mid + LANE_ITERATIONS]
     lo, hi = int(sel["span_start_ns"].min()), int(sel["span_end_ns"].max())
-    out: dict[str, Any] = {"t0": lo + offset_ns, "t1": hi + offset_ns,
-                           "iterations": [[int(x) + offset_ns, int(y) + offset_ns]
+    out: dict[str, Any] = {"t0": lo, "t1": hi,
+                           "iterations": [[int(x), int(y)]
                                           for x, y in zip(sel["span_start_ns"], sel["span_end_ns"])]}
     for role in ("compute", "comm", "memcpy"):
         if role not in d:
             continue
         rs, re_ = iv.clip_merged(*d[role], lo, hi)
-        out[role] = [[int(x) + offset_ns, int(y) + offset_ns] for x, y in zip(rs[:LANE_MAX], re_[:LANE_MAX])]
+        out[role] = [[int(x), int(y)] for x, y in zip(rs[:LANE_MAX], re_[:LANE_MAX])]
     return out
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import group_rows, text_codes
 
 if TYPE_CHECKING:
     from nsysan.trace.model import Trace
@@ -85,8 +86,6 @@ class Schedule:
     def _thread_switches(self, sched: pd.DataFrame) -> None:
         """Each thread's on-CPU intervals and span from its switches in time order (ties: the table's
         order): per thread its rows, sorted by time where they are not (no sorted copy of the table)."""
-        from nsysan.analyses.frames import group_rows
-
         st, inn = sched["start_ns"].to_numpy(np.int64), sched["is_in"].to_numpy()
         for (pid, tid), idx in group_rows(sched["pid"].to_numpy(), sched["tid"].to_numpy()):
             t = st[idx]
@@ -139,16 +138,12 @@ class Schedule:
         if m.any():
             rows = np.flatnonzero(m)
             cs, ce = o["start_ns"].to_numpy(np.int64)[rows], o["end_ns"].to_numpy(np.int64)[rows]
-            codes, uniq = pd.factorize(o["name"].iloc[rows], use_na_sentinel=False)  # text per distinct name
+            codes, names = text_codes(o["name"].iloc[rows])
             order = np.argsort(cs, kind="stable")
             cs, ce, codes = cs[order], ce[order], codes[order]
             is_, ie, ids = iv.innermost(cs, ce)
-            names, name_of = np.unique(np.array([str(u) for u in uniq], dtype=object), return_inverse=True)
-            owner = name_of[codes[ids]]  # names alike in text are one
-            by = np.argsort(owner, kind="stable")  # each name's segments in time order
-            cut = np.flatnonzero(np.diff(owner[by])) + 1
-            for part in np.split(by, cut) if len(by) else []:
-                out[str(names[owner[part[0]]])] = (is_[part], ie[part])
+            for (name,), part in group_rows(codes[ids]):  # names in order, each one's segments in time order
+                out[names[name]] = (is_[part], ie[part])
         self._segments[key] = out
         return out
 
