@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from nsysan.errors import UsageError
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 SET_SHAPE = "expected RULE.THRESHOLD=VALUE, e.g. host-bound-gap.min_frac=0.1"
 CONFIG_SHAPE = "expected {\"rules\": {RULE: {THRESHOLD: VALUE}}}"
@@ -29,7 +29,7 @@ def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, inte
     from command-line text; ``ValueError("'TEXT': expected a number >= 0")`` otherwise (the message
     the CLI shows after the option's name)."""
     what = ("an integer" if integer else "a number") + (f" > {minimum:g}" if strict else f" >= {minimum:g}")
-    bad = ValueError(f"{_say(repr(value))[:80]}: expected {what}")
+    bad = ValueError(f"{clean_text(repr(value))[:80]}: expected {what}")
     if isinstance(value, str):
         try:
             v = int(value, 10) if integer else float(value)
@@ -44,7 +44,7 @@ def check_number(value: Any, *, minimum: float = 0.0, strict: bool = False, inte
     else:
         v = float(value)
     if v > MAX_NUMBER:  # (compared before isfinite: a 400-digit integer is no float)
-        raise ValueError(f"{_say(repr(value))[:80]}: expected {what}, at most 2^62")
+        raise ValueError(f"{clean_text(repr(value))[:80]}: expected {what}, at most 2^62")
     if v < -MAX_NUMBER or not math.isfinite(v) or v < minimum or (strict and v == minimum):
         raise bad
     return v
@@ -67,11 +67,11 @@ def check_api_options(options: dict[str, Any]) -> None:
     ``OptionError`` otherwise. An iterator given as ``set`` or ``disable`` is replaced by its list."""
     unknown = [str(k) for k in options if k not in API_OPTIONS]
     if unknown:
-        raise OptionError(f"unknown option(s) {_say(', '.join(map(repr, unknown)))[:200]}; the options are: "
+        raise OptionError(f"unknown option(s) {clean_text(', '.join(map(repr, unknown)))[:200]}; the options are: "
                           f"{', '.join(API_OPTIONS)}, max_events")
 
     def bad(name: str, what: str) -> OptionError:
-        return OptionError(f"{name}: {_say(repr(options[name]))[:60]}: expected {what}")
+        return OptionError(f"{name}: {clean_text(repr(options[name]))[:60]}: expected {what}")
 
     def given(name: str) -> bool:
         return options.get(name) is not None
@@ -111,7 +111,7 @@ def check_threshold(rid: str, name: str, value: Any, default: Any) -> Any:
         ok = float(value).is_integer()
         value = int(value) if ok else value
     if not ok:
-        shown = _say(json.dumps(value) if not isinstance(value, str) else value)[:60]
+        shown = clean_text(json.dumps(value) if not isinstance(value, str) else value)[:60]
         raise UsageError(f"{rid}.{name}={shown}: expected {kind} >= 0, at most 2^62 (default {default})")
     return value
 
@@ -126,13 +126,13 @@ def parse_set(items: Sequence[str], source: str = "--set") -> dict[str, dict[str
     cfg: dict[str, dict[str, Any]] = {}
     for item in items:
         if not isinstance(item, str) or "=" not in item or "." not in item.split("=", 1)[0]:
-            raise UsageError(f"{source} {_say(item)!r}: {SET_SHAPE}")
+            raise UsageError(f"{source} {clean_text(item)!r}: {SET_SHAPE}")
         key, value = item.split("=", 1)
         rid, name = key.rsplit(".", 1)
         if rid not in REGISTRY:
-            raise UsageError(f"{source}: unknown rule {_say(rid)!r} (see `nsysan rules`)")
+            raise UsageError(f"{source}: unknown rule {clean_text(rid)!r} (see `nsysan rules`)")
         if name not in REGISTRY[rid].thresholds:
-            raise UsageError(f"{source}: rule {rid} has no threshold {_say(name)!r}; it has: "
+            raise UsageError(f"{source}: rule {rid} has no threshold {clean_text(name)!r}; it has: "
                              f"{', '.join(REGISTRY[rid].thresholds) or 'none'}")
         try:
             parsed: Any = json.loads(value)
@@ -157,14 +157,14 @@ def rules_config(rules: Any, source: str) -> dict[str, dict[str, Any]]:
 
         unknown = [str(r) for r in rules if r not in REGISTRY]
         if unknown:  # also one with no thresholds, which parse_set would not see
-            raise UsageError(f"{source} unknown rule(s) {_say(', '.join(unknown))} (see `nsysan rules`)")
+            raise UsageError(f"{source} unknown rule(s) {clean_text(', '.join(unknown))} (see `nsysan rules`)")
     for rid, th in rules.items():
         if not isinstance(th, Mapping):
-            raise UsageError(f"{source} rules.{_say(rid)} is not an object of thresholds; {CONFIG_SHAPE}")
+            raise UsageError(f"{source} rules.{clean_text(rid)} is not an object of thresholds; {CONFIG_SHAPE}")
         try:
             items += [f"{rid}.{k}={json.dumps(v)}" for k, v in th.items()]
         except (TypeError, ValueError) as e:  # a value JSON cannot hold (an object, NaN is fine)
-            raise UsageError(f"{source} rules.{_say(rid)}: {_say(e)}") from None
+            raise UsageError(f"{source} rules.{clean_text(rid)}: {clean_text(e)}") from None
     return parse_set(items, source=source)
 
 
@@ -175,13 +175,13 @@ def load_config(path: Path | None, option: str = "--config") -> dict[str, dict[s
         return {}
     from nsysan.outputs import read_small_file
 
-    shown = _say(path)
+    shown = clean_text(path)
     try:
         data = json.loads(read_small_file(path, option).decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UsageError(f"{option} {shown}: not UTF-8 text ({e.reason} at byte {e.start})") from e
     except (json.JSONDecodeError, RecursionError) as e:
-        raise UsageError(f"{option} {shown}: not valid JSON ({_say(e) if not isinstance(e, RecursionError) else 'nested too deeply'})") from e
+        raise UsageError(f"{option} {shown}: not valid JSON ({clean_text(e) if not isinstance(e, RecursionError) else 'nested too deeply'})") from e
     if not isinstance(data, dict):
         raise UsageError(f"{option} {shown}: the top level is a JSON {type(data).__name__}; {CONFIG_SHAPE}")
     rules = data.get("rules", data)
@@ -200,7 +200,7 @@ def disabled_rules(names: Iterable[str], option: str = "--disable") -> dict[str,
 
     unknown = [str(r) for r in names if r not in REGISTRY]
     if unknown:
-        raise UsageError(f"{option}: unknown rule(s) {_say(', '.join(unknown))}")
+        raise UsageError(f"{option}: unknown rule(s) {clean_text(', '.join(unknown))}")
     return {r: True for r in names}
 
 
@@ -307,7 +307,7 @@ def one_line_parser(**kw: Any) -> Any:
 
     class OneLineParser(argparse.ArgumentParser):
         def error(self, message: str) -> NoReturn:
-            self.exit(2, f"{self.prog}: error: {_say(message)}\nnsysan: hint: `{self.prog} -h` lists the options\n")
+            self.exit(2, f"{self.prog}: error: {clean_text(message)}\nnsysan: hint: `{self.prog} -h` lists the options\n")
 
     return OneLineParser(**kw)
 
@@ -332,7 +332,7 @@ def time_range(text: str) -> tuple[float, float]:
     except ValueError:
         a = b = -1.0
     if not sep or not 0 <= a < b:
-        raise _type_error(f"{_say(text)!r}: expected START:END in seconds from the capture's start, "
+        raise _type_error(f"{clean_text(text)!r}: expected START:END in seconds from the capture's start, "
                           "0 <= START < END (e.g. 10:12.5)")
     return (float(a), float(b))
 
@@ -351,12 +351,12 @@ def scheduler_address(text: str) -> str:
     Dask schemes (``tls://``, ``wss://``, ``ucx://``, ``inproc://``) are refused with the reason."""
     scheme = text.partition("://")[0].lower() if "://" in text else ""
     if scheme in _UNSUPPORTED_SCHEMES:
-        raise _type_error(f"{_say(text)!r}: {scheme}:// schedulers are not supported ({_UNSUPPORTED_SCHEMES[scheme]}); "
+        raise _type_error(f"{clean_text(text)!r}: {scheme}:// schedulers are not supported ({_UNSUPPORTED_SCHEMES[scheme]}); "
                           "expected tcp://HOST:PORT (or ws://HOST:PORT, or HOST:PORT)")
     port = re.search(r":(\d{1,5})/?$", text)
     if (not _SCHEDULER.match(text) or text.startswith((":", "/")) or "://" not in text and ":" not in text
             or port and int(port.group(1)) > 65535):
-        raise _type_error(f"{_say(text)!r}: expected a Dask scheduler address such as "
+        raise _type_error(f"{clean_text(text)!r}: expected a Dask scheduler address such as "
                           "tcp://head:8786 (or host:port, port 0-65535)")
     return text
 

@@ -21,7 +21,7 @@ from nsysan.outputs import identity as _identity
 from nsysan.outputs import own_output, path_too_long, reason, refuse_special, together, write_atomic
 from nsysan.report.formats import OUTPUTS, Output, fit_name
 from nsysan.report.summary import CaptureTime, FixLine, RunSummary
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 if TYPE_CHECKING:
     from nsysan.options import RunOptions
@@ -76,7 +76,7 @@ def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, 
         try:
             _check_output(option, out, protect, seen, force)
         except OutputExistsError:
-            exists.append(_say(out))
+            exists.append(clean_text(out))
         except NsysanError:
             if exists:  # an earlier output exists: that refusal came first, as before
                 break
@@ -92,7 +92,7 @@ def check_outputs(inputs: Sequence[str], outputs: Sequence[tuple[str, str]], *, 
 
 def _check_output(option: str, out: str, protect: list[tuple[int, int]], seen: dict[str, str], force: bool) -> None:
     """One output of ``check_outputs`` (``seen``: the outputs so far, by real path)."""
-    shown = _say(out)
+    shown = clean_text(out)
     ident = _identity(out)
     if ident is not None and ident in protect:
         raise UsageError(f"{option} {shown}: is an input of this run; refusing to write a report over it",
@@ -108,14 +108,14 @@ def _check_output(option: str, out: str, protect: list[tuple[int, int]], seen: d
 
 
 def _check_output_path(option: str, out: str, ident: tuple[int, int] | None, force: bool) -> None:
-    shown = _say(out)
+    shown = clean_text(out)
     long = path_too_long(out)
     if long:
         raise OutputError(f"{option} {shown[:200]}{'...' if len(shown) > 200 else ''}: cannot write: {long}")
     for parent in [Path(out).parent, *Path(out).parent.parents]:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
-                raise OutputError(f"{option} {shown}: cannot write: {_say(parent)} is not a directory")
+                raise OutputError(f"{option} {shown}: cannot write: {clean_text(parent)} is not a directory")
             break
     refuse_special(option, out)
     if ident is not None and Path(out).is_dir():
@@ -144,7 +144,7 @@ def check_combination(*, many: bool, out_dir: str | None, paths: dict[str, str |
             raise UsageError(f"{o.flag} writes the {o.one_trace} of one trace; it cannot be combined with several "
                              "traces or --out-dir")
     if out_dir and (os.path.exists(out_dir) or os.path.islink(out_dir)) and not os.path.isdir(out_dir):
-        raise OutputError(f"--out-dir {_say(out_dir)}: cannot write: exists and is not a directory")
+        raise OutputError(f"--out-dir {clean_text(out_dir)}: cannot write: exists and is not a directory")
 
 
 def trace_outputs(trace: str, *, out_dir: str | None, paths: dict[str, str | None], off: set[str]) -> dict[str, str]:
@@ -178,7 +178,7 @@ def plan_analyze(traces: Sequence[str], base: RunOptions, *, many: bool, out_dir
         if many or out_dir:
             stem = Path(t).stem
             if stem in stems:
-                raise UsageError(f"{_say(stems[stem])} and {_say(t)} have the same name {_say(stem)!r}: their "
+                raise UsageError(f"{clean_text(stems[stem])} and {clean_text(t)} have the same name {clean_text(stem)!r}: their "
                                  "outputs in --out-dir would overwrite each other", hint="rename or link one of them")
             stems[stem] = t
         chosen = trace_outputs(t, out_dir=(out_dir or ".") if many or out_dir else None, paths=paths, off=off)
@@ -190,7 +190,7 @@ def plan_analyze(traces: Sequence[str], base: RunOptions, *, many: bool, out_dir
             planned.append(("--out-dir", str(Path(out_dir) / "summary.html")))
         planned.append(("--out-dir", str(Path(out_dir) / "ranks.csv")))
     protect = check_outputs([*traces, *side_inputs], planned, force=force)
-    shared = tuple(tuple(x) for x in protect)
+    shared = tuple(protect)  # (identities are tuples already)
     return [(t, replace(base, outputs=chosen, protect=shared)) for t, chosen in jobs], protect
 
 
@@ -429,7 +429,6 @@ def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: fl
         trace=trace_path, seconds=seconds, outputs=outputs,
         # the program the trace recorded (only traces of one program are ranks of one job: a straggler)
         program=launched_program(trace.meta.capture),
-        findings=[(f.rule, f.severity.name.lower(), f.impact_ns, f.message) for f in a.findings],
         fixes=[FixLine(rule=f.rule, severity=f.severity.name.lower(), impact_ns=int(f.impact_ns),
                        per_iteration_ns=f.per_iteration_ns, title=f.title, message=f.message,
                        suggestion=f.suggestion) for f in a.findings],
@@ -467,9 +466,9 @@ def _gpu_metrics_lines(a: Any) -> list[str]:
 
 def slow_share(a: Any) -> tuple[int, int, float] | None:
     """``analyses.slow_iterations.headline`` (imported when a summary is built: not at start-up)."""
-    from nsysan.analyses.slow_iterations import headline
+    from nsysan.analyses.slow_iterations import headline_of
 
-    return headline(a.slow_iterations, any(f.rule == "slow-iterations" for f in a.findings))
+    return headline_of(a.slow_iterations, a.findings)
 
 
 def _capture_lines(a: Any) -> CaptureTime | None:

@@ -34,6 +34,7 @@ process: input not ready), ``extra work`` (extra NVTX ranges, or more GPU work),
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,11 @@ def headline(s: SlowIterations | None, fired: bool) -> tuple[int, int, float] | 
     if s is None or not s.steady_span_ns or not fired:
         return None
     return len(s.table), s.cost_ns, s.cost_ns / s.steady_span_ns
+
+
+def headline_of(s: SlowIterations | None, findings: Iterable[Any]) -> tuple[int, int, float] | None:
+    """``headline``, the rule's firing read from ``findings`` (the analysis' findings)."""
+    return headline(s, any(f.rule == "slow-iterations" for f in findings))
 
 
 _COLUMNS = ["index", "pid", "tid", "start_ns", "end_ns", "period_ns", "median_ns", "cost_ns", "gpu_busy_ns",

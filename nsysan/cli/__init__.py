@@ -12,7 +12,7 @@ from typing import Any
 from nsysan._atomic import Terminated, remove_leftovers, terminating
 from nsysan.cli.parser import build_parser
 from nsysan.errors import EXPLAINED, explain
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -51,7 +51,7 @@ def _run(args: Any) -> int:
             raise
         code, lines = explain(e)  # Ctrl-C, SIGTERM, SIGHUP: what nsysan started is stopped by now
         for line in lines:
-            print(f"nsysan: {_say(line)}", file=sys.stderr)
+            print(f"nsysan: {clean_text(line)}", file=sys.stderr)
         return code
     finally:
         remove_leftovers()  # a temp file whose clean-up a second Ctrl-C interrupted

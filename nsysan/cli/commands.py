@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 
 def _fail(message: str) -> None:  # one trace of several failed
-    print(f"nsysan: {_say(message)}", file=sys.stderr)
+    print(f"nsysan: {clean_text(message)}", file=sys.stderr)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -45,7 +45,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print_cross(cs)
     if args.out_dir:
         pipeline.write_cross(cs, args.out_dir, html=not args.no_html, force=args.force, protect=protect,
-                             wrote=lambda p: print(f"wrote {_say(p)}"))
+                             wrote=lambda p: print(f"wrote {clean_text(p)}"))
     return 1 if failed else 0
 
 
@@ -66,8 +66,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         annotate=args.annotate, trace=args.trace, graph_nodes=args.graph_nodes, diagnose=args.diagnose,
         python=args.python_sampling, gpu_metrics_devices=args.gpu_metrics_devices, cuda_backtrace=args.cuda_backtrace)
     if not written:  # an output that is not there: exit 12 (errors.OutputError), nsys' own status named
-        raise OutputError(f"nsys exited {rc} and wrote no {_say(sqlite)}", hint="see nsys' messages above")
-    print(f"trace: {_say(sqlite)}\nnext:  nsysan analyze {_say(sqlite)}")
+        raise OutputError(f"nsys exited {rc} and wrote no {clean_text(sqlite)}", hint="see nsys' messages above")
+    print(f"trace: {clean_text(sqlite)}\nnext:  nsysan analyze {clean_text(sqlite)}")
     return rc
 
 

@@ -30,7 +30,7 @@ def cross_summary(results: list[RunSummary]) -> dict[str, Any]:
     for r, straggler in zip(results, late):
         rows.append({"trace": r.trace, "p50_ns": r.p50_ns, "iterations": r.iterations,
                      "busy": [{"device_id": d, "busy_frac": round(f, 4), "idle_ns": i} for d, f, i in r.busy],
-                     "top_finding": r.findings[0][0] if r.findings else None,
+                     "top_finding": r.fixes[0].rule if r.fixes else None,
                      "slowest_kernel": r.slowest_kernel, "straggler": straggler})
     out: dict[str, Any] = {
         "schema": "nsysan.cross/2", "median_p50_ns": med,

@@ -50,7 +50,6 @@ class RunSummary:
     seconds: float = 0.0
     outputs: list[str] = field(default_factory=list)  # the files written, in order
     program: str | None = None  # the program the trace recorded (traces of one program: ranks of one job)
-    findings: list[tuple[str, str, int, str]] = field(default_factory=list)  # (rule, severity, impact ns, message)
     fixes: list[FixLine] = field(default_factory=list)
     breakdown: list[BreakdownLine] = field(default_factory=list)
     capture_time: CaptureTime | None = None

@@ -1,6 +1,6 @@
 """The terminal's renderers: what ``nsysan analyze`` prints after one trace (the summary) or several
 (the cross-trace table), ``nsysan diff``'s and ``nsysan compare``'s tables (and their HTML page),
-and ``nsysan rules``' listing. Everything from a trace goes through ``clean_text`` first (``_say``);
+and ``nsysan rules``' listing. Everything from a trace goes through ``clean_text`` first;
 rich is imported only when a table or summary is printed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nsysan._version import __version__
-from nsysan.units import clean_text as _say
+from nsysan.units import clean_text
 
 if TYPE_CHECKING:
     from nsysan.report.summary import RunSummary
@@ -130,7 +130,7 @@ class Screen:
     def line(self, text: object, style: str = "", indent: int = 0, first: str | None = None) -> None:
         """One paragraph, wrapped to ``width`` under ``indent`` (``first``: the first line's lead);
         code spans rendered (``_marked``); a token longer than the line is never broken."""
-        body = _marked(_say(text), self.colour)
+        body = _marked(clean_text(text), self.colour)
         lead = " " * indent if first is None else first
         if self.width and self.width > indent + 20:
             lines = textwrap.wrap(_glue(body), width=self.width, initial_indent=lead, subsequent_indent=" " * indent,
@@ -143,7 +143,7 @@ class Screen:
     def message(self, text: object, indent: int) -> None:
         """A finding's message: one paragraph when it fits a line (or nothing is wrapped), else
         ``message_lines``, each level two columns deeper, a cause's lines hanging under its text."""
-        body = _say(text)
+        body = clean_text(text)
         if not self.width or len(body) <= self.width - indent:
             self.line(body, indent=indent)
             return
@@ -253,7 +253,7 @@ def _summary_fixes(res: RunSummary, scr: Screen) -> None:
                      if f.impact_ns > 0 else "no time estimate")
             head = Text(f"{i:>2}. ")
             head.append(f"{sev.upper():<8}", style=SEVERITY_STYLE.get(sev, ""))
-            tail = _say(f" {saves}  [{f.rule}]")
+            tail = clean_text(f" {saves}  [{f.rule}]")
             if width and len(head.plain) + len(tail) > width > 30:  # wrapped under the message's indent
                 lines = textwrap.wrap(_glue(tail), width=width, initial_indent=" " * len(head.plain),
                                       subsequent_indent=" " * 5, break_on_hyphens=False, break_long_words=False)
@@ -299,7 +299,7 @@ def _summary_tail(res: RunSummary, scr: Screen) -> None:
         say(f"Top kernels ({res.window}, {fmt_ns(res.kernel_ns)} of kernel time)", "bold")
         for name, tot, share, count in res.top_kernels:
             line = f"{fmt_ns(tot):>10} {fmt_pct(share):>6} {count:>7,}x  "
-            short = _say(short_kernel_name(name))
+            short = clean_text(short_kernel_name(name))
             if width and len(line) + len(short) > width:
                 short = short[:max(10, width - len(line) - 3)] + "..."
             scr.console.print(Text(line + short))
@@ -334,10 +334,10 @@ def cross_lines(summary: dict[str, Any], width: int = 0) -> list[str]:
 
     rows = []
     for r in summary["traces"]:
-        rows.append({"trace": _say(Path(r["trace"]).name) + (" STRAGGLER" if r["straggler"] else ""),
+        rows.append({"trace": clean_text(Path(r["trace"]).name) + (" STRAGGLER" if r["straggler"] else ""),
                      "p50": fmt_ns(r["p50_ns"]), "busy": fmt_pct(r["busy"][0]["busy_frac"]) if r["busy"] else "-",
-                     "finding": _say(r["top_finding"] or "-"),
-                     "kernel": _say(short_kernel_name(str(r["slowest_kernel"] or "-")))})
+                     "finding": clean_text(r["top_finding"] or "-"),
+                     "kernel": clean_text(short_kernel_name(str(r["slowest_kernel"] or "-")))})
     head = {"trace": "trace", "p50": "p50", "busy": "GPU busy", "finding": "top finding", "kernel": "slowest kernel"}
     longest = {k: max([len(head[k])] + [len(r[k]) for r in rows]) for k in head}
     fixed = CROSS_P50_W + 1 + CROSS_BUSY_W + 1
@@ -384,7 +384,7 @@ def cross_lines(summary: dict[str, Any], width: int = 0) -> list[str]:
             lines += textwrap.wrap(text, width=width, initial_indent="  ", subsequent_indent="    ",
                                    break_on_hyphens=False) if width > 6 else ["  " + text]
     if "ranks" in summary:
-        verdict = f"ranks: {_say(summary['ranks']['verdict'])}"
+        verdict = f"ranks: {clean_text(summary['ranks']['verdict'])}"
         lines += textwrap.wrap(verdict, width=width, subsequent_indent="  ", break_on_hyphens=False) \
             if width > 20 else [verdict]
     return lines
@@ -467,7 +467,7 @@ def print_diff(d: Any) -> None:
     from nsysan.units import fmt_ns
 
     def Text(text: object, **kw: Any) -> _Text:  # labels and names come from files
-        return _Text(_say(text), **kw)
+        return _Text(clean_text(text), **kw)
 
     c = table_console()
     for w in d.warnings:
@@ -554,13 +554,13 @@ def print_ladder(lad: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=Text(_say(lad["label"])))
+    t = Table(title=Text(clean_text(lad["label"])))
     gm = any(r.get("gpu_metrics") for r in lad["rows"])  # steady GPU metric means (compare.steady_gpu_metrics)
     for col in ("trace", "value", "step", "total", "iteration p50", "GPU busy", "top finding",
                 *(("SMs / tensor / DRAM (steady, % of peak)",) if gm else ())):
         t.add_column(col)
     for r in lad["rows"]:
-        t.add_row(*(Text(_say(x)) for x in (
+        t.add_row(*(Text(clean_text(x)) for x in (
             r["label"], fmt_metric(lad["metric"], r["value"]),
             f"{r['step_speedup']:.2f}x" if r["step_speedup"] else "-",
             f"{r['total_speedup']:.2f}x" if r["total_speedup"] else "-",
@@ -586,7 +586,7 @@ def ladder_markdown(lad: dict[str, Any]) -> str:
              + "".join(f" {c} |" for c in extra),
              "|---|---:|---:|---:|---:|---|" + "---:|" * len(extra)]
     def md(text: object) -> str:  # one table cell: no escapes, no column breaks
-        return _say(text).replace("|", "\\|")
+        return clean_text(text).replace("|", "\\|")
 
     def metric_cell(r: dict[str, Any], key: str) -> str:
         devs = r.get("gpu_metrics") or {}

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.program import program_records
-from nsysan.analyses.slow_iterations import headline as slow_headline
+from nsysan.analyses.slow_iterations import headline_of as slow_headline
 from nsysan.report import metrics_view
 from nsysan.report.jsonout import ranks_to_dict
 from nsysan.report.ranks_view import ranks_view
@@ -406,7 +406,7 @@ def _headline(a: Any) -> list[tuple[str, str]]:
 
 def _slow_headline(a: Any) -> list[tuple[str, str]]:
     """The slow iterations' cost beside the typical period, when they matter (``slow_iterations.headline``)."""
-    got = slow_headline(a.slow_iterations, any(f.rule == "slow-iterations" for f in a.findings))
+    got = slow_headline(a.slow_iterations, a.findings)
     if got is None:
         return []
     n, cost, share = got
