@@ -18,7 +18,7 @@ from nsysan.analysis import Params, analyze
 from nsysan.report import html, view
 from nsysan.report.cross import cross_summary, render_cross_html
 from nsysan.report.html import code_spans
-from nsysan.report.summary import RunSummary
+from nsysan.report.summary import FixLine, RunSummary
 
 
 def _text(page: str) -> str:
@@ -116,7 +116,7 @@ def test_summary_page_has_the_report_s_look_and_escapes_trace_names(analysis, tm
     for name, p50 in (("<img src=x onerror=alert(1)>#1.sqlite", 20_000_000), ("b.sqlite", 10_000_000),
                       ("c.sqlite", 11_000_000)):
         rows.append(RunSummary(trace=name, p50_ns=p50, iterations=9, busy=[(0, 0.5, 1000)],
-                               findings=[("host-bound-gap", "warning", 1, "")], slowest_kernel="k<float>",
+                               fixes=[FixLine("host-bound-gap", "warning", 1, None, "", "", "")], slowest_kernel="k<float>",
                                program="p"))
     s = cross_summary(rows)
     page = render_cross_html(json.loads(json.dumps(s)))
