@@ -14,7 +14,7 @@ import pandas as pd
 from nsysan.trace import schema as S
 from nsysan.trace.columns import Columns
 from nsysan.trace.frames import MISSING, _concat, _decode_ids, _empty, _narrow, _to_frame
-from nsysan.trace.model import INTERVAL_TABLES, as_column, take_columns
+from nsysan.trace.model import INTERVAL_TABLES, as_column, is_constant_column, take_columns
 from nsysan.trace.strings import Strings, _cut_note, map_categories
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
@@ -78,7 +78,9 @@ def _finish_intervals(name: str, held: list[pd.DataFrame], warnings: list[str]) 
     if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
         order = np.argsort(st, kind="stable")  # a few late rows (OS runtime): timsort is near linear
         del st
-        return take_columns([df], order)
+        held.append(df)  # held alone: each unsorted column is freed as its sorted copy is made
+        del df
+        return take_columns(held, order)
     return df.reset_index(drop=True)
 
 
@@ -102,36 +104,75 @@ def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
     corr = col.to_numpy(dtype=np.int64, na_value=-1) if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) \
         else col.to_numpy()
     del col
-    # none can repeat when every correlation id occurs once, which a bitmap of the ids tells (no hash
-    # of every (thread, id) pair on a trace without a single repeat); the column
-    # itself when every id is positive (no copy of a million-row column to learn that)
-    positive = corr > 0
-    every = bool(positive.all())
-    if not every and not positive.any():
-        return api
-    pos = corr if every else corr[positive]
-    del positive
-    if int(pos.max()) < 16 * len(corr) + (1 << 24):  # a byte per id value: at most 16 a row, or 16 MB
-        seen = np.zeros(int(pos.max()) + 1, dtype=bool)
-        seen[pos] = True
-        if int(np.count_nonzero(seen)) == pos.size:  # every id once (nsys without backtraces)
-            return api
-        del seen
     rows = np.flatnonzero(corr > 0)
-    pos = corr[rows].astype(np.int64)
-    if "global_tid" in api:
-        thread = api["global_tid"].to_numpy(dtype=np.int64, na_value=-1)[rows]
-    else:  # the global ids left out (an extra column): the thread as pid<<24 | tid, as nsys packs it
-        thread = (api["pid"].to_numpy()[rows].astype(np.int64) << 24) | api["tid"].to_numpy()[rows]
-    key = pd.MultiIndex.from_arrays([thread, pos])
-    dup = key.duplicated(keep="first")
-    if not dup.any():
+    if rows.size < 2:
         return api
-    first = rows[pd.Series(np.arange(len(rows)), index=key).groupby(level=[0, 1]).transform("min").to_numpy()]
+    if rows.size == len(corr):
+        rows = None  # every row: no copies of million-row columns to select them all
+    pos = (corr if rows is None else corr[rows]).astype(np.int64)
+    del corr
+    if _each_once(_codes(api, "pid", rows), pos):  # ids are per process: none repeats (nsys without backtraces)
+        return api
+    key = _combine(_codes(api, "global_tid", rows), pos)
+    del pos
+    order = np.argsort(key, kind="stable")  # a key's rows in row order: its first row leads its run
+    same = key[order[1:]] == key[order[:-1]]
+    del key
+    if not same.any():
+        return api
+    lead = np.arange(1, len(order))
+    lead[same] = 0
+    lead = np.maximum.accumulate(lead)  # each sorted row's run's first position
+    later, first = order[1:][same], order[lead[same]]
+    del order, lead, same
+    if rows is not None:
+        later, first = rows[later], rows[first]
     st, en = api["start_ns"].to_numpy(), api["end_ns"].to_numpy()
     inside = np.zeros(len(api), dtype=bool)
-    inside[rows] = dup & (st[rows] >= st[first]) & (en[rows] <= en[first])
+    inside[later] = (st[later] >= st[first]) & (en[later] <= en[first])
     return api.loc[~inside].reset_index(drop=True) if inside.any() else api
+
+
+def _codes(api: pd.DataFrame, column: str, rows: np.ndarray | None) -> np.ndarray:
+    """``column``'s values (of ``rows``, or every row) as dense int64 codes 0..k-1. Without the
+    global ids (an extra column), the thread is pid<<24 | tid, as nsys packs it."""
+    if column == "global_tid" and column not in api:
+        v = (api["pid"].to_numpy().astype(np.int64) << 24) | api["tid"].to_numpy()
+    elif column == "pid" and column not in api:  # the process: the global thread id's upper bits
+        v = api["global_tid"].to_numpy(dtype=np.int64, na_value=-1) >> 24
+    else:
+        v = api[column].to_numpy(dtype=np.int64, na_value=-1)
+    if rows is not None:
+        v = v[rows]
+    if is_constant_column(v) or len(v) == 0 or bool((v == v[0]).all()):
+        return np.zeros(len(v), dtype=np.int64)
+    codes, _ = pd.factorize(v, sort=False)
+    return codes.astype(np.int64, copy=False)
+
+
+def _combine(codes: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """One int64 key per (code, id) pair: ``codes * span + pos``, or a dense code of the pairs
+    where that product would not fit."""
+    span = int(pos.max()) + 1
+    if (int(codes.max()) + 1) * span < (1 << 62):
+        key = codes * span
+        key += pos
+        return key
+    codes2, _ = pd.MultiIndex.from_arrays([codes, pos]).factorize()
+    return codes2.astype(np.int64, copy=False)
+
+
+def _each_once(codes: np.ndarray, pos: np.ndarray) -> bool:
+    """Whether every (code, id) pair occurs once: a bitmap of the pairs when it takes at most 16
+    bytes a row or 16 MB (no hash of every pair on a trace without a single repeat), else False
+    (the caller's sort decides)."""
+    span = int(pos.max()) + 1
+    cells = (int(codes.max()) + 1) * span
+    if cells >= 16 * len(pos) + (1 << 24):
+        return False
+    seen = np.zeros(cells, dtype=bool)
+    seen[_combine(codes, pos)] = True
+    return int(np.count_nonzero(seen)) == len(pos)
 
 
 def _finish_memcpy(m: pd.DataFrame) -> pd.DataFrame:

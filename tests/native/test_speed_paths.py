@@ -198,11 +198,20 @@ def test_nested_duplicates_dropped_as_defined():
         if k % 3 == 0:
             ids[rng.integers(0, n, size=2)] = pd.NA
         start = rng.integers(0, 1000, size=n)
-        df = pd.DataFrame({"correlation_id": ids, "global_tid": rng.integers(0, 3, size=n), "start_ns": start,
+        # threads of one process, or of several (ids repeat across processes: no row is a repeat then)
+        pids = rng.integers(0, 3, size=n) if k % 2 else np.zeros(n, dtype=np.int64)
+        gtid = (pids << 24) | rng.integers(0, 3, size=n)
+        df = pd.DataFrame({"correlation_id": ids, "global_tid": gtid, "start_ns": start,
                            "end_ns": start + rng.integers(0, 200, size=n)})
         got = finish_mod._drop_nested_duplicates(df)
         want = df.iloc[_kept_by_definition(df)].reset_index(drop=True)
         pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+        # the global ids left out (an extra column): pid and tid say the thread
+        split = df.drop(columns="global_tid").assign(pid=(gtid >> 24).astype(np.int32),
+                                                     tid=(gtid & 0xFFFFFF).astype(np.int32))
+        got = finish_mod._drop_nested_duplicates(split)
+        pd.testing.assert_frame_equal(got.reset_index(drop=True),
+                                      split.iloc[_kept_by_definition(df)].reset_index(drop=True))
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
