@@ -440,7 +440,7 @@ def test_each_thread_loop_with_its_period(analysis, stripped, capsys):
     thread's steady completion-to-completion periods), the thread is named as ThreadNames names it,
     and the terminal says so per thread (issue 49 item 6)."""
     from nsysan.pipeline import summary
-    from nsysan.report.terminal import print_summary
+    from nsysan.report.terminal.summary import print_summary
 
     conn = sqltruth.open_fixture("threads_loops")
     try:

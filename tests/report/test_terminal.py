@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from nsysan.cli import main
-from nsysan.report.terminal import plain_markup, short_kernel_name
+from nsysan.report.terminal.text import plain_markup, short_kernel_name
 from nsysan.units import fmt_ns
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

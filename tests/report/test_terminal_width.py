@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nsysan.cli import main
-from nsysan.report.terminal import message_lines, plain_markup
+from nsysan.report.terminal.text import message_lines, plain_markup
 
 TRACES = ("example", "launch_eager", "train_dataloader", "waits_python", "mem_growth", "ddp_overlap_rank0",
           "annotate_plain")
@@ -191,7 +191,7 @@ def test_cross_trace_table_fits_the_width(width, fixture_dir, tmp_path, capsys, 
     """``nsysan analyze a b --out-dir``'s table of the traces (``print_cross``) at ``COLUMNS``: no line
     longer, and every trace's name, iteration time, top finding and slowest kernel (summary.json of the
     same run) still shown, a long name wrapped within its column or under its row."""
-    from nsysan.report.terminal import short_kernel_name
+    from nsysan.report.terminal.text import short_kernel_name
     from nsysan.units import fmt_ns
 
     # GIVEN two fixtures, one under a name longer than any column of an 80-column table

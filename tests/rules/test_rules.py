@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import FIXTURES, ROOT
 
-from nsysan.report.terminal import rules_markdown
+from nsysan.report.terminal.rules_listing import rules_markdown
 from nsysan.rules import REGISTRY
 
 # step -> rules that must fire (the problem the NEXT step fixes, and others planted there)
