@@ -13,7 +13,9 @@ import pytest
 import sqltruth
 from conftest import FIXTURE_NAMES
 
-from nsysan.report.perfetto import GPU_PID, MIB, write_events
+from nsysan.report.perfetto import write_events
+from nsysan.report.perfetto.counters import MIB
+from nsysan.report.perfetto.events import GPU_PID
 from nsysan.report.schema import validate
 
 _NUM = {"type": "number"}
