@@ -180,12 +180,25 @@ def text_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Each row's code into ``texts``, the distinct values as text in sorted order (a missing value is
     ``nan``, as ``astype(str)`` writes it; values alike in text share a code): text is made once per
     distinct value (a categorical's codes are read as they are), never per row."""
-    codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    if isinstance(values.dtype, pd.CategoricalDtype):  # its own codes: no int64 code of every row
+        cat = values.array
+        codes = np.asarray(cat.codes)
+        uniq = list(cat.categories)
+        if len(codes) and int(codes.min()) < 0:  # missing: one more value, after the categories
+            codes = np.where(codes < 0, len(uniq), codes.astype(np.int32))
+            uniq.append(np.nan)
+        used = np.bincount(codes, minlength=len(uniq)) > 0 if len(codes) else np.zeros(len(uniq), bool)
+        if not bool(used.all()):  # only the values that occur
+            renum = np.cumsum(used) - 1
+            codes = renum.astype(codes.dtype)[codes]
+            uniq = [u for u, k in zip(uniq, used) if k]
+    else:
+        codes, uniq = pd.factorize(values, use_na_sentinel=False)
     text = np.array([str(u) for u in uniq], dtype=object)
     if not len(text):
         return np.zeros(len(codes), np.int64), []
     texts, key = np.unique(text, return_inverse=True)
-    return key[codes], [str(t) for t in texts]
+    return key.astype(np.int32 if len(texts) < 1 << 31 else np.int64)[codes], [str(t) for t in texts]
 
 
 def rows_of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ options (``cli/parser.py``), the planning, checking and writing of a run (``pipe
 Python API (``api.write``, ``api.render``, and the ``Analysis`` methods through them) all read.
 
 A new format is one renderer module (a function ``render(a, *, show_env=False, early=None) -> str``,
+optionally ``pieces`` with the same arguments yielding that text in pieces to write as they are made,
 or ``stream(a, path, *, force, protect)`` for an output written as it is made) plus one ``Output``
 entry in ``OUTPUTS`` below (or ``register``): its option, help, file ending, how it is written.
 Nothing else names it.
@@ -13,7 +14,7 @@ an output is written) and nothing heavy."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,10 @@ class Output:
 
     ``name``: its key (``api.write(a, name, path)``, a run's outputs by name). ``flag``, ``metavar``,
     ``help``: its option of ``analyze``. ``label``: the progress line's "writing <label>".
-    ``render(a, *, show_env, early)``: the whole text; or ``stream(a, path, *, force, protect)``: writes
-    it as it is made (a large timeline, a folder of tables). ``suffix``: its file's ending per trace in
+    ``render(a, *, show_env, early)``: the whole text (for ``api.render``), with ``pieces`` (same
+    arguments) yielding it in pieces that a write puts in the file as they come (no whole text of a
+    large report held); or ``stream(a, path, *, force, protect)``: writes it as it is made (a large
+    timeline, a folder of tables). ``suffix``: its file's ending per trace in
     ``--out-dir`` (``<trace><suffix>``); None: not written there. ``one_trace``: what it holds of one
     trace, when it is refused with several traces or ``--out-dir`` (the message names it); else it is
     written per trace only through ``--out-dir`` (with a suffix) or not at all. ``files(path)``: the
@@ -54,6 +57,7 @@ class Output:
     label: str
     render: Callable[..., str] | None = None
     stream: Callable[..., Any] | None = None
+    pieces: Callable[..., Iterable[str]] | None = None
     suffix: str | None = None
     one_trace: str | None = None
     files: Callable[[str], list[str]] | None = None
@@ -90,10 +94,29 @@ class Output:
             return None
         from nsysan.outputs import write_atomic
 
+        if self.pieces is not None:
+            _write_pieces(self.pieces(a, show_env=show_env, early=early), Path(path), force=force, protect=protect)
+            return None
         assert self.render is not None
         text = self.render(a, show_env=show_env, early=early)
         write_atomic(Path(path), text, force=force, protect=protect)
         return text
+
+
+def _write_pieces(pieces: Iterable[str], path: Path, *, force: bool, protect: Protect) -> None:
+    """``write_atomic`` of the text the pieces make, a megabyte at a time."""
+    from nsysan.outputs import atomic_file
+
+    with atomic_file(path, force=force, protect=protect) as f:
+        held: list[str] = []
+        size = 0
+        for s in pieces:
+            held.append(s)
+            size += len(s)
+            if size >= 1 << 20:
+                f.write("".join(held).encode("utf-8", "backslashreplace"))
+                held, size = [], 0
+        f.write("".join(held).encode("utf-8", "backslashreplace"))
 
 
 def fit_name(name: str, suffix: str) -> str:
@@ -121,6 +144,13 @@ def _html(a: Any, *, show_env: bool = False, early: Any = None) -> str:
     from nsysan.report import html, view
 
     return html.render(view.build(a, show_env=show_env, generated_by=f"nsysan {__version__}", timeline=early))
+
+
+def _html_pieces(a: Any, *, show_env: bool = False, early: Any = None) -> Iterable[str]:
+    from nsysan._version import __version__
+    from nsysan.report import html, view
+
+    return html.pieces(view.build(a, show_env=show_env, generated_by=f"nsysan {__version__}", timeline=early))
 
 
 def _html_default(trace: str, paths: Mapping[str, str | None]) -> str:
@@ -154,7 +184,7 @@ OUTPUTS: list[Output] = [
     Output("json", "--json", "OUT.json", "write the analysis as JSON (schema nsysan.analysis/2)", "JSON",
            render=_json, suffix=".json", write_order=0),
     Output("html", "--html", "OUT.html", "write the HTML report here (default: next to --json, or "
-           "./<trace>.nsysan.html)", "HTML report", render=_html, suffix=".html", write_order=2,
+           "./<trace>.nsysan.html)", "HTML report", render=_html, pieces=_html_pieces, suffix=".html", write_order=2,
            off=("--no-html", "do not write an HTML report"), default=_html_default,
            preload=("nsysan.report.html", "nsysan.report.view"),
            # the report's timeline encodes while the rules run and the JSON is written

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -148,3 +149,8 @@ def environment() -> jinja2.Environment:
 
 def render(report: Report) -> str:
     return environment().get_template("report.html.j2").render(r=report)
+
+
+def pieces(report: Report) -> Iterator[str]:
+    """``render``'s text in the pieces the template makes, to write as they come."""
+    return environment().get_template("report.html.j2").generate(r=report)
