@@ -421,7 +421,7 @@ def _keep_result(source: Any, opts: RunOptions, text: str) -> None:
 def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> RunSummary:
     """What ``nsysan analyze`` prints of an analysis (``report.terminal.print_summary``), and what a
     run of many traces collects per trace: plain values (``report.summary.RunSummary``)."""
-    from nsysan.trace.db import launched_program
+    from nsysan.trace.launched_program import launched_program
 
     st = a.iterations.stats
     kernels = a.steady_summaries.get("kernels", a.kernels)

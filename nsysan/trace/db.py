@@ -19,19 +19,20 @@ The file is opened with ``mode=ro&immutable=1``: SQLite takes no locks, writes n
 and never modifies the user's trace. ``immutable`` also makes SQLite ignore a ``-wal`` or hot
 ``-journal`` beside the trace, which it would otherwise apply (the WAL's committed transactions, the
 rollback of an unfinished one): with either there, the trace and it are copied into a private folder
-where SQLite applies it, and that copy is read (``private_copy``), nothing being written beside the
+where SQLite applies it, and that copy is read (``private_copy.py``), nothing being written beside the
 trace (no ``-shm``). Row counts never come from rowids alone (``row_bound``): a row at rowid 2^62
 is one row.
+
+The file's checks, its URI and connection, and SQLite's errors in the user's words are in
+``sqlite_file.py``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import threading
-import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,113 +42,14 @@ import numpy as np
 
 from nsysan import _memory
 from nsysan._executor import threads
-from nsysan.errors import (
-    CorruptTraceError,
-    NotAnNsysExportError,
-    NotSQLiteError,
-    NsysanError,
-    TraceNotFoundError,
-    TraceUnreadableError,
-)
-from nsysan.inputs import file_kind
+from nsysan.errors import NotAnNsysExportError, NsysanError
 from nsysan.trace import columns, direct, prefetch
 from nsysan.trace.columns import Columns
-from nsysan.trace.prefetch import Side, side_files
+from nsysan.trace.prefetch import side_files
+from nsysan.trace.private_copy import private_copy
+from nsysan.trace.sqlite_file import check_file, connect, display, readonly_uri, translate_error
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 MIN_ROW_BYTES = 6  # a table row takes at least this much of its file (see ``Database.file_rows``)
-
-
-def _uri(path: Path) -> str:
-    # bytes: a file name that is not valid UTF-8 (surrogate escapes in ``str``) is quoted byte by byte
-    return "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
-
-
-def display(path: object) -> str:
-    """A path for a message: bytes that are not UTF-8 shown as ``\\xNN``, control characters escaped."""
-    from nsysan.units import clean_text
-
-    return clean_text(str(path))
-
-
-def check_file(path: Path) -> None:
-    """Raise a precise error for a path that cannot be an export; return if it looks like SQLite."""
-    shown = display(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise TraceNotFoundError(f"{shown}: no such file", hint="check the path; nsys writes <name>.sqlite") from None
-    except OSError as e:  # a name too long, a loop of links, a parent that is a file
-        raise TraceNotFoundError(f"{shown}: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TraceNotFoundError(f"{shown}: is a directory, not a trace file")
-    if not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: opening it could block forever
-        raise TraceNotFoundError(f"{shown}: not a regular file ({file_kind(st.st_mode)})")
-    if not os.access(path, os.R_OK):
-        raise TraceUnreadableError(f"{shown}: permission denied", hint="make the file readable (chmod +r)")
-    try:  # O_NONBLOCK: should the path have been swapped for a FIFO since the stat, do not wait on it
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise TraceNotFoundError(f"{shown}: not a regular file ({file_kind(mode)})")
-            head = os.pread(fd, 100, 0)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise TraceUnreadableError(f"{shown}: cannot read: {e.strerror or e}") from e
-    if len(head) == 0:
-        raise NotSQLiteError(f"{shown}: empty file")
-    if head.startswith(b"version https://git-lfs"):
-        raise NotSQLiteError(f"{shown}: a Git LFS pointer, not the trace", hint="run `git lfs pull` first")
-    if not head.startswith(SQLITE_MAGIC):
-        hint = None
-        if path.suffix in (".nsys-rep", ".qdrep"):
-            hint = f"export it first: nsys export --type sqlite {shown}"
-        raise NotSQLiteError(f"{shown}: not an SQLite file", hint=hint)
-    if len(head) < 100:
-        raise CorruptTraceError(f"{shown}: truncated SQLite file ({len(head)} bytes)")
-
-
-def _translate(path: Path, e: Exception) -> Exception:
-    msg = str(e).lower()
-    path = display(path)  # type: ignore[assignment]
-    if "malformed" in msg or "corrupt" in msg or "truncat" in msg or "disk i/o" in msg:
-        return CorruptTraceError(f"{path}: corrupt or truncated SQLite database ({e})")
-    if "not a database" in msg or "file is encrypted" in msg:
-        return NotSQLiteError(f"{path}: not an SQLite database ({e})")
-    if "locked" in msg or "busy" in msg or "unable to open" in msg or "permission" in msg:
-        return TraceUnreadableError(f"{path}: cannot open ({e})")
-    return CorruptTraceError(f"{path}: SQLite error: {e}")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
-    con.execute("PRAGMA query_only = 1")
-    # trace strings are untrusted: invalid UTF-8 becomes U+FFFD instead of an exception
-    con.text_factory = lambda b: b.decode("utf-8", "replace")
-    return con
-
-
-def launched_program(capture: Iterable[tuple[str, str]]) -> str | None:
-    """The program nsys launched, from its ``META_DATA_CAPTURE`` rows (``TraceMeta.capture``, read at
-    load): ``PROCESS_0:COMMAND`` and its first argument that is not an option (the script or ``-m``
-    module), e.g. ``python3 train.py``; the other arguments (a rank, a step) are left out. None when
-    the export does not say."""
-    got = {str(k): str(v) for k, v in capture if str(k).startswith("PROCESS_0:")}
-    cmd = got.get("PROCESS_0:COMMAND")
-    if not cmd:
-        return None
-    args = [got[f"PROCESS_0:ARGUMENT_{i}"] for i in range(len(got)) if f"PROCESS_0:ARGUMENT_{i}" in got]
-    words = [cmd]
-    for i, a in enumerate(args):
-        if a == "-m" and i + 1 < len(args):
-            words += [a, args[i + 1]]
-            break
-        if not a.startswith("-"):
-            words.append(a)
-            break
-    return " ".join(words)
 
 
 @dataclass
@@ -167,87 +69,6 @@ class Caps:
         return self.tables.get(table, ())
 
 
-def side_note(path: Path, sides: list[Side]) -> list[str]:
-    """A true note per side file: what it holds and what nsysan read (``Database`` reads as said)."""
-    from nsysan.units import clean_text
-
-    name = clean_text(Path(path).name)
-    notes = []
-    for s in sides:
-        if not s.pending:
-            notes.append(f"{name}{s.suffix} exists but holds no unfinished transaction: the trace may still be being "
-                         "written; nsysan read the main file, which holds everything committed so far")
-        elif s.suffix == "-wal":
-            notes.append(f"{name}-wal exists ({s.size:,} bytes): the trace may still be being written; nsysan read what "
-                         "SQLite reads, the main file with the transactions committed in its -wal, from a private copy "
-                         "(the trace and its -wal were left untouched)")
-        else:
-            notes.append(f"{name}-journal exists ({s.size:,} bytes): the trace may still be being written; nsysan read "
-                         "what SQLite reads, the main file as it was before the unfinished transaction in its -journal, "
-                         "from a private copy (the trace and its -journal were left untouched)")
-    return notes
-
-
-def _copy_regular(src: Path, dst: Path, size: int) -> None:
-    """``size`` bytes of regular file ``src`` into a new ``dst`` (O_NONBLOCK: never waits on a FIFO)."""
-    fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{display(src)} is not a regular file")
-        with open(dst, "xb") as out:
-            left = size
-            while left > 0:
-                chunk = os.read(fd, min(left, 8 << 20))
-                if not chunk:
-                    break
-                out.write(chunk)
-                left -= len(chunk)
-    finally:
-        os.close(fd)
-
-
-def private_copy(path: Path, sides: list[Side]) -> tuple[str, Path]:
-    """The trace and its side files copied into a private folder, where SQLite (read-write there,
-    and only there) applies them as it would: a WAL's committed transactions checkpointed into the
-    copy, a hot journal rolled back. Returns (folder, copy). Raises TraceUnreadableError."""
-    import shutil
-    import tempfile
-
-    shown = display(path)
-    held = ", ".join(f"{shown}{s.suffix} ({s.size:,} bytes)" for s in sides if s.pending)
-    odd = [s for s in sides if s.pending and not s.regular]
-    if odd:
-        raise TraceUnreadableError(f"{shown}: {shown}{odd[0].suffix} beside it is not a regular file: SQLite would "
-                                   "read the trace through it, nsysan will not",
-                                   hint=f"remove or rename {shown}{odd[0].suffix} if no program is writing the trace")
-    folder = tempfile.mkdtemp(prefix="nsysan-trace-")
-    copy = Path(folder) / "trace.sqlite"
-    try:
-        _copy_regular(path, copy, os.stat(path).st_size)
-        for s in sides:
-            if s.pending:
-                _copy_regular(s.path, Path(str(copy) + s.suffix), s.size)
-        con = sqlite3.connect(copy, isolation_level=None)
-        try:
-            # applies the WAL (checkpoint) or rolls the hot journal back, then a plain file: the
-            # direct reader reads the copy's pages, which now hold what SQLite reads
-            con.execute("PRAGMA journal_mode=DELETE").fetchall()
-            con.execute("SELECT count(*) FROM sqlite_master").fetchall()
-        finally:
-            con.close()
-    except sqlite3.Error as e:  # damage SQLite found while applying them: reported in its words
-        shutil.rmtree(folder, ignore_errors=True)
-        raise _translate(path, e) from None
-    except OSError as e:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise TraceUnreadableError(
-            f"{shown}: {held} beside it hold transactions SQLite would apply; nsysan reads a private copy to see "
-            f"them without writing beside the trace, and that copy failed ({e})",
-            hint="wait until the program writing the trace has finished, or free space in the temporary folder "
-                 "(TMPDIR)") from None
-    return folder, copy
-
-
 class Database:
     """An open, read-only export. Use as a context manager. A trace with a ``-wal`` or hot
     ``-journal`` beside it is read from a private copy to which SQLite applied them (``private_copy``):
@@ -264,10 +85,10 @@ class Database:
         if sides:
             self._folder, self._source = private_copy(self.path, sides)
         try:
-            self._sqlite = _connect(self._source)
+            self._sqlite = connect(self._source)
         except sqlite3.Error as e:
             self._drop_copy()
-            raise _translate(self.path, e) from e
+            raise translate_error(self.path, e) from e
         try:
             self.caps = self._describe()
         except BaseException:
@@ -291,7 +112,7 @@ class Database:
             self._ignored = tuple(str(r[0]) for r in self._sqlite.execute(prefetch.NOT_TABLES_SQL).fetchall())
         except sqlite3.DatabaseError as e:
             if "no such table" not in str(e).lower() and "pragma_table_info" not in str(e).lower():
-                raise _translate(self.path, e) from e
+                raise translate_error(self.path, e) from e
             return self._describe_sqlalchemy()
         return self._check_nsys(tables)
 
@@ -307,9 +128,9 @@ class Database:
             for name in names:
                 tables[name] = tuple(c["name"] for c in insp.get_columns(name))
         except sa.exc.DBAPIError as e:
-            raise _translate(self.path, e.orig if e.orig is not None else e) from e
+            raise translate_error(self.path, e.orig if e.orig is not None else e) from e
         except sqlite3.Error as e:
-            raise _translate(self.path, e) from e
+            raise translate_error(self.path, e) from e
         return self._check_nsys(tables)
 
     def _check_nsys(self, tables: dict[str, tuple[str, ...]]) -> Caps:
@@ -328,7 +149,7 @@ class Database:
                 import adbc_driver_sqlite.dbapi as adbc
 
                 _memory.arrow_loaded()
-                self._adbc = adbc.connect(_uri(self._source))
+                self._adbc = adbc.connect(readonly_uri(self._source))
             except Exception:  # noqa: BLE001 - optional fast path; sqlite3 reads the same data
                 self._adbc = False
         return self._adbc
@@ -366,7 +187,7 @@ class Database:
             try:
                 return int(self._sqlite.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
             except sqlite3.Error as e:
-                raise _translate(self.path, e) from e
+                raise translate_error(self.path, e) from e
         return n
 
     def rowid_slices(self, table: str, rows_per_slice: int) -> list[tuple[int, int]] | None:
@@ -413,9 +234,9 @@ class Database:
             mine = getattr(local, "conns", None)  # this thread's [sqlite3, ADBC (None: not opened yet)]
             if mine is None:
                 try:
-                    mine = local.conns = [_connect(self._source), None]
+                    mine = local.conns = [connect(self._source), None]
                 except sqlite3.Error as e:
-                    raise _translate(self.path, e) from e
+                    raise translate_error(self.path, e) from e
                 with lock:
                     opened.append(mine)
             return mine
@@ -427,7 +248,7 @@ class Database:
                     import adbc_driver_sqlite.dbapi as adbc
 
                     _memory.arrow_loaded()
-                    mine[1] = adbc.connect(_uri(self._source))
+                    mine[1] = adbc.connect(readonly_uri(self._source))
                 except Exception:  # noqa: BLE001 - optional fast path
                     mine[1] = False
             return mine[1]
@@ -476,7 +297,7 @@ class Database:
             names = [d[0] for d in cur.description]
             rows = cur.fetchall()
         except sqlite3.Error as e:
-            raise _translate(self.path, e) from e
+            raise translate_error(self.path, e) from e
         out, mixed = columns.from_rows(names, rows)
         if mixed and retry is not None and not params:
             again = retry()
@@ -527,7 +348,7 @@ class Database:
         try:
             return self._sqlite.execute(sql, params).fetchall()
         except sqlite3.Error as e:
-            raise _translate(self.path, e) from e
+            raise translate_error(self.path, e) from e
 
     def close(self) -> None:
         if self._direct is not None:

@@ -23,11 +23,12 @@ from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
 from nsysan.trace.checks import _implausible
 from nsysan.trace.columns import Columns
-from nsysan.trace.db import Database, display
+from nsysan.trace.db import Database
 from nsysan.trace.finish import _build_frames, _tidy
 from nsysan.trace.frames import _to_frame
 from nsysan.trace.model import INTERVAL_TABLES, Trace, TraceMeta
 from nsysan.trace.session import _capture_window, _infer_version, _meta_rows, _session
+from nsysan.trace.sqlite_file import display
 from nsysan.trace.strings import Strings, _unresolved
 from nsysan.units import clean_text
 
@@ -250,7 +251,8 @@ def _being_written(path: Path) -> list[str]:
     """A note per ``-wal`` / ``-journal`` file beside the trace (it may still be being written),
     saying what nsysan read: ``Database`` reads what SQLite reads (a private copy with the WAL's
     committed transactions, or with the hot journal rolled back), never writing beside the trace."""
-    from nsysan.trace.db import side_files, side_note
+    from nsysan.trace.prefetch import side_files
+    from nsysan.trace.private_copy import side_note
 
     return side_note(path, side_files(path))
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nsysan.trace.db import _connect
+from nsysan.trace.sqlite_file import connect as _connect
 
 PY_SAMPLING = "Python Periodic Sampling"
 PY_BACKTRACE = "Python Backtrace on CUDA"
