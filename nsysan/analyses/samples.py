@@ -1,5 +1,4 @@
-"""Who kept the GPU waiting: the CPU and Python samples taken while a device sat idle behind its host,
-and where the CUDA calls came from.
+"""Who kept the GPU waiting: the CPU and Python samples taken while a device sat idle behind its host.
 
 From ``trace.samples.Samples`` and the analysis' idle gaps. A sample counts for a gap when it was taken
 on the gap's process (``pid``) and submitting thread (``tid``), inside the gap, in the steady window,
@@ -9,26 +8,9 @@ Python samples with their frames, they are attributed; else the native CPU sampl
 
 Per function, two numbers:
 
-* ``self``: samples whose **own-code frame** is this function (see below): what the user's own code
+* ``self``: samples whose **own-code frame** is this function (``stack_frames``): what the user's own code
   was running;
 * ``inclusive``: samples with this function anywhere on the stack.
-
-Own-code frame, Python: the innermost frame outside the interpreter's and site-packages' files
-(``/lib/python3.X/``, ``site-packages``, ``dist-packages``, ``<frozen ...>``), else the innermost frame;
-a comprehension or lambda counts for the function around it. Own-code frame, native: the innermost
-frame of the best tier, tiers in this order: (0) a resolved symbol of the program's own modules;
-(1) a resolved symbol of an installed library (``site-packages``, ``dist-packages``, conda, ``/usr/lib``,
-``/lib``, ``/opt/nvidia``, ``/nix/store``, and Python extension modules ``*.cpython-*.so``: e.g. libtorch,
-cuBLAS, OpenBLAS, numpy); (2) an unresolved
-address in own code, (3) in a library; (4) the runtime below every program, never "self" unless
-nothing else is on the stack: libc, libpthread, libm, libdl, librt, libstdc++, libgcc_s, the dynamic
-loader, the kernel (``[kernel.kallsyms]``, ``[vdso]``, kernel-mode frames), the Python and Julia
-interpreters (``python3.X``, ``libpython``, its ``lib-dynload`` modules, ``libjulia``), the CUDA driver and runtime stack
-(``libcuda``, ``libcudart``, ``libcupti``, ``libnvidia-*``, ``libnvrtc``; and the statically linked
-runtime by its symbols: ``cuda*`` API names and templates, ``__cudart*``, ``libcudart_static_*``), nsys' own injection
-libraries, and nsys' markers (``[Unknown]``, ``[Broken backtraces]``, ``[Max depth]``). An unresolved
-address is counted as ``[unresolved]`` in its module. A stack whose
-own frame is the interpreter says so: only Python sampling can tell which Python function ran.
 
 Each with its share of the samples and the sample count: short gaps hold few samples, so attribution is
 over a whole gap class (the activity label the gap analysis gives), never extrapolated from a handful
@@ -36,15 +18,15 @@ over a whole gap class (the activity label the gap analysis gives), never extrap
 each gap class gets its own attribution, and so does the steady loop's CPU time on the launching
 thread(s) (every sample there over the steady window, not only in gaps).
 
-Call sites: each CUDA call in the steady window with a Python backtrace (``--python-backtrace=cuda``,
-joined to its API row by thread and start) or, without one, a native backtrace (``CUDA_CALLCHAINS`` of
-its ``callchainId``, joined by process and correlation id), is counted under its own-code frame.
 ``missing_inputs`` says which inputs a trace lacks and the flag that adds each, in one place.
+
+Where each part lives: ``stack_frames`` (the **own-code frame**, Python and native, and how a stack is
+shown), ``call_sites`` (where the CUDA calls came from); ``site_note``, ``calls_in`` and
+``short_symbol`` are offered here too, as the rules and the report read them with the attribution.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +34,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-LIBRARY_FILE = re.compile(r"/lib/python3\.\d+/|site-packages|dist-packages|^<frozen |^<string>")
+from nsysan.analyses.call_sites import aggregate_sites, site_calls
+from nsysan.analyses.call_sites import calls_in as calls_in
+from nsysan.analyses.call_sites import site_note as site_note
+from nsysan.analyses.stack_frames import (
+    INTERPRETER_MODULE,
+    display_stack,
+    frame_key,
+    module_name,
+    native_own_frame,
+    own_frame,
+    where,
+)
+from nsysan.analyses.stack_frames import short_symbol as short_symbol
+
 MIN_SAMPLES = 10
 NO_SAMPLES = ("no CPU or Python samples in this trace: record with `nsys profile -s process-tree` (for Python, "
               "add `--python-sampling=true` and export with `--include-blobs=true`)")
@@ -63,8 +58,6 @@ COLUMNS = ["function", "file", "line", "module", "self_samples", "self_share", "
 # batch access, collation and the DataLoader's own fetch (PyTorch, Lightning and HF all use it)
 INPUT_FUNCTIONS = r"__getitem__|__getitems__|(default_)?collate(_fn)?|_next_data|fetch|_MapDatasetFetcher.*|__iter__"
 TOP_STACKS = 10
-STACK_FRAMES = 14  # frames shown per stack (innermost kept)
-
 # The inputs that explain GPU idle time and GPU load, and the flag that adds each (one place: the report,
 # the JSON and the findings quote these).
 INPUTS = (
@@ -96,139 +89,6 @@ def missing_inputs(inputs: dict[str, Any] | None, tables: Any = ()) -> list[dict
         out.append({"input": "python_frames", "label": "Python frames (lost in export)",
                     "flag": "nsys export --type sqlite --include-blobs=true report.nsys-rep"})
     return out
-
-
-# -- own-code frames ---------------------------------------------------------------------------------
-
-INNER = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>")
-
-
-def own_frame(stack: tuple[tuple[str, str, int], ...]) -> tuple[str, str, int] | None:
-    """The innermost frame of the user's own code (not the interpreter's or an installed package's);
-    a comprehension or lambda counts for the function around it (same file), at its own line."""
-    for i, f in enumerate(stack):
-        if not LIBRARY_FILE.search(f[1] or ""):
-            j = i
-            while stack[j][0] in INNER and j + 1 < len(stack) and stack[j + 1][1] == f[1]:
-                j += 1
-            return (stack[j][0], f[1], f[2])
-    return stack[0] if stack else None
-
-
-RUNTIME_MODULE = re.compile(
-    r"(^|/)(libc|libpthread|libm|libdl|librt|libutil|libresolv|libgcc_s|libstdc\+\+|libc\+\+(abi)?|ld|ld-linux[^/]*|"
-    r"libcuda|libcudart|libcupti|libnvidia-[^/]*|libnvrtc[^/]*|libnvrtc-builtins[^/]*|libToolsInjection[^/]*|"
-    r"libpython[^/]*|libjulia[^/]*)([.-][^/]*)?$"
-    r"|(^|/)python(\d(\.\d+)?)?[dmu]?$|(^|/)julia$|/lib/python\d\.\d+/lib-dynload/|^\[|kallsyms|^//anon|\.ko$|^$")
-INTERPRETER_MODULE = re.compile(r"(^|/)(libpython[^/]*|python(\d(\.\d+)?)?[dmu]?|libjulia[^/]*|julia)$")
-LIBRARY_MODULE = re.compile(r"site-packages|dist-packages|conda|/envs/|^/(usr/)?(local/)?lib(32|64|x32|exec)?/|"
-                            r"^/opt/nvidia/|^/nix/store/|/nsight-systems|/cuda[-\d.]*/|\.cpython-\d+[^/]*\.so$|\.abi3\.so$")
-_HEX = re.compile(r"^0x[0-9a-fA-F]+$")
-# the CUDA runtime linked statically into a program (its API, its templates in cuda_runtime.h and its
-# internals) is the runtime too, whatever module holds it
-RUNTIME_SYMBOL = re.compile(r"^(cuda[A-Z]\w*(<.*>)?|__cudart\w*|libcudart_static_\w*|cudart::.*|"
-                            r"cu(Launch|Mem|Ctx|Stream|Event|Module|Graph|Init|Device|Func|Library|Kernel)\w*)$")
-
-
-def native_tier(symbol: str, module: str, unresolved: int) -> int:
-    """0 own code, 1 an installed library, 2 unresolved own code, 3 unresolved library, 4 runtime.
-    Remembered per frame (a capture's stacks repeat the same few thousand frames: waits_native's
-    stacks asked 26,000 times for 346 frames), up to ``TIER_MEMO`` frames of short names."""
-    key = (symbol, module, unresolved)
-    t = _tiers.get(key)
-    if t is None:
-        t = _native_tier(symbol, module, unresolved)
-        if len(_tiers) < TIER_MEMO and len(str(symbol)) + len(str(module)) < 1024:
-            _tiers[key] = t
-    return t
-
-
-TIER_MEMO = 65_536
-_tiers: dict[tuple[Any, Any, Any], int] = {}
-
-
-def _native_tier(symbol: str, module: str, unresolved: int) -> int:
-    if RUNTIME_MODULE.search(module or "") or RUNTIME_SYMBOL.match(symbol or ""):
-        return 4
-    lib = bool(LIBRARY_MODULE.search(module))
-    if unresolved or _HEX.match(symbol or "") or not symbol or symbol.startswith("["):
-        return 3 if lib else 2
-    return 1 if lib else 0
-
-
-UNRESOLVED = "[unresolved]"
-
-
-def native_own_frame(stack: tuple[tuple[str, str, int], ...]) -> tuple[str, str, int] | None:
-    """The innermost frame of the best tier (``native_tier``). An unresolved address counts as
-    ``[unresolved]`` in its module (addresses alone would split one module's time into many rows)."""
-    best, best_tier = None, 99
-    for f in stack:
-        t = native_tier(f[0], f[1], f[2])
-        if t < best_tier:
-            best, best_tier = f, t
-            if t == 0:
-                break
-    if best is not None and (best[2] or _HEX.match(best[0] or "")):
-        return (UNRESOLVED, best[1], best[2])
-    return best
-
-
-def short_symbol(symbol: str, limit: int = 100) -> str:
-    """A C++ symbol without its parameter list (and return type): ``ns::Class::method``."""
-    s = str(symbol).strip()
-    s = s.removesuffix(" const")
-    if s.endswith(")"):
-        depth = 0
-        for i in range(len(s) - 1, -1, -1):
-            if s[i] == ")":
-                depth += 1
-            elif s[i] == "(":
-                depth -= 1
-                if depth == 0:
-                    if i > 0 and not s[:i].endswith("operator"):
-                        s = s[:i]
-                    break
-    # a return type before the name ("float ns::f<...>"): the last space outside template brackets
-    depth, cut = 0, -1
-    for i, ch in enumerate(s):
-        if ch in "<({":
-            depth += 1
-        elif ch in ">)}" and not s[:i].endswith("operator-"):
-            depth -= 1
-        elif ch == " " and depth == 0 and not s[:i].endswith("operator"):
-            cut = i
-    if cut > 0:
-        s = s[cut + 1:]
-    if len(s) > 60:  # long template arguments: shown as <…>
-        out: list[str] = []
-        depth = 0
-        for ch in s:
-            if ch == "<" and not "".join(out).endswith("operator"):
-                if depth == 0:
-                    out.append("<…>")
-                depth += 1
-            elif ch == ">" and depth > 0:
-                depth -= 1
-            elif depth == 0:
-                out.append(ch)
-        s = "".join(out)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def module_name(module: str) -> str:
-    return str(module).rsplit("/", 1)[-1]
-
-
-def where(r: Any) -> str:
-    """'tokenize() waits.py:37' (Python) or 'generate_tensor_2D in a.out' (native) for a table row."""
-    if r.get("module"):
-        return f"{short_symbol(r['function'])} in {module_name(r['module'])}"
-    loc = f" {str(r['file']).rsplit('/', 1)[-1]}:{int(r['line'])}" if r.get("file") else ""
-    return f"{r['function']}(){loc}"
-
-
-# -- attribution -------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -340,47 +200,6 @@ def gap_index(samples: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _display(stack: tuple[tuple[str, str, int], ...], source: str) -> tuple[tuple[str, bool], ...]:
-    """A stack for display, outermost first: (text, own code?) per frame; runs of library/runtime
-    frames are folded into one '[N frames: module, ...]'."""
-    own = own_frame(stack) if source == "python" else native_own_frame(stack)
-    items: list[tuple[str, bool]] = []
-    run: list[str] = []
-
-    def flush() -> None:
-        if run:
-            mods = list(dict.fromkeys(run))
-            more = ", ..." if len(mods) > 3 else ""
-            items.append((f"[{len(run)} frame{'s' if len(run) > 1 else ''}: {', '.join(mods[:3])}{more}]", False))
-            run.clear()
-
-    for f in reversed(stack):
-        if source == "python":
-            lib = bool(LIBRARY_FILE.search(f[1] or ""))
-            text = f"{f[0]} ({str(f[1]).rsplit('/', 1)[-1]})"
-            mod = "python" if f[1].startswith("<") or "/lib/python3" in f[1] else (
-                str(f[1]).split("site-packages/")[-1].split("/", 1)[0] if "-packages/" in f[1] else "library")
-        else:
-            lib = native_tier(f[0], f[1], f[2]) >= 3
-            text = f"{short_symbol(f[0], 80)} ({module_name(f[1])})"
-            mod = module_name(f[1]) or "?"
-        is_own = own is not None and (f[0], f[1]) == (own[0], own[1])
-        if lib and not is_own:
-            run.append(mod)
-            continue
-        flush()
-        items.append((text, is_own))
-    flush()
-    return tuple(items[-STACK_FRAMES:])
-
-
-def _frame_key(f: tuple[str, str, int], source: str) -> tuple[str, str]:
-    """(function, file or module) of a frame, an unresolved native address as ``[unresolved]``."""
-    if source != "python" and (f[2] or _HEX.match(f[0] or "")):
-        return (UNRESOLVED, f[1])
-    return (f[0], f[1])
-
-
 def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label: str, kind: str,
                n_gaps: int = 0, gap_ns: int = 0) -> Attribution:
     """Functions (self, inclusive) and top stacks of the samples in ``df``: counted per distinct stack,
@@ -403,13 +222,14 @@ def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label
             k = (f[0], f[1])
             self_c[k] += c
             lines.setdefault(k, Counter())[f[2]] += c
-        for k in {_frame_key(fr, source) for fr in st}:
+        for k in {frame_key(fr, source) for fr in st}:
             incl[k] += c
-        shown[_display(st, source)] += c
+        shown[display_stack(st, source)] += c
     rows = []
     for (fn, fi), c in self_c.items():
         py = source == "python"
-        rows.append({"function": fn, "file": fi if py else "", "line": lines[(fn, fi)].most_common(1)[0][0] if py else 0,
+        rows.append({"function": fn, "file": fi if py else "",
+                     "line": lines[(fn, fi)].most_common(1)[0][0] if py else 0,
                      "module": "" if py else fi, "self_samples": c, "self_share": round(c / n, 4),
                      "inclusive_samples": incl[(fn, fi)], "inclusive_share": round(incl[(fn, fi)] / n, 4)})
     out.table = pd.DataFrame(rows, columns=COLUMNS).sort_values(
@@ -460,8 +280,9 @@ def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any,
         sub = df.loc[hit]
         for a in pd.Series(act).value_counts(sort=False).index:
             sel = act == a
-            out.classes.append(_attribute(sub.loc[cls_of_sample == a], stacks, source, str(a), str(a) or "untraced CPU work",
-                                          "gaps", int(sel.sum()), int(g["gap_ns"].to_numpy()[sel].sum())))
+            out.classes.append(_attribute(sub.loc[cls_of_sample == a], stacks, source, str(a),
+                                          str(a) or "untraced CPU work", "gaps", int(sel.sum()),
+                                          int(g["gap_ns"].to_numpy()[sel].sum())))
         out.classes.sort(key=lambda c: (-c.gap_ns, c.key))
     if launch_threads:
         keys = {(int(p) << 24) | int(t) for p, t in launch_threads}
@@ -488,108 +309,6 @@ def blobs_damaged(inputs: dict[str, object]) -> str:
             "layout nsysan does not know): their samples were skipped")
 
 
-# -- call sites --------------------------------------------------------------------------------------
-
-SITE_COLUMNS = ["api", "function", "file", "line", "module", "source", "calls", "total_ns"]
-CALL_COLUMNS = ["pid", "tid", "start_ns", "correlation_id", "api", "dur_ns", "function", "file", "line", "module",
-                "source"]
-
-
-def site_calls(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFrame:
-    """Each CUDA call of the steady window with a backtrace, with its own-code call site (``CALL_COLUMNS``):
-    a Python backtrace (taken at the call's start on its thread) joined by (thread, start), else a
-    native one (``CUDA_CALLCHAINS``) joined by (process, correlation id)."""
-    empty = pd.DataFrame(columns=CALL_COLUMNS)
-    if samples is None or len(cuda_api) == 0:
-        return empty
-    st_all = cuda_api["start_ns"].to_numpy()
-    api = cuda_api.loc[(st_all >= window.start_ns) & (st_all < window.end_ns)]
-    if len(api) == 0:
-        return empty
-    site: dict[int, tuple[str, str, int, str, str]] = {}  # api row position -> site
-    bt = samples.backtraces
-    if len(bt):
-        key_api = pd.MultiIndex.from_arrays([api["tid"].to_numpy(np.int64), api["start_ns"].to_numpy(np.int64)])
-        pos = pd.Series(np.arange(len(api)), index=key_api)
-        pos = pos[~pos.index.duplicated(keep="first")]
-        hit = pos.reindex(pd.MultiIndex.from_arrays([bt["tid"].to_numpy(np.int64), bt["ts_ns"].to_numpy(np.int64)])).to_numpy()
-        for j, stack in zip(hit, bt["stack"].to_numpy()):
-            if np.isnan(j):  # no API row in the window at that (thread, start)
-                continue
-            f = own_frame(samples.stacks[int(stack)])
-            if f is not None:
-                site.setdefault(int(j), (f[0], f[1], int(f[2]), "", "python"))
-    cc = getattr(samples, "cuda_chains", None)
-    if cc is not None and len(cc):
-        key_api = pd.MultiIndex.from_arrays([api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64)])
-        pos = pd.Series(np.arange(len(api)), index=key_api)
-        pos = pos[~pos.index.duplicated(keep="first")]
-        hit = pos.reindex(pd.MultiIndex.from_arrays([cc["pid"].to_numpy(np.int64),
-                                                     cc["correlation_id"].to_numpy(np.int64)])).to_numpy()
-        for j, stack in zip(hit, cc["stack"].to_numpy()):
-            if np.isnan(j) or int(j) in site:  # no API row, or a Python backtrace already names the site
-                continue
-            f = native_own_frame(samples.native_stacks[int(stack)])
-            if f is not None:
-                site[int(j)] = (f[0], "", 0, f[1], "native")
-    if not site:
-        return empty
-    rows = np.array(sorted(site), dtype=np.int64)
-    sub = api.iloc[rows]
-    vals = [site[int(j)] for j in rows]
-    return pd.DataFrame({"pid": sub["pid"].to_numpy(np.int64), "tid": sub["tid"].to_numpy(np.int64),
-                         "start_ns": sub["start_ns"].to_numpy(np.int64),
-                         "correlation_id": sub["correlation_id"].to_numpy(np.int64),
-                         "api": sub["name"].astype(str).to_numpy(), "dur_ns": sub["dur_ns"].to_numpy(np.int64),
-                         "function": [v[0] for v in vals], "file": [v[1] for v in vals], "line": [v[2] for v in vals],
-                         "module": [v[3] for v in vals], "source": [v[4] for v in vals]}, columns=CALL_COLUMNS)
-
-
-def aggregate_sites(calls: pd.DataFrame | None) -> pd.DataFrame:
-    """Per (API name, call site): calls and their total API time (``SITE_COLUMNS``), most time first."""
-    if calls is None or len(calls) == 0:
-        return pd.DataFrame(columns=SITE_COLUMNS)
-    g = calls.groupby(["api", "function", "file", "line", "module", "source"], sort=False)["dur_ns"].agg(["size", "sum"])
-    out = g.reset_index().rename(columns={"size": "calls", "sum": "total_ns"})
-    out["calls"] = out["calls"].astype(np.int64)
-    out["total_ns"] = out["total_ns"].astype(np.int64)
-    return out.sort_values(["total_ns", "api", "function"], ascending=[False, True, True], kind="stable")[
-        SITE_COLUMNS].reset_index(drop=True)
-
-
-def call_sites(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFrame:
-    """Where the CUDA calls of the steady state came from: per (API name, own-code frame), calls and
-    their total API time (``aggregate_sites`` of ``site_calls``)."""
-    return aggregate_sites(site_calls(samples, cuda_api, window))
-
-
-def site_text(r: Any) -> str:
-    """'cudaStreamSynchronize from fetch_result() waits.py:67 (59 calls)' or
-    'cudaMalloc from ns::alloc_block in libc10_cuda.so (12 calls)'."""
-    return f"{r['api']} from {where(r)} ({int(r['calls'])} call{'s' if int(r['calls']) != 1 else ''})"
-
-
-def site_note(sites: pd.DataFrame | None, api_names: tuple[str, ...] | None, n: int = 2,
-              calls: pd.DataFrame | None = None, correlation: Any = None) -> str:
-    """' Call sites (Python backtraces): fetch_result() waits.py:67 (72 calls), ...' for the given API
-    names ('' without backtraces). With ``calls`` (``site_calls``) and ``correlation`` ((pid,
-    correlation id) pairs), only those calls (e.g. the pageable copies' own calls); ``api_names`` None:
-    every API name."""
-    if correlation is not None and calls is not None and len(calls):
-        keys = {(int(p), int(c)) for p, c in correlation}
-        pk = list(zip(calls["pid"].tolist(), calls["correlation_id"].tolist()))
-        sites = aggregate_sites(calls.loc[[k in keys for k in pk]])
-    if sites is None or len(sites) == 0:
-        return ""
-    s = sites if api_names is None else sites.loc[sites["api"].isin(list(api_names))]
-    if len(s) == 0:
-        return ""
-    recs = s.head(n).to_dict("records")
-    kinds = sorted({r.get("source", "python") for r in recs})
-    label = " and ".join({"python": "Python backtraces", "native": "CUDA backtraces"}[k] for k in kinds)
-    return f" Call sites ({label}): " + "; ".join(site_text(r) for r in recs) + "."
-
-
 def call_sites_of(out: IdleAttribution, samples: Any, cuda_api: pd.DataFrame, window: Any) -> None:
     """Fill ``out.site_calls`` and ``out.sites``."""
     out.site_calls = site_calls(samples, cuda_api, window)
@@ -612,25 +331,3 @@ def launching_threads(launches: pd.DataFrame, window: Any) -> list[tuple[int, in
     u, c = np.unique(key, return_counts=True)
     keep = u[c >= LAUNCH_SHARE * c.sum()]
     return sorted((int(k >> 24), int(k & 0xFFFFFF)) for k in keep)
-
-
-def calls_in(calls: pd.DataFrame | None, ranges: pd.DataFrame) -> pd.DataFrame:
-    """The backtraced calls (``site_calls``) made inside these ranges on the ranges' own threads."""
-    if calls is None or len(calls) == 0 or len(ranges) == 0:
-        return pd.DataFrame(columns=CALL_COLUMNS)
-    keep = np.zeros(len(calls), dtype=bool)
-    st = calls["start_ns"].to_numpy()
-    cp, ct = calls["pid"].to_numpy(), calls["tid"].to_numpy()
-    for (pid, tid), r in ranges.groupby(["pid", "tid"], sort=False):
-        m = np.flatnonzero((cp == pid) & (ct == tid))
-        if not m.size:
-            continue
-        s0 = r["start_ns"].to_numpy(np.int64)
-        e0 = r["end_ns"].to_numpy(np.int64)
-        order = np.argsort(s0, kind="stable")
-        s0, e0 = s0[order], np.maximum.accumulate(e0[order])
-        k = np.searchsorted(s0, st[m], side="right") - 1
-        ok = k >= 0
-        ok[ok] = st[m][ok] < e0[k[ok]]
-        keep[m[ok]] = True
-    return calls.loc[keep]

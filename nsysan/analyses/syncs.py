@@ -184,7 +184,7 @@ def _iteration_of(calls: pd.DataFrame, steady_its: pd.DataFrame) -> np.ndarray:
 
 def _sites(calls: pd.DataFrame, site_calls: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
     """Each call's site ('loss_mask() train.py:55') and its source ('python', 'native', 'api')."""
-    from nsysan.analyses.samples import where
+    from nsysan.analyses.stack_frames import where
 
     site = calls["api"].astype(str).to_numpy().astype(object)
     source = np.full(len(calls), "api", dtype=object)

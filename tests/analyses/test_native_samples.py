@@ -521,7 +521,7 @@ def test_call_sites_inside_ranges(analysis, fixture_dir):
             fn, ln = _own_workload(_py_frames(con, blob, strings))
             want[(re.sub(r"_v\d+$", "", name), fn, ln)] += 1
             spent[(re.sub(r"_v\d+$", "", name), fn, ln)] += int(dur)
-    from nsysan.analyses.samples import aggregate_sites, calls_in
+    from nsysan.analyses.call_sites import aggregate_sites, calls_in
 
     got = aggregate_sites(calls_in(a.idle_samples.site_calls, steps))
     assert {(r["api"], r["function"], int(r["line"])): int(r["calls"]) for _, r in got.iterrows()} == dict(want)

@@ -19,7 +19,7 @@ from conftest import CORPUS, analyzed
 
 from nsysan.analyses.iterations import TENSORRT_HOW
 from nsysan.analyses.libranges import library_of
-from nsysan.analyses.tensorrt import execution_rows
+from nsysan.analyses.tensorrt_ranges import execution_rows
 
 FILES = sorted(CORPUS.glob("*.sqlite")) if CORPUS.exists() else []
 pytestmark = pytest.mark.skipif(not FILES, reason="public corpus not present (../shared)")

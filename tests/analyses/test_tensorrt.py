@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from conftest import CORPUS
 
 from nsysan.analyses.iterations import TENSORRT_HOW
-from nsysan.analyses.tensorrt import layer_table
+from nsysan.analyses.tensorrt_layers import layer_table
 from nsysan.analysis import analyze
 
 MEMFUSION = CORPUS / "LeiWang1999__memfusion_artifact__report1.sqlite"
@@ -373,7 +373,7 @@ def test_range_kinds_equal_the_regular_expressions(rows):
     """``range_kinds`` decides labels with set lookups and prefixes: the same answers as the regular
     expressions ``EXEC_TEXT`` (a whole text; ``$`` also before a final newline) and ``TRT_TEXT``,
     for each label with the domain of its first range (a label is one domain and text)."""
-    from nsysan.analyses import tensorrt as T
+    from nsysan.analyses import tensorrt_ranges as T
 
     rg = pd.DataFrame({"name": [r[0] for r in rows], "domain": pd.Series([r[1] for r in rows], dtype=object)})
     trt, ex, my = T.range_kinds(rg)

@@ -295,7 +295,7 @@ def _tensorrt_fallback(rg: pd.DataFrame, cands: list[Candidate], *,
     instances is taken (then the larger total). Where GPU activity was recorded, at least half of
     its instances must have launched GPU work (an ``enqueueV3`` captured into a CUDA Graph launches
     none: its replays are not executions). Otherwise there is no iteration, as before."""
-    from nsysan.analyses.tensorrt import execution_rows
+    from nsysan.analyses.tensorrt_ranges import execution_rows
 
     if len(rg) == 0:
         return None, "none", cands
