@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.frames import text_codes
+from nsysan.analyses.frames import rows_of, text_codes
 
 ELEMENTWISE = re.compile(r"elementwise|pointwise|_foreach_|Functor", re.I)
 FUSED = re.compile(r"multi_tensor_apply|FusedOptimizer|fused_?adam|FusedAdam|fused_sgd", re.I)
@@ -56,8 +56,10 @@ def per_parameter_optimizer(launches: pd.DataFrame, nvtx: pd.DataFrame, iteratio
     del keep
     # the launches in call order, by position: each iteration's rows are read from the columns as
     # they are (no copy of every launch's columns: a million launches on big traces)
-    pos = pos[np.argsort(a_all[pos], kind="stable")]
-    a = a_all[pos]
+    a = rows_of(a_all, pos)
+    if len(a) > 1 and not bool((a[1:] >= a[:-1]).all()):  # (in call order already: no sort, no copy)
+        pos = pos[np.argsort(a, kind="stable")]
+        a = a_all[pos]
     codes, texts = text_codes(launches["name"])
     text = pd.Series(texts, dtype=object)
     is_elem, is_fused, is_back = (text.str.contains(x).to_numpy() if len(text) else np.zeros(0, bool)

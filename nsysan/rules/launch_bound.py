@@ -147,6 +147,7 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
                    f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
     top = launches[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
+    del rows, dom, firsts  # (the optimizer's look at the launches needs room of its own)
     message, suggestion = _optimizer_words(ctx, launches, message)
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
                   suggestion=suggestion,
@@ -253,23 +254,33 @@ def per_iteration(ctx: RuleContext, launches: pd.DataFrame, plain: np.ndarray,
         ok = (k >= 0) & (a <= e_it[np.clip(k, 0, None)])
         if not ok.any():
             continue
-        if not bool(ok.all()):  # one column at a time, each let go as its copy is made
-            a = a[ok]
-            e = e[ok]
-            g = g[ok]
-            d = d[ok]
-            k = k[ok]
+        if not bool(ok.all()):
+            keep = np.flatnonzero(ok)
+            if int(keep[-1]) - int(keep[0]) + 1 == len(keep):  # one run (launches before or after the loop): views
+                sl = slice(int(keep[0]), int(keep[-1]) + 1)
+                a, e, g, d, k = a[sl], e[sl], g[sl], d[sl], k[sl]
+            else:  # one column at a time, each let go as its copy is made
+                a = a[ok]
+                e = e[ok]
+                g = g[ok]
+                d = d[ok]
+                k = k[ok]
+            del keep
         del ok
-        rs, re_, rd, rk = _runs(a, e, d, k, w, max_gap_ns)
-        idle = _idle_in_runs(busy, rs, re_, rd, claim_s, claim_e)
         n_it = len(s_it)
+        counts, gpu = np.bincount(k, minlength=n_it), np.bincount(k, weights=g, minlength=n_it)
+        del g  # (each column let go as soon as it is summed: a million launches a thread on big traces)
+        span = _launch_spans(a, e, k, n_it)
+        rs, re_, rd, rk = _runs(a, e, d, k, w, max_gap_ns)
+        del e, d, k
+        idle = _idle_in_runs(busy, rs, re_, rd, claim_s, claim_e)
         per_idle.append(np.bincount(rk, weights=idle, minlength=n_it))
-        per_n.append(np.bincount(k, minlength=n_it))
-        per_gpu.append(np.bincount(k, weights=g, minlength=n_it))
-        per_span.append(_launch_spans(a, e, k, n_it))
+        per_n.append(counts)
+        per_gpu.append(gpu)
+        per_span.append(span)
         name_a.append(a)
         threads.append((p_, t_))
-        del a, e, g, d, k, rs, re_, rd, rk, idle  # (a thread's launch columns let go before the next's)
+        del a, rs, re_, rd, rk, idle, counts, gpu, span  # (a thread's launch columns let go before the next's)
     if not per_n:
         return None
     estimate, per_seq, best = _best_sequence(per_idle, per_n)
@@ -301,14 +312,11 @@ def _thread_launches(cols: tuple[np.ndarray, ...], plain: np.ndarray, pid_c: np.
     del hit
     if len(mine) == 0:
         return None
-    a = a_all[mine]
-    o = np.argsort(a, kind="stable")
-    if bool((o[1:] > o[:-1]).all()):  # in call order already: no second copy of the positions
-        o = mine
-    else:
-        a = a[o]
-        o = mine[o]
-    return a, e_all[o], g_all[o], d_all[o]
+    a = rows_of(a_all, mine)  # one run of rows (a thread's launches in the window): views, no copies
+    if len(a) < 2 or bool((a[1:] >= a[:-1]).all()):  # in call order already
+        return a, rows_of(e_all, mine), rows_of(g_all, mine), rows_of(d_all, mine)
+    o = mine[np.argsort(a, kind="stable")]
+    return a_all[o], e_all[o], g_all[o], d_all[o]
 
 
 def _runs(a: np.ndarray, e: np.ndarray, d: np.ndarray, k: np.ndarray, w: Window,
