@@ -8,12 +8,10 @@ docs/json.md, schema ``nsysan.analysis/2``). Windows: ``capture`` is the whole s
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -37,6 +35,7 @@ from nsysan.trace.model import Trace
 if TYPE_CHECKING:
     from nsysan.analyses.metrics import GpuMetrics
     from nsysan.analyses.samples import IdleAttribution
+    from nsysan.options import RuleConfig
 
 SCHEMA = "nsysan.analysis/2"
 
@@ -119,14 +118,14 @@ def _summaries(trace: Trace) -> tuple[pd.DataFrame, ...]:
 def options(*, iteration_range: str | None = None, min_gap_us: float | None = None,
             warmup_factor: float | None = None, rule_config: Mapping[str, Any] | None = None,
             config: str | os.PathLike[str] | None = None, set: Mapping[str, Any] | Iterable[str] | None = None,
-            disable: Iterable[str] | None = None) -> tuple[Params, dict[str, dict[str, Any]]]:
+            disable: Iterable[str] | None = None) -> tuple[Params, RuleConfig]:
     """The analysis options of ``nsysan analyze``, under the CLI's names and units, checked as the CLI
     checks them (``ValueError`` with the CLI's words): ``Params`` and the rules' config. ``config``: a
     JSON file as ``--config``; ``rule_config``: the same ``{rule: {threshold: value}}`` as a dict;
     ``set``: ``{"rule.threshold": value}`` or ``["rule.threshold=value", ...]`` as ``--set`` (applied
-    after the two others); ``disable``: rule ids, as ``--disable``."""
+    after the two others); ``disable``: rule ids, as ``--disable`` (``RuleConfig.from_api``)."""
     from nsysan.errors import UsageError
-    from nsysan.options import check_number, disabled_rules, load_config, parse_set, rules_config
+    from nsysan.options import RuleConfig, check_number
 
     def number(name: str, v: Any, **kw: Any) -> Any:
         try:
@@ -144,22 +143,10 @@ def options(*, iteration_range: str | None = None, min_gap_us: float | None = No
     if warmup_factor is not None:
         kw["warmup_factor"] = number("warmup_factor", warmup_factor, strict=True)
     try:
-        cfg = load_config(Path(config), option="config") if config is not None else {}
-        extra = dict(rule_config or {})
-        off = extra.pop("_disabled", {})
-        for rid, th in rules_config(extra, "rule_config:").items() if extra else ():
-            cfg.setdefault(rid, {}).update(th)
-        if set is not None:
-            items = ([set] if isinstance(set, str) else
-                     [f"{k}={json.dumps(v)}" for k, v in set.items()] if isinstance(set, Mapping) else list(set))
-            for rid, th in parse_set(items, source="set").items():
-                cfg.setdefault(rid, {}).update(th)
-        names = [*off, *([disable] if isinstance(disable, str) else disable or [])]
-        if names:
-            cfg["_disabled"] = disabled_rules(names, option="disable")
+        rules = RuleConfig.from_api(config, rule_config, set, disable)
     except UsageError as e:
         raise ValueError(str(e)) from None
-    return Params(**kw), cfg
+    return Params(**kw), rules
 
 
 def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str | None = None,
@@ -188,9 +175,9 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
     ``progress(stage, done, total)``, when given, is called from this thread as the analyses finish
     (``done`` of ``total`` steps; the command line shows it on a terminal): on the 2-core machine a
     2.5 GB trace's analyses and rules took 21.5 of its 35 s, its load 8.3 (a test suite running beside it)."""
-    p, rule_config = _checked_options(params, iteration_range=iteration_range, min_gap_us=min_gap_us,
-                                      warmup_factor=warmup_factor, rule_config=rule_config, config=config,
-                                      set=set, disable=disable)
+    p, rule_options = _checked_options(params, iteration_range=iteration_range, min_gap_us=min_gap_us,
+                                       warmup_factor=warmup_factor, rule_config=rule_config, config=config,
+                                       set=set, disable=disable)
     step = _Steps(progress, STEPS)
     with threads(workers or default_workers(event_rows(trace)), "nsysan-analyze") as pool:
         a, nsys_f = _analyses(trace, p, pool, step)
@@ -205,7 +192,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
             from nsysan.rules import run_rules
 
             step("rules")
-            findings, rule_log = run_rules(a, rule_config or {}, pool=pool)
+            findings, rule_log = run_rules(a, rule_options.thresholds, pool=pool, disabled=rule_options.disabled)
         step("nsys's own rules")
         instances = nsys_f.result()
     # the last fields, into the object ``on_analyses`` was given (the command line's timeline keys on
@@ -224,7 +211,7 @@ def _fill(a: Analysis, **fields: Any) -> None:
         object.__setattr__(a, name, value)
 
 
-def _checked_options(params: Params | None, **given: Any) -> tuple[Params, dict[str, dict[str, Any]]]:
+def _checked_options(params: Params | None, **given: Any) -> tuple[Params, RuleConfig]:
     """``analyze``'s options checked (``options``): ``Params`` (``params`` when given) and the rules' config."""
     if params is not None and not isinstance(params, Params):
         raise TypeError(f"params: expected nsysan.analysis.Params, got {type(params).__name__}; or pass the "
@@ -232,8 +219,8 @@ def _checked_options(params: Params | None, **given: Any) -> tuple[Params, dict[
     if params is not None and (given["iteration_range"], given["min_gap_us"],
                                given["warmup_factor"]) != (None, None, None):
         raise TypeError("pass params= or iteration_range/min_gap_us/warmup_factor, not both")
-    p, rule_config = options(**given)
-    return params or p, rule_config
+    p, rules = options(**given)
+    return params or p, rules
 
 
 def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[Analysis, Future[Any]]:

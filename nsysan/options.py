@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,25 +191,23 @@ def load_config(path: Path | None, option: str = "--config") -> dict[str, dict[s
     return rules_config(rules, source=f"{option} {shown}:")
 
 
-def disabled_rules(names: Iterable[str], option: str = "--disable") -> dict[str, bool]:
-    """``{rule: True}`` for the rules not to run (the ``_disabled`` entry of a rule config); a usage
-    error naming the unknown ones."""
+def disabled_rules(names: Iterable[str], option: str = "--disable") -> tuple[str, ...]:
+    """The rules not to run, each once, in the order given; a usage error naming the unknown ones."""
     names = [names] if isinstance(names, str) else list(names)
     if not names:
-        return {}
+        return ()
     from nsysan.rules import REGISTRY
 
     unknown = [str(r) for r in names if r not in REGISTRY]
     if unknown:
         raise UsageError(f"{option}: unknown rule(s) {clean_text(', '.join(unknown))}")
-    return {r: True for r in names}
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
 class RuleConfig:
-    """The rules' configuration of ``analyze``: the thresholds (``--config``, then ``--set`` over it) and
-    the rules not to run (``--disable``). ``as_dict`` is the ``{rule: {threshold: value}, "_disabled":
-    {rule: True}}`` that ``nsysan.analysis.analyze`` and the results cache take."""
+    """The rules' configuration of ``analyze``: the thresholds (``{rule: {threshold: value}}``:
+    ``--config``, then ``--set`` over it) and the rules not to run (``--disable``)."""
 
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
     disabled: tuple[str, ...] = ()
@@ -220,10 +219,34 @@ class RuleConfig:
         thresholds: dict[str, dict[str, Any]] = load_config(config)
         for rid, th in parse_set(set_items or []).items():
             thresholds.setdefault(rid, {}).update(th)
-        return cls(thresholds, tuple(disabled_rules(disable)) if disable else ())
+        return cls(thresholds, disabled_rules(disable) if disable else ())
 
-    def as_dict(self) -> dict[str, Any]:
-        """A new dict each time (its reader may change it)."""
+    @classmethod
+    def from_api(cls, config: str | os.PathLike[str] | None, rule_config: Mapping[str, Any] | None,
+                 settings: Mapping[str, Any] | Iterable[str] | None, disable: Iterable[str] | None) -> RuleConfig:
+        """The rule configuration of the Python API's options (``nsysan.analysis.options``), checked as
+        the command line's: ``config`` (a JSON file as ``--config``), then ``rule_config`` (the same
+        ``{rule: {threshold: value}}`` as a dict; a ``"_disabled"`` entry in it names rules not to
+        run), then ``settings`` (``{"rule.threshold": value}`` or ``["rule.threshold=value", ...]`` as
+        ``--set``); ``disable``: rule ids, as ``--disable``. A usage error names what is wrong."""
+        thresholds = load_config(Path(config), option="config") if config is not None else {}
+        extra = dict(rule_config or {})
+        off = extra.pop("_disabled", {})
+        for rid, th in rules_config(extra, "rule_config:").items() if extra else ():
+            thresholds.setdefault(rid, {}).update(th)
+        if settings is not None:
+            items = ([settings] if isinstance(settings, str) else
+                     [f"{k}={json.dumps(v)}" for k, v in settings.items()] if isinstance(settings, Mapping)
+                     else list(settings))
+            for rid, th in parse_set(items, source="set").items():
+                thresholds.setdefault(rid, {}).update(th)
+        names = [*off, *([disable] if isinstance(disable, str) else disable or [])]
+        return cls(thresholds, disabled_rules(names, option="disable") if names else ())
+
+    def cache_key(self) -> dict[str, Any]:
+        """The rules' part of a results cache key (``results.options_of``): the thresholds, with the
+        disabled rules as ``"_disabled": {rule: True}`` (the form the cache's entries are keyed on).
+        A new dict each time (its reader may change it)."""
         out: dict[str, Any] = {rid: dict(th) for rid, th in self.thresholds.items()}
         if self.disabled:
             out["_disabled"] = dict.fromkeys(self.disabled, True)

@@ -383,7 +383,8 @@ def analyze_one(trace_path: str, opts: RunOptions) -> RunSummary:
         def begin(x: Any) -> None:
             early.update((o.name, o.early(x)) for o in starters if o.early)
 
-        a = analyze(trace, params, rule_config=opts.rule_config.as_dict(), on_analyses=begin if starters else None,
+        a = analyze(trace, params, rule_config=opts.rule_config.thresholds, disable=opts.rule_config.disabled,
+                    on_analyses=begin if starters else None,
                     progress=_prefixed(show, "analysing: "))
         with together():  # the trace's outputs appear together, or none of them (an error, a signal)
             outputs = _write_outputs(a, source, opts, chosen, protect, early, show)
@@ -415,7 +416,7 @@ def _keep_result(source: Any, opts: RunOptions, text: str) -> None:
 
     if not opts.show_env and not opts.time_range and results.enabled():  # compare and diff reuse it
         results.put(results.key(source, results.options_of(
-            opts.iteration_range, opts.min_gap_ns, opts.warmup_factor, opts.rule_config.as_dict())), text)
+            opts.iteration_range, opts.min_gap_ns, opts.warmup_factor, opts.rule_config.cache_key())), text)
 
 
 def summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> RunSummary:

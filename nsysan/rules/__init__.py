@@ -21,13 +21,15 @@ severity. The terminal, HTML and JSON list findings in this order.
 
 **Per iteration.** A finding on the steady state of an iteration model also gives its saving per
 steady iteration (``Finding.per_iteration_ns``); a whole-capture finding (no iteration model) has
-none, and its message never speaks of a steady state (``_wording.window_words``).
+none, and its message never speaks of a steady state: each rule names its window by the window's kind
+(``_wording.window_name``, ``window_adjective``).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Collection, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import replace
 from typing import Any
@@ -40,7 +42,6 @@ from nsysan.analyses import intervals as iv
 from nsysan.analyses.gpu import Window
 from nsysan.result import Analysis
 from nsysan.rules._base import REGISTRY, Finding, Rule, RuleContext, Severity, rule
-from nsysan.rules._wording import window_words
 from nsysan.trace.model import Trace
 from nsysan.units import fmt_ns
 
@@ -48,15 +49,15 @@ for _m in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.st
     importlib.import_module(f"{__name__}.{_m}")
 
 
-def run_rules(analysis: Analysis, config: dict[str, dict[str, Any]],
-              pool: Executor | Inline | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """Run every rule; returns findings graded (``graded``), with their saving per iteration
-    (``per_iteration``) and worded for their window (``window_words``), in ``ranked`` order, and a
-    log of what ran.
+def run_rules(analysis: Analysis, thresholds: Mapping[str, Mapping[str, Any]],
+              pool: Executor | Inline | None = None, *,
+              disabled: Collection[str] = frozenset()) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """Run every rule but those in ``disabled``, each with its thresholds overridden by
+    ``thresholds[rule]``; returns findings graded (``graded``), with their saving per iteration
+    (``per_iteration``), in ``ranked`` order, and a log of what ran.
     Rules only read the analysis, so with an executor (``pool.submit``) they run concurrently; the
     findings and the log do not depend on it."""
     ctx = RuleContext(analysis)
-    disabled = set(config.get("_disabled", {}))
     pool = pool or Inline()
     started: list[tuple[str, dict[str, Any] | None, Future[list[Finding]] | None]] = []
     for rid in sorted(REGISTRY):
@@ -64,8 +65,8 @@ def run_rules(analysis: Analysis, config: dict[str, dict[str, Any]],
         if rid in disabled:
             started.append((rid, None, None))
             continue
-        thresholds = {**r.thresholds, **config.get(rid, {})}
-        started.append((rid, thresholds, pool.submit(_findings_of, r, ctx, thresholds)))
+        given = {**r.thresholds, **thresholds.get(rid, {})}
+        started.append((rid, given, pool.submit(_findings_of, r, ctx, given)))
     findings: list[Finding] = []
     log: list[dict[str, Any]] = []
     for rid, params, job in started:
@@ -78,15 +79,12 @@ def run_rules(analysis: Analysis, config: dict[str, dict[str, Any]],
         log.append({"rule": rid, "status": "fired" if got else "not_checked" if lacks else "passed",
                     **({"reason": f"the trace lacks {lacks}"} if lacks else {}), "thresholds": params})
     steady = analysis.steady
-    whole = steady.kind != "steady"  # no iteration model: the window is the capture
-    n_steady = 0 if whole else steps_per_sequence(analysis.iterations.table)
+    n_steady = steps_per_sequence(analysis.iterations.table) if steady.kind == "steady" else 0
     out = []
     for f in allocate(findings):
         f = graded(f)
         per = per_iteration(f, steady, n_steady)
-        text = window_words(f.message, steady) if whole else f.message
-        out.append(f if per == f.per_iteration_ns and text == f.message
-                   else replace(f, per_iteration_ns=per, message=text))
+        out.append(f if per == f.per_iteration_ns else replace(f, per_iteration_ns=per))
     return ranked(out), log
 
 

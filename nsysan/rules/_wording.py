@@ -1,9 +1,9 @@
 """Words for findings' messages: where CUDA calls came from (call sites), what the launching thread
-ran, what a window is called, activity labels with their library, idle time per device."""
+ran, what a window is called and the adjective said of it (by its kind), activity labels with their
+library, idle time per device."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import pandas as pd
@@ -28,7 +28,7 @@ def call_sites(ctx: RuleContext, api_names: Iterable[object] | None,
 
 
 def steady_cpu(ctx: RuleContext) -> str:
-    """Which functions the launching thread ran over the steady state, from its CPU or Python samples,
+    """Which functions the launching thread ran over ``ctx.window``, from its CPU or Python samples,
     as a sentence for a finding's message ('' without enough samples)."""
     samples = ctx.a.idle_samples
     loop = None if samples is None else samples.steady
@@ -38,34 +38,27 @@ def steady_cpu(ctx: RuleContext) -> str:
 
 
 def window_name(w: Window) -> str:
-    """What a finding's message calls its window: "the steady state" with an iteration model, else
-    "the whole capture" ("the span of GPU activity" for an export without capture bounds). A
-    whole-capture finding never says "steady state"."""
+    """What a finding's message calls its window, by its kind: "the steady state" with an iteration
+    model, else "the whole capture" ("the span of GPU activity" for an export without capture bounds,
+    "the GPU-active part" when that is what is judged). A whole-capture finding never says "steady
+    state"."""
     return ("the steady state" if w.kind == "steady" else "the span of GPU activity" if w.kind == "gpu_activity"
             else "the GPU-active part" if w.kind == "gpu_active" else "the whole capture")
 
 
-_QUOTED = re.compile(r"(?<![A-Za-z0-9])'[^']*'(?![A-Za-z0-9])")
-_STEADY_WORDS = re.compile(r"\bthe steady state\b|\bsteady-state ")
+def window_adjective(w: Window) -> str:
+    """What a finding's message puts before a noun said of its window ("steady-state executions"):
+    "steady-state " for a steady state, else nothing (the noun alone is of the whole capture)."""
+    return "steady-state " if w.kind == "steady" else ""
 
 
-def window_words(message: str, w: Window) -> str:
-    """``message`` as said of window ``w`` when that is not a steady state: rules write "in the steady
-    state" / "steady-state ..." for ``ctx.window``, which without an iteration model is the whole
-    capture ("in the whole capture"; the adjective is dropped). Quoted names ('...') are left as
-    they are. ``run_rules`` applies it to every finding, so no rule's wording can say otherwise."""
-    if w.kind == "steady" or "steady" not in message:
-        return message
-    name = window_name(w)
-
-    def sub(m: re.Match[str]) -> str:
-        return "" if m.group(0).startswith("steady-state") else m.group(0).replace("the steady state", name)
-
-    out, at = [], 0
-    for q in _QUOTED.finditer(message):  # a quoted name ('...', not an apostrophe) kept as it is
-        out += [_STEADY_WORDS.sub(sub, message[at:q.start()]), q.group(0)]
-        at = q.end()
-    return "".join(out) + _STEADY_WORDS.sub(sub, message[at:])
+def samples_note(ctx: RuleContext) -> str:
+    """The idle-samples analysis' note (why it names no code: ``analyses/samples``), as said of
+    ``ctx.window``: the analysis words its note for a steady state, so another window is named by
+    ``window_name`` instead."""
+    samples = ctx.a.idle_samples
+    note = "" if samples is None else samples.note
+    return note if ctx.window.kind == "steady" else note.replace("the steady state", window_name(ctx.window))
 
 
 def label(activity: str) -> str:

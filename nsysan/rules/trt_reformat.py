@@ -29,6 +29,7 @@ import pandas as pd
 
 from nsysan.analyses.tensorrt import layer_is_reformat
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
+from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -59,11 +60,12 @@ def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
     per_engine = "; ".join(f"engine {e}: {fmt_pct(float(share.loc[e]))}" for e in hit)
     n_per = len(r) / max(len(ex_hit), 1)
     if gpu:
+        steady = window_adjective(ctx.window)
         ops = tr.ops.loc[np.isin(tr.ops["layer_row"].to_numpy(), r.index.to_numpy())]
         yield finding(ctx, "trt-reformat", severity=Severity.WARNING, impact_ns=got,
                       claims=claims_of(ops["start_ns"], ops["end_ns"]),
                       message=f"{n_per:.1f} reformatting layers per execution took {fmt_ns(got)} of GPU time, "
-                              f"{fmt_pct(got / of)} of {len(ex_hit)} steady-state TensorRT executions' {fmt_ns(of)} "
+                              f"{fmt_pct(got / of)} of {len(ex_hit)} {steady}TensorRT executions' {fmt_ns(of)} "
                               f"({per_engine}).",
                       evidence=top_records(by, "gpu_total_ns", 10))
         return

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
+from nsysan.rules._wording import window_name
 from nsysan.units import fmt_bytes, fmt_ns
 
 
@@ -61,7 +62,7 @@ def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
            f"{fmt_ns(impact)}")
     yield finding(ctx, "unified-memory-faults", severity=Severity.CRITICAL if impact >= 0.1 * w else Severity.WARNING,
                   impact_ns=impact, claims=claims_of(*u.faulted) if u.faults_recorded else None,
-                  message=(f"Managed memory migrates on demand: {each}. Migrations: {causes}.{thrash} In the steady "
-                           f"state {how}."),
+                  message=(f"Managed memory migrates on demand: {each}. Migrations: {causes}.{thrash} In "
+                           f"{window_name(ctx.window)} {how}."),
                   evidence=tuple({"kernel": r.name, "count": int(r.count), "total_ns": int(r.total_ns),
                                   "faulted_ns": int(r.faulted_ns)} for r in top.itertuples()))

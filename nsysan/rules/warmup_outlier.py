@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
+from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns
 
 
@@ -42,12 +43,13 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
     extra = int((warm["service_ns"] - base).clip(lower=0).sum())
     ev = tuple({"index": int(r["index"]), "latency_ns": int(r["latency_ns"]), "service_ns": int(r["service_ns"]),
                 "start_ns": int(r["start_ns"])} for _, r in warm.iterrows())
+    adj = window_adjective(ctx.window)
     yield finding(ctx, "warmup-outlier", severity=Severity.INFO, impact_ns=0, window=ctx.a.capture.to_dict(),
                   suggestion=advice(of(ctx.a)),
                   message=f"The first {it.warmup} '{it.range_name}' iteration(s) took "
-                          f"{fmt_ns(warm['service_ns'].mean())} on average vs a steady-state median of {fmt_ns(base)} "
+                          f"{fmt_ns(warm['service_ns'].mean())} on average vs a {adj}median of {fmt_ns(base)} "
                           f"(time each iteration alone held the pipeline); {fmt_ns(extra)} of extra time, excluded "
-                          "from steady-state numbers.",
+                          f"from {adj}numbers.",
                   evidence=ev)
 
 

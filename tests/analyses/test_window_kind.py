@@ -7,19 +7,20 @@ import pandas as pd
 
 from nsysan.analyses.gpu import Window
 from nsysan.analysis import _capture_window, gpu_active
-from nsysan.rules._wording import window_name, window_words
+from nsysan.rules._wording import window_adjective, window_name
 
 
 def test_wording_reads_kind_not_label() -> None:
-    msg = "GPU idle 30% of the steady state; steady-state launches wait."
-    assert window_words(msg, Window(0, 10, "steady state", "steady")) == msg
-    # a label is text for people: a window of another kind with the same text is still reworded
-    assert window_words(msg, Window(0, 10, "steady state", "capture")) == \
-        "GPU idle 30% of the whole capture; launches wait."
+    steady = Window(0, 10, "steady state", "steady")
+    assert (window_name(steady), window_adjective(steady)) == ("the steady state", "steady-state ")
+    # a label is text for people: a window of another kind with the same text is named by its kind
+    other = Window(0, 10, "steady state", "capture")
+    assert (window_name(other), window_adjective(other)) == ("the whole capture", "")
     assert window_name(Window(0, 10, "anything", "gpu_active")) == "the GPU-active part"
     assert window_name(Window(0, 10, "anything", "gpu_activity")) == "the span of GPU activity"
     assert window_name(Window(0, 10, "anything", "steady")) == "the steady state"
     assert window_name(Window(0, 0, "empty", "empty")) == "the whole capture"
+    assert window_adjective(Window(0, 10, "anything", "gpu_active")) == ""
 
 
 def test_windows_made_say_their_kind() -> None:

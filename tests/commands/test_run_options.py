@@ -31,21 +31,33 @@ def test_it_is_frozen_and_pickles() -> None:
     assert o.min_gap_ns == 2500 and o.time_range == (1.0, 2.0) and o.quiet and not o.interactive
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.quiet = False  # type: ignore[misc]
-    # the rule config: thresholds, then the disabled rules as analysis takes them, a new dict each time
-    d = o.rule_config.as_dict()
+    # the rule config: the thresholds and the disabled rules, each its own field
+    assert o.rule_config == RuleConfig({"host-bound-gap": {"min_frac": 0.2}}, ("host-bound-gap",))
+    # the results cache keys on both, a new dict each time
+    d = o.rule_config.cache_key()
     assert d == {"host-bound-gap": {"min_frac": 0.2}, "_disabled": {"host-bound-gap": True}}
     d["host-bound-gap"]["min_frac"] = 1
-    assert o.rule_config.as_dict()["host-bound-gap"]["min_frac"] == 0.2
-    assert RuleConfig().as_dict() == {}
+    assert o.rule_config.cache_key()["host-bound-gap"]["min_frac"] == 0.2
+    assert RuleConfig().cache_key() == {}
 
 
 def test_set_over_config_and_unknown_rules(tmp_path) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text('{"rules": {"host-bound-gap": {"min_frac": 0.3}}}')
     rc = RuleConfig.build(cfg, ["host-bound-gap.min_frac=0.4"], None)
-    assert rc.as_dict() == {"host-bound-gap": {"min_frac": 0.4}}
+    assert rc == RuleConfig({"host-bound-gap": {"min_frac": 0.4}}, ())
     with pytest.raises(UsageError, match="--disable: unknown rule"):
         RuleConfig.build(None, None, ["no-such-rule"])
+
+
+def test_the_apis_rule_options() -> None:
+    # a "_disabled" entry of the API's rule_config names rules not to run, as disable does
+    rc = RuleConfig.from_api(None, {"launch-bound": {"min_kernels": 5}, "_disabled": {"sync-api": True}},
+                             {"host-bound-gap.min_frac": 0.1}, ["host-bound-gap", "sync-api"])
+    assert rc == RuleConfig({"launch-bound": {"min_kernels": 5}, "host-bound-gap": {"min_frac": 0.1}},
+                            ("sync-api", "host-bound-gap"))
+    with pytest.raises(UsageError, match="disable: unknown rule"):
+        RuleConfig.from_api(None, None, None, ["no-such-rule"])
 
 
 def test_the_cluster_sends_absolute_paths(tmp_path, monkeypatch) -> None:
