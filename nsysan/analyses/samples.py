@@ -21,8 +21,7 @@ thread(s) (every sample there over the steady window, not only in gaps).
 ``missing_inputs`` says which inputs a trace lacks and the flag that adds each, in one place.
 
 Where each part lives: ``stack_frames`` (the **own-code frame**, Python and native, and how a stack is
-shown), ``call_sites`` (where the CUDA calls came from); ``site_note``, ``calls_in`` and
-``short_symbol`` are offered here too, as the rules and the report read them with the attribution.
+shown), ``call_sites`` (where the CUDA calls came from, ``site_note``, ``calls_in``).
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.call_sites import aggregate_sites, site_calls
-from nsysan.analyses.call_sites import calls_in as calls_in
-from nsysan.analyses.call_sites import site_note as site_note
 from nsysan.analyses.stack_frames import (
     INTERPRETER_MODULE,
     display_stack,
@@ -46,7 +43,6 @@ from nsysan.analyses.stack_frames import (
     own_frame,
     where,
 )
-from nsysan.analyses.stack_frames import short_symbol as short_symbol
 
 MIN_SAMPLES = 10
 NO_SAMPLES = ("no CPU or Python samples in this trace: record with `nsys profile -s process-tree` (for Python, "

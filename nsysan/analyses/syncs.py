@@ -28,7 +28,7 @@ no more than that. A loop that waits for its input after a sync (the drain is th
 charged only the step's GPU work, not the input wait.
 
 The call site of a point is its first call's own-code frame from Python backtraces (else CUDA
-backtraces: ``samples.site_calls``), else the API name.
+backtraces: ``call_sites.site_calls``), else the API name.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def hidden_syncs(cuda_api: pd.DataFrame, memcpy: pd.DataFrame, ops: pd.DataFrame
     without ``warmup``), their drains and call sites (module docstring). ``ops``: the GPU ops
     (``summaries.gpu_ops``: launching call's thread and times, copy kind); ``memcpy``: the copy table
     (host memory kind); ``window``: (start, end) ns, the steady window the drains are clipped to;
-    ``site_calls``: ``samples.site_calls`` (None without backtraces)."""
+    ``site_calls``: ``call_sites.site_calls`` (None without backtraces)."""
     if iterations is None or len(iterations) == 0:
         return Syncs()
     its = iterations.loc[~iterations["warmup"].to_numpy(dtype=bool)]

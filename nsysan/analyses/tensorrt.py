@@ -25,8 +25,7 @@ engine), with their GPU time; per-layer GPU time of replays is not available.
 Where each part lives: ``tensorrt_ranges`` (which NVTX ranges are executions and layers),
 ``tensorrt_kernels`` (precision and reformat kernels by name), ``tensorrt_layers`` (the per-layer table,
 with what a layer's **precision** and **reformat** mean), ``tensorrt_engines`` (engines, truncated
-executions, graph replays); this module assembles the view (``TensorRT``); the rules read
-``layer_is_reformat`` from here with it.
+executions, graph replays); this module assembles the view (``TensorRT``).
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ import pandas as pd
 from nsysan.analyses.frames import category_mask, group_rows
 from nsysan.analyses.tensorrt_engines import engine_numbers, engine_table, graph_replays, merge_truncated
 from nsysan.analyses.tensorrt_kernels import PRECISIONS, op_classes
-from nsysan.analyses.tensorrt_layers import layer_is_reformat as layer_is_reformat
 from nsysan.analyses.tensorrt_layers import layer_table
 from nsysan.analyses.tensorrt_ranges import SYNC_TEXT, execution_rows, layer_rows, range_texts
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysan.analyses.samples import INPUTS, MIN_SAMPLES, missing_inputs, module_name, short_symbol, where
+from nsysan.analyses.samples import INPUTS, MIN_SAMPLES, missing_inputs
+from nsysan.analyses.stack_frames import module_name, short_symbol, where
 from nsysan.units import clean_text, fmt_ns, fmt_pct
 
 MAX_FUNCTIONS = 10

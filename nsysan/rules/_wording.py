@@ -19,7 +19,7 @@ def call_sites(ctx: RuleContext, api_names: Iterable[object] | None,
     (``analyses/samples.call_sites``), as a sentence for a finding's message; '' when the trace has no
     backtraces. ``correlation``: (pid, correlation id) pairs to count only those calls; ``api_names``
     None: any API."""
-    from nsysan.analyses.samples import site_note
+    from nsysan.analyses.call_sites import site_note
 
     samples = ctx.a.idle_samples
     return site_note(None if samples is None else samples.sites,
@@ -84,7 +84,7 @@ def by_device(gaps: pd.DataFrame, w: Window) -> str:
 
 def call_sites_in(ctx: RuleContext, ranges: pd.DataFrame, n: int = 2) -> str:
     """The call sites of the backtraced CUDA calls made inside these NVTX ranges, as a sentence."""
-    from nsysan.analyses.samples import aggregate_sites, calls_in, site_note
+    from nsysan.analyses.call_sites import aggregate_sites, calls_in, site_note
 
     samples = ctx.a.idle_samples
     sites = aggregate_sites(calls_in(None if samples is None else samples.site_calls, ranges))

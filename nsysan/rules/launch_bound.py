@@ -255,17 +255,9 @@ def per_iteration(ctx: RuleContext, launches: pd.DataFrame, plain: np.ndarray,
         if not ok.any():
             continue
         if not bool(ok.all()):
-            keep = np.flatnonzero(ok)
-            if int(keep[-1]) - int(keep[0]) + 1 == len(keep):  # one run (launches before or after the loop): views
-                sl = slice(int(keep[0]), int(keep[-1]) + 1)
-                a, e, g, d, k = a[sl], e[sl], g[sl], d[sl], k[sl]
-            else:  # one column at a time, each let go as its copy is made
-                a = a[ok]
-                e = e[ok]
-                g = g[ok]
-                d = d[ok]
-                k = k[ok]
-            del keep
+            cols_t = [a, e, g, d, k]
+            del a, e, g, d, k
+            a, e, g, d, k = _kept(ok, cols_t)
         del ok
         n_it = len(s_it)
         counts, gpu = np.bincount(k, minlength=n_it), np.bincount(k, weights=g, minlength=n_it)
@@ -317,6 +309,20 @@ def _thread_launches(cols: tuple[np.ndarray, ...], plain: np.ndarray, pid_c: np.
         return a, rows_of(e_all, mine), rows_of(g_all, mine), rows_of(d_all, mine)
     o = mine[np.argsort(a, kind="stable")]
     return a_all[o], e_all[o], g_all[o], d_all[o]
+
+
+def _kept(ok: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+    """The columns' rows where ``ok``: views when those rows are one run (the launches before or
+    after the loop left out), else copies made one column at a time, each column let go as its copy
+    is made (``cols`` is emptied)."""
+    keep = np.flatnonzero(ok)
+    if len(keep) and int(keep[-1]) - int(keep[0]) + 1 == len(keep):
+        sl = slice(int(keep[0]), int(keep[-1]) + 1)
+        return [c[sl] for c in cols]
+    out = []
+    while cols:
+        out.append(cols.pop(0)[ok])
+    return out
 
 
 def _runs(a: np.ndarray, e: np.ndarray, d: np.ndarray, k: np.ndarray, w: Window,

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.tensorrt import layer_is_reformat
+from nsysan.analyses.tensorrt_layers import layer_is_reformat
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns, fmt_pct

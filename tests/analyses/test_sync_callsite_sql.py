@@ -1,5 +1,5 @@
 """A synchronizing call inside a function gets that function, file and line as its call site, from
-the Python backtrace nsys took of the CUDA call (``syncs._sites`` through ``samples.site_calls``).
+the Python backtrace nsys took of the CUDA call (``syncs._sites`` through ``call_sites.site_calls``).
 
 Fixtures: ``syncs_mask`` and ``syncs_none`` (H200, ``workloads/host/hidden_syncs.py``, recorded with
 ``--cudabacktrace=all --python-backtrace=cuda`` and exported with blobs). ``syncs_mask`` logs
