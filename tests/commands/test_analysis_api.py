@@ -62,3 +62,20 @@ def test_the_straggler_across_traces_without_communication_is_a_p50_above_the_me
     assert late == [False, False, True, False]  # 121 > 1.2 x 100; no p50: never
     assert cross_stragglers([{"trace": "a", "p50_ns": 100}, {"trace": "b", "p50_ns": 120}])[2] == [False, False]
     assert cross_stragglers([]) == (None, None, [])
+
+
+def test_the_timeline_can_start_before_the_rules(load):
+    """``analyze(on_analyses=...)`` is called once, with every analysis in place and no finding yet,
+    and the result is the one without it (the command line starts the timeline encoding there)."""
+    from nsysan import analysis
+    from nsysan.report import jsonout
+
+    t = load("ladder_baseline")
+    seen = []
+
+    def hook(a):
+        seen.append((a, list(a.findings), a.gaps is not None and a.ops is not None and a.nvtx_ranges is not None))
+
+    with_hook = analysis.analyze(t, on_analyses=hook)
+    assert len(seen) == 1 and seen[0][0] is with_hook and seen[0][1] == [] and seen[0][2]
+    assert jsonout.to_json(with_hook) == jsonout.to_json(analysis.analyze(t))

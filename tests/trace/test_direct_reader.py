@@ -89,7 +89,7 @@ _FIXTURE_READS: dict[str, tuple[nsysan.Trace, dict[str, str]]] = {}
 
 
 def fixture_read(path: Path, *, last: bool = False) -> tuple[nsysan.Trace, dict[str, str]]:
-    """``_read_directly`` of a fixture, once per run: test_speed_paths compares the same read with
+    """``_read_directly`` of a fixture, once per run: test_small_tables compares the same read with
     ADBC's (a fixture's file never changes during a run; files a test writes are read anew). The
     ``last`` reader lets it go (60 reads with every column held to the end: 300 MB more)."""
     key = str(path)
