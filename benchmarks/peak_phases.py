@@ -131,7 +131,8 @@ def main() -> int:
     a = phase("analyze (analyses + rules)", analysis.analyze, trace, on_analyses=timeline.start)
     phase("json (timeline encoding meanwhile)", jsonout.to_json, a)
     vm = phase("html: view model", view.build, a)
-    phase("html: render", html.render, vm)
+    # as the CLI writes it: the template's pieces as they come (none of them kept here)
+    phase("html: render", lambda v: sum(len(p) for p in html.pieces(v)), vm)
     s._stop = True
     s.report()
     import resource
@@ -157,7 +158,7 @@ def _wrap(analysis, phase) -> None:
         "nsysan.analyses.gaps": ["with_launch_calls", "_device_gaps", "explain_gaps", "gap_summary"],
         "nsysan.analyses.nvtx": ["owned_ops", "ranges", "range_summary"],
         "nsysan.analyses.launch": ["launches", "launch_summary", "per_kernel"],
-        "nsysan.report.view": ["_timeline", "timeline"],
+        "nsysan.report.timeline": ["start", "build_timeline"],
         # the analyses beyond time (issue 41), imported by name when ``analysis._beyond_time`` runs
         "nsysan.analyses.memory": ["memory_use"],
         "nsysan.analyses.unified": ["unified_memory"],

@@ -78,12 +78,14 @@ def _launches(trace: Trace, ops: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, 
     return lau, launch.launch_summary(lau), launch.per_kernel(lau)
 
 
-def _nvtx(trace: Trace, ops: pd.DataFrame, p: Params) -> tuple[pd.DataFrame, pd.DataFrame, Iterations, pd.DataFrame]:
+def _nvtx(trace: Trace, ops: pd.DataFrame, p: Params) -> tuple[pd.DataFrame, Iterations, pd.DataFrame]:
+    """The NVTX ranges, the iterations and the ranges' summary. The ops with their launching thread
+    (``owned_ops``, a sorted copy of seven columns of every op) serve both and are let go here."""
     owned = nvtx.owned_ops(trace, ops)
     rg = nvtx.ranges(trace, ops, owned)
     its = iterations(rg, name=p.iteration_range, warmup_factor=p.warmup_factor, owned=owned,
                      gpu_recorded=len(ops) > 0, threads=trace.threads, ops=ops)
-    return owned, rg, its, nvtx.range_summary(rg)
+    return rg, its, nvtx.range_summary(rg)
 
 
 def _busy(ops: pd.DataFrame, capture: Window, p: Params) -> tuple[gpu.Busy, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -240,7 +242,7 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     busy_f = pool.submit(_busy, ops, capture, p)
     launch_f = pool.submit(_launches, trace, ops)
     nsys_f = pool.submit(nsys_rules.instances, trace, ops=ops)
-    owned, rg, its, nvtx_summary = nvtx_f.result()
+    rg, its, nvtx_summary = nvtx_f.result()
     step("GPU busy time")
     active = gpu_active(ops, capture)  # the judged window without iterations, and the phases' middle
     steady = its.steady if its.steady is not None else active
@@ -264,7 +266,7 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
         memset=memset, nvtx_ranges=rg, nvtx=nvtx_summary, launches=lau, launch_summary=launch_summary,
         launch_per_kernel=per_kernel, busy_capture=busy_capture, busy_steady=busy_steady,
         utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
-        owned=owned, gaps=gp, gap_activity=gap_activity, gap_summary=gap_summary, iterations=its,
+        gaps=gp, gap_activity=gap_activity, gap_summary=gap_summary, iterations=its,
         busy_by_process=by_process,
         graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
         collectives=comm_mod.collectives(comm_ops, steady, busy),

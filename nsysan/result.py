@@ -73,7 +73,6 @@ class Analysis:
     concurrency: pd.DataFrame
     overlap: pd.DataFrame
     stream_pairs: pd.DataFrame
-    owned: pd.DataFrame
     gaps: pd.DataFrame
     gap_activity: GapActivity  # what the submitting threads did in the host and sync gaps
     gap_summary: dict[str, Any]

@@ -39,6 +39,22 @@ class Window:
     def dur_ns(self) -> int:
         return max(0, self.end_ns - self.start_ns)
 
+    @property
+    def named(self) -> str:
+        """What a message calls this window, by its kind: "the steady state" with an iteration model,
+        else "the whole capture" ("the span of GPU activity" for an export without capture bounds,
+        "the GPU-active part" when that is what is judged). A whole-capture window is never called a
+        steady state."""
+        return ("the steady state" if self.kind == "steady" else "the span of GPU activity"
+                if self.kind == "gpu_activity" else "the GPU-active part" if self.kind == "gpu_active"
+                else "the whole capture")
+
+    @property
+    def adjective(self) -> str:
+        """What a message puts before a noun said of this window ("steady-state executions"):
+        "steady-state " for a steady state, else nothing (the noun alone is of the whole capture)."""
+        return "steady-state " if self.kind == "steady" else ""
+
     def to_dict(self) -> dict[str, object]:
         return {"start_ns": self.start_ns, "end_ns": self.end_ns, "dur_ns": self.dur_ns, "label": self.label}
 

@@ -301,7 +301,7 @@ def cross_stragglers(results: list[dict[str, Any]]) -> tuple[float | None, RankA
     rank payloads come from two traces or more) and, per result, whether it is the straggler: the
     trace of the rank the others wait for when the ranks are aligned, else a trace whose p50 exceeds
     ``SLOWER`` x the median of the traces of the same program. ``results``: per trace its ``p50_ns``,
-    ``rank_payloads`` and, where known, ``program`` (``trace.db.launched_program`` of its capture rows): without
+    ``rank_payloads`` and, where known, ``program`` (``trace.launched_program.launched_program`` of its capture rows): without
     communication only traces of one program are ranks of one job, so a trace is compared with the
     others of its program, and a program recorded once (unrelated programs side by side) has no
     straggler. Results without ``program`` are taken as one program."""

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.call_sites import aggregate_sites, site_calls
+from nsysan.analyses.gpu import Window
 from nsysan.analyses.stack_frames import (
     INTERPRETER_MODULE,
     display_stack,
@@ -238,7 +239,7 @@ def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label
     return out
 
 
-def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any,
+def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Window,
                      launch_threads: list[tuple[int, int]] | None = None, tables: Any = ()) -> IdleAttribution:
     inputs = dict(samples.inputs) if samples is not None else {}
     out = IdleAttribution(inputs=inputs, missing=missing_inputs(inputs if samples is not None else None, tables))
@@ -255,7 +256,7 @@ def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any,
         elif inputs.get("python_blobs_damaged"):
             out.note = blobs_damaged(inputs)
         elif inputs.get("cpu_samples") or inputs.get("python_samples"):
-            out.note = "no CPU or Python sample was taken on the threads that launch the GPU work in the steady state"
+            out.note = f"no CPU or Python sample was taken on the threads that launch the GPU work in {window.named}"
         else:
             out.note = NO_SAMPLES
         return out
@@ -290,7 +291,7 @@ def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Any,
                                 0, int(window.end_ns - window.start_ns))
     what = "Python" if source == "python" else "CPU"
     if out.samples_in_gaps == 0:
-        out.note = f"no {what} sample fell inside the host-caused idle gaps of the steady state"
+        out.note = f"no {what} sample fell inside the host-caused idle gaps of {window.named}"
     elif out.samples_in_gaps < MIN_SAMPLES:
         out.note = f"only {out.samples_in_gaps} {what} sample(s) in the idle gaps: too few to attribute"
     elif source == "native" and inputs.get("python_frames_lost"):

@@ -22,7 +22,7 @@ severity. The terminal, HTML and JSON list findings in this order.
 **Per iteration.** A finding on the steady state of an iteration model also gives its saving per
 steady iteration (``Finding.per_iteration_ns``); a whole-capture finding (no iteration model) has
 none, and its message never speaks of a steady state: each rule names its window by the window's kind
-(``_wording.window_name``, ``window_adjective``).
+(``Window.named``, ``Window.adjective``).
 """
 
 from __future__ import annotations

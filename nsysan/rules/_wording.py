@@ -34,31 +34,7 @@ def steady_cpu(ctx: RuleContext) -> str:
     loop = None if samples is None else samples.steady
     if loop is None or not loop.attributed:
         return ""
-    return f" Samples on the launching thread over {window_name(ctx.window)}: {loop.top()}."
-
-
-def window_name(w: Window) -> str:
-    """What a finding's message calls its window, by its kind: "the steady state" with an iteration
-    model, else "the whole capture" ("the span of GPU activity" for an export without capture bounds,
-    "the GPU-active part" when that is what is judged). A whole-capture finding never says "steady
-    state"."""
-    return ("the steady state" if w.kind == "steady" else "the span of GPU activity" if w.kind == "gpu_activity"
-            else "the GPU-active part" if w.kind == "gpu_active" else "the whole capture")
-
-
-def window_adjective(w: Window) -> str:
-    """What a finding's message puts before a noun said of its window ("steady-state executions"):
-    "steady-state " for a steady state, else nothing (the noun alone is of the whole capture)."""
-    return "steady-state " if w.kind == "steady" else ""
-
-
-def samples_note(ctx: RuleContext) -> str:
-    """The idle-samples analysis' note (why it names no code: ``analyses/samples``), as said of
-    ``ctx.window``: the analysis words its note for a steady state, so another window is named by
-    ``window_name`` instead."""
-    samples = ctx.a.idle_samples
-    note = "" if samples is None else samples.note
-    return note if ctx.window.kind == "steady" else note.replace("the steady state", window_name(ctx.window))
+    return f" Samples on the launching thread over {ctx.window.named}: {loop.top()}."
 
 
 def label(activity: str) -> str:

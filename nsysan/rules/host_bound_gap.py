@@ -65,7 +65,7 @@ from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, records, rule
 from nsysan.rules._window import has_gpu_activity, one_time_mask, recurrence_keys, window_gap_rows
-from nsysan.rules._wording import by_device, label, samples_note
+from nsysan.rules._wording import by_device, label
 from nsysan.units import fmt_bytes, fmt_ns
 
 if TYPE_CHECKING:  # imported where used (the scheduling analysis is read only when the trace has it)
@@ -390,7 +390,7 @@ def _python_note(ctx: RuleContext, gaps: pd.DataFrame | None = None, by_class: p
     if not top:
         if whole is not None and whole.samples:
             return f" Only {whole.samples} sample(s) fell in these gaps: too few to say which code ran."
-        return f" Which code ran: {samples_note(ctx)}." if s.note else ""
+        return f" Which code ran: {s.note}." if s.note else ""
     what = "Python samples" if s.source == "python" else "CPU samples"
     out = f" {what} taken in these gaps: {top}."
     if gaps is not None and by_class is not None and len(by_class) > 1:
@@ -401,7 +401,7 @@ def _python_note(ctx: RuleContext, gaps: pd.DataFrame | None = None, by_class: p
                        f"{label(act)}: {in_class.samples} sample(s), too few to attribute")
         out += " Per gap class: " + "; ".join(per) + "."
     if s.source == "native" and s.note:
-        out += f" {samples_note(ctx)}."
+        out += f" {s.note}."
     return out
 
 

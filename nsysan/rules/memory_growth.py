@@ -30,7 +30,7 @@ from nsysan.analyses.memory import ALLOC, ALLOC_CALLS
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
-from nsysan.rules._wording import call_sites, window_name
+from nsysan.rules._wording import call_sites
 
 MIB = 1 << 20
 
@@ -63,7 +63,7 @@ def check(ctx: RuleContext, *, min_mib_per_iteration: float, min_rising_share: f
                                f"iterations, "
                                f"{g.live_first_bytes / MIB:,.0f} -> {g.live_last_bytes / MIB:,.0f} MiB); "
                                f"{g.allocated_bytes / MIB:,.0f} MiB allocated and "
-                               f"{g.freed_bytes / MIB:,.0f} MiB freed in {window_name(ctx.window)}; "
+                               f"{g.freed_bytes / MIB:,.0f} MiB freed in {ctx.window.named}; "
                                f"{live_end / MIB:,.0f} MiB live at the end{left}."
                                f"{_sites(ctx, g.pid, g.first_ns, g.last_ns)}"),
                       evidence=({"pid": int(g.pid), "growth_per_iteration_bytes": int(grow), "steps": int(g.steps),

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 import numpy as np
 
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -53,7 +52,7 @@ def check(ctx: RuleContext, *, min_share: float, assumed_saving_frac: float,
     by = (bad.assign(layer=names).groupby(["layer", "precision"], sort=True)
           .agg(kernels=("dur_ns", "size"), fp32_gpu_ns=("dur_ns", "sum")).reset_index())
     gpus = ", ".join(ctx.trace.gpus["name"].astype(str).unique())
-    steady = window_adjective(ctx.window)
+    steady = ctx.window.adjective
     yield finding(ctx, "trt-fp32-layers", severity=Severity.WARNING, impact_ns=int(t32 * assumed_saving_frac),
                   claims=claims_of(bad["start_ns"], bad["end_ns"]),
                   message=f"{by['layer'].nunique()} TensorRT layers ran FP32/TF32 convolution or GEMM kernels for "

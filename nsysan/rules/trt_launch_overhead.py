@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -67,7 +66,7 @@ def check(ctx: RuleContext, *, min_layers: int, min_frac: float) -> Iterator[Fin
     per = ex.assign(waited_ns=waited_per, span_ns=ex["proj_end_ns"] - ex["proj_start_ns"])
     layer_gpu = tr.layers.loc[np.isin(tr.layers["exec_id"].to_numpy(), ex["exec_id"].to_numpy()), "gpu_ns"]
     med_layer = int(np.median(layer_gpu.loc[layer_gpu > 0])) if (layer_gpu > 0).any() else 0
-    steady = window_adjective(ctx.window)
+    steady = ctx.window.adjective
     yield finding(ctx, "trt-launch-overhead", severity=Severity.WARNING, impact_ns=waited,
                   claims=claims_of(w["start_ns"], w["end_ns"]),
                   message=f"{len(ex)} {steady}TensorRT executions of {int(np.median(ex['layers']))} layers each "

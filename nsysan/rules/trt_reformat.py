@@ -29,7 +29,6 @@ import pandas as pd
 
 from nsysan.analyses.tensorrt_layers import layer_is_reformat
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
-from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns, fmt_pct
 
 
@@ -60,7 +59,7 @@ def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
     per_engine = "; ".join(f"engine {e}: {fmt_pct(float(share.loc[e]))}" for e in hit)
     n_per = len(r) / max(len(ex_hit), 1)
     if gpu:
-        steady = window_adjective(ctx.window)
+        steady = ctx.window.adjective
         ops = tr.ops.loc[np.isin(tr.ops["layer_row"].to_numpy(), r.index.to_numpy())]
         yield finding(ctx, "trt-reformat", severity=Severity.WARNING, impact_ns=got,
                       claims=claims_of(ops["start_ns"], ops["end_ns"]),

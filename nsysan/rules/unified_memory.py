@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
-from nsysan.rules._wording import window_name
 from nsysan.units import fmt_bytes, fmt_ns
 
 
@@ -63,6 +62,6 @@ def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
     yield finding(ctx, "unified-memory-faults", severity=Severity.CRITICAL if impact >= 0.1 * w else Severity.WARNING,
                   impact_ns=impact, claims=claims_of(*u.faulted) if u.faults_recorded else None,
                   message=(f"Managed memory migrates on demand: {each}. Migrations: {causes}.{thrash} In "
-                           f"{window_name(ctx.window)} {how}."),
+                           f"{ctx.window.named} {how}."),
                   evidence=tuple({"kernel": r.name, "count": int(r.count), "total_ns": int(r.total_ns),
                                   "faulted_ns": int(r.faulted_ns)} for r in top.itertuples()))

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
-from nsysan.rules._wording import window_adjective
 from nsysan.units import fmt_ns
 
 
@@ -43,7 +42,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
     extra = int((warm["service_ns"] - base).clip(lower=0).sum())
     ev = tuple({"index": int(r["index"]), "latency_ns": int(r["latency_ns"]), "service_ns": int(r["service_ns"]),
                 "start_ns": int(r["start_ns"])} for _, r in warm.iterrows())
-    adj = window_adjective(ctx.window)
+    adj = ctx.window.adjective
     yield finding(ctx, "warmup-outlier", severity=Severity.INFO, impact_ns=0, window=ctx.a.capture.to_dict(),
                   suggestion=advice(of(ctx.a)),
                   message=f"The first {it.warmup} '{it.range_name}' iteration(s) took "

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses import nvtx
 
 
 @pytest.mark.parametrize("name", ["decode_eager", "launch_eager", "ladder_baseline"])
@@ -15,7 +16,7 @@ def test_gpu_coverage_of_one_thread_equals_its_rows_by_position(analysis, name):
     from nsysan.analyses.iterations import choice as I
 
     a = analysis(name)
-    owned = a.owned
+    owned = nvtx.owned_ops(a.trace, a.ops)
     assert len(owned) and owned["tid"].nunique() == 1 and owned["pid"].nunique() == 1
     rg = a.nvtx_ranges
     inst = rg.loc[rg["name"].astype(str) == a.iterations.range_name]

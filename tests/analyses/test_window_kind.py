@@ -4,23 +4,24 @@ its label's text (issue 50)."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
+from conftest import CORPUS, analyzed
 
 from nsysan.analyses.gpu import Window
 from nsysan.analysis import _capture_window, gpu_active
-from nsysan.rules._wording import window_adjective, window_name
 
 
 def test_wording_reads_kind_not_label() -> None:
     steady = Window(0, 10, "steady state", "steady")
-    assert (window_name(steady), window_adjective(steady)) == ("the steady state", "steady-state ")
+    assert (steady.named, steady.adjective) == ("the steady state", "steady-state ")
     # a label is text for people: a window of another kind with the same text is named by its kind
     other = Window(0, 10, "steady state", "capture")
-    assert (window_name(other), window_adjective(other)) == ("the whole capture", "")
-    assert window_name(Window(0, 10, "anything", "gpu_active")) == "the GPU-active part"
-    assert window_name(Window(0, 10, "anything", "gpu_activity")) == "the span of GPU activity"
-    assert window_name(Window(0, 10, "anything", "steady")) == "the steady state"
-    assert window_name(Window(0, 0, "empty", "empty")) == "the whole capture"
-    assert window_adjective(Window(0, 10, "anything", "gpu_active")) == ""
+    assert (other.named, other.adjective) == ("the whole capture", "")
+    assert Window(0, 10, "anything", "gpu_active").named == "the GPU-active part"
+    assert Window(0, 10, "anything", "gpu_activity").named == "the span of GPU activity"
+    assert Window(0, 10, "anything", "steady").named == "the steady state"
+    assert Window(0, 0, "empty", "empty").named == "the whole capture"
+    assert Window(0, 10, "anything", "gpu_active").adjective == ""
 
 
 def test_windows_made_say_their_kind() -> None:
@@ -44,3 +45,17 @@ def test_windows_made_say_their_kind() -> None:
     assert (empty.kind, empty.label) == ("empty", "empty")
     # to_dict (the JSON's windows and a finding's window) is unchanged: no kind key
     assert set(cap.to_dict()) == {"start_ns", "end_ns", "dur_ns", "label"}
+
+
+@pytest.mark.parametrize("name", ["nevakrien__python_c_nvidia__report1", "ynan1__aws_gpu__nsys_profiling_report2"])
+def test_the_idle_samples_note_names_the_window_judged(name: str) -> None:
+    """Without an iteration model the idle-samples note (JSON, findings) speaks of the window judged,
+    never of a steady state: these exports have CPU samples and no iteration model."""
+    path = CORPUS / f"{name}.sqlite"
+    if not path.exists():
+        pytest.skip("public corpus not present (../shared)")
+    a = analyzed(path)
+    assert a.steady.kind != "steady"
+    note = a.idle_samples.note if a.idle_samples is not None else ""
+    assert note, "these exports' samples leave a note (none on the launching threads, or none in the gaps)"
+    assert "steady state" not in note and a.steady.named in note
