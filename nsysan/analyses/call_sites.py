@@ -8,19 +8,22 @@ its ``callchainId``, joined by process and correlation id), is counted under its
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from nsysan.analyses.gpu import Window
 from nsysan.analyses.stack_frames import native_own_frame, own_frame, where
+from nsysan.trace.samples import Samples
 
 SITE_COLUMNS = ["api", "function", "file", "line", "module", "source", "calls", "total_ns"]
 CALL_COLUMNS = ["pid", "tid", "start_ns", "correlation_id", "api", "dur_ns", "function", "file", "line", "module",
                 "source"]
 
 
-def site_calls(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFrame:
+def site_calls(samples: Samples | None, cuda_api: pd.DataFrame, window: Window) -> pd.DataFrame:
     """Each CUDA call of the steady window with a backtrace, with its own-code call site (``CALL_COLUMNS``):
     a Python backtrace (taken at the call's start on its thread) joined by (thread, start), else a
     native one (``CUDA_CALLCHAINS``) joined by (process, correlation id)."""
@@ -84,20 +87,20 @@ def aggregate_sites(calls: pd.DataFrame | None) -> pd.DataFrame:
         SITE_COLUMNS].reset_index(drop=True)
 
 
-def call_sites(samples: Any, cuda_api: pd.DataFrame, window: Any) -> pd.DataFrame:
+def call_sites(samples: Samples | None, cuda_api: pd.DataFrame, window: Window) -> pd.DataFrame:
     """Where the CUDA calls of the steady state came from: per (API name, own-code frame), calls and
     their total API time (``aggregate_sites`` of ``site_calls``)."""
     return aggregate_sites(site_calls(samples, cuda_api, window))
 
 
-def site_text(r: Any) -> str:
+def site_text(r: Mapping[str, Any]) -> str:
     """'cudaStreamSynchronize from fetch_result() waits.py:67 (59 calls)' or
     'cudaMalloc from ns::alloc_block in libc10_cuda.so (12 calls)'."""
     return f"{r['api']} from {where(r)} ({int(r['calls'])} call{'s' if int(r['calls']) != 1 else ''})"
 
 
 def site_note(sites: pd.DataFrame | None, api_names: tuple[str, ...] | None, n: int = 2,
-              calls: pd.DataFrame | None = None, correlation: Any = None) -> str:
+              calls: pd.DataFrame | None = None, correlation: Iterable[tuple[int, int]] | None = None) -> str:
     """' Call sites (Python backtraces): fetch_result() waits.py:67 (72 calls), ...' for the given API
     names ('' without backtraces). With ``calls`` (``site_calls``) and ``correlation`` ((pid,
     correlation id) pairs), only those calls (e.g. the pageable copies' own calls); ``api_names`` None:

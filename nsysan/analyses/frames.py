@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from nsysan.trace.model import CONSTANT_MIN_ROWS, constant_column, is_constant_column, take_columns
@@ -231,7 +232,7 @@ def compact(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def filled(value: int, n: int, dtype: Any) -> np.ndarray:
+def filled(value: int, n: int, dtype: npt.DTypeLike) -> np.ndarray:
     """``np.full(n, value, dtype)`` as ``compact`` would keep it: broadcast from ``CONSTANT_MIN_ROWS``
     rows on (a column known to hold one value, without an array made to be compared)."""
     return constant_column(value, n, dtype) if n >= CONSTANT_MIN_ROWS else np.full(n, value, dtype=dtype)

@@ -49,7 +49,9 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import group_rows
+from nsysan.analyses.gpu import Window
 from nsysan.analyses.libranges import library_of
+from nsysan.trace.metrics import Metrics
 
 MIN_SAMPLES = 20
 TOP_KERNELS = 10
@@ -146,14 +148,14 @@ class GpuMetrics:
                 return self._pre[i]
         return None
 
-    def measured(self, device_id: int | None, s: Any, e: Any) -> tuple[np.ndarray, np.ndarray]:
+    def measured(self, device_id: int | None, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Of the union of the intervals, the parts the samples measured (``_Source.measured``)."""
         src = self.source_of(device_id)
         if src is None:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         return src.measured(np.asarray(s), np.asarray(e))
 
-    def means(self, device_id: int | None, s: Any, e: Any) -> dict[str, Any] | None:
+    def means(self, device_id: int | None, s: np.ndarray, e: np.ndarray) -> dict[str, Any] | None:
         """Samples, coverage and metric means over the union of intervals on one device's source."""
         src = self.source_of(device_id)
         return None if src is None else src.union(np.asarray(s), np.asarray(e))
@@ -342,8 +344,8 @@ def _group_rows(out: GpuMetrics, pre: _Source, head: dict[str, Any], ops: pd.Dat
     return rows
 
 
-def analyze_metrics(metrics: Any, ranges: pd.DataFrame, steady: Any, iterations: pd.DataFrame | None = None,
-                    ops: pd.DataFrame | None = None) -> GpuMetrics | None:
+def analyze_metrics(metrics: Metrics | None, ranges: pd.DataFrame, steady: Window,
+                    iterations: pd.DataFrame | None = None, ops: pd.DataFrame | None = None) -> GpuMetrics | None:
     """Per device: the steady window and each user range (``by_range``), each iteration
     (``by_iteration``), each kernel group of the steady window (``by_kernel``); None without samples."""
     if metrics is None or not metrics.sources:

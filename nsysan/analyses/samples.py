@@ -27,6 +27,7 @@ shown), ``call_sites`` (where the CUDA calls came from, ``site_note``, ``calls_i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ from nsysan.analyses.stack_frames import (
     own_frame,
     where,
 )
+from nsysan.trace.samples import Samples
 
 MIN_SAMPLES = 10
 NO_SAMPLES = ("no CPU or Python samples in this trace: record with `nsys profile -s process-tree` (for Python, "
@@ -68,7 +70,7 @@ INPUTS = (
 )
 
 
-def missing_inputs(inputs: dict[str, Any] | None, tables: Any = ()) -> list[dict[str, str]]:
+def missing_inputs(inputs: dict[str, Any] | None, tables: Collection[str] = ()) -> list[dict[str, str]]:
     """The inputs this trace lacks, each with the flag that adds it: ``[{input, label, flag}]``. From the
     counts ``trace.samples`` read (``inputs``), else from the export's table names alone."""
     have = dict(inputs or {})
@@ -239,8 +241,9 @@ def _attribute(df: pd.DataFrame, stacks: list[Any], source: str, key: str, label
     return out
 
 
-def idle_attribution(samples: Any, gaps: pd.DataFrame, window: Window,
-                     launch_threads: list[tuple[int, int]] | None = None, tables: Any = ()) -> IdleAttribution:
+def idle_attribution(samples: Samples | None, gaps: pd.DataFrame, window: Window,
+                     launch_threads: list[tuple[int, int]] | None = None,
+                     tables: Collection[str] = ()) -> IdleAttribution:
     inputs = dict(samples.inputs) if samples is not None else {}
     out = IdleAttribution(inputs=inputs, missing=missing_inputs(inputs if samples is not None else None, tables))
     if samples is None:
@@ -306,7 +309,7 @@ def blobs_damaged(inputs: dict[str, object]) -> str:
             "layout nsysan does not know): their samples were skipped")
 
 
-def call_sites_of(out: IdleAttribution, samples: Any, cuda_api: pd.DataFrame, window: Any) -> None:
+def call_sites_of(out: IdleAttribution, samples: Samples | None, cuda_api: pd.DataFrame, window: Window) -> None:
     """Fill ``out.site_calls`` and ``out.sites``."""
     out.site_calls = site_calls(samples, cuda_api, window)
     out.sites = aggregate_sites(out.site_calls)
@@ -315,7 +318,7 @@ def call_sites_of(out: IdleAttribution, samples: Any, cuda_api: pd.DataFrame, wi
 LAUNCH_SHARE = 0.10  # a thread is a launching thread when it launched this share of the steady state's GPU work
 
 
-def launching_threads(launches: pd.DataFrame, window: Any) -> list[tuple[int, int]]:
+def launching_threads(launches: pd.DataFrame, window: Window) -> list[tuple[int, int]]:
     """The (pid, tid) of the threads that launched at least ``LAUNCH_SHARE`` of the GPU operations
     whose launch call started in the window."""
     if launches is None or len(launches) == 0:

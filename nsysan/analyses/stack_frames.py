@@ -22,6 +22,7 @@ so: only Python sampling can tell which Python function ran.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 LIBRARY_FILE = re.compile(r"/lib/python3\.\d+/|site-packages|dist-packages|^<frozen |^<string>")
@@ -146,7 +147,7 @@ def module_name(module: str) -> str:
     return str(module).rsplit("/", 1)[-1]
 
 
-def where(r: Any) -> str:
+def where(r: Mapping[str, Any]) -> str:
     """'tokenize() waits.py:37' (Python) or 'generate_tensor_2D in a.out' (native) for a table row."""
     if r.get("module"):
         return f"{short_symbol(r['function'])} in {module_name(r['module'])}"

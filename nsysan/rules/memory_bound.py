@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.gpu import Window
 from nsysan.analyses.program import Program, of
 from nsysan.rules._advice import TORCH_BF16, TORCH_HALF, Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
@@ -97,7 +98,7 @@ def ranges_named(ctx: RuleContext, dev: int, rows: pd.DataFrame, min_ns: float) 
     return out
 
 
-def range_sentence(r: dict[str, Any], sp: Any, w: Any) -> str:
+def range_sentence(r: dict[str, Any], sp: tuple[np.ndarray, np.ndarray], w: Window) -> str:
     busy = iv.total(*sp)
     return (f"range '{r['group']}' streams memory at {float(r['dram_read']) + float(r['dram_write']):.0f}% of the "
             f"DRAM's peak bandwidth (read {float(r['dram_read']):.0f}% + write {float(r['dram_write']):.0f}%) with the "
@@ -105,7 +106,7 @@ def range_sentence(r: dict[str, Any], sp: Any, w: Any) -> str:
             f"in the {w.label} ({fmt_pct(busy / w.dur_ns)}; {int(r['samples']):,} GPU-metric samples): memory-bound. ")
 
 
-def kernel_sentence(rows: pd.DataFrame, spans: dict[str, Any], w: Any, ranges: bool) -> str:
+def kernel_sentence(rows: pd.DataFrame, spans: dict[str, Any], w: Window, ranges: bool) -> str:
     if len(rows) == 0:
         return ""
     wall = iv.total(*union(list(spans.values())))
