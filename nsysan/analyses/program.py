@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -170,20 +170,6 @@ class Program:
 
 
 UNKNOWN_PROGRAM = Program()
-
-
-class WithProgram(Protocol):
-    """What ``of`` reads of the result (``nsysan.result.Analysis``, a layer above the analyses)."""
-
-    @property
-    def program(self) -> Program | None: ...
-
-
-def of(a: WithProgram) -> Program:
-    """The analysis' Program (``Analysis.program``), or the unknown one when it has none (the
-    analysis has not run: ``program`` is None)."""
-    p = a.program
-    return p if isinstance(p, Program) else UNKNOWN_PROGRAM
 
 
 def _distinct(values: Any) -> tuple[list[str], np.ndarray]:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import to_records
 from nsysan.analyses.gpu import Window
+from nsysan.analyses.program import UNKNOWN_PROGRAM, Program
 from nsysan.result import Analysis
 from nsysan.trace.model import Trace
 
@@ -99,6 +100,13 @@ class RuleContext:
     @property
     def trace(self) -> Trace:
         return self.a.trace
+
+    @property
+    def program(self) -> Program:
+        """The program the trace recorded (training or inference, Python or not, its libraries), for
+        the rules' advice; the unknown one when the analysis has none."""
+        p = self.a.program
+        return p if p is not None else UNKNOWN_PROGRAM
 
 
 def rule(id: str, title: str, **thresholds: Any) -> Callable[[Callable[..., Iterator[Finding]]], Callable[..., Iterator[Finding]]]:

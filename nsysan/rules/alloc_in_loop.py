@@ -34,7 +34,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from nsysan.analyses.frames import name_in
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._window import steady, steady_iterations
@@ -98,7 +98,7 @@ def check(ctx: RuleContext, *, min_calls_per_iteration: float, min_calls: int) -
     parts = ", ".join(f"{n} x{int(r['count'])} ({fmt_ns(r['sum'])})" for n, r in by.iterrows())
     severity = Severity.WARNING if total < 0.05 * ctx.window.dur_ns else Severity.CRITICAL
     yield finding(ctx, "alloc-in-loop", severity=severity,
-                  impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]), suggestion=advice(of(ctx.a)),
+                  impact_ns=total, claims=claims_of(calls["start_ns"], calls["end_ns"]), suggestion=advice(ctx.program),
                   title=title,
                   message=f"{len(calls)} allocation{'/free' if freed else ''} calls recur {where} ({per}"
                           f"{fmt_ns(total)} of host time{_freed_note(ctx, frees, len(calls) - frees, freed)}): "

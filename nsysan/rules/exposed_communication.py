@@ -75,7 +75,6 @@ from nsysan.analyses.frames import category_mask
 from nsysan.analyses.gpu import Intervals, Window
 from nsysan.analyses.opclass import is_communication
 from nsysan.analyses.program import Program
-from nsysan.analyses.program import of as program_of
 from nsysan.result import Analysis
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
@@ -141,7 +140,7 @@ def check(ctx: RuleContext, *, min_frac: float, min_ns: int) -> Iterator[Finding
     yield finding(
         ctx, "exposed-communication",
         severity=Severity.WARNING if worst_exposed >= 0.1 * w.dur_ns else Severity.INFO,
-        impact_ns=impact, claims=claims_of(*cl), suggestion=advice(program_of(a), kinds_seen),
+        impact_ns=impact, claims=claims_of(*cl), suggestion=advice(ctx.program, kinds_seen),
         message=f"In the {w.label}: " + "; ".join(parts) + "." + multi + it_note,
         evidence=tuple(evidence))
 

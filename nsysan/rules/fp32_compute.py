@@ -28,7 +28,7 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import category_mask
 from nsysan.analyses.join import pack_keys
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import CUBLAS_TF32, CUDNN_TENSOR_OPS, TORCH_BF16, TORCH_FP16, TORCH_TF32, Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.units import fmt_ns, fmt_pct
@@ -69,7 +69,7 @@ def check(ctx: RuleContext, *, min_share: float, assumed_saving_frac: float,
     wall = iv.total(*iv.merge(f["start_ns"].to_numpy(), f["end_ns"].to_numpy()))
     yield finding(ctx, "fp32-compute", severity=Severity.WARNING, impact_ns=int(wall * assumed_saving_frac),
                   claims=claims_of(f["start_ns"], f["end_ns"]),
-                  suggestion=advice(of(ctx.a)),
+                  suggestion=advice(ctx.program),
                   message=f"FP32/TF32 convolution and GEMM kernels took {fmt_ns(t32)} ({fmt_pct(t32 / total)} of kernel "
                           f"time in the {w.label}); reduced-precision ones {fmt_pct(share_reduced)}. "
                           f"GPU: {', '.join(gpus['name'].astype(str).unique())}.",

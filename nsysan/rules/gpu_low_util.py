@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.frames import count_sum
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.rules._window import has_gpu_activity
@@ -42,7 +42,7 @@ def check(ctx: RuleContext, *, max_busy_frac: float) -> Iterator[Finding]:
             continue
         rows = np.flatnonzero(inside & (gaps["device_id"].to_numpy() == r["device_id"])) if len(gaps) else inside
         cause_text = ", ".join(f"{c} {fmt_ns(v)}" for c, v in _by_cause(gaps, rows)) or "no gaps above the threshold"
-        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=0, suggestion=advice(of(ctx.a)),
+        yield finding(ctx, "gpu-low-util", severity=Severity.WARNING, impact_ns=0, suggestion=advice(ctx.program),
                       covers_ns=int(r["idle_ns"]),
                       message=f"Device {int(r['device_id'])} was busy {fmt_pct(r['busy_frac'])} of the "
                               f"{fmt_ns(w.dur_ns)} {w.label} ({fmt_ns(r['idle_ns'])} idle). Idle gaps by cause: "

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
@@ -61,7 +61,7 @@ def check(ctx: RuleContext, *, min_iter_share: float, min_share: float) -> Itera
     label = {"Python backtraces": "Python backtraces", "CUDA backtraces": "CUDA backtraces"}.get(s.source)
     where = f" Call sites ({label}): " if label else " Calls: "
     yield finding(ctx, "hidden-syncs", severity=Severity.WARNING, impact_ns=int(s.cost_ns),
-                  claims=claims_of(pts["drain_start_ns"], pts["drain_start_ns"] + pts["cost_ns"]), suggestion=advice(of(ctx.a)),
+                  claims=claims_of(pts["drain_start_ns"], pts["drain_start_ns"] + pts["cost_ns"]), suggestion=advice(ctx.program),
                   message=(f"This loop synchronizes {times} a step: {len(s.points)} points where the host waited "
                            f"for the GPU ({s.calls} calls) in {s.with_syncs} of the {s.iterations} steady iterations."
                            + where + "; ".join(sites) + more + "."

@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses.gaps import activity_time
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, records, rule
 from nsysan.rules._window import has_gpu_activity, one_time_mask, recurrence_keys, window_gap_rows
@@ -172,11 +172,11 @@ def check(ctx: RuleContext, *, min_frac: float, min_gap_frac_of_iteration: float
         parts = _doing(spent, int(spent["ns"].sum()))
         state, blocked = _running_or_blocked(ctx, rec, g_st, cut)
         share = _input_share(ctx, rec)
-        extra: dict[str, str] = ({"suggestion": blocked_advice(of(ctx.a))} if blocked else
+        extra: dict[str, str] = ({"suggestion": blocked_advice(ctx.program)} if blocked else
                                  {"suggestion": ONE_TIME_FIX, "title": "One-time CPU work left the GPU idle"} if one_shot
                                  else {})
         if share >= INPUT_MIN:
-            extra = {"suggestion": input_advice(of(ctx.a)), "title": "Input pipeline on the training thread"}
+            extra = {"suggestion": input_advice(ctx.program), "title": "Input pipeline on the training thread"}
             state += (f" The input pipeline ran on the submitting thread in these gaps: {share:.0%} of the Python "
                       "samples taken in them are inside a Dataset's item access, collation or the DataLoader's fetch.")
         um_note, um_saving = _cpu_faults(ctx, rec, g_st, cut)

@@ -62,7 +62,6 @@ from nsysan.analyses.frames import rows_of, top_rows
 from nsysan.analyses.gpu import Busy, Window
 from nsysan.analyses.optimizer import OptimizerLoop, per_parameter_optimizer
 from nsysan.analyses.program import Program
-from nsysan.analyses.program import of as program_of
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._window import ONE_TIME_OUTLIER, steady_iterations, window_gap_rows
@@ -156,7 +155,7 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
 
 def _optimizer_words(ctx: RuleContext, launches: pd.DataFrame, message: str) -> tuple[str, str]:
     """The message and the fix, the optimizer's own flag first when the optimizer loops over parameters."""
-    prog = program_of(ctx.a)
+    prog = ctx.program
     suggestion = advice(prog)
     opt = None if prog.jax else per_parameter_optimizer(launches, ctx.trace.nvtx, steady_iterations(ctx))
     if opt is not None:  # the optimizer's own flag, before graphs or compilation

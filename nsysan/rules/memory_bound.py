@@ -36,7 +36,7 @@ import pandas as pd
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.gpu import Window
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import TORCH_BF16, TORCH_HALF, Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.rules._metric_groups import evidence, group_ops, metric_rows, union
@@ -75,7 +75,7 @@ def check(ctx: RuleContext, *, min_dram_pct: float, max_tensor_pct: float, min_s
         yield finding(
             ctx, "memory-bound", severity=Severity.WARNING if fp32 else Severity.INFO,
             impact_ns=int(fwall * assumed_saving_frac), claims=claims_of(fs, fe) if fp32 else None,
-            suggestion=(f"In range {', '.join(where)}, m" if where else "M") + advice(of(ctx.a))[1:],
+            suggestion=(f"In range {', '.join(where)}, m" if where else "M") + advice(ctx.program)[1:],
             message=f"GPU {int(dev)}: " + "".join(range_sentence(r, sp, w) for r, sp in named)
                     + kernel_sentence(rows, spans, w, bool(named)) + saving,
             evidence=evidence(pd.DataFrame([r for r, _ in named] + rows.sort_values("busy_ns", ascending=False)

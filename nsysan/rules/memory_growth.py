@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nsysan.analyses.memory import ALLOC, ALLOC_CALLS
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.rules._wording import call_sites
@@ -57,7 +57,7 @@ def check(ctx: RuleContext, *, min_mib_per_iteration: float, min_rising_share: f
         left = (f"; {max(0, (total - live_end)) // int(grow):,} more iterations fill the device's "
                 f"{total / MIB / 1024:.0f} GiB" if total > 0 else "")
         yield finding(ctx, "memory-growth", severity=Severity.CRITICAL if total > 0 else Severity.WARNING,
-                      impact_ns=0, suggestion=advice(of(ctx.a)),
+                      impact_ns=0, suggestion=advice(ctx.program),
                       message=(f"Process {g.pid}: live device memory grows {grow / MIB:,.1f} MiB per iteration "
                                f"(by the calls inside each iteration: it rose in {g.grew_in} of {g.steps} steady "
                                f"iterations, "

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._copy_rates import (
@@ -71,7 +71,7 @@ def check(ctx: RuleContext, *, min_total_ns: int, assumed_speedup: float) -> Ite
     yield finding(ctx, "pageable-memcpy", severity=Severity.WARNING, impact_ns=impact,
                   # the tail of each copy: its head, the pinned copy's time, is serial-copy-compute's
                   claims=claims_of(pageable["start_ns"].to_numpy() + pin, pageable["end_ns"]),
-                  suggestion=advice(of(ctx.a)),
+                  suggestion=advice(ctx.program),
                   message=f"Pageable host memory in the {ctx.window.label}: " + "; ".join(notes) + "."
                           + call_sites(ctx, None, correlation=zip(pageable["pid"].tolist(),
                                                                   pageable["correlation_id"].tolist())),

@@ -31,7 +31,7 @@ import pandas as pd
 
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.join import pack_keys
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
@@ -72,7 +72,7 @@ def check(ctx: RuleContext, *, max_overlap_frac: float, min_copy_ns: int) -> Ite
         return
     # devices copy at once: the saving is the largest device's, claimed on the union of the copies
     yield finding(ctx, "serial-copy-compute", severity=Severity.WARNING, impact_ns=estimate,
-                  suggestion=advice(of(ctx.a)),
+                  suggestion=advice(ctx.program),
                   claims=claims_of(np.concatenate(starts), np.concatenate(ends)),
                   message="; ".join(parts) + ".", evidence=tuple(evidence))
 

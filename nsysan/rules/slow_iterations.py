@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._window import ONE_TIME_NAMES
 from nsysan.units import fmt_ns
@@ -94,7 +94,7 @@ def check(ctx: RuleContext, *, min_share: float) -> Iterator[Finding]:
     if s.periodic:
         every = sorted(set(s.periodic.values()))
         periodic = f" They recur every {', '.join(str(e) for e in every)} iterations."
-    prog = of(ctx.a)
+    prog = ctx.program
     advice = " ".join((new_kernels_advice(prog) if c == "new kernels" else ADVICE.get(c, ADVICE["extra work"]))
                       if not c.startswith("start of each") else
                       f"The first iteration of each {c[len('start of each '):]} does that range's own set-up: "

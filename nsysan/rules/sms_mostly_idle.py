@@ -29,7 +29,7 @@ import numpy as np
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import range_intervals, user_ranges
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.rules._metric_groups import group_ops, metric_rows
@@ -90,7 +90,7 @@ def check(ctx: RuleContext, *, min_gr_pct: float, max_ratio: float, min_samples:
                  f"({m['samples']:,} samples)" for name, _, _, m, busy in chosen]
         yield finding(
             ctx, "sms-mostly-idle", severity=Severity.WARNING, impact_ns=est, claims=claims_of(cs, ce),
-            suggestion=advice(of(ctx.a)),
+            suggestion=advice(ctx.program),
             message=f"GPU {dev}: while the GPU had work the SMs were mostly idle (SMs active under "
                     f"{fmt_pct(max_ratio)} of GR active) in {'; '.join(parts)}: tiny kernels or few blocks.",
             evidence=tuple({"unit": name, "busy_ns": int(busy), "samples": int(m["samples"]),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.units import fmt_ns, fmt_pct
@@ -39,7 +39,7 @@ def check(ctx: RuleContext, *, min_frac: float) -> Iterator[Finding]:
         return
     filled = ", ".join(f"{x['what']} {fmt_ns(x['ns'])}" for x in ph.startup_filled[:6])
     yield finding(ctx, "startup-cost", severity=Severity.WARNING, impact_ns=0, covers_ns=s,
-                  suggestion=advice(of(ctx.a)),
+                  suggestion=advice(ctx.program),
                   message=f"The start-up took {fmt_ns(s)} ({fmt_pct(s / cap)} of the {fmt_ns(cap)} capture) before the "
                           f"first GPU work, longer than the {fmt_ns(win)} judged window ({ph.judged.label}). "
                           + (f"The thread that launched the first GPU work spent it in: {filled}. " if filled else "")

@@ -25,7 +25,7 @@ import numpy as np
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.gaps import BLOCKING_SYNC_APIS
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule
 from nsysan.rules._window import has_gpu_activity, steady
@@ -69,7 +69,7 @@ def check(ctx: RuleContext, *, min_frac: float) -> Iterator[Finding]:
         return
     names = ", ".join(sorted(s["name"].astype(str).unique()))
     yield finding(ctx, "sync-api", severity=Severity.WARNING,
-                  impact_ns=impact, claims=claims, suggestion=advice(of(ctx.a)),
+                  impact_ns=impact, claims=claims, suggestion=advice(ctx.program),
                   message=f"Thread {tid} was blocked in {names} for {fmt_ns(blocked)} ({fmt_pct(blocked / w.dur_ns)} of "
                           f"the {w.label}); the GPU then idled {fmt_ns(impact)} before the next submission."
                           + call_sites(ctx, s["name"].astype(str).unique()),

@@ -27,7 +27,7 @@ import pandas as pd
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.join import pack_keys
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, rule, top_records
 from nsysan.rules._copy_rates import ASSUMED_SPEEDUP, pinned_durations
@@ -65,7 +65,7 @@ def check(ctx: RuleContext, *, min_total_ns: int) -> Iterator[Finding]:
             "thread prepared the next work, which an asynchronous copy would have let it do during the copy."
             if impact else "")
     names = ", ".join(sorted(calls["name"].astype(str).unique()))
-    yield finding(ctx, "sync-memcpy", severity=Severity.WARNING, impact_ns=impact, suggestion=advice(of(ctx.a)),
+    yield finding(ctx, "sync-memcpy", severity=Severity.WARNING, impact_ns=impact, suggestion=advice(ctx.program),
                   claims=claims_of(cs, ce),
                   message=f"{len(calls)} blocking calls ({names}) held the host for {fmt_ns(host)}; their copies ran "
                           f"{fmt_ns(gpu)} on the GPU with nothing else to overlap." + note

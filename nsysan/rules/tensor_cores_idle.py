@@ -31,7 +31,7 @@ import numpy as np
 
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.metrics import MATMUL
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import (
     CUBLAS_TF32,
     CUDNN_TENSOR_OPS,
@@ -72,7 +72,7 @@ def check(ctx: RuleContext, *, max_tensor_pct: float, min_sm_pct: float, min_sam
         mean_sm = float(np.average(rows["sm_active"], weights=rows["samples"]))
         yield finding(
             ctx, "tensor-cores-idle", severity=Severity.WARNING, impact_ns=int(wall * assumed_saving_frac),
-            claims=claims_of(s, e), precedence=1, suggestion=advice(of(ctx.a)),
+            claims=claims_of(s, e), precedence=1, suggestion=advice(ctx.program),
             message=f"GPU {int(dev)}: {len(rows)} GEMM/convolution kernel(s) ran {fmt_ns(wall)} in the {w.label} "
                     f"({fmt_pct(wall / max(comp_ns, 1))} of its compute time) with the SMs {mean_sm:.0f}% active but the "
                     f"tensor cores {mean_t:.1f}% active ({int(rows['samples'].sum()):,} GPU-metric samples): they run "

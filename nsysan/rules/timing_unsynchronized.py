@@ -46,7 +46,6 @@ import pandas as pd
 from nsysan.analyses.frames import name_in
 from nsysan.analyses.libranges import library_mask
 from nsysan.analyses.program import Program
-from nsysan.analyses.program import of as program_of
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.rules._window import has_gpu_activity
@@ -159,7 +158,7 @@ def check(ctx: RuleContext, *, min_after_frac: float, min_after_ns: int, min_ins
                 "shows the program timing them with a CPU timer (no timer-like name, no clock calls traced "
                 "inside them): read their CPU time as the time to launch the work, not the work's time.")
     yield finding(ctx, "timing-unsynchronized", severity=Severity.WARNING if misleading else Severity.INFO,
-                  impact_ns=0, window=ctx.a.capture.to_dict(), suggestion=advice(program_of(ctx.a)),
+                  impact_ns=0, window=ctx.a.capture.to_dict(), suggestion=advice(ctx.program),
                   **({} if ev else {"title": "NVTX range closes before its GPU work ends"}),
                   message=head + tail
                           + call_sites_in(ctx, r.loc[(r["name"] == top["key"]).to_numpy()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nsysan.analyses.program import Program, of
+from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, finding, rule
 from nsysan.units import fmt_ns
@@ -44,7 +44,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 "start_ns": int(r["start_ns"])} for _, r in warm.iterrows())
     adj = ctx.window.adjective
     yield finding(ctx, "warmup-outlier", severity=Severity.INFO, impact_ns=0, window=ctx.a.capture.to_dict(),
-                  suggestion=advice(of(ctx.a)),
+                  suggestion=advice(ctx.program),
                   message=f"The first {it.warmup} '{it.range_name}' iteration(s) took "
                           f"{fmt_ns(warm['service_ns'].mean())} on average vs a {adj}median of {fmt_ns(base)} "
                           f"(time each iteration alone held the pipeline); {fmt_ns(extra)} of extra time, excluded "
