@@ -397,7 +397,7 @@ def analyze_one(trace_path: str, opts: RunOptions) -> RunSummary:
 def _write_outputs(a: Any, source: Any, opts: RunOptions, chosen: list[Output], protect: list[Any],
                    early: dict[str, Any], show: Any = None) -> list[str]:
     """Each output in ``chosen`` (in its ``write_order``) written; returns how the run names them. The
-    JSON text is kept in the results cache, which ``compare`` and ``diff`` reuse."""
+    text of a ``cached`` output (the JSON) is kept in the results cache, which ``compare`` and ``diff`` reuse."""
     outputs = []
     for i, o in enumerate(chosen):
         if show:
@@ -406,7 +406,7 @@ def _write_outputs(a: Any, source: Any, opts: RunOptions, chosen: list[Output], 
         text = o.write(a, path, force=opts.force, protect=protect, show_env=opts.show_env,
                        early=early.get(o.name))
         outputs.append(o.shown(path))
-        if o.name == "json" and text is not None:
+        if o.cached and text is not None:
             _keep_result(source, opts, text)
     return outputs
 

@@ -48,7 +48,8 @@ class Output:
     (``paths``: the options given, by name). ``preload``: modules imported before the analysis when it
     is written (before the garbage collector resumes). ``early(a)``: work begun as soon as the analyses
     are done (before the rules), handed back to ``render`` as ``early``, begun only when one of the
-    outputs named in ``early_with`` is written too (whose writing it overlaps)."""
+    outputs named in ``early_with`` is written too (whose writing it overlaps). ``cached``: its text is
+    kept in the results cache, which ``compare`` and ``diff`` read instead of analysing again."""
 
     name: str
     flag: str
@@ -67,6 +68,7 @@ class Output:
     preload: tuple[str, ...] = ()
     early: Callable[[Any], Any] | None = None
     early_with: tuple[str, ...] = ()
+    cached: bool = False
 
     @property
     def dest(self) -> str:
@@ -182,7 +184,7 @@ def _perfetto(a: Any, path: Path, *, force: bool, protect: Protect = ()) -> None
 
 OUTPUTS: list[Output] = [
     Output("json", "--json", "OUT.json", "write the analysis as JSON (schema nsysan.analysis/2)", "JSON",
-           render=_json, suffix=".json", write_order=0),
+           render=_json, suffix=".json", write_order=0, cached=True),
     Output("html", "--html", "OUT.html", "write the HTML report here (default: next to --json, or "
            "./<trace>.nsysan.html)", "HTML report", render=_html, pieces=_html_pieces, suffix=".html", write_order=2,
            off=("--no-html", "do not write an HTML report"), default=_html_default,
