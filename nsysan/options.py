@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nsysan._defaults import MAX_EVENTS, MIN_GAP_NS, WARMUP_FACTOR
 from nsysan.errors import UsageError
 from nsysan.units import clean_text
 
@@ -262,13 +263,13 @@ class RunOptions:
     of ``--jobs`` or a Dask worker. The defaults are the command line's."""
 
     iteration_range: str | None = None
-    min_gap_ns: int = 10_000
-    warmup_factor: float = 1.5
+    min_gap_ns: int = MIN_GAP_NS
+    warmup_factor: float = WARMUP_FACTOR
     rule_config: RuleConfig = field(default_factory=RuleConfig)
     show_env: bool = False
     force: bool = False
     quiet: bool = False
-    max_events: int = 200_000_000
+    max_events: int = MAX_EVENTS
     interactive: bool = False  # one trace in this process: a progress line on a terminal
     time_range: tuple[float, float] | None = None
     outputs: dict[str, str] = field(default_factory=dict)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from nsysan._defaults import MIN_GAP_NS, WARMUP_FACTOR
 from nsysan._registry import output
 from nsysan.analyses.gaps import GapActivity
 from nsysan.analyses.gpu import Busy, Window
@@ -39,10 +40,10 @@ if TYPE_CHECKING:  # the results of the analyses run after the first ones (impor
 @dataclass(frozen=True)
 class Params:
     iteration_range: str | None = None
-    min_gap_ns: int = 10_000
+    min_gap_ns: int = MIN_GAP_NS
     launch_gap_ns: int = 10_000
     utilization_bins: int = 200
-    warmup_factor: float = 1.5
+    warmup_factor: float = WARMUP_FACTOR
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
 
+from nsysan._defaults import MAX_EVENTS, MIN_GAP_NS, WARMUP_FACTOR
 from nsysan._version import __version__
 from nsysan.options import LazyChoices, add_command, one_line_parser, opt_number, scheduler_address, time_range
 from nsysan.report.formats import OUTPUTS
@@ -23,16 +24,17 @@ def _analyze(a: argparse.ArgumentParser) -> None:
     a.add_argument("--iteration-range", metavar="NAME", help="NVTX range that marks one iteration "
                    "(default: chosen by the iteration model: the program's own most repeated range holding the GPU work; "
                    "see docs/iterations.md)")
-    a.add_argument("--min-gap-us", type=opt_number("--min-gap-us"), default=10.0, help="smallest GPU idle gap reported (default 10 us)")
-    a.add_argument("--warmup-factor", type=opt_number("--warmup-factor", strict=True), default=1.5, help="leading iterations slower than this x the "
-                   "median are warm-up (default 1.5)")
+    a.add_argument("--min-gap-us", type=opt_number("--min-gap-us"), default=MIN_GAP_NS / 1000,
+                   help=f"smallest GPU idle gap reported (default {MIN_GAP_NS / 1000:g} us)")
+    a.add_argument("--warmup-factor", type=opt_number("--warmup-factor", strict=True), default=WARMUP_FACTOR,
+                   help=f"leading iterations slower than this x the median are warm-up (default {WARMUP_FACTOR:g})")
     a.add_argument("--set", action="append", metavar="RULE.THRESHOLD=VALUE", help="override a rule threshold")
     a.add_argument("--config", type=Path, help="JSON file {\"rules\": {rule: {threshold: value}}}")
     a.add_argument("--disable", action="append", metavar="RULE", help="do not run this rule")
     a.add_argument("--show-env", action="store_true", help="include captured environment variables and command "
                    "lines in reports (off by default: they often hold secrets)")
-    a.add_argument("--max-events", type=opt_number("--max-events", integer=True), default=200_000_000, help="refuse traces with more events "
-                   "(default 200M)")
+    a.add_argument("--max-events", type=opt_number("--max-events", integer=True), default=MAX_EVENTS,
+                   help=f"refuse traces with more events (default {MAX_EVENTS // 1_000_000}M)")
     a.add_argument("--time-range", type=time_range, metavar="START:END", help="analyse only the events that start "
                    "in this part of the capture (seconds from its start): a trace too big for the memory then fits")
     a.add_argument("--jobs", type=opt_number("--jobs", integer=True), default=0,
