@@ -23,6 +23,7 @@ from nsysan.analyses import comm as comm_mod
 from nsysan.analyses import gaps as gaps_mod
 from nsysan.analyses import gpu, launch, nsys_rules, nvtx, summaries
 from nsysan.analyses import phases as phases_mod
+from nsysan.analyses.gap_activity import GapActivity
 from nsysan.analyses.gpu import Window
 from nsysan.analyses.iterations import Iterations, iterations
 from nsysan.analyses.join import launched
@@ -67,7 +68,7 @@ def gpu_active(ops: pd.DataFrame, capture: Window) -> Window:
 
 
 def _gaps(trace: Trace, ops: pd.DataFrame, capture: Window,
-          p: Params) -> tuple[pd.DataFrame, gaps_mod.GapActivity, dict[str, Any]]:
+          p: Params) -> tuple[pd.DataFrame, GapActivity, dict[str, Any]]:
     gp, act = gaps_mod.idle_gaps_with_activity(trace, ops, capture, min_gap_ns=p.min_gap_ns,
                                                launch_gap_ns=p.launch_gap_ns)
     return gp, act, gaps_mod.gap_summary(gp, act, capture)

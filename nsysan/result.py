@@ -17,7 +17,7 @@ import pandas as pd
 
 from nsysan._defaults import MIN_GAP_NS, WARMUP_FACTOR
 from nsysan._registry import output
-from nsysan.analyses.gaps import GapActivity
+from nsysan.analyses.gap_activity import GapActivity
 from nsysan.analyses.gpu import Busy, Window
 from nsysan.analyses.iterations import Iterations
 from nsysan.trace.model import Trace

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from nsysan.analyses.gaps import activity_time
+from nsysan.analyses.gap_activity import activity_time
 from nsysan.analyses.program import Program
 from nsysan.rules._advice import Advice, choose
 from nsysan.rules._base import Finding, RuleContext, Severity, claims_of, finding, records, rule
@@ -366,7 +366,7 @@ def _doing(spent: pd.DataFrame, total: int, top: int = 5) -> str:
     """The activities that took the gaps' time, by overlap (``activity_time``): the ``top`` largest
     traced ones, the other traced ones together, then the untraced rest and the launching calls'
     tails; the times add up to ``total``."""
-    from nsysan.analyses.gaps import LAUNCH_TIME, UNTRACED_TIME
+    from nsysan.analyses.gap_activity import LAUNCH_TIME, UNTRACED_TIME
     from nsysan.units import fmt_pct
 
     rest = spent["activity"].isin([UNTRACED_TIME, LAUNCH_TIME]).to_numpy()

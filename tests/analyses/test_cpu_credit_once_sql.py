@@ -63,7 +63,7 @@ def _truth(conn, gaps: dict[int, list[tuple[int, int, int]]]) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", TRACES)
 def test_each_cpu_nanosecond_is_credited_once(name, fixture_dir, analysis):
-    from nsysan.analyses.gaps import LAUNCH_TIME, UNTRACED_TIME, activity_time
+    from nsysan.analyses.gap_activity import LAUNCH_TIME, UNTRACED_TIME, activity_time
 
     # GIVEN the export's host-caused gaps, per device, and the thread that fed both devices
     conn = sqltruth.open_export(fixture_dir / f"{name}.sqlite")
@@ -94,7 +94,7 @@ def test_each_cpu_nanosecond_is_credited_once(name, fixture_dir, analysis):
 def test_a_subset_of_the_gaps_is_credited_once_too(name, fixture_dir, analysis):
     """host-bound-gap sums a subset (the recurring gaps of its window): the credit-once holds for
     any subset, the pieces shared with gaps left out counted in full."""
-    from nsysan.analyses.gaps import activity_time
+    from nsysan.analyses.gap_activity import activity_time
 
     conn = sqltruth.open_export(fixture_dir / f"{name}.sqlite")
     a = analysis(name)

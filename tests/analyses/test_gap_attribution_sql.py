@@ -107,7 +107,7 @@ def _check_credits(path) -> None:
             assert ns <= total.get(name, 0), (path.name, name, ns, total.get(name, 0))
         # and the listed times add up to at most the host and sync gaps' total
         assert sum(x["total_ns"] for x in a.gap_summary["by_activity"]) <= _host_sync_total(a)
-        from nsysan.analyses.gaps import activity_time
+        from nsysan.analyses.gap_activity import activity_time
 
         spent = activity_time(a.gaps, a.gap_activity)
         assert int(spent["ns"].sum()) == _host_sync_total(a)
@@ -151,7 +151,7 @@ def test_cuda_api_credit_never_exceeds_its_time_in_the_capture(path):
 @pytest.mark.parametrize("path", ALL_PUBLIC, ids=lambda p: p.stem[:40])
 def test_attribution_adds_up_on_every_public_export(path):
     """The same invariants on every public export that has host gaps."""
-    from nsysan.analyses.gaps import activity_time
+    from nsysan.analyses.gap_activity import activity_time
 
     conn = sqltruth.open_export(path)
     try:
@@ -233,7 +233,7 @@ def test_serving_loop_credits_each_range_its_overlap():
     f = [x for x in a.findings if x.rule == "host-bound-gap"]
     assert f, [x.rule for x in a.findings]
     assert "nvtx:prepare" in f[0].message and "nvtx:schedule" in f[0].message
-    from nsysan.analyses.gaps import LAUNCH_TIME, UNTRACED_TIME, activity_time
+    from nsysan.analyses.gap_activity import LAUNCH_TIME, UNTRACED_TIME, activity_time
 
     spent = dict(zip(activity_time(a.gaps, a.gap_activity)["activity"], activity_time(a.gaps, a.gap_activity)["ns"]))
     assert spent["nvtx:prepare"] == prepare and spent["nvtx:schedule"] == schedule
@@ -272,7 +272,7 @@ def test_os_call_inside_a_cuda_call_is_counted_once():
     got = {f"{x['source']}:{x['name']}": x["ns"] for x in g["breakdown"]}
     assert {k: v for k, v in got.items() if v} == {k: v for k, v in want.items() if v}
     assert sum(got.values()) <= span
-    from nsysan.analyses.gaps import activity_time
+    from nsysan.analyses.gap_activity import activity_time
 
     spent = dict(zip(activity_time(a.gaps, a.gap_activity)["activity"], activity_time(a.gaps, a.gap_activity)["ns"]))
     assert {k: spent.get(k, 0) for k in want} == want

@@ -210,7 +210,7 @@ def test_gap_time_is_credited_by_overlap_and_adds_up(case):
     """Per host/sync gap, the breakdown's shares add up to at most 100%; over all of them, the
     activities' time (plus untraced work and the launching calls) equals the gaps' total; and a CUDA
     API name is never credited more than its calls last in the whole capture (SQL), on one device."""
-    from nsysan.analyses.gaps import activity_time
+    from nsysan.analyses.gap_activity import activity_time
 
     path, a = case
     g = a.gaps
