@@ -37,11 +37,7 @@ def site_calls(samples: Samples | None, cuda_api: pd.DataFrame, window: Window) 
     site: dict[int, tuple[str, str, int, str, str]] = {}  # api row position -> site
     bt = samples.backtraces
     if len(bt):
-        key_api = pd.MultiIndex.from_arrays([api["tid"].to_numpy(np.int64), api["start_ns"].to_numpy(np.int64)])
-        pos = pd.Series(np.arange(len(api)), index=key_api)
-        pos = pos[~pos.index.duplicated(keep="first")]
-        hit = pos.reindex(pd.MultiIndex.from_arrays([bt["tid"].to_numpy(np.int64),
-                                                     bt["ts_ns"].to_numpy(np.int64)])).to_numpy()
+        hit = _first_rows(api, ("tid", "start_ns"), bt, ("tid", "ts_ns"))
         for j, stack in zip(hit, bt["stack"].to_numpy()):
             if np.isnan(j):  # no API row in the window at that (thread, start)
                 continue
@@ -50,11 +46,7 @@ def site_calls(samples: Samples | None, cuda_api: pd.DataFrame, window: Window) 
                 site.setdefault(int(j), (f[0], f[1], int(f[2]), "", "python"))
     cc = getattr(samples, "cuda_chains", None)
     if cc is not None and len(cc):
-        key_api = pd.MultiIndex.from_arrays([api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64)])
-        pos = pd.Series(np.arange(len(api)), index=key_api)
-        pos = pos[~pos.index.duplicated(keep="first")]
-        hit = pos.reindex(pd.MultiIndex.from_arrays([cc["pid"].to_numpy(np.int64),
-                                                     cc["correlation_id"].to_numpy(np.int64)])).to_numpy()
+        hit = _first_rows(api, ("pid", "correlation_id"), cc, ("pid", "correlation_id"))
         for j, stack in zip(hit, cc["stack"].to_numpy()):
             if np.isnan(j) or int(j) in site:  # no API row, or a Python backtrace already names the site
                 continue
@@ -85,6 +77,16 @@ def aggregate_sites(calls: pd.DataFrame | None) -> pd.DataFrame:
     out["total_ns"] = out["total_ns"].astype(np.int64)
     return out.sort_values(["total_ns", "api", "function"], ascending=[False, True, True], kind="stable")[
         SITE_COLUMNS].reset_index(drop=True)
+
+
+
+def _first_rows(api: pd.DataFrame, api_cols: tuple[str, str], other: pd.DataFrame,
+                other_cols: tuple[str, str]) -> np.ndarray:
+    """Per row of ``other``, the position of the first row of ``api`` with the same pair of values
+    (``api_cols`` against ``other_cols``); NaN where none has it."""
+    pos = pd.Series(np.arange(len(api)), index=pd.MultiIndex.from_arrays([api[c].to_numpy(np.int64) for c in api_cols]))
+    pos = pos[~pos.index.duplicated(keep="first")]
+    return pos.reindex(pd.MultiIndex.from_arrays([other[c].to_numpy(np.int64) for c in other_cols])).to_numpy()
 
 
 def call_sites(samples: Samples | None, cuda_api: pd.DataFrame, window: Window) -> pd.DataFrame:
