@@ -110,3 +110,18 @@ def warm_then_time(step: Callable[[int, bool], Any], steps: int, warmup: int, be
 
 def mean_p50(ms: list[float], what: str = "per step") -> str:
     return f"{what} mean {statistics.mean(ms):.3f} ms, p50 {statistics.median(ms):.3f} ms"
+
+
+def small_mlp(width: int) -> tuple[Any, Any, Any]:
+    """The small training set-up of the memory and host workloads: TF32 matmuls on cuda:0, seed 0, a
+    three-layer MLP of ``width`` (GELU, 10 classes) and SGD at 1e-3. Returns (device, model, optimizer)."""
+    import torch
+    from torch import nn
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    torch.manual_seed(0)
+    d = width
+    model = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 10)).to(dev)
+    return dev, model, torch.optim.SGD(model.parameters(), lr=1e-3)

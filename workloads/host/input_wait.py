@@ -52,15 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
     import torch.nn.functional as F
-    from torch import nn
 
-    torch.backends.cuda.matmul.allow_tf32 = True
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
-    torch.manual_seed(0)
+    dev, model, opt = loops.small_mlp(args.width)
     d = args.width
-    model = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 10)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
     raw = rng.standard_normal((args.batch, d), dtype=np.float32)
     labels = torch.randint(0, 10, (args.batch,), device=dev)

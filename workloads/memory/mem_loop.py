@@ -52,6 +52,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # workloads/: common.py
 
+import loops
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,15 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     import common as cu
     import torch
     import torch.nn.functional as F
-    from torch import nn
 
-    torch.backends.cuda.matmul.allow_tf32 = True
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
-    torch.manual_seed(0)
+    dev, model, opt = loops.small_mlp(args.width)
     d = args.width
-    model = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 10)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(args.batch, d, device=dev)
     y = torch.randint(0, 10, (args.batch,), device=dev)
     n_keep = args.keep_mib * 2**20 // 4
@@ -138,15 +134,9 @@ def _ahead(args: argparse.Namespace) -> int:
     import common as cu
     import torch
     import torch.nn.functional as F
-    from torch import nn
 
-    torch.backends.cuda.matmul.allow_tf32 = True
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
-    torch.manual_seed(0)
+    dev, model, opt = loops.small_mlp(args.width)
     d = args.width
-    model = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 10)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(args.batch, d, device=dev)
     y = torch.randint(0, 10, (args.batch,), device=dev)
     a0 = torch.randn(8192, 4096, device=dev)
