@@ -41,7 +41,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from nsysan.report.cross import cross_summary
     from nsysan.report.terminal import print_cross
 
-    cs = cross_summary(results)  # each result names its program (pipeline.summary): ranks of one job
+    cs = cross_summary(results)  # each result names its program (report.summary.run_summary): ranks of one job
     print_cross(cs)
     if args.out_dir:
         pipeline.write_cross(cs, args.out_dir, html=not args.no_html, force=args.force, protect=protect,

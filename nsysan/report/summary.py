@@ -1,5 +1,5 @@
 """What ``nsysan analyze`` keeps of one trace's analysis: ``RunSummary``, built by
-``pipeline.summary``, printed by ``terminal.print_summary`` and, for several traces, gathered into
+``run_summary``, printed by ``terminal.print_summary`` and, for several traces, gathered into
 the cross-trace JSON (``cross.cross_summary``). Plain values only: it travels back from a worker
 process or a Dask worker (pickled), so it holds no frame and no analysis object."""
 
@@ -88,3 +88,89 @@ class RunSummary:
         """What ``analyses.ranks.cross_stragglers`` reads of a trace (it takes plain mappings)."""
         return {"trace": self.trace, "p50_ns": self.p50_ns, "program": self.program,
                 "rank_payloads": self.rank_payloads}
+
+
+def run_summary(a: Any, trace: Any, trace_path: str, outputs: list[str], seconds: float) -> RunSummary:
+    """What ``nsysan analyze`` prints of an analysis (``report.terminal.print_summary``), and what a
+    run of many traces collects per trace: plain values (``RunSummary``). The modules it reads are
+    imported when a summary is built, not when the command line starts."""
+    from nsysan.trace.launched_program import launched_program
+
+    st = a.iterations.stats
+    kernels = a.steady_summaries.get("kernels", a.kernels)
+    return RunSummary(
+        trace=trace_path, seconds=seconds, outputs=outputs,
+        # the program the trace recorded (only traces of one program are ranks of one job: a straggler)
+        program=launched_program(trace.meta.capture),
+        fixes=[FixLine(rule=f.rule, severity=f.severity.name.lower(), impact_ns=int(f.impact_ns),
+                       per_iteration_ns=f.per_iteration_ns, title=f.title, message=f.message,
+                       suggestion=f.suggestion) for f in a.findings],
+        breakdown=_breakdown_lines(a), capture_time=_capture_lines(a), gpu_metrics=_gpu_metrics_lines(a),
+        top_kernels=[(str(r["name"]), int(r["total_ns"]), float(r["share"]), int(r["count"]))
+                     for r in kernels.head(5).to_dict("records")],
+        kernel_ns=int(kernels["total_ns"].sum()),
+        p50_ns=st.p50_ns, iterations=st.count or 0, range_name=a.iterations.range_name,
+        slow=slow_share(a), latency_p50_ns=st.latency_p50_ns,
+        queueing=bool(st.latency_includes_queueing), queue_depth_p50=st.queue_depth_p50,
+        headline=st.headline, throughput_per_s=st.throughput_per_s, why=a.iterations.why,
+        sequences=st.sequences,
+        # per thread or rank that runs the loop: its name, steady iterations and period
+        loops=[(str(q.get("thread") or f"pid {q['pid']} tid {q['tid']}"), int(q["pid"]), int(q["tid"]),
+                int(q["count"]), q.get("period_p50_ns")) for q in a.iterations.sequences],
+        gpu_recorded=bool(len(a.ops)),
+        busy=[(int(r.device_id), float(r.busy_frac), int(r.idle_ns)) for r in a.busy_steady.itertuples()],
+        window=a.steady.label, window_ns=a.steady.dur_ns, nsys=trace.meta.nsys_version,
+        slowest_kernel=(a.kernels.iloc[0]["name"] if len(a.kernels) else None),
+        rank_payloads=_rank_payloads(a, trace_path),
+        ranks_verdict=(a.ranks.verdict if a.ranks is not None and len(a.ranks.ranks) > 1 else None),
+        warnings=list(trace.meta.warnings),
+        # how each rule ended: fired, passed (it looked at the data), not_checked (with the input the
+        # trace lacks), disabled; the JSON's "rules" and the report's "Rules run" carry the same
+        rules_run=[(r["rule"], r["status"], r.get("reason")) for r in a.rule_log],
+        nsys_rules=[(r["nsys_rule"], int(r["count"]), int(r["steady_count"])) for r in
+                    a.nsys_rules.to_dict("records") if r["count"]])
+
+
+def _gpu_metrics_lines(a: Any) -> list[str]:
+    from nsysan.report.metrics_view import terminal_lines
+
+    return terminal_lines(a)
+
+
+def slow_share(a: Any) -> tuple[int, int, float] | None:
+    """``analyses.slow_iterations.headline`` (imported when a summary is built: not at start-up)."""
+    from nsysan.analyses.slow_iterations import headline_of
+
+    return headline_of(a.slow_iterations, a.findings)
+
+
+def _capture_lines(a: Any) -> CaptureTime | None:
+    """Where every second of the capture went (``analyses.phases``): the parts, the start-up's fillers,
+    the window's idle share."""
+    from nsysan.report.tables import capture_parts
+
+    ph = a.phases
+    if ph is None:
+        return None
+    span = ph.judged.dur_ns
+    return CaptureTime(capture_ns=ph.capture.dur_ns, parts=capture_parts(ph),
+                       startup_filled=[(x["what"], int(x["ns"]))
+                                       for x in sorted(ph.startup_filled, key=lambda x: -x["ns"])[:4]],
+                       window_idle_frac=(ph.idle_ns / span) if span else 0.0, window=ph.judged.label)
+
+
+def _breakdown_lines(a: Any) -> list[tuple[str, int, list[tuple[str, int, float]]]]:
+    """Where one steady iteration's time goes, per sequence group (``report.view`` draws the same
+    numbers as a stacked bar): (label, mean period ns, [(part, mean ns, share)])."""
+    from nsysan.analyses.breakdown import breakdown_groups
+    from nsysan.report.tables import BREAKDOWN_PARTS
+
+    return [(label, int(sm["span_mean_ns"]), [(name, int(sm[k + "_mean_ns"]), float(sm[k + "_frac"]))
+                                              for k, name, _ in BREAKDOWN_PARTS if sm[k + "_mean_ns"] > 0])
+            for label, sm in breakdown_groups(a.breakdown)]
+
+
+def _rank_payloads(a: Any, trace_path: str) -> list[dict[str, Any]]:
+    from nsysan.analyses.ranks import rank_payloads
+
+    return rank_payloads(a, offset_ns=a.trace.meta.epoch_offset_ns or 0, trace=str(trace_path))

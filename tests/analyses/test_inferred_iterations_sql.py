@@ -439,7 +439,7 @@ def test_each_thread_loop_with_its_period(analysis, stripped, capsys):
     annotated and with the NVTX deleted, the loop's period p50 equals SQL's (the median of the
     thread's steady completion-to-completion periods), the thread is named as ThreadNames names it,
     and the terminal says so per thread (issue 49 item 6)."""
-    from nsysan.pipeline import summary
+    from nsysan.report.summary import run_summary as summary
     from nsysan.report.terminal.summary import print_summary
 
     conn = sqltruth.open_fixture("threads_loops")

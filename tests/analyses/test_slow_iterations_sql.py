@@ -69,7 +69,7 @@ def test_the_headline_tells_their_share(analysis, fixture_dir):
     period it gives the slow iterations' number, cost and share of the steady iterations' time, all by
     SQL (cost: their periods above the median; time: the steady periods' sum); a loop without slow
     iterations that matter gets no such line."""
-    from nsysan.pipeline import slow_share
+    from nsysan.report.summary import slow_share
     from nsysan.report.view import build
 
     a = analysis("slow_iters")

@@ -161,8 +161,8 @@ def test_fixes_are_graded_ranked_and_shown_in_that_order(case, tmp_path, capsys)
     top = re.search(r'<ol class="fixes">(.*?)</ol>', page, re.S)
     if fs:
         assert re.findall(r'href="#(finding-\d+)"', top.group(1)) == [f"finding-{i}" for i in range(1, min(5, len(fs)) + 1)]
-    # what `nsysan analyze` prints of this analysis (its terminal summary, over pipeline.summary)
-    from nsysan.pipeline import summary
+    # what `nsysan analyze` prints of this analysis (its terminal summary, over report.summary.run_summary)
+    from nsysan.report.summary import run_summary as summary
     from nsysan.report.terminal.summary import print_summary
 
     print_summary(summary(a, a.trace, str(path), [], 0.0))

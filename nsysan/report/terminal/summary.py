@@ -125,7 +125,7 @@ def _summary_fixes(res: RunSummary, scr: Screen) -> None:
 
 
 def _rules_run(res: RunSummary, say: Any) -> None:
-    """How the rules ended (``pipeline.summary``'s ``rules_run``, the JSON's ``rules``): how many
+    """How the rules ended (``run_summary``'s ``rules_run``, the JSON's ``rules``): how many
     fired and passed (looked at the data, found nothing), and each rule that could not judge this
     trace with what the trace lacks, grouped by it: never counted as passed."""
     run = res.rules_run
