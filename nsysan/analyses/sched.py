@@ -89,11 +89,15 @@ class Schedule:
         st, inn = sched["start_ns"].to_numpy(np.int64), sched["is_in"].to_numpy()
         for (pid, tid), idx in group_rows(sched["pid"].to_numpy(), sched["tid"].to_numpy()):
             t = st[idx]
+            b = inn[idx].astype(bool, copy=False)
             if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
                 o = np.argsort(t, kind="stable")
-                t, idx = t[o], idx[o]
-            self._on[(pid, tid)] = _on_intervals(t, inn[idx].astype(bool))
+                t = t[o]  # (each column's unsorted copy let go as its sorted one is made)
+                b = b[o]
+                del o
+            self._on[(pid, tid)] = _on_intervals(t, b)
             self._span[(pid, tid)] = (int(t[0]), int(t[-1]))
+            del t, b
 
     def threads(self) -> list[tuple[int, int]]:
         return sorted(self._on)
@@ -165,10 +169,14 @@ def _on_intervals(t: np.ndarray, inn: np.ndarray) -> tuple[np.ndarray, np.ndarra
     trailing switch-in until its last."""
     if len(t) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    nxt = np.concatenate([t[1:], [t[-1]]])
-    s, e = t[inn], nxt[inn]
+    at = np.flatnonzero(inn)  # each switch-in, and the switch after it (the last: itself)
+    s = t[at]
+    at += 1
+    np.minimum(at, len(t) - 1, out=at)
+    e = t[at]
+    del at
     keep = e > s
-    return iv.merge(s[keep], e[keep])
+    return iv.merge(s, e) if bool(keep.all()) else iv.merge(s[keep], e[keep])
 
 
 def gap_thread_time(schedule: Schedule, gaps: pd.DataFrame,
