@@ -27,6 +27,13 @@ psutil = pytest.importorskip("psutil")
 SEED = int(os.environ.get("NSYSAN_HOSTILE_SEED", "54"))
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="/proc, process groups")
 
+def as_a_shell_starts_it() -> None:
+    """The child's SIGHUP and SIGTERM at their default actions, as a shell gives them: a test run under
+    ``nohup`` passes SIGHUP on ignored, and nsysan rightly leaves an ignored signal ignored."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 # loaded by every nsysan process of the run (PYTHONPATH): each output is written half, a pause, the rest
 SLOW_WRITES = '''
 import os, time
@@ -109,7 +116,8 @@ def test_a_signal_to_analyze_with_jobs_leaves_no_worker_and_no_half_output(trace
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]),
            "NSYSAN_TEST_MARK": mark, "NSYSAN_SLOW_WRITE": "0.4"}
     p = subprocess.Popen([sys.executable, "-m", "nsysan", "analyze", *map(str, traces), "--out-dir", str(od),
-                          "--jobs", "2", "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--jobs", "2", "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=as_a_shell_starts_it)
     try:
         deadline = time.monotonic() + 60
         while len(psutil.Process(p.pid).children()) < 2 and p.poll() is None and time.monotonic() < deadline:
@@ -144,7 +152,8 @@ def test_a_signal_to_profile_stops_nsys_and_the_profiled_group(tmp_path, fixture
                FAKE_LOG=str(tmp_path / "nsys.log"), FAKE_SQLITE=str(fixture_dir / "launch_graph.sqlite"),
                FAKE_PIDS=str(pids), FAKE_MODE="hang", NSYSAN_TEST_MARK=mark)
     p = subprocess.Popen([sys.executable, "-m", "nsysan", "profile", "-o", "t", "--", "sleep", "301"], env=env,
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=as_a_shell_starts_it)
     try:
         deadline = time.monotonic() + 30
         while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
