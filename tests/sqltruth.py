@@ -31,6 +31,7 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "traces"
@@ -203,19 +204,20 @@ def median(values: list[int]) -> int | float | None:
     return total // 2 if total % 2 == 0 else total / 2
 
 
+def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intervals' union as sorted, disjoint (start, end) pairs (touching ones joined): a plain sweep."""
+    out: list[list[int]] = []
+    for s, e in sorted((int(s), int(e)) for s, e in intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
 def union_ns(intervals: list[tuple[int, int]]) -> int:
     """The time the intervals cover, each nanosecond once."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
+    return sum(e - s for s, e in union(intervals))
 
 
 def device_busy_ns(conn: sqlite3.Connection, device_id: int, t0: int | None = None, t1: int | None = None) -> int:

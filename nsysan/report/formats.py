@@ -142,10 +142,7 @@ def _json(a: Any, *, show_env: bool = False, early: Any = None) -> str:
 
 
 def _html(a: Any, *, show_env: bool = False, early: Any = None) -> str:
-    from nsysan._version import __version__
-    from nsysan.report import html, view
-
-    return html.render(view.build(a, show_env=show_env, generated_by=f"nsysan {__version__}", timeline=early))
+    return "".join(_html_pieces(a, show_env=show_env, early=early))
 
 
 def _html_pieces(a: Any, *, show_env: bool = False, early: Any = None) -> Iterable[str]:

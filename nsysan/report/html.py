@@ -147,10 +147,11 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(report: Report) -> str:
-    return environment().get_template("report.html.j2").render(r=report)
-
-
 def pieces(report: Report) -> Iterator[str]:
-    """``render``'s text in the pieces the template makes, to write as they come."""
+    """The report's HTML in the pieces the template makes, to write as they come."""
     return environment().get_template("report.html.j2").generate(r=report)
+
+
+def render(report: Report) -> str:
+    """The report's HTML, whole."""
+    return "".join(pieces(report))

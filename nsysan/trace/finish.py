@@ -111,9 +111,10 @@ def _drop_nested_duplicates(api: pd.DataFrame) -> pd.DataFrame:
         rows = None  # every row: no copies of million-row columns to select them all
     pos = (corr if rows is None else corr[rows]).astype(np.int64)
     del corr
-    if _each_once(_codes(api, "pid", rows), pos):  # ids are per process: none repeats (nsys without backtraces)
+    span = int(pos.max()) + 1  # the id values' range, read once
+    if _each_once(_codes(api, "pid", rows), pos, span):  # ids are per process: none repeats (nsys without backtraces)
         return api
-    key = _combine(_codes(api, "global_tid", rows), pos)
+    key = _combine(_codes(api, "global_tid", rows), pos, span)
     del pos
     order = np.argsort(key, kind="stable")  # a key's rows in row order: its first row leads its run
     same = key[order[1:]] == key[order[:-1]]
@@ -150,10 +151,9 @@ def _codes(api: pd.DataFrame, column: str, rows: np.ndarray | None) -> np.ndarra
     return codes.astype(np.int64, copy=False)
 
 
-def _combine(codes: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """One int64 key per (code, id) pair: ``codes * span + pos``, or a dense code of the pairs
-    where that product would not fit."""
-    span = int(pos.max()) + 1
+def _combine(codes: np.ndarray, pos: np.ndarray, span: int) -> np.ndarray:
+    """One int64 key per (code, id) pair: ``codes * span + pos`` (``span``: above every id), or a
+    dense code of the pairs where that product would not fit."""
     if (int(codes.max()) + 1) * span < (1 << 62):
         key = codes * span
         key += pos
@@ -162,16 +162,15 @@ def _combine(codes: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return codes2.astype(np.int64, copy=False)
 
 
-def _each_once(codes: np.ndarray, pos: np.ndarray) -> bool:
+def _each_once(codes: np.ndarray, pos: np.ndarray, span: int) -> bool:
     """Whether every (code, id) pair occurs once: a bitmap of the pairs when it takes at most 16
     bytes a row or 16 MB (no hash of every pair on a trace without a single repeat), else False
     (the caller's sort decides)."""
-    span = int(pos.max()) + 1
     cells = (int(codes.max()) + 1) * span
     if cells >= 16 * len(pos) + (1 << 24):
         return False
     seen = np.zeros(cells, dtype=bool)
-    seen[_combine(codes, pos)] = True
+    seen[_combine(codes, pos, span)] = True
     return int(np.count_nonzero(seen)) == len(pos)
 
 

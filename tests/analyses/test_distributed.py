@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqltruth
 from conftest import FIXTURE_NAMES
 from test_recorded_workloads import _seq, truth_iterations
 
@@ -40,16 +41,6 @@ def _kernels(con: sqlite3.Connection) -> list[tuple[int, int, int, int, str]]:
            JOIN StringIds s ON s.id = coalesce(k.demangledName, k.shortName)""")]
 
 
-def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
 def _covered(merged: list[tuple[int, int]], s: int, e: int) -> int:
     return sum(max(0, min(e, me) - max(s, ms)) for ms, me in merged if me > s and ms < e)
 
@@ -60,7 +51,7 @@ def _comm_truth(con: sqlite3.Connection, t0: int, t1: int) -> dict[int, dict[str
     ks = _kernels(con)
     out: dict[int, dict[str, int]] = {}
     for dev in sorted({k[0] for k in ks}):
-        comp = _merge([(s, e) for d, _, s, e, n in ks if d == dev and not NCCL.match(n)])
+        comp = sqltruth.union([(s, e) for d, _, s, e, n in ks if d == dev and not NCCL.match(n)])
         comm = [(s, e) for d, _, s, e, n in ks if d == dev and NCCL.match(n) and t0 <= s < t1]
         out[dev] = {"count": len(comm), "total": sum(e - s for s, e in comm),
                     "exposed": sum((e - s) - _covered(comp, s, e) for s, e in comm)}

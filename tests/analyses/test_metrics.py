@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqltruth
 from conftest import ROOT
 
 from tests.conftest import FIXTURE_NAMES
@@ -26,6 +27,11 @@ NAMES = {"gr_active": "GR Active [Throughput %]", "sm_active": "SMs Active [Thro
          "tensor_active": "Tensor Active [Throughput %]", "dram_read": "DRAM Read Bandwidth [Throughput %]",
          "dram_write": "DRAM Write Bandwidth [Throughput %]", "pcie_rx": "PCIe RX Throughput [Throughput %]",
          "pcie_tx": "PCIe TX Throughput [Throughput %]"}
+
+
+def _union_of(s, e) -> list[tuple[int, int]]:
+    """The union of the [s, e) intervals given as two columns (``sqltruth.union``)."""
+    return sqltruth.union(zip(s, e))
 
 
 def _con(fixture_dir: Path, name: str) -> sqlite3.Connection:
@@ -53,7 +59,7 @@ class Truth:
         intervals are disjoint and sorted, so the only one that can hold a sample at ``t`` is the last
         one starting at or before ``t``."""
         t, _ = self.series[short]
-        merged = _merge(s, e)
+        merged = _union_of(s, e)
         a = np.array([x for x, _ in merged], dtype=np.int64)
         b = np.array([y for _, y in merged], dtype=np.int64)
         i = np.searchsorted(a, t, side="right") - 1
@@ -84,16 +90,6 @@ def _truth_of(path: str) -> Truth:
 def truth_of(fixture_dir: Path, name: str) -> Truth:
     """``Truth`` of a fixture's export, read once per run (1.2-1.7 s of SQL each; five tests read it)."""
     return _truth_of(str(fixture_dir / f"{name}.sqlite"))
-
-
-def _merge(s, e) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(zip((int(x) for x in s), (int(x) for x in e))):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 def _ranges(con: sqlite3.Connection) -> dict[str, list[tuple[int, int, int]]]:
@@ -185,7 +181,7 @@ def test_means_per_range_from_sql(name, analysis, fixture_dir):
             vals = truth.inside(short, s, e)
             assert int(got.loc[rng, "samples"]) == len(vals)
             assert got.loc[rng, short] == pytest.approx(vals.mean(), abs=0.006)
-        dur = sum(b - a for a, b in _merge(s, e))
+        dur = sum(b - a for a, b in _union_of(s, e))
         assert got.loc[rng, "coverage"] == pytest.approx(min(1, len(vals) * truth.period / dur), abs=0.001)
 
 
@@ -234,7 +230,7 @@ def test_means_per_kernel_group_from_sql(name, analysis, fixture_dir):
         s = np.array([max(x[0], lo) for x in ops])
         e = np.array([min(x[1], hi) for x in ops])
         assert rec["ops"] == len(ops)
-        assert rec["busy_ns"] == sum(b - a for a, b in _merge(s, e))
+        assert rec["busy_ns"] == sum(b - a for a, b in _union_of(s, e))
         vals = truth.inside("dram_read", s, e)
         assert rec["samples"] == len(vals)
         if len(vals):
@@ -293,7 +289,7 @@ def test_verdicts_on_the_phases(analysis):
 def _kernel_wall(con, like: str, lo: int, hi: int) -> int:
     ops = con.execute("""SELECT k.start, k."end" FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
                          WHERE s.value LIKE ? AND k.start < ? AND k."end" > ?""", (like, hi, lo)).fetchall()
-    return sum(b - a for a, b in _merge([max(x[0], lo) for x in ops], [min(x[1], hi) for x in ops]))
+    return sum(b - a for a, b in _union_of([max(x[0], lo) for x in ops], [min(x[1], hi) for x in ops]))
 
 
 def test_metric_rules_on_metrics_mix(analysis, fixture_dir):
@@ -431,7 +427,7 @@ def test_two_gpus_each_source_on_its_device(fixture_dir, tmp_path):
         inst = [(s, e, tid) for s, e, tid in _ranges(two)["elementwise"]]
         spans = [_gpu_span(two, s, e, tid) for s, e, tid in inst]
         for short in ("sm_active", "dram_read"):
-            vals = [v for a_, b_ in _merge([x[0] for x in spans], [x[1] for x in spans]) for (v,) in two.execute(
+            vals = [v for a_, b_ in _union_of([x[0] for x in spans], [x[1] for x in spans]) for (v,) in two.execute(
                 "SELECT value FROM GPU_METRICS WHERE typeId = ? AND metricId = ? AND timestamp >= ? AND timestamp + ? <= ?",
                 (typ, ids[NAMES[short]], a_, period, b_))]
             assert row["samples"] == len(vals) and row[short] == pytest.approx(sum(vals) / len(vals), abs=0.006)

@@ -14,21 +14,11 @@ import sqlite3
 import sqltruth
 
 
-def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def _compute(con: sqlite3.Connection, dev: int, lo: int, hi: int) -> list[tuple[int, int]]:
     rows = con.execute("""SELECT k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName
                           WHERE k.deviceId = ? AND s.value NOT LIKE 'nccl%' AND k.end > ? AND k.start < ?""",
                        (dev, lo, hi)).fetchall()
-    return _union([(max(s, lo), min(e, hi)) for s, e in rows])
+    return sqltruth.union([(max(s, lo), min(e, hi)) for s, e in rows])
 
 
 def _len(iv) -> int:
@@ -80,7 +70,7 @@ def test_gpus_taking_turns(analysis, fixture_dir):
     d0 = _compute(con, 0, a.steady.start_ns, a.steady.end_ns)
     d1 = _compute(con, 1, a.steady.start_ns, a.steady.end_ns)
     con.close()
-    union = _len(_union(d0 + d1))
+    union = _len(sqltruth.union(d0 + d1))
     assert t.union_ns == union and t.both_ns == _len(d0) + _len(d1) - union
     f = next(f for f in a.findings if f.rule == "gpus-take-turns")
     measured = _period(fixture_dir, "two_gpu_turns") - _period(fixture_dir, "two_gpu_pipelined")

@@ -80,6 +80,27 @@ def kill_marked(mark: str) -> None:
             pass
 
 
+def signalled(cmd: list[str], sig: signal.Signals, mark: str, ready, delay: float,
+              **popen) -> tuple[subprocess.Popen, str, list[tuple[int, list[str]]]]:
+    """Start ``cmd`` (its signals at their defaults), wait until ``ready(p)`` (at most 60 s) and
+    ``delay`` seconds more, send ``sig``; returns the process, its stderr and the processes carrying
+    ``mark`` still running once it ended. Whatever carries the mark is killed after, in any case."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=as_a_shell_starts_it, **popen)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready(p) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(delay)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        return p, err, settle(mark)
+    finally:
+        kill_marked(mark)
+        if p.poll() is None:
+            p.kill()
+
+
 @pytest.fixture
 def traces(fixture_dir: Path, tmp_path: Path) -> list[Path]:
     out = []
@@ -115,21 +136,9 @@ def test_a_signal_to_analyze_with_jobs_leaves_no_worker_and_no_half_output(trace
     od = tmp_path / "od"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]),
            "NSYSAN_TEST_MARK": mark, "NSYSAN_SLOW_WRITE": "0.4"}
-    p = subprocess.Popen([sys.executable, "-m", "nsysan", "analyze", *map(str, traces), "--out-dir", str(od),
-                          "--jobs", "2", "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=as_a_shell_starts_it)
-    try:
-        deadline = time.monotonic() + 60
-        while len(psutil.Process(p.pid).children()) < 2 and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(delay)
-        p.send_signal(sig)
-        _, err = p.communicate(timeout=60)
-        left = settle(mark)
-    finally:
-        kill_marked(mark)
-        if p.poll() is None:
-            p.kill()
+    p, err, left = signalled([sys.executable, "-m", "nsysan", "analyze", *map(str, traces), "--out-dir", str(od),
+                              "--jobs", "2", "-q"], sig, mark, lambda p: len(psutil.Process(p.pid).children()) >= 2,
+                             delay, env=env)
     assert not left, f"still running after {sig.name} at +{delay:.2f} s: {left}"
     assert "Traceback" not in err, err
     finished = p.returncode == 0
@@ -151,21 +160,9 @@ def test_a_signal_to_profile_stops_nsys_and_the_profiled_group(tmp_path, fixture
     env.update(PATH=path, PYTHONPATH=str(ROOT), NSYSAN_NSYS=str(fake), XDG_CACHE_HOME=str(tmp_path / "cache"),
                FAKE_LOG=str(tmp_path / "nsys.log"), FAKE_SQLITE=str(fixture_dir / "launch_graph.sqlite"),
                FAKE_PIDS=str(pids), FAKE_MODE="hang", NSYSAN_TEST_MARK=mark)
-    p = subprocess.Popen([sys.executable, "-m", "nsysan", "profile", "-o", "t", "--", "sleep", "301"], env=env,
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=as_a_shell_starts_it)
-    try:
-        deadline = time.monotonic() + 30
-        while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(rnd.uniform(0.0, 1.0))
-        p.send_signal(sig)
-        _, err = p.communicate(timeout=60)
-        left = settle(mark)
-    finally:
-        kill_marked(mark)
-        if p.poll() is None:
-            p.kill()
+    p, err, left = signalled([sys.executable, "-m", "nsysan", "profile", "-o", "t", "--", "sleep", "301"], sig, mark,
+                             lambda p: pids.exists() and len(pids.read_text().split()) == 2, rnd.uniform(0.0, 1.0),
+                             env=env, cwd=tmp_path)
     assert not left, f"still running after {sig.name}: {left}"
     assert p.returncode == -sig and f"terminated ({sig.name})" in err and "Traceback" not in err, err
     assert not (tmp_path / "t.sqlite").exists()

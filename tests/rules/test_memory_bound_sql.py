@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqltruth
 
 from tests.conftest import FIXTURE_NAMES
 
@@ -28,16 +29,6 @@ pytestmark = pytest.mark.skipif(not CASES, reason="GPU-metric fixtures missing")
 
 def _con(fixture_dir: Path, name: str) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{fixture_dir / f'{name}.sqlite'}?mode=ro&immutable=1", uri=True)
-
-
-def _merge(s: list[int], e: list[int]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(zip(s, e)):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 def range_kernel_runs(con: sqlite3.Connection, name: str, lo: int, hi: int) -> tuple[int, list[tuple[int, int]]]:
@@ -51,7 +42,7 @@ def range_kernel_runs(con: sqlite3.Connection, name: str, lo: int, hi: int) -> t
                 AND (r.globalTid >> 24) = (k.globalPid >> 24)
            JOIN inst i ON i.tid = r.globalTid AND r.start >= i.s AND r.start <= i.e
            WHERE k.deviceId = 0 AND k.start < ? AND k."end" > ?""", (name, hi, lo)).fetchall()
-    return len(rows), _merge([max(s, lo) for _, s, _ in rows], [min(e, hi) for _, _, e in rows])
+    return len(rows), sqltruth.union((max(s, lo), min(e, hi)) for _, s, e in rows)
 
 
 def dram_inside(con: sqlite3.Connection, runs: list[tuple[int, int]]) -> tuple[int, float, float]:

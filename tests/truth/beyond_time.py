@@ -28,16 +28,6 @@ def ms(v: float) -> str:
     return f"{v / 1e6:.3f} ms"
 
 
-def union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def clip_len(iv: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Length of a disjoint interval list inside [lo, hi]."""
     return sum(max(0, min(e, hi) - max(s, lo)) for s, e in iv)
@@ -242,8 +232,8 @@ def pipe(conn) -> list[str]:
     for pid in pids:
         dev = conn.execute("SELECT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE ((globalPid >> 24) & 16777215) = ? GROUP BY 1 "
                            "ORDER BY COUNT(*) DESC LIMIT 1", (pid,)).fetchone()[0]
-        comp = union(kernels(conn, dev, nccl=False))
-        p2p = union(kernels(conn, dev, nccl=True))
+        comp = T.union(kernels(conn, dev, nccl=False))
+        p2p = T.union(kernels(conn, dev, nccl=True))
         it = steps(conn, pid=pid)
         c = [clip_len(comp, s["start"], s["completion"]) for s in it]
         q = [clip_len(p2p, s["start"], s["completion"]) for s in it]
@@ -266,7 +256,7 @@ def pipe(conn) -> list[str]:
 # --- two GPUs in one process --------------------------------------------------------------------------------
 def two_gpu(conn) -> list[str]:
     devs = T.devices(conn)
-    busy = {d: union(kernels(conn, d)) for d in devs}
+    busy = {d: T.union(kernels(conn, d)) for d in devs}
     it = steps(conn)
     L = [f"One process, devices {devs}; per `train_step` ({len(it)}), from kernel intervals (union per device): "
          "busy per device, both at once = length of the intersection, share = both / (either busy):", ""]
@@ -275,7 +265,7 @@ def two_gpu(conn) -> list[str]:
         a, b = s["start"], s["completion"]
         u = {d: [(max(x, a), min(y, b)) for x, y in busy[d] if min(y, b) > max(x, a)] for d in devs}
         both = sum(e - q for q, e in intersect(u[devs[0]], u[devs[1]]))
-        either = sum(e - q for q, e in union(u[devs[0]] + u[devs[1]]))
+        either = sum(e - q for q, e in T.union(u[devs[0]] + u[devs[1]]))
         both_all += both
         either_all += either
         L.append(f"  - {i}: step {ms(b - a)}, busy " + ", ".join(f"dev {d} {ms(sum(e - q for q, e in u[d]))}" for d in devs)
