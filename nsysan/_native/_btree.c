@@ -954,7 +954,127 @@ out:
     return result;
 }
 
+/* flatten(layers, wl, wh) -> (start, end, code) int64 bytes: what ``ThreadActivity.exclusive_sums``
+ * sums, one thread's calls flattened into one disjoint layer, in one sweep. ``layers``: a sequence of
+ * (st, en, codes, offset, r0, r1) in priority order (CUDA API, OS runtime, NVTX): start-sorted int64
+ * starts and ends, name codes (int8..int64), the layer's code offset, and the rows [r0, r1) that may
+ * touch the windows. ``wl``, ``wh``: sorted, disjoint windows (int64). At each moment the owner is
+ * the first layer with a call open then, and in it the latest-starting open call (ties: the later
+ * row), the rule of intervals.innermost; each piece carries offset + code of its owner and is clipped
+ * to the windows (adjacent pieces of one code joined). A stack per layer holds its started calls in
+ * start order; calls closed by now are popped lazily from the top, so the top left is the owner. */
+#define FLAT_LAYERS 8
+typedef struct { const int64_t *st, *en; const void *codes; Py_ssize_t code_size; int64_t offset, r0, r1, p; int64_t *stack; Py_ssize_t sp; } FlatLayer;
+
+static PyObject *py_flatten(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *seq, *wlo, *who;
+    if (!PyArg_ParseTuple(args, "OOO", &seq, &wlo, &who)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "flatten: a sequence of layers");
+    if (!fast) return NULL;
+    Py_ssize_t nl = PySequence_Fast_GET_SIZE(fast);
+    PyObject *result = NULL;
+    Py_buffer views[3 * FLAT_LAYERS + 2];
+    int got = 0, failed = 0;
+    FlatLayer L[FLAT_LAYERS];
+    memset(L, 0, sizeof L);
+    Vec os = {0, 0, 0, 8}, oe = {0, 0, 0, 8}, oc = {0, 0, 0, 8};
+    if (nl > FLAT_LAYERS) { PyErr_SetString(PyExc_ValueError, "flatten: too many layers"); goto out; }
+    for (Py_ssize_t k = 0; k < nl; k++) {
+        PyObject *st, *en, *codes;
+        long long offset, r0, r1;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, k), "OOOLLL", &st, &en, &codes, &offset, &r0, &r1)) goto out;
+        PyObject *cols[3] = {st, en, codes};
+        Py_ssize_t n[3];
+        for (int i = 0; i < 3; i++) {
+            int r = i == 2 ? int_view(cols[i], &views[got], "flatten") : int64_view(cols[i], &views[got], "flatten");
+            if (r != -1) got++;
+            if (r) goto out;
+            n[i] = views[got - 1].len / views[got - 1].itemsize;
+        }
+        if (n[1] != n[0] || n[2] != n[0] || r0 < 0 || r1 > n[0]) {
+            PyErr_SetString(PyExc_ValueError, "flatten: columns of different lengths or rows out of bounds");
+            goto out;
+        }
+        L[k].st = (const int64_t *)views[got - 3].buf;
+        L[k].en = (const int64_t *)views[got - 2].buf;
+        L[k].codes = views[got - 1].buf;
+        L[k].code_size = views[got - 1].itemsize;
+        L[k].offset = offset;
+        L[k].r0 = L[k].p = r0;
+        L[k].r1 = r1 > r0 ? r1 : r0;
+        if (L[k].r1 > L[k].r0 && !(L[k].stack = malloc((size_t)(L[k].r1 - L[k].r0) * sizeof(int64_t)))) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int r = int64_view(i ? who : wlo, &views[got], "flatten");
+        if (r != -1) got++;
+        if (r) goto out;
+    }
+    const int64_t *wl = (const int64_t *)views[got - 2].buf, *wh = (const int64_t *)views[got - 1].buf;
+    Py_ssize_t nw = views[got - 2].len / 8;
+    if (views[got - 1].len / 8 != nw) { PyErr_SetString(PyExc_ValueError, "flatten: windows of different lengths"); goto out; }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t wp = 0;
+    int64_t t = nw ? wl[0] : 0;
+    while (wp < nw && !failed) {
+        if (t < wl[wp]) t = wl[wp];  /* nothing is emitted between windows: jump to the next one */
+        int64_t next = INT64_MAX;
+        int owner = -1;
+        for (Py_ssize_t k = 0; k < nl; k++) {
+            FlatLayer *F = &L[k];
+            while (F->p < F->r1 && F->st[F->p] <= t) F->stack[F->sp++] = F->p++;
+            if (F->p < F->r1 && F->st[F->p] < next) next = F->st[F->p];
+            if (owner < 0) {
+                while (F->sp && F->en[F->stack[F->sp - 1]] <= t) F->sp--;
+                if (F->sp) owner = (int)k;
+            }
+        }
+        if (owner < 0) {
+            if (next == INT64_MAX) break;
+            t = next;
+        } else {
+            FlatLayer *F = &L[owner];
+            int64_t row = F->stack[F->sp - 1], stop = F->en[row] < next ? F->en[row] : next;
+            int64_t c = F->offset + sized_at(F->codes, F->code_size, row);
+            for (Py_ssize_t k = wp; k < nw && wl[k] < stop; k++) {
+                int64_t s = t > wl[k] ? t : wl[k], e = stop < wh[k] ? stop : wh[k];
+                if (e <= s) continue;
+                if (oe.n && ((int64_t *)oe.p)[oe.n - 1] == s && ((int64_t *)oc.p)[oc.n - 1] == c) {
+                    ((int64_t *)oe.p)[oe.n - 1] = e;
+                } else if (vec_push(&os, s) < 0 || vec_push(&oe, e) < 0 || vec_push(&oc, c) < 0) {
+                    failed = 1;
+                    break;
+                }
+            }
+            t = stop;
+        }
+        while (wp < nw && wh[wp] <= t) wp++;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) { PyErr_NoMemory(); goto out; }
+    {
+        PyObject *a = vec_bytes(&os), *b = a ? vec_bytes(&oe) : NULL, *c = b ? vec_bytes(&oc) : NULL;
+        if (a && b && c) result = PyTuple_Pack(3, a, b, c);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+    }
+out:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    for (int k = 0; k < FLAT_LAYERS; k++) free(L[k].stack);
+    free(os.p);
+    free(oe.p);
+    free(oc.p);
+    Py_DECREF(fast);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"flatten", py_flatten, METH_VARARGS,
+     "flatten(layers, wl, wh) -> (start, end, code int64 bytes): a thread's calls as one disjoint layer in the windows"},
     {"clipped_sums", py_clipped_sums, METH_VARARGS,
      "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win int32, code int32, ns int64) bytes"},
     {"window_best", py_window_best, METH_VARARGS,
@@ -982,6 +1102,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
-    if (PyModule_AddIntConstant(m, "VERSION", 5) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddIntConstant(m, "VERSION", 6) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -11,9 +11,13 @@ that touch the windows looked at (``_touching``) before it flattens them into on
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from nsysan._native import c_pass, int_buffer
 from nsysan._native.windows import range_sums, spans
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import one_key
@@ -143,8 +147,10 @@ class ThreadActivity:
         base = np.zeros(len(SOURCES) + 1, dtype=np.int64)
         for si, source in enumerate(SOURCES):
             base[si + 1] = base[si] + sum(len(cats) + 1 for src, _s, _e, _c, cats, _r in layers if src == source)
-        flat, swept = _flatten(layers, lo, hi, base, names, nvtx_sweep)
-        del layers
+        fast = c_pass("flatten")
+        got = _flatten_c(fast, layers, lo, hi, base, names, nvtx_sweep) if fast is not None else None
+        flat, swept = got if got is not None else _flatten(layers, lo, hi, base, names, nvtx_sweep)
+        del layers, got
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         if flat[0].size:
             parts.append(_flat_sums(flat, lo, hi, base))
@@ -189,6 +195,38 @@ def _flatten(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndar
         flat = iv.interleave(flat, (st, en, codes.astype(np.int64) + (base[SOURCES.index(source)] + 1)))
         del st, en, codes
     return flat, swept
+
+
+def _flatten_c(fast: Callable[..., Any], layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]],
+               lo: np.ndarray, hi: np.ndarray, base: np.ndarray, names: dict[str, np.ndarray], nvtx_sweep: bool,
+               ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray] | None] | None:
+    """``_flatten`` by the C sweep (``_btree.flatten``: no per-source innermost, difference and
+    interleave passes), its pieces clipped to the windows (what the sums read of them). Each source
+    gives the rows that may touch the windows: from the first still running when the first window
+    opens to the last starting before the last one closes. NVTX ranges swept window by window are
+    cut down (``_touching``) as ``_flatten`` does; None (``_flatten`` then) where ``_flatten`` would
+    sweep them on its own: more than ``INNERMOST_MAX`` ranges that may touch the windows."""
+    wl, wh = iv.merge(lo, hi)
+    given = []
+    swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    for source, st, en, codes, cats, reach in layers:
+        r1 = int(np.searchsorted(st, wh[-1], side="left"))
+        r0 = min(reach.first_above(int(wl[0])), r1)
+        if r1 == r0:
+            continue
+        names[source] = cats
+        if source == "nvtx" and nvtx_sweep:
+            rows = _touching(st, en, reach, wl, wh)
+            if rows is None:
+                swept = (st, en, np.asarray(codes))
+            elif rows.size:
+                swept = (st[rows], en[rows], np.asarray(codes)[rows])
+            continue
+        if source == "nvtx" and r1 - r0 > INNERMOST_MAX:
+            return None
+        given.append((st, en, int_buffer(codes), int(base[SOURCES.index(source)] + 1), r0, r1))
+    s_, e_, c_ = (np.frombuffer(b, dtype=np.int64) for b in fast(given, wl, wh))
+    return (s_, e_, c_), swept
 
 
 def _flat_sums(flat: tuple[np.ndarray, np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray,

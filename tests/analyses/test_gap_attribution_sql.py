@@ -287,8 +287,9 @@ def test_exclusive_sums_equal_their_definition(calls, os_calls, ranges, windows)
     """``ThreadActivity.exclusive_sums`` against its definition one nanosecond at a time: the
     nanosecond goes to the open CUDA API call (the latest-starting one, ties to the later row), else
     the open OS runtime call (the same), else the innermost NVTX range; so a window's entries add up
-    to at most its span. Through the batched layer, and through the NVTX sweep (``INNERMOST_MAX`` 0)
-    and every-call candidate test (``REACH_MAX_SHARE`` 0)."""
+    to at most its span. Through the batched layer (the C sweep ``_btree.flatten`` where built, and
+    its numpy twin), and through the NVTX sweep (``INNERMOST_MAX`` 0) and every-call candidate test
+    (``REACH_MAX_SHARE`` 0)."""
     import pandas as pd
 
     import nsysan.analyses.thread_activity as G
@@ -316,20 +317,23 @@ def test_exclusive_sums_equal_their_definition(calls, os_calls, ranges, windows)
         want.append(acc)
     lo_a = np.array([w[0] for w in windows], np.int64)
     hi_a = lo_a + np.array([w[1] for w in windows], np.int64)
-    saved = G.INNERMOST_MAX, G.REACH_MAX_SHARE
+    saved = G.INNERMOST_MAX, G.REACH_MAX_SHARE, G.c_pass
+    numpy_only = lambda name: None  # noqa: E731 - the numpy twins of every C pass
+    paths = [saved[2]] + ([numpy_only] if saved[2]("flatten") is not None else [])
     try:
-        for inner, share in ((saved[0], saved[1]), (0, saved[1]), (saved[0], 0.0)):
-            G.INNERMOST_MAX, G.REACH_MAX_SHARE = inner, share
+        for inner, share, passes in [(i, s, p) for i, s in ((saved[0], saved[1]), (0, saved[1]), (saved[0], 0.0))
+                                     for p in paths]:
+            G.INNERMOST_MAX, G.REACH_MAX_SHARE, G.c_pass = inner, share, passes
             names, win, src, code, ns = G.ThreadActivity(trace).exclusive_sums(F.PID, F.PID, lo_a, hi_a)
             got: list[dict[tuple[str, str], int]] = [{} for _ in windows]
             for w, s_, c_, v in zip(win.tolist(), src.tolist(), code.tolist(), ns.tolist()):
                 source = G.SOURCES[s_]
                 got[w][(source, str(names[source][c_]))] = v
-            assert got == want, (inner, share)
+            assert got == want, (inner, share, passes)
             for w, (lo, n) in enumerate(windows):
                 assert sum(got[w].values()) <= n
     finally:
-        G.INNERMOST_MAX, G.REACH_MAX_SHARE = saved
+        G.INNERMOST_MAX, G.REACH_MAX_SHARE, G.c_pass = saved
 
 
 @settings(max_examples=300, deadline=None)
