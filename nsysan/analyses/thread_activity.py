@@ -197,9 +197,13 @@ def _flatten(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndar
     return flat, swept
 
 
-def _flatten_c(fast: Callable[..., Any], layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]],
-               lo: np.ndarray, hi: np.ndarray, base: np.ndarray, names: dict[str, np.ndarray], nvtx_sweep: bool,
-               ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray] | None] | None:
+Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]  # start-sorted (starts, ends, codes)
+
+
+def _flatten_c(fast: Callable[..., Any],
+               layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]], lo: np.ndarray,
+               hi: np.ndarray, base: np.ndarray, names: dict[str, np.ndarray],
+               nvtx_sweep: bool) -> tuple[Pieces, Pieces | None] | None:
     """``_flatten`` by the C sweep (``_btree.flatten``: no per-source innermost, difference and
     interleave passes), its pieces clipped to the windows (what the sums read of them). Each source
     gives the rows that may touch the windows: from the first still running when the first window
