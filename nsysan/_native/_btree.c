@@ -954,22 +954,120 @@ out:
     return result;
 }
 
-/* flatten(layers, wl, wh) -> (start, end, code) int64 bytes: what ``ThreadActivity.exclusive_sums``
- * sums, one thread's calls flattened into one disjoint layer, in one sweep. ``layers``: a sequence of
- * (st, en, codes, offset, r0, r1) in priority order (CUDA API, OS runtime, NVTX): start-sorted int64
- * starts and ends, name codes (int8..int64), the layer's code offset, and the rows [r0, r1) that may
- * touch the windows. ``wl``, ``wh``: sorted, disjoint windows (int64). At each moment the owner is
- * the first layer with a call open then, and in it the latest-starting open call (ties: the later
- * row), the rule of intervals.innermost; each piece carries offset + code of its owner and is clipped
- * to the windows (adjacent pieces of one code joined). A stack per layer holds its started calls in
- * start order; calls closed by now are popped lazily from the top, so the top left is the owner. */
+/* flatten(layers, wl, wh, sums) -> (start, end, code) int64 bytes, or with ``sums`` (win int32, code,
+ * ns int64) bytes: what ``ThreadActivity.exclusive_sums`` sums, one thread's calls flattened into one
+ * disjoint layer, in one sweep. ``layers``: a sequence of (st, en, codes, offset, r0, r1) in priority
+ * order (CUDA API, OS runtime, NVTX): start-sorted int64 starts and ends, name codes (int8..int64),
+ * the layer's code offset, and the rows [r0, r1) that may touch the windows. ``wl``, ``wh``: sorted,
+ * disjoint windows (int64). At each moment the owner is the first layer with a call open then, and in
+ * it the latest-starting open call (ties: the later row), the rule of intervals.innermost; each piece
+ * carries offset + code of its owner and is clipped to the windows. Without ``sums``: the pieces,
+ * start-sorted (adjacent pieces of one code joined); with it: their time per (window, code), ordered
+ * by window, then code (clipped_sums of the pieces, without them). A stack per layer holds its
+ * started calls in start order; calls closed by now are popped lazily from the top, so the top left
+ * is the owner. */
 #define FLAT_LAYERS 8
 typedef struct { const int64_t *st, *en; const void *codes; Py_ssize_t code_size; int64_t offset, r0, r1, p; int64_t *stack; Py_ssize_t sp; } FlatLayer;
+
+/* where the sweep's pieces go: the pieces themselves, or per window sums of their time by code */
+typedef struct {
+    int sums;
+    Vec a, b, c;          /* pieces: start, end, code; sums: window (int32), code, ns */
+    Py_ssize_t window;    /* sums: the window whose entries are in buf (-1: none yet) */
+    CodeNs *buf;
+    size_t n, cap;
+} FlatSink;
+
+static int sink_flush(FlatSink *k) {
+    if (k->n > 16) {
+        qsort(k->buf, k->n, sizeof *k->buf, cmp_code);
+    } else {  /* a window's few names: an insertion sort, no qsort call per window */
+        for (size_t i = 1; i < k->n; i++) {
+            CodeNs x = k->buf[i];
+            size_t j = i;
+            for (; j > 0 && k->buf[j - 1].code > x.code; j--) k->buf[j] = k->buf[j - 1];
+            k->buf[j] = x;
+        }
+    }
+    for (size_t i = 0; i < k->n;) {
+        int64_t c = k->buf[i].code, tot = 0;
+        for (; i < k->n && k->buf[i].code == c; i++) tot += k->buf[i].ns;
+        if (vec_push(&k->a, (int64_t)k->window) < 0 || vec_push(&k->b, c) < 0 || vec_push(&k->c, tot) < 0) return -1;
+    }
+    k->n = 0;
+    return 0;
+}
+
+static int sink_put(FlatSink *k, Py_ssize_t w, int64_t s, int64_t e, int64_t c) {
+    if (!k->sums) {
+        if (k->b.n && ((int64_t *)k->b.p)[k->b.n - 1] == s && ((int64_t *)k->c.p)[k->c.n - 1] == c) {
+            ((int64_t *)k->b.p)[k->b.n - 1] = e;
+            return 0;
+        }
+        return (vec_push(&k->a, s) < 0 || vec_push(&k->b, e) < 0 || vec_push(&k->c, c) < 0) ? -1 : 0;
+    }
+    if (w != k->window) {
+        if (k->window >= 0 && sink_flush(k) < 0) return -1;
+        k->window = w;
+    }
+    if (k->n && k->buf[k->n - 1].code == c) {  /* the same owner's name again: one entry */
+        k->buf[k->n - 1].ns += e - s;
+        return 0;
+    }
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 64;
+        CodeNs *q = realloc(k->buf, cap * sizeof *q);
+        if (!q) return -1;
+        k->buf = q;
+        k->cap = cap;
+    }
+    k->buf[k->n].code = c;
+    k->buf[k->n].ns = e - s;
+    k->n++;
+    return 0;
+}
+
+/* the sweep itself (GIL released by the caller); -1 when out of memory */
+static int flat_sweep(FlatLayer *L, Py_ssize_t nl, const int64_t *wl, const int64_t *wh, Py_ssize_t nw, FlatSink *sink) {
+    Py_ssize_t wp = 0;
+    int64_t t = nw ? wl[0] : 0;
+    while (wp < nw) {
+        if (t < wl[wp]) t = wl[wp];  /* nothing is emitted between windows: jump to the next one */
+        int64_t next = INT64_MAX;
+        int owner = -1;
+        for (Py_ssize_t k = 0; k < nl; k++) {
+            FlatLayer *F = &L[k];
+            while (F->p < F->r1 && F->st[F->p] <= t) F->stack[F->sp++] = F->p++;
+            if (F->p < F->r1 && F->st[F->p] < next) next = F->st[F->p];
+            if (owner < 0) {
+                while (F->sp && F->en[F->stack[F->sp - 1]] <= t) F->sp--;
+                if (F->sp) owner = (int)k;
+            }
+        }
+        if (owner < 0) {
+            if (next == INT64_MAX) break;
+            t = next;
+        } else {
+            FlatLayer *F = &L[owner];
+            int64_t row = F->stack[F->sp - 1], stop = F->en[row] < next ? F->en[row] : next;
+            int64_t c = F->offset + sized_at(F->codes, F->code_size, row);
+            for (Py_ssize_t k = wp; k < nw && wl[k] < stop; k++) {
+                int64_t s = t > wl[k] ? t : wl[k], e = stop < wh[k] ? stop : wh[k];
+                if (e > s && sink_put(sink, k, s, e, c) < 0) return -1;
+            }
+            t = stop;
+        }
+        while (wp < nw && wh[wp] <= t) wp++;
+    }
+    if (sink->sums && sink->window >= 0 && sink_flush(sink) < 0) return -1;
+    return 0;
+}
 
 static PyObject *py_flatten(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *seq, *wlo, *who;
-    if (!PyArg_ParseTuple(args, "OOO", &seq, &wlo, &who)) return NULL;
+    int sums = 0;
+    if (!PyArg_ParseTuple(args, "OOO|p", &seq, &wlo, &who, &sums)) return NULL;
     PyObject *fast = PySequence_Fast(seq, "flatten: a sequence of layers");
     if (!fast) return NULL;
     Py_ssize_t nl = PySequence_Fast_GET_SIZE(fast);
@@ -978,7 +1076,7 @@ static PyObject *py_flatten(PyObject *self, PyObject *args) {
     int got = 0, failed = 0;
     FlatLayer L[FLAT_LAYERS];
     memset(L, 0, sizeof L);
-    Vec os = {0, 0, 0, 8}, oe = {0, 0, 0, 8}, oc = {0, 0, 0, 8};
+    FlatSink sink = {sums, {0, 0, 0, sums ? 4 : 8}, {0, 0, 0, 8}, {0, 0, 0, 8}, -1, NULL, 0, 0};
     if (nl > FLAT_LAYERS) { PyErr_SetString(PyExc_ValueError, "flatten: too many layers"); goto out; }
     for (Py_ssize_t k = 0; k < nl; k++) {
         PyObject *st, *en, *codes;
@@ -1016,47 +1114,19 @@ static PyObject *py_flatten(PyObject *self, PyObject *args) {
     const int64_t *wl = (const int64_t *)views[got - 2].buf, *wh = (const int64_t *)views[got - 1].buf;
     Py_ssize_t nw = views[got - 2].len / 8;
     if (views[got - 1].len / 8 != nw) { PyErr_SetString(PyExc_ValueError, "flatten: windows of different lengths"); goto out; }
+    if (nw > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "flatten: over 2^31 windows"); goto out; }
+    for (Py_ssize_t k = 1; k < nw; k++)
+        if (wl[k] < wh[k - 1]) { PyErr_SetString(PyExc_ValueError, "flatten: windows not sorted and disjoint"); goto out; }
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t wp = 0;
-    int64_t t = nw ? wl[0] : 0;
-    while (wp < nw && !failed) {
-        if (t < wl[wp]) t = wl[wp];  /* nothing is emitted between windows: jump to the next one */
-        int64_t next = INT64_MAX;
-        int owner = -1;
-        for (Py_ssize_t k = 0; k < nl; k++) {
-            FlatLayer *F = &L[k];
-            while (F->p < F->r1 && F->st[F->p] <= t) F->stack[F->sp++] = F->p++;
-            if (F->p < F->r1 && F->st[F->p] < next) next = F->st[F->p];
-            if (owner < 0) {
-                while (F->sp && F->en[F->stack[F->sp - 1]] <= t) F->sp--;
-                if (F->sp) owner = (int)k;
-            }
-        }
-        if (owner < 0) {
-            if (next == INT64_MAX) break;
-            t = next;
-        } else {
-            FlatLayer *F = &L[owner];
-            int64_t row = F->stack[F->sp - 1], stop = F->en[row] < next ? F->en[row] : next;
-            int64_t c = F->offset + sized_at(F->codes, F->code_size, row);
-            for (Py_ssize_t k = wp; k < nw && wl[k] < stop; k++) {
-                int64_t s = t > wl[k] ? t : wl[k], e = stop < wh[k] ? stop : wh[k];
-                if (e <= s) continue;
-                if (oe.n && ((int64_t *)oe.p)[oe.n - 1] == s && ((int64_t *)oc.p)[oc.n - 1] == c) {
-                    ((int64_t *)oe.p)[oe.n - 1] = e;
-                } else if (vec_push(&os, s) < 0 || vec_push(&oe, e) < 0 || vec_push(&oc, c) < 0) {
-                    failed = 1;
-                    break;
-                }
-            }
-            t = stop;
-        }
-        while (wp < nw && wh[wp] <= t) wp++;
+    {   /* room for a few entries per window up front: no doubling copies on the way */
+        size_t want = 4 * (size_t)nw + 1024;
+        failed = vec_reserve(&sink.a, want) < 0 || vec_reserve(&sink.b, want) < 0 || vec_reserve(&sink.c, want) < 0;
     }
+    if (!failed) failed = flat_sweep(L, nl, wl, wh, nw, &sink) < 0;
     Py_END_ALLOW_THREADS
     if (failed) { PyErr_NoMemory(); goto out; }
     {
-        PyObject *a = vec_bytes(&os), *b = a ? vec_bytes(&oe) : NULL, *c = b ? vec_bytes(&oc) : NULL;
+        PyObject *a = vec_bytes(&sink.a), *b = a ? vec_bytes(&sink.b) : NULL, *c = b ? vec_bytes(&sink.c) : NULL;
         if (a && b && c) result = PyTuple_Pack(3, a, b, c);
         Py_XDECREF(a);
         Py_XDECREF(b);
@@ -1065,16 +1135,18 @@ static PyObject *py_flatten(PyObject *self, PyObject *args) {
 out:
     for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     for (int k = 0; k < FLAT_LAYERS; k++) free(L[k].stack);
-    free(os.p);
-    free(oe.p);
-    free(oc.p);
+    free(sink.a.p);
+    free(sink.b.p);
+    free(sink.c.p);
+    free(sink.buf);
     Py_DECREF(fast);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"flatten", py_flatten, METH_VARARGS,
-     "flatten(layers, wl, wh) -> (start, end, code int64 bytes): a thread's calls as one disjoint layer in the windows"},
+     "flatten(layers, wl, wh[, sums]) -> (start, end, code) int64 bytes, or (win int32, code, ns int64) bytes: "
+     "a thread's calls as one disjoint layer in the windows, or its time per window and code"},
     {"clipped_sums", py_clipped_sums, METH_VARARGS,
      "clipped_sums(st, en, codes, lo, hi, i0, i1, rows|None, filter) -> (win int32, code int32, ns int64) bytes"},
     {"window_best", py_window_best, METH_VARARGS,

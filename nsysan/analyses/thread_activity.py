@@ -148,10 +148,18 @@ class ThreadActivity:
         for si, source in enumerate(SOURCES):
             base[si + 1] = base[si] + sum(len(cats) + 1 for src, _s, _e, _c, cats, _r in layers if src == source)
         fast = c_pass("flatten")
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        if fast is not None and not nvtx_sweep and bool((lo[1:] >= hi[:-1]).all()):
+            # sorted, disjoint windows (one device's gaps): the C sweep sums them as it goes, no pieces
+            given = _c_layers(layers, int(lo[0]), int(hi.max()), base, names, False, (lo, hi))
+            if given is not None:
+                w, c, v = (np.frombuffer(b, dtype=t) for b, t in zip(fast(given[0], lo, hi, True),
+                                                                    (np.int32, np.int64, np.int64)))
+                parts.append(_by_source(w, c, v, base))
+                return (names, *_entries_by_window(parts, len(lo)))
         got = _flatten_c(fast, layers, lo, hi, base, names, nvtx_sweep) if fast is not None else None
         flat, swept = got if got is not None else _flatten(layers, lo, hi, base, names, nvtx_sweep)
         del layers, got
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         if flat[0].size:
             parts.append(_flat_sums(flat, lo, hi, base))
         if swept is not None:
@@ -205,22 +213,37 @@ def _flatten_c(fast: Callable[..., Any],
                hi: np.ndarray, base: np.ndarray, names: dict[str, np.ndarray],
                nvtx_sweep: bool) -> tuple[Pieces, Pieces | None] | None:
     """``_flatten`` by the C sweep (``_btree.flatten``: no per-source innermost, difference and
-    interleave passes), its pieces clipped to the windows (what the sums read of them). Each source
-    gives the rows that may touch the windows: from the first still running when the first window
-    opens to the last starting before the last one closes. NVTX ranges swept window by window are
-    cut down (``_touching``) as ``_flatten`` does; None (``_flatten`` then) where ``_flatten`` would
-    sweep them on its own: more than ``INNERMOST_MAX`` ranges that may touch the windows."""
+    interleave passes), its pieces clipped to the windows (what the sums read of them); None where
+    ``_c_layers`` leaves the layer to ``_flatten``."""
     wl, wh = iv.merge(lo, hi)
-    given = []
-    swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    got = _c_layers(layers, int(wl[0]), int(wh[-1]), base, names, nvtx_sweep, (wl, wh))
+    if got is None:
+        return None
+    s_, e_, c_ = (np.frombuffer(b, dtype=np.int64) for b in fast(got[0], wl, wh))
+    return (s_, e_, c_), got[1]
+
+
+def _c_layers(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Reach]], first: int, last: int,
+              base: np.ndarray, names: dict[str, np.ndarray], nvtx_sweep: bool,
+              merged: tuple[np.ndarray, np.ndarray]) -> tuple[list[tuple[Any, ...]], Pieces | None] | None:
+    """The C sweep's layers (st, en, codes, code offset, r0, r1) for windows from ``first`` to
+    ``last``, and the NVTX ranges left to the per-window sweep (or None); fills ``names``. Each source
+    gives the rows that may touch the windows: from the first still running when the first window
+    opens to the last starting before the last one closes. NVTX ranges swept window by window
+    (``nvtx_sweep``) are cut down (``_touching`` on the sorted, disjoint ``merged`` windows) as
+    ``_flatten`` does; None
+    (``_flatten`` then) where ``_flatten`` would sweep them on its own: more than ``INNERMOST_MAX``
+    ranges that may touch the windows."""
+    given: list[tuple[Any, ...]] = []
+    swept: Pieces | None = None
     for source, st, en, codes, cats, reach in layers:
-        r1 = int(np.searchsorted(st, wh[-1], side="left"))
-        r0 = min(reach.first_above(int(wl[0])), r1)
+        r1 = int(np.searchsorted(st, last, side="left"))
+        r0 = min(reach.first_above(first), r1)
         if r1 == r0:
             continue
         names[source] = cats
         if source == "nvtx" and nvtx_sweep:
-            rows = _touching(st, en, reach, wl, wh)
+            rows = _touching(st, en, reach, *merged)
             if rows is None:
                 swept = (st, en, np.asarray(codes))
             elif rows.size:
@@ -229,8 +252,14 @@ def _flatten_c(fast: Callable[..., Any],
         if source == "nvtx" and r1 - r0 > INNERMOST_MAX:
             return None
         given.append((st, en, int_buffer(codes), int(base[SOURCES.index(source)] + 1), r0, r1))
-    s_, e_, c_ = (np.frombuffer(b, dtype=np.int64) for b in fast(given, wl, wh))
-    return (s_, e_, c_), swept
+    return given, swept
+
+
+def _by_source(w: np.ndarray, c: np.ndarray, v: np.ndarray,
+               base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Entries of combined codes (``base[source] + code + 1``) as (window, source index, code, ns)."""
+    si = (np.searchsorted(base, c, side="right") - 1).astype(np.int8)
+    return w, si, c - base[si] - 1, v
 
 
 def _flat_sums(flat: tuple[np.ndarray, np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray,
@@ -241,9 +270,7 @@ def _flat_sums(flat: tuple[np.ndarray, np.ndarray, np.ndarray], lo: np.ndarray, 
     i1 = iv.search(st, hi, side="left")
     w, _, c, v = range_sums(0, st, en, comb, int(base[-1]), lo, hi, i0, i1, None, False)
     del i0, i1, st, en, comb
-    c = np.asarray(c, dtype=np.int64)
-    si = (np.searchsorted(base, c, side="right") - 1).astype(np.int8)
-    return np.asarray(w), si, c - base[si] - 1, np.asarray(v, dtype=np.int64)
+    return _by_source(np.asarray(w), np.asarray(c, dtype=np.int64), np.asarray(v, dtype=np.int64), base)
 
 
 def _swept_sums(swept: tuple[np.ndarray, np.ndarray, np.ndarray], flat: tuple[np.ndarray, np.ndarray, np.ndarray],

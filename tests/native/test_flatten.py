@@ -42,6 +42,10 @@ def test_c_flatten_sums_equal_the_numpy_layer():
         m = int(rng.integers(1, 60))
         lo = np.sort(rng.integers(0, 210_000, size=m)).astype(np.int64)
         hi = lo + rng.integers(1, 8_000, size=m)
+        if rng.random() < 0.5:  # sorted, disjoint windows (one device's gaps), some touching
+            hi = np.minimum(hi, np.append(lo[1:], hi[-1]))
+            keep = hi > lo
+            lo, hi = lo[keep], hi[keep]
         base = np.zeros(len(G.SOURCES) + 1, dtype=np.int64)
         for si, source in enumerate(G.SOURCES):
             base[si + 1] = base[si] + sum(len(c) + 1 for s, _a, _b, _c, c, _r in layers if s == source)
@@ -64,6 +68,13 @@ def test_c_flatten_sums_equal_the_numpy_layer():
             continue
         for x, y in zip(got_sums, want_sums):
             assert x.tolist() == y.tolist()
+        if bool((lo[1:] >= hi[:-1]).all()):  # the sums straight from the sweep, no pieces
+            given, _ = G._c_layers(layers, int(lo[0]), int(hi[-1]), base, {}, False, (lo, hi))
+            w, c, v = (np.frombuffer(b, dtype=t)
+                       for b, t in zip(fast(given, lo, hi, True), (np.int32, np.int64, np.int64)))
+            direct_sums = G._by_source(w, c, v, base)
+            for x, y in zip(direct_sums, want_sums):
+                assert x.tolist() == y.tolist()
         for si in set(got_sums[1].tolist()):  # the name tables of the sources with time
             assert names_c[G.SOURCES[si]] is names_n[G.SOURCES[si]]
 
@@ -83,6 +94,13 @@ def test_c_flatten_refuses_bad_input():
         fast([(st.astype(np.float64), st + 1, st, 0, 0, 4)], *w)  # starts not int64
     with pytest.raises(ValueError):
         fast([(st, st + 1, st, 0, 0, 4)], w[0], np.array([1, 2], np.int64))  # windows of two lengths
+    with pytest.raises(ValueError):  # overlapping windows
+        fast([(st, st + 1, st, 0, 0, 4)], np.array([0, 3], np.int64), np.array([5, 8], np.int64), True)
     s, e, c = (np.frombuffer(b, np.int64) for b in fast([(st, st + 2, st, 100, 0, 4)], *w))
     # calls [0,2) [1,3) [2,4) [3,5): the latest-starting open one owns each moment
     assert s.tolist() == [0, 1, 2, 3] and e.tolist() == [1, 2, 3, 5] and c.tolist() == [100, 101, 102, 103]
+    # the same, summed in windows [0, 2) and [2, 10): window, code, ns
+    w_, c_, v_ = (np.frombuffer(b, t) for b, t in zip(fast([(st, st + 2, st, 100, 0, 4)], np.array([0, 2], np.int64),
+                                                           np.array([2, 10], np.int64), True),
+                                                      (np.int32, np.int64, np.int64)))
+    assert w_.tolist() == [0, 0, 1, 1] and c_.tolist() == [100, 101, 102, 103] and v_.tolist() == [1, 1, 1, 2]
