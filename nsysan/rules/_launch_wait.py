@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from nsysan._native.windows import spans
 from nsysan.analyses import intervals as iv
 from nsysan.analyses.frames import rows_of
 from nsysan.analyses.gpu import Busy, Window
@@ -87,15 +88,13 @@ def per_iteration(ctx: RuleContext, launches: pd.DataFrame, plain: np.ndarray,
         s_it, e_it = ist[sel], ien[sel]
         io = np.argsort(s_it, kind="stable")
         s_it, e_it = s_it[io], e_it[io]
-        k = np.searchsorted(s_it, a, side="right") - 1  # the iteration each launch call starts in
-        ok = (k >= 0) & (a <= e_it[np.clip(k, 0, None)])
-        if not ok.any():
+        k, rows = _in_iterations(a, s_it, e_it)  # the iteration each launch call starts in
+        if len(k) == 0:
             continue
-        if not bool(ok.all()):
-            cols_t = [a, e, g, d, k]
-            del a, e, g, d, k
-            a, e, g, d, k = _kept(ok, cols_t)
-        del ok
+        if rows is not None:
+            cols_t = [a, e, g, d]
+            del a, e, g, d
+            a, e, g, d = _kept(rows, cols_t)
         n_it = len(s_it)
         counts, gpu = np.bincount(k, minlength=n_it), np.bincount(k, weights=g, minlength=n_it)
         del g  # (each column let go as soon as it is summed: a million launches a thread on big traces)
@@ -148,17 +147,38 @@ def _thread_launches(cols: tuple[np.ndarray, ...], plain: np.ndarray, pid_c: np.
     return a_all[o], e_all[o], g_all[o], d_all[o]
 
 
-def _kept(ok: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
-    """The columns' rows where ``ok``: views when those rows are one run (the launches before or
-    after the loop left out), else copies made one column at a time, each column let go as its copy
-    is made (``cols`` is emptied)."""
-    keep = np.flatnonzero(ok)
-    if len(keep) and int(keep[-1]) - int(keep[0]) + 1 == len(keep):
-        sl = slice(int(keep[0]), int(keep[-1]) + 1)
-        return [c[sl] for c in cols]
+def _in_iterations(a: np.ndarray, s_it: np.ndarray, e_it: np.ndarray) -> tuple[np.ndarray, slice | np.ndarray | None]:
+    """For call starts ``a`` (in order) and iterations [s_it, e_it] (in start order): the iteration of
+    each call that one holds (the last starting by the call, which has not ended before it) and
+    those calls' rows (None: all; a slice when they are one run). Per iteration, by binary searches
+    of its bounds among the calls (the calls of iteration i are those from the first starting at or
+    after its start to the next iteration's first, cut at its end), instead of one search per call."""
+    n = len(a)
+    lo = np.searchsorted(a, s_it, side="left")
+    hi = np.minimum(np.append(lo[1:], n), np.searchsorted(a, e_it, side="right"))
+    np.maximum(hi, lo, out=hi)
+    size = hi - lo
+    k = np.repeat(np.arange(len(s_it), dtype=np.int64), size)
+    if len(k) == n:
+        return k, None
+    if len(k) == 0:
+        return k, np.zeros(0, np.int64)
+    has = np.flatnonzero(size > 0)
+    start, stop = int(lo[has[0]]), int(hi[has[-1]])
+    if stop - start == len(k):  # one run: the calls before and after the loop left out
+        return k, slice(start, stop)
+    return k, spans(lo, hi)[1]
+
+
+def _kept(rows: slice | np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+    """The columns' ``rows``: views for a slice (the launches before or after the loop left out),
+    else copies made one column at a time, each column let go as its copy is made (``cols`` is
+    emptied)."""
+    if isinstance(rows, slice):
+        return [c[rows] for c in cols]
     out = []
     while cols:
-        out.append(cols.pop(0)[ok])
+        out.append(cols.pop(0)[rows])
     return out
 
 
@@ -241,9 +261,10 @@ def _where(ctx: RuleContext, threads: list[tuple[int, int]], starts: list[np.nda
         seg_s, seg_e, owner = iv.innermost(r["start_ns"].to_numpy()[o], r["end_ns"].to_numpy()[o])
         if len(seg_s) == 0:
             continue
-        j = np.searchsorted(seg_s, a, side="right") - 1
-        ok = (j >= 0) & (a < seg_e[np.clip(j, 0, None)])
-        counts = np.bincount(owner[j[ok]], minlength=len(r))  # launches per range, then per name
+        # launches per range, then per name: each disjoint segment's calls by two searches of its
+        # bounds among the (ordered) call starts
+        inside = np.searchsorted(a, seg_e, side="left") - np.searchsorted(a, seg_s, side="left")
+        counts = np.bincount(owner, weights=inside, minlength=len(r)).astype(np.int64)
         per_name.append(pd.Series(counts).groupby(r["name"].astype(str).to_numpy()[o]).sum())
     if not per_name or total == 0:
         return "", 0.0
