@@ -144,7 +144,7 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
         message = (f"{cost}; launch cost above run time {fmt_ns(saving)} (each launch capped at its kernel's "
                    f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
-    top = launches[cols].iloc[top_rows(api_ns, dom if len(dom) else rows, 10)]
+    top = launches.iloc[top_rows(api_ns, dom if len(dom) else rows, 10)][cols]  # ten rows first, then the columns
     del rows, dom, firsts  # (the optimizer's look at the launches needs room of its own)
     message, suggestion = _optimizer_words(ctx, launches, message)
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
