@@ -250,8 +250,11 @@ def top_rows(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
     stable sort of all of them, or ``nlargest(keep="first")``), without sorting them all."""
     v = values[rows]
     if len(v) > n > 0:
-        cut = np.partition(v, len(v) - n)[len(v) - n]
-        rows, v = rows[v >= cut], v[v >= cut]
+        v.partition(len(v) - n)  # in place (v is a copy): the n-th largest value, no second copy
+        cut = v[len(v) - n]
+        del v
+        rows = rows[values[rows] >= cut]
+        v = values[rows]
     return rows[np.argsort(-v, kind="stable")[:n]]
 
 

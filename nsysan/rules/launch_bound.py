@@ -109,8 +109,11 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
         dom_parts.append(d)
     saving = int(saved)
     dom = np.concatenate(dom_parts) if dom_parts else np.zeros(0, np.int64)
-    del dom_parts, keys, med_of, key
+    del dom_parts, keys, med_of, key, r, med, run, sel, d
     frac = len(dom) / len(rows)
+    n_rows = len(rows)
+    top_at = top_rows(api_ns, dom if len(dom) else rows, 10)  # the evidence: the ten costliest launches
+    del rows  # (before the per-iteration look at the launches, which needs room of its own)
     per = per_iteration(ctx, launches, every, max_launch_gap_ns)
     del every
     claims: tuple[np.ndarray, np.ndarray] | None
@@ -135,7 +138,7 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
         once = (f" Not counted: the first launch of each kernel ({len(firsts)} in the {w.label}, "
                 f"{fmt_ns(int(api_ns[firsts].sum()))}, the longest {fmt_ns(int(api_ns[big[0]]))}: lazy module "
                 f"loading, a one-time cost).")
-    cost = (f"{len(dom)} of {len(rows)} kernel launches in the {w.label} ({fmt_pct(frac)}) took longer "
+    cost = (f"{len(dom)} of {n_rows} kernel launches in the {w.label} ({fmt_pct(frac)}) took longer "
             f"to launch (median {fmt_ns(np.median(api_ns[dom], overwrite_input=True)) if len(dom) else '-'}) than to "
             f"run (median {fmt_ns(np.median(gpu_ns[dom], overwrite_input=True)) if len(dom) else '-'})")
     if per is not None:
@@ -144,8 +147,8 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
         message = (f"{cost}; launch cost above run time {fmt_ns(saving)} (each launch capped at its kernel's "
                    f"median).{graph_note}{once}{steady_cpu(ctx)}")
     cols = ["name", "api_name", "api_ns", "gpu_ns", "queue_ns", "start_ns"]
-    top = launches.iloc[top_rows(api_ns, dom if len(dom) else rows, 10)][cols]  # ten rows first, then the columns
-    del rows, dom, firsts  # (the optimizer's look at the launches needs room of its own)
+    top = launches.iloc[top_at][cols]  # ten rows first, then the columns
+    del dom, firsts  # (the optimizer's look at the launches needs room of its own)
     message, suggestion = _optimizer_words(ctx, launches, message)
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
                   suggestion=suggestion,
