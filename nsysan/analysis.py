@@ -34,8 +34,10 @@ from nsysan.result import Analysis, Params
 from nsysan.trace.model import Trace
 
 if TYPE_CHECKING:
+    from nsysan.analyses.gpu import Busy
     from nsysan.analyses.metrics import GpuMetrics
     from nsysan.analyses.samples import IdleAttribution
+    from nsysan.analyses.syncs import Syncs
     from nsysan.options import RuleConfig
 
 SCHEMA = "nsysan.analysis/2"
@@ -252,6 +254,10 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     step("steady state")
     busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
     comm_ops = comm_mod.comm_ops(ops, busy)
+    # what needs neither the gaps nor the launches runs while they finish
+    early_f = pool.submit(_without_gaps, trace, ops, its, steady, busy, comm_ops)
+    # the hidden syncs too, where the export has no call sites (``_beyond_time`` waits for them)
+    syncs_f = None if _sample_tables(trace) else pool.submit(_syncs, trace, ops, its, steady, None)
     step("summaries")
     kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
     window_f = pool.submit(summaries.window_summaries, trace, steady.start_ns, steady.end_ns,
@@ -269,12 +275,8 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
         utilization=utilization, concurrency=concurrency, overlap=overlap, stream_pairs=stream_pairs,
         gaps=gp, gap_activity=gap_activity, gap_summary=gap_summary, iterations=its,
         busy_by_process=by_process,
-        graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy,
-        collectives=comm_mod.collectives(comm_ops, steady, busy),
-        comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table, busy),
-        nccl_calls=comm_mod.nccl_calls(rg),
-        breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
-        steady_summaries=window_f.result(),
+        graph_trace=graph_trace_mode(trace), comm=comm_ops, busy=busy, nccl_calls=comm_mod.nccl_calls(rg),
+        steady_summaries=window_f.result(), **early_f.result(),
         phases=phases_mod.phases(capture, ops, active, steady, busy_steady, gp, trace.cuda_api,
                                  trace.osrt),
     )
@@ -282,27 +284,49 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     a = replace(a, ranks=analyze_ranks(RankInputs.of(a)), idle_samples=_idle_samples(trace, a),
                 gpu_metrics=_gpu_metrics(trace, a), tensorrt=trt_f.result())
     a = replace(a, program=program(trace, nvtx_summary, a.tensorrt))
-    return _beyond_time(trace, a), nsys_f
+    return _beyond_time(trace, a, syncs_f), nsys_f
 
 
-def _beyond_time(trace: Trace, a: Analysis) -> Analysis:
-    """The analyses of resources other than time and of outliers, which read the others."""
+def _without_gaps(trace: Trace, ops: pd.DataFrame, its: Iterations, steady: Window, busy: Busy,
+                  comm_ops: pd.DataFrame) -> dict[str, Any]:
+    """The analyses that read neither the gaps nor the launches (a task of ``_analyses``' pool, beside
+    them): communication per iteration, the iteration breakdown, and the analyses of resources other
+    than time and of outliers but the hidden syncs (``_syncs``). Fields of ``Analysis``."""
     from nsysan.analyses.memory import memory_use
     from nsysan.analyses.recorded import missing_inputs
     from nsysan.analyses.sched import thread_states
     from nsysan.analyses.slow_iterations import slow_iterations
     from nsysan.analyses.stages import stages
-    from nsysan.analyses.syncs import hidden_syncs
     from nsysan.analyses.unified import unified_memory
 
+    return dict(collectives=comm_mod.collectives(comm_ops, steady, busy),
+                comm_per_iteration=comm_mod.comm_per_iteration(comm_ops, its.table, busy),
+                breakdown=breakdown_mod.iteration_breakdown(ops, its.table, busy),
+                memory=memory_use(trace, its), unified=unified_memory(trace, its, steady),
+                thread_states=thread_states(trace), stages=stages(comm_ops, busy, steady, its),
+                slow_iterations=slow_iterations(trace, its, ops, busy), inputs_missing=missing_inputs(trace))
+
+
+def _syncs(trace: Trace, ops: pd.DataFrame, its: Iterations, steady: Window, sites: pd.DataFrame | None) -> Syncs:
+    from nsysan.analyses.syncs import hidden_syncs
+
+    return hidden_syncs(trace.cuda_api, trace.memcpy, ops, its.table, (steady.start_ns, steady.end_ns), sites)
+
+
+def _beyond_time(trace: Trace, a: Analysis, syncs_f: Future[Syncs] | None) -> Analysis:
+    """The hidden syncs: ``syncs_f``'s, or, for exports with call sites (read by ``_idle_samples``
+    from their sampling or backtrace tables), found here with them."""
+    if syncs_f is not None:
+        return replace(a, syncs=syncs_f.result())
     sites = a.idle_samples.site_calls if a.idle_samples is not None else None
-    return replace(a, memory=memory_use(trace, a.iterations),
-                   unified=unified_memory(trace, a.iterations, a.steady), thread_states=thread_states(trace),
-                   stages=stages(a.comm, a.busy, a.steady, a.iterations),
-                   slow_iterations=slow_iterations(trace, a.iterations, a.ops, a.busy),
-                   inputs_missing=missing_inputs(trace),
-                   syncs=hidden_syncs(trace.cuda_api, trace.memcpy, a.ops, a.iterations.table,
-                                      (a.steady.start_ns, a.steady.end_ns), sites))
+    return replace(a, syncs=_syncs(trace, a.ops, a.iterations, a.steady, sites))
+
+
+def _sample_tables(trace: Trace) -> bool:
+    """Whether ``_idle_samples`` reads samples and call sites from this export."""
+    tables = set(getattr(trace.meta, "tables", ()) or ())
+    return bool(tables & {"NVTX_PAYLOAD_SCHEMA_ENTRIES", "COMPOSITE_EVENTS", "CUDA_CALLCHAINS"}) \
+        and bool(trace.meta.path)
 
 
 STEPS = 10  # the calls of ``_Steps`` in ``analyze``, the rules' included
@@ -333,7 +357,7 @@ def _idle_samples(trace: Trace, a: Analysis) -> IdleAttribution:
     from nsysan.analyses.samples import IdleAttribution, call_sites_of, idle_attribution, launching_threads
 
     tables = set(getattr(trace.meta, "tables", ()) or ())
-    if not tables & {"NVTX_PAYLOAD_SCHEMA_ENTRIES", "COMPOSITE_EVENTS", "CUDA_CALLCHAINS"} or not trace.meta.path:
+    if not _sample_tables(trace):
         return idle_attribution(None, a.gaps, a.steady, tables=tables)
     import sqlite3
 

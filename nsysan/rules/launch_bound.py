@@ -92,24 +92,8 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
     if len(rows) < max(min_kernels, 1):  # (none to judge even when the threshold is 0)
         return
     gpu_ns, api_ns = launches["gpu_ns"].to_numpy(), launches["api_ns"].to_numpy()
-    # each kernel's median launch cost (one per key), then the launches a chunk at a time: no
-    # float or int64 array of every launch (the 1.2M launches of a 245 MB trace: 87 -> 30 MiB)
-    keys, med_of = _median_per_key(key[rows], api_ns[rows], own=True)
-    dom_parts: list[np.ndarray] = []
-    saved = 0.0
-    for a in range(0, len(rows), CHUNK):
-        r = rows[a:a + CHUNK]
-        med = med_of[np.searchsorted(keys, key[r])]
-        run = gpu_ns[r]
-        sel = (med > run) & (run <= max_kernel_ns)
-        d = r[sel]
-        # each dominated launch's cost capped at its kernel's median, above its run time (floats
-        # that are whole or half nanoseconds: their sums are exact, in chunks or not)
-        saved += float(np.clip(np.minimum(api_ns[d], med[sel]) - gpu_ns[d], 0, None).sum())
-        dom_parts.append(d)
-    saving = int(saved)
-    dom = np.concatenate(dom_parts) if dom_parts else np.zeros(0, np.int64)
-    del dom_parts, keys, med_of, key, r, med, run, sel, d
+    dom, saving = _dominated(rows, key, api_ns, gpu_ns, max_kernel_ns)
+    del key
     frac = len(dom) / len(rows)
     n_rows = len(rows)
     top_at = top_rows(api_ns, dom if len(dom) else rows, 10)  # the evidence: the ten costliest launches
@@ -153,6 +137,28 @@ def check(ctx: RuleContext, *, min_kernels: int, min_dominated_frac: float, max_
     yield finding(ctx, "launch-bound", severity=Severity.WARNING, impact_ns=impact, claims=claims, message=message,
                   suggestion=suggestion,
                   evidence=top_records(top.assign(name=top["name"].astype(str).str.slice(0, 160)), "api_ns", 10, cols))
+
+
+def _dominated(rows: np.ndarray, key: np.ndarray, api_ns: np.ndarray, gpu_ns: np.ndarray,
+               max_kernel_ns: int) -> tuple[np.ndarray, int]:
+    """The launches among ``rows`` that took longer to launch than their kernel's median run (short
+    kernels only), and their launch cost above the run time, each capped at its kernel's median.
+    Each kernel's median launch cost (one per key), then the launches a chunk at a time: no float or
+    int64 array of every launch (the 1.2M launches of a 245 MB trace: 87 -> 30 MiB)."""
+    keys, med_of = _median_per_key(key[rows], api_ns[rows], own=True)
+    dom_parts: list[np.ndarray] = []
+    saved = 0.0
+    for a in range(0, len(rows), CHUNK):
+        r = rows[a:a + CHUNK]
+        med = med_of[np.searchsorted(keys, key[r])]
+        run = gpu_ns[r]
+        sel = (med > run) & (run <= max_kernel_ns)
+        d = r[sel]
+        # each dominated launch's cost capped at its kernel's median, above its run time (floats
+        # that are whole or half nanoseconds: their sums are exact, in chunks or not)
+        saved += float(np.clip(np.minimum(api_ns[d], med[sel]) - gpu_ns[d], 0, None).sum())
+        dom_parts.append(d)
+    return (np.concatenate(dom_parts) if dom_parts else np.zeros(0, np.int64)), int(saved)
 
 
 def _optimizer_words(ctx: RuleContext, launches: pd.DataFrame, message: str) -> tuple[str, str]:
