@@ -56,8 +56,26 @@ def test_only_the_command_lines_own_process_keeps_freed_memory(monkeypatch):
         monkeypatch.setattr(_memory, "_malloc_tuned", False)
         monkeypatch.setattr(_memory, "_owned", owned)
         monkeypatch.setattr(_memory, "_tuned", True)  # (Arrow's pool: not this test's concern)
+        small: list[bool] = []
+        monkeypatch.setattr(_memory, "numpy_small_pages", lambda: small.append(True))
         _memory.tune_malloc()
         _memory.release()
         assert fake.calls == expected
+        assert small == ([True] if owned else [])  # numpy's huge pages: off in the own process only
         _memory.release(before_peak=True)  # the one trim either process gets: before the rules
         assert fake.calls == [*expected, ("trim", 0)]
+
+
+def test_numpy_arrays_get_ordinary_pages_in_the_own_process_only():
+    """In a fresh interpreter: numpy's transparent-huge-page advice stays on for a library user's
+    process and is off once the command line's own process tunes its allocator (``numpy_small_pages``)."""
+    import subprocess
+    import sys
+
+    code = ("try:\n    import numpy._core.multiarray as m\nexcept ImportError:\n    import numpy.core.multiarray as m\n"
+            "from nsysan import _memory\n"
+            "{own}_memory.tune_malloc()\nprint(m._set_madvise_hugepage(True))")
+    for own, want in (("", "True"), ("_memory.own_process()\n", "False")):
+        out = subprocess.run([sys.executable, "-c", code.format(own=own)], capture_output=True, text=True,
+                             timeout=60, check=True).stdout.split()
+        assert out == [want]
