@@ -254,14 +254,14 @@ def _analyses(trace: Trace, p: Params, pool: Executor, step: _Steps) -> tuple[An
     step("steady state")
     busy_steady, overlap, stream_pairs, by_process = pool.submit(_steady, ops, steady, busy).result()
     comm_ops = comm_mod.comm_ops(ops, busy)
-    # what needs neither the gaps nor the launches runs while they finish
-    early_f = pool.submit(_without_gaps, trace, ops, its, steady, busy, comm_ops)
-    # the hidden syncs too, where the export has no call sites (``_beyond_time`` waits for them)
-    syncs_f = None if _sample_tables(trace) else pool.submit(_syncs, trace, ops, its, steady, None)
     step("summaries")
     kernels, cuda_api, osrt, memcpy, memset = sums_f.result()
     window_f = pool.submit(summaries.window_summaries, trace, steady.start_ns, steady.end_ns,
                            {"kernels": kernels, "cuda_api": cuda_api, "memcpy": memcpy})
+    # what needs neither the gaps nor the launches runs while they finish
+    early_f = pool.submit(_without_gaps, trace, ops, its, steady, busy, comm_ops)
+    # the hidden syncs too, where the export has no call sites (``_beyond_time`` waits for them)
+    syncs_f = None if _sample_tables(trace) else pool.submit(_syncs, trace, ops, its, steady, None)
     step("launches")
     lau, launch_summary, per_kernel = launch_f.result()
     step("idle gaps and their causes")
