@@ -5,6 +5,8 @@ nothing of nsysan.
 * ``decode`` / ``leaves``: the direct b-tree reader (``nsysan.trace.direct``); its twin is SQLite itself.
 * ``search_sorted``: ``search.search`` (numpy's ``searchsorted`` where not built).
 * ``clipped_sums`` / ``window_best``: ``windows.range_sums`` / ``windows.window_best_numpy``.
+* ``flatten``: ``analyses.thread_activity._flatten`` (and ``_flat_sums``).
+* ``union_merged``: ``analyses.intervals.union``.
 * ``lane`` / ``varints``: the report's timeline columns (twins in ``nsysan.report.timeline``).
 
 The extension is never required: where it is not built (no C compiler at install time) or is a
@@ -25,7 +27,7 @@ except ImportError:  # built optionally (the build hook in nsysan/_native/_build
 
 __all__ = ["VERSION", "Unsupported", "c_pass", "int_buffer", "loaded"]
 
-VERSION = 6  # the extension's source version this Python code goes with (``_btree.VERSION``)
+VERSION = 7  # the extension's source version this Python code goes with (``_btree.VERSION``)
 
 Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else ValueError
 
@@ -37,7 +39,7 @@ def loaded() -> Any:
 
 def c_pass(name: str) -> Callable[..., Any] | None:
     """One of the extension's functions (``decode``, ``lane``, ``varints``, ``clipped_sums``,
-    ``window_best``, ``search_sorted``), or None where it is not built, or is a stale build of
+    ``window_best``, ``search_sorted``, ``flatten``, ``union_merged``), or None where it is not built, or is a stale build of
     older source (an editable install not rebuilt after a pull: its passes may take or give other
     widths): the numpy paths then."""
     if _btree is None or getattr(_btree, "VERSION", 0) != VERSION:
