@@ -39,9 +39,9 @@ def loaded() -> Any:
 
 def c_pass(name: str) -> Callable[..., Any] | None:
     """One of the extension's functions (``decode``, ``lane``, ``varints``, ``clipped_sums``,
-    ``window_best``, ``search_sorted``, ``flatten``, ``union_merged``), or None where it is not built, or is a stale build of
-    older source (an editable install not rebuilt after a pull: its passes may take or give other
-    widths): the numpy paths then."""
+    ``window_best``, ``search_sorted``, ``flatten``, ``union_merged``), or None where it is not
+    built, or is a stale build of older source (an editable install not rebuilt after a pull: its
+    passes may take or give other widths): the numpy paths then."""
     if _btree is None or getattr(_btree, "VERSION", 0) != VERSION:
         return None
     return getattr(_btree, name, None)
