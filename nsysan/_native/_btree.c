@@ -680,6 +680,17 @@ static PyObject *vec_bytes(Vec *v) {
     return b;
 }
 
+/* the three vectors as a tuple of bytes (each vector's memory freed as it is copied), or NULL */
+static PyObject *vec_bytes3(Vec *x, Vec *y, Vec *z) {
+    PyObject *result = NULL;
+    PyObject *a = vec_bytes(x), *b = a ? vec_bytes(y) : NULL, *c = b ? vec_bytes(z) : NULL;
+    if (a && b && c) result = PyTuple_Pack(3, a, b, c);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    return result;
+}
+
 static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[8];
@@ -765,11 +776,7 @@ static PyObject *py_clipped_sums(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (failed) { PyErr_NoMemory(); goto out; }
-    PyObject *a = vec_bytes(&win), *b = a ? vec_bytes(&code) : NULL, *c = b ? vec_bytes(&ns) : NULL;
-    if (a && b && c) result = PyTuple_Pack(3, a, b, c);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    Py_XDECREF(c);
+    result = vec_bytes3(&win, &code, &ns);
 out:
     for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     free(win.p);
@@ -1125,13 +1132,7 @@ static PyObject *py_flatten(PyObject *self, PyObject *args) {
     if (!failed) failed = flat_sweep(L, nl, wl, wh, nw, &sink) < 0;
     Py_END_ALLOW_THREADS
     if (failed) { PyErr_NoMemory(); goto out; }
-    {
-        PyObject *a = vec_bytes(&sink.a), *b = a ? vec_bytes(&sink.b) : NULL, *c = b ? vec_bytes(&sink.c) : NULL;
-        if (a && b && c) result = PyTuple_Pack(3, a, b, c);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-    }
+    result = vec_bytes3(&sink.a, &sink.b, &sink.c);
 out:
     for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     for (int k = 0; k < FLAT_LAYERS; k++) free(L[k].stack);
