@@ -44,13 +44,19 @@ def rows_by_pid(*frames: pd.DataFrame) -> list[tuple[pd.DataFrame, Callable[[int
     return [(f, pid_rows(f)) for f in frames]
 
 
-def host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int) -> int:
+def blocking_calls(api: pd.DataFrame) -> np.ndarray:
+    """Per row of the CUDA API table ``api``: whether it is a synchronization call or a synchronous
+    copy or memset (``host_wait``'s names; decided once per name, for every rank at once)."""
+    return name_in(api["name"], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) if len(api) else np.zeros(0, dtype=bool)
+
+
+def host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int, blocking: np.ndarray | None = None) -> int:
     """The time one process's threads (``rows``: its rows of the CUDA API table ``api``) spent blocked in CUDA
     calls in [lo, hi): synchronization calls, synchronous copies and memsets, and any call of at least
     ``HOST_WAIT_MIN_NS`` (a full launch queue), clipped. What a rank's host waited for its GPU: the
     most its step can shrink when its GPU stops waiting for a straggler (the rest of its step is its
     own host work). -1 when none of its CUDA calls is traced in the window (its host is not known: no
-    bound)."""
+    bound). ``blocking``: ``blocking_calls(api)``, when the caller has it (many ranks of one table)."""
     if len(api) == 0 or len(rows) == 0:
         return -1
     st, en = api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows]
@@ -59,7 +65,8 @@ def host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int) -> int:
     if rows.size == 0:  # no CUDA call of this rank traced in the window: its host is not known
         return -1
     s, e = np.maximum(st[keep], lo), np.minimum(en[keep], hi)
-    sel = name_in(api["name"].iloc[rows], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) | ((e - s) >= HOST_WAIT_MIN_NS)
+    named = name_in(api["name"].iloc[rows], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) if blocking is None else blocking[rows]
+    sel = named | ((e - s) >= HOST_WAIT_MIN_NS)
     return int((e[sel] - s[sel]).sum())
 
 
@@ -84,7 +91,7 @@ def timeline_lane(busy: Busy | None, dev: int, bd: pd.DataFrame) -> dict[str, An
         if role not in d:
             continue
         rs, re_ = iv.clip_merged(*d[role], lo, hi)
-        out[role] = [[int(x), int(y)] for x, y in zip(rs[:LANE_MAX], re_[:LANE_MAX])]
+        out[role] = np.stack([rs[:LANE_MAX], re_[:LANE_MAX]], axis=1).astype(np.int64).tolist()  # [[start, end]...]
     return out
 
 

@@ -34,8 +34,17 @@ import numpy as np
 import pandas as pd
 
 from nsysan.analyses import intervals as iv
+from nsysan.analyses.frames import name_in
 from nsysan.analyses.rank_alignment import align
-from nsysan.analyses.rank_measures import exposed_comm, host_wait, only_columns, pid_rows, rows_by_pid, timeline_lane
+from nsysan.analyses.rank_measures import (
+    blocking_calls,
+    exposed_comm,
+    host_wait,
+    only_columns,
+    pid_rows,
+    rows_by_pid,
+    timeline_lane,
+)
 from nsysan.analyses.rank_straggler import P2P, find_straggler
 
 if TYPE_CHECKING:
@@ -179,44 +188,67 @@ def _payloads(a: RankInputs) -> list[dict[str, Any]]:
                                  *(f"{c}_ns" for c in ("span", "compute", "comm_exposed", "copy_exposed", "idle"))),
                            only_columns(a.gaps, "cause", "start_ns", "end_ns", "gap_ns", "activity"))
     api_rows = pid_rows(a.cuda_api)
+    # what every rank asks of the same tables, decided once for all their rows (64 ranks: a mask
+    # each over its own rows of the ops' roles and the gaps' causes cost more than their measures)
+    (comm_f, comm_r), (gaps_f, gaps_r), ops_r = rows_of[1], rows_of[4], rows_of[0][1]
+    op_st, op_en = a.ops["start_ns"].to_numpy(), a.ops["end_ns"].to_numpy()
+    computes = name_in(a.ops["role"], ("compute",)) if len(a.ops) else np.zeros(0, dtype=bool)
+    c_st = comm["start_ns"].to_numpy()
+    g_host = name_in(a.gaps["cause"], ("host", "sync")) if len(a.gaps) else np.zeros(0, dtype=bool)
+    g_st, g_en = (a.gaps[c].to_numpy() if len(a.gaps) else np.zeros(0, np.int64) for c in ("start_ns", "end_ns"))
+    blocking = blocking_calls(a.cuda_api)
     out = []
     for pid, dev in zip(procs["pid"].astype(int), procs["device_id"].astype(int)):
-        ops_p, comm_p, table_p, bd_p, g = (f.iloc[r(pid)] for f, r in rows_of)
+        table_p, bd_p = (f.iloc[r(pid)] for f, r in (rows_of[2], rows_of[3]))
         it = table_p.loc[~table_p["warmup"].to_numpy(dtype=bool)] if len(table) else table
         n = max(len(it), 1)
         per = it["period_ns"].to_numpy() if len(it) else np.zeros(0)
         per = per[per >= 0]
         lo = int(it["start_ns"].min()) if len(it) else a.steady.start_ns
         hi = int(it["end_ns"].max()) if len(it) else a.steady.end_ns
-        mine = ops_p.loc[(ops_p["start_ns"].to_numpy() < hi) & (ops_p["end_ns"].to_numpy() > lo)]
-        comp = mine.loc[mine["role"].astype(str).to_numpy() == "compute"]
-        compute_ns = iv.total(*iv.clip(comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy(), lo, hi))
-        cm = comm_p.loc[(comm_p["start_ns"] >= lo) & (comm_p["start_ns"] < hi)]
+        r = ops_r(pid)
+        r = r[(op_st[r] < hi) & (op_en[r] > lo) & computes[r]]
+        compute_ns = iv.total(*iv.clip(op_st[r], op_en[r], lo, hi))
+        r = comm_r(pid)
+        every = comm_f.iloc[r]  # aligned over the whole capture, then clipped
+        cm = comm_f.iloc[r[(c_st[r] >= lo) & (c_st[r] < hi)]]
         exp_s, exp_e = exposed_comm(a.busy, dev, cm)
-        every = comm_p  # aligned over the whole capture, then clipped
         bd = a.breakdown
         bd = bd_p.loc[~bd_p["warmup"].to_numpy(dtype=bool)] if len(bd) else bd
         parts = {f"{c}_per_iter_ns": int(round(float(bd[f"{c}_ns"].mean()))) if len(bd) else 0
                  for c in ("span", "compute", "comm_exposed", "copy_exposed", "idle")}
-        host = g.loc[g["cause"].isin(["host", "sync"]) & (g["start_ns"] >= lo)
-                     & (g["end_ns"] <= hi)] if len(a.gaps) else a.gaps
-        top = ""
-        if len(host) and "activity" in host:
-            act = host.groupby("activity", sort=True)["gap_ns"].sum().sort_values(ascending=False)
-            top = str(act.index[0]) if len(act) else ""
+        r = gaps_r(pid)
+        host = gaps_f.iloc[r[g_host[r] & (g_st[r] >= lo) & (g_en[r] <= hi)]] if len(a.gaps) else a.gaps
+        top = _top_activity(host)
         out.append({
             "trace": "", "pid": int(pid), "device_id": int(dev), "iterations": int(len(it)),
             "period_p50_ns": int(np.median(per)) if per.size else None,
             "compute_per_iter_ns": int(compute_ns / n), "comm_per_iter_ns": int(cm["dur_ns"].sum() / n),
             "comm_exposed_per_iter_ns": int(cm["exposed_ns"].sum() / n), "breakdown": parts,
             "host_idle_per_iter_ns": int(host["gap_ns"].sum() / n) if len(host) else 0,
-            "host_wait_per_iter_ns": max(-1, host_wait(a.cuda_api, api_rows(pid), lo, hi) // n),
+            "host_wait_per_iter_ns": max(-1, host_wait(a.cuda_api, api_rows(pid), lo, hi, blocking) // n),
             "host_idle_activity": top, "window": [lo, hi],
             "iteration_end_ns": it["end_ns"].to_numpy(dtype=np.int64) if len(it) else np.zeros(0, np.int64),
             "comm": {"start_ns": every["start_ns"].to_numpy(), "end_ns": every["end_ns"].to_numpy(),
                      "collective": every["collective"].astype(str).tolist()},
             "comm_exposed": {"start_ns": exp_s, "end_ns": exp_e}, "lanes": timeline_lane(a.busy, dev, bd)})
     return out
+
+
+def _top_activity(host: pd.DataFrame) -> str:
+    """The activity of the most host-caused idle time among the gaps ``host`` ("" without any)."""
+    if not len(host) or "activity" not in host:
+        return ""
+    col = host["activity"].array
+    if isinstance(col, pd.Categorical):  # a sum per name code: the one largest, unless names tie for it
+        codes = np.asarray(col.codes)
+        seen = codes >= 0
+        sums = np.bincount(codes[seen], weights=host["gap_ns"].to_numpy()[seen], minlength=len(col.categories))
+        best = np.flatnonzero(sums == sums.max()) if seen.any() else np.zeros(0, np.int64)
+        if len(best) == 1:
+            return str(col.categories[best[0]])
+    act = host.groupby("activity", sort=True)["gap_ns"].sum().sort_values(ascending=False)
+    return str(act.index[0]) if len(act) else ""
 
 
 def combine(payloads: list[dict[str, Any]], iter_ns: float | None = None) -> RankAnalysis:
