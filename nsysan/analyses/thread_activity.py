@@ -94,7 +94,8 @@ class ThreadActivity:
                 if isinstance(col, pd.Categorical):  # codes per row; strings only for the categories
                     codes, cats = np.asarray(col.codes)[idx], np.asarray(col.categories, dtype=object)
                 else:
-                    cats, codes = unique_strings(np.asarray(col, dtype=object)[idx])
+                    # the thread's rows first, then as objects (not every row's, once per thread)
+                    cats, codes = unique_strings(np.asarray(col[idx], dtype=object))
                 if st.size > 1 and not bool((st[1:] >= st[:-1]).all()):
                     order_st = np.argsort(st, kind="stable")
                     st, en, codes = st[order_st], en[order_st], codes[order_st]
