@@ -148,7 +148,7 @@ def _wrap(analysis, phase) -> None:
 
     targets = {
         "nsysan.analysis": ["_summaries", "_gaps", "_nvtx", "_busy", "_launches", "_steady", "_idle_samples",
-                            "_gpu_metrics", "graph_trace_mode", "_beyond_time"],
+                            "_gpu_metrics", "graph_trace_mode", "_without_gaps", "_syncs", "_beyond_time"],
         "nsysan.analyses.summaries": ["gpu_ops", "kernel_config_summary", "window_summaries"],
         "nsysan.analyses.nsys_rules": ["instances", "cross_check"],
         "nsysan.analyses.comm": ["comm_ops", "collectives", "comm_per_iteration", "nccl_calls"],
@@ -159,7 +159,7 @@ def _wrap(analysis, phase) -> None:
         "nsysan.analyses.nvtx": ["owned_ops", "ranges", "range_summary"],
         "nsysan.analyses.launch": ["launches", "launch_summary", "per_kernel"],
         "nsysan.report.timeline": ["start", "build_timeline"],
-        # the analyses beyond time (issue 41), imported by name when ``analysis._beyond_time`` runs
+        # the analyses beyond time (issue 41), imported by name when ``analysis._without_gaps`` runs
         "nsysan.analyses.memory": ["memory_use"],
         "nsysan.analyses.unified": ["unified_memory"],
         "nsysan.analyses.sched": ["thread_states"],

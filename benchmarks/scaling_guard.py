@@ -60,7 +60,7 @@ TARGETS = {
     "nsysan.analyses.nsys_rules": ["instances", "cross_check"],
     "nsysan.analyses.comm": ["comm_ops", "collectives", "comm_per_iteration", "nccl_calls"],
     "nsysan.analyses.breakdown": ["iteration_breakdown"],
-    # the analyses beyond time, imported by name when ``_beyond_time`` runs: wrapped in their modules
+    # the analyses beyond time, imported by name when ``_without_gaps`` runs: wrapped in their modules
     "nsysan.analyses.memory": ["memory_use"],
     "nsysan.analyses.unified": ["unified_memory"],
     "nsysan.analyses.sched": ["thread_states"],

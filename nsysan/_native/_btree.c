@@ -430,8 +430,8 @@ static int varint_len(int64_t v) {
 
 /* Take a C-contiguous int64 buffer of ``obj`` into ``view``: 0 ok; -1 no buffer (nothing to
    release); -2 not int64 (the view is taken: release it). ``who`` names the caller in the error. */
-static int int64_view(PyObject *obj, Py_buffer *view, const char *who) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+static int int64_buffer(PyObject *obj, Py_buffer *view, const char *who, int writable) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
     const char *f = view->format ? view->format : "B";
     if (*f == '<' || *f == '=' || *f == '@') f++;
     if (view->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
@@ -440,6 +440,8 @@ static int int64_view(PyObject *obj, Py_buffer *view, const char *who) {
     }
     return 0;
 }
+
+static int int64_view(PyObject *obj, Py_buffer *view, const char *who) { return int64_buffer(obj, view, who, 0); }
 
 static PyObject *py_varints(PyObject *self, PyObject *args) {
     (void)self;
@@ -1157,17 +1159,7 @@ static PyObject *py_union_merged(PyObject *self, PyObject *args) {
     int got = 0;
     PyObject *result = NULL;
     for (int i = 0; i < 6; i++) {
-        int r;
-        if (i < 4) {
-            r = int64_view(objs[i], &views[got], "union_merged");
-        } else if (PyObject_GetBuffer(objs[i], &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
-            r = -1;
-        } else {
-            const char *f = views[got].format ? views[got].format : "B";
-            if (*f == '<' || *f == '=' || *f == '@') f++;
-            r = (views[got].itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0)) ? 0 : -2;
-            if (r) PyErr_SetString(PyExc_TypeError, "union_merged: outputs must be writable int64");
-        }
+        int r = int64_buffer(objs[i], &views[got], "union_merged", i >= 4);  /* the last two: written */
         if (r != -1) got++;
         if (r) goto out;
     }

@@ -50,13 +50,13 @@ def blocking_calls(api: pd.DataFrame) -> np.ndarray:
     return name_in(api["name"], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) if len(api) else np.zeros(0, dtype=bool)
 
 
-def host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int, blocking: np.ndarray | None = None) -> int:
+def host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int, blocking: np.ndarray) -> int:
     """The time one process's threads (``rows``: its rows of the CUDA API table ``api``) spent blocked in CUDA
     calls in [lo, hi): synchronization calls, synchronous copies and memsets, and any call of at least
     ``HOST_WAIT_MIN_NS`` (a full launch queue), clipped. What a rank's host waited for its GPU: the
     most its step can shrink when its GPU stops waiting for a straggler (the rest of its step is its
     own host work). -1 when none of its CUDA calls is traced in the window (its host is not known: no
-    bound). ``blocking``: ``blocking_calls(api)``, when the caller has it (many ranks of one table)."""
+    bound). ``blocking``: ``blocking_calls(api)``, decided once for every rank of the table."""
     if len(api) == 0 or len(rows) == 0:
         return -1
     st, en = api["start_ns"].to_numpy()[rows], api["end_ns"].to_numpy()[rows]
@@ -65,8 +65,7 @@ def host_wait(api: pd.DataFrame, rows: np.ndarray, lo: int, hi: int, blocking: n
     if rows.size == 0:  # no CUDA call of this rank traced in the window: its host is not known
         return -1
     s, e = np.maximum(st[keep], lo), np.minimum(en[keep], hi)
-    named = name_in(api["name"].iloc[rows], (*BLOCKING_SYNC_APIS, *SYNC_COPIES)) if blocking is None else blocking[rows]
-    sel = named | ((e - s) >= HOST_WAIT_MIN_NS)
+    sel = blocking[rows] | ((e - s) >= HOST_WAIT_MIN_NS)
     return int((e[sel] - s[sel]).sum())
 
 

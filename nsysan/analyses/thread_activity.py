@@ -152,7 +152,7 @@ class ThreadActivity:
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         if fast is not None and not nvtx_sweep and bool((lo[1:] >= hi[:-1]).all()):
             # sorted, disjoint windows (one device's gaps): the C sweep sums them as it goes, no pieces
-            given = _c_layers(layers, int(lo[0]), int(hi.max()), base, names, False, (lo, hi))
+            given = _c_layers(layers, int(lo[0]), int(hi[-1]), base, names, False, (lo, hi))
             if given is not None:
                 w, c, v = (np.frombuffer(b, dtype=t) for b, t in zip(fast(given[0], lo, hi, True),
                                                                     (np.int32, np.int64, np.int64)))
@@ -184,11 +184,10 @@ def _flatten(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndar
     flat = (empty, empty, empty)
     swept: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     for source, st, en, codes, cats, reach in layers:
-        rows = _touching(st, en, reach, wl, wh)
-        if rows is not None:
-            if rows.size == 0:
-                continue
-            st, en, codes = st[rows], en[rows], codes[rows]
+        cut = _touching_rows(st, en, codes, reach, wl, wh)
+        if cut is None:
+            continue
+        st, en, codes = cut
         names[source] = cats
         overlapping = st.size > 1 and not bool((st[1:] >= en[:-1]).all())
         if source == "nvtx" and (nvtx_sweep or (overlapping and st.size > INNERMOST_MAX)):
@@ -244,11 +243,7 @@ def _c_layers(layers: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.nda
             continue
         names[source] = cats
         if source == "nvtx" and nvtx_sweep:
-            rows = _touching(st, en, reach, *merged)
-            if rows is None:
-                swept = (st, en, np.asarray(codes))
-            elif rows.size:
-                swept = (st[rows], en[rows], np.asarray(codes)[rows])
+            swept = _touching_rows(st, en, np.asarray(codes), reach, *merged)
             continue
         if source == "nvtx" and r1 - r0 > INNERMOST_MAX:
             return None
@@ -374,6 +369,16 @@ class Reach:
         out = iv.search(part, x, side="right")
         out += first
         return out
+
+
+def _touching_rows(st: np.ndarray, en: np.ndarray, codes: np.ndarray, reach: Reach, wl: np.ndarray,
+                   wh: np.ndarray) -> Pieces | None:
+    """The calls (starts, ends, codes) that ``_touching`` keeps (all of them where it keeps every
+    call), or None when none touches a window."""
+    rows = _touching(st, en, reach, wl, wh)
+    if rows is None:
+        return st, en, codes
+    return (st[rows], en[rows], codes[rows]) if rows.size else None
 
 
 def _touching(st: np.ndarray, en: np.ndarray, reach: Reach, wl: np.ndarray, wh: np.ndarray) -> np.ndarray | None:
