@@ -14,6 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from nsysan import _spill
+
 
 class Inline:
     """An executor that runs each task when it is submitted (no threads at all)."""
@@ -46,7 +48,13 @@ def cpus() -> int:
 
 def threads(n: int, name: str = "nsysan") -> Any:
     """A context-managed executor: ``n`` threads, or ``Inline`` for one."""
-    return ThreadPoolExecutor(max_workers=n, thread_name_prefix=name) if n > 1 else Inline()
+    return pool(n, name) if n > 1 else Inline()
+
+
+def pool(n: int, name: str = "nsysan") -> ThreadPoolExecutor:
+    """A ``ThreadPoolExecutor`` of ``n`` threads, each given the process's memory handler as it
+    starts (``_spill.enter_thread``: a trace larger than memory keeps its arrays in files)."""
+    return ThreadPoolExecutor(max_workers=n, thread_name_prefix=name, initializer=_spill.enter_thread)
 
 
 class Growing:
@@ -67,6 +75,7 @@ class Growing:
         self.grow(n)
 
     def _work(self) -> None:
+        _spill.enter_thread()  # the process's memory handler (numpy keeps one per thread)
         while True:
             item = self._queue.get()
             if item is None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from nsysan import _memory
+from nsysan import _memory, _spill
 from nsysan._executor import default_workers, event_rows, threads
 from nsysan.analyses import breakdown as breakdown_mod
 from nsysan.analyses import comm as comm_mod
@@ -184,6 +184,7 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
                                        warmup_factor=warmup_factor, rule_config=rule_config, config=config,
                                        set=set, disable=disable)
     step = _Steps(progress, STEPS)
+    _spill.enter_thread()  # a trace loaded into files (larger than memory): this thread's arrays too
     with threads(workers or default_workers(event_rows(trace)), "nsysan-analyze") as pool:
         a, nsys_f = _analyses(trace, p, pool, step)
         if on_analyses is not None:

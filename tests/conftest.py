@@ -34,6 +34,11 @@ gc.set_threshold(20_000, 20, 20)
 for _var in ("COLUMNS", "LINES"):
     os.environ.pop(_var, None)
 
+# A test that fakes a small memory figure (NSYSAN_MEMORY_LIMIT) must not start the spill (nsysan/_spill.py)
+# in a worker process: once started it stays for every later test of that worker. Spilling is tested
+# in processes of its own (tests/test_spill.py), which set NSYSAN_SPILL themselves.
+os.environ["NSYSAN_SPILL"] = "never"
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent  # the repository
 FIXTURES = TESTS / "fixtures" / "traces"

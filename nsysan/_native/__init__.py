@@ -8,6 +8,8 @@ nothing of nsysan.
 * ``flatten``: ``analyses.thread_activity._flatten`` (and ``_flat_sums``).
 * ``union_merged``: ``analyses.intervals.union``.
 * ``lane`` / ``varints``: the report's timeline columns (twins in ``nsysan.report.timeline``).
+* ``spill_handler`` / ``spill_set`` / ``spill_stats`` (Linux): numpy's big arrays in files for a trace
+  larger than memory (``nsysan._spill``); no twin: without them such a trace is refused, as before.
 
 The extension is never required: where it is not built (no C compiler at install time) or is a
 stale build of older source, ``c_pass`` answers None and the numpy twin runs, giving the same result.
@@ -27,7 +29,7 @@ except ImportError:  # built optionally (the build hook in nsysan/_native/_build
 
 __all__ = ["VERSION", "Unsupported", "c_pass", "int_buffer", "loaded"]
 
-VERSION = 7  # the extension's source version this Python code goes with (``_btree.VERSION``)
+VERSION = 8  # the extension's source version this Python code goes with (``_btree.VERSION``)
 
 Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else ValueError
 

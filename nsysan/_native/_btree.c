@@ -1200,7 +1200,204 @@ out:
     return result;
 }
 
+/* -- spill: numpy's large arrays in files, for traces larger than memory ----------------------------
+ *
+ * A numpy data-memory handler (NEP 49: PyDataMem_SetHandler, numpy >= 1.22). An allocation of at
+ * least `threshold` bytes is a shared mapping of its own unlinked file in the spill directory
+ * (O_TMPFILE, else a named file unlinked at once), its blocks reserved up front (posix_fallocate: a
+ * full disk fails the allocation, never a later write with SIGBUS); the kernel writes its pages back
+ * and drops them under memory pressure, so the process's memory is bounded by what it touches, not by
+ * what it holds. Smaller ones stay on the C heap. Every block carries a 16-byte header just before the
+ * pointer numpy gets (which kind, the size asked for), so free and realloc need no table. A file
+ * mapping that cannot be made (no space, no directory) falls back to the heap, counted. */
+#ifdef __linux__
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <stdio.h>
+
+typedef struct {
+    void *ctx;
+    void *(*malloc)(void *ctx, size_t size);
+    void *(*calloc)(void *ctx, size_t nelem, size_t elsize);
+    void *(*realloc)(void *ctx, void *ptr, size_t new_size);
+    void (*free)(void *ctx, void *ptr, size_t size);
+} SpillAllocator;  /* numpy's PyDataMemAllocator */
+
+typedef struct {
+    char name[127];
+    uint8_t version;  /* 1 */
+    SpillAllocator allocator;
+} SpillHandler;  /* numpy's PyDataMem_Handler */
+
+typedef struct {
+    char dir[4096];
+    size_t threshold;
+    size_t page;
+    int64_t live, peak, files, fallbacks;  /* file-backed bytes now and at most; files made; heap fallbacks */
+} SpillCtx;
+
+typedef struct { uint64_t magic; uint64_t size; } SpillHdr;
+#define SPILL_HEAP 0x6e7379736e48ULL
+#define SPILL_FILE 0x6e7379736e46ULL
+
+static void *spill_heap(size_t size, int zero) {
+    SpillHdr *h = zero ? calloc(1, size + sizeof(SpillHdr)) : malloc(size + sizeof(SpillHdr));
+    if (!h) return NULL;
+    h->magic = SPILL_HEAP;
+    h->size = size;
+    return h + 1;
+}
+
+static int spill_fd(SpillCtx *c) {
+    int fd;
+#ifdef O_TMPFILE
+    fd = open(c->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+#endif
+    char path[4200];
+    snprintf(path, sizeof path, "%s/nsysan-spill-XXXXXX", c->dir);
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd >= 0) unlink(path);
+    return fd;
+}
+
+/* A file mapping of `size` bytes after a header page; NULL when it cannot be made. */
+static void *spill_map(SpillCtx *c, size_t size) {
+    size_t total = size + c->page;
+    if (total < size) return NULL;
+    int fd = spill_fd(c);
+    if (fd < 0) return NULL;
+    int e = posix_fallocate(fd, 0, (off_t)total);
+    if (e == EOPNOTSUPP || e == EINVAL) e = ftruncate(fd, (off_t)total) ? errno : 0;
+    if (e) { close(fd); return NULL; }
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);  /* the mapping keeps the file; it is gone with the mapping */
+    if (p == MAP_FAILED) return NULL;
+    SpillHdr *h = (SpillHdr *)((char *)p + c->page) - 1;
+    h->magic = SPILL_FILE;
+    h->size = size;
+    int64_t now = __atomic_add_fetch(&c->live, (int64_t)size, __ATOMIC_RELAXED);
+    int64_t was = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+    while (now > was && !__atomic_compare_exchange_n(&c->peak, &was, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    __atomic_add_fetch(&c->files, 1, __ATOMIC_RELAXED);
+    return h + 1;
+}
+
+static void *spill_alloc(SpillCtx *c, size_t size, int zero) {
+    if (size >= c->threshold) {
+        void *p = spill_map(c, size);  /* a fresh file reads as zeros */
+        if (p) return p;
+        __atomic_add_fetch(&c->fallbacks, 1, __ATOMIC_RELAXED);
+    }
+    return spill_heap(size, zero);
+}
+
+static void *spill_malloc(void *ctx, size_t size) { return spill_alloc(ctx, size, 0); }
+
+static void *spill_calloc(void *ctx, size_t n, size_t el) {
+    if (el && n > SIZE_MAX / el) return NULL;
+    return spill_alloc(ctx, n * el, 1);
+}
+
+static void spill_free(void *ctx, void *ptr, size_t size) {
+    (void)size;  /* the header's size is the one allocated */
+    if (!ptr) return;
+    SpillCtx *c = ctx;
+    SpillHdr *h = (SpillHdr *)ptr - 1;
+    if (h->magic == SPILL_FILE) {
+        size_t n = h->size;
+        __atomic_sub_fetch(&c->live, (int64_t)n, __ATOMIC_RELAXED);
+        munmap((char *)ptr - c->page, n + c->page);
+    } else {
+        free(h);
+    }
+}
+
+static void *spill_realloc(void *ctx, void *ptr, size_t size) {
+    SpillCtx *c = ctx;
+    if (!ptr) return spill_malloc(ctx, size);
+    SpillHdr *h = (SpillHdr *)ptr - 1;
+    if (h->magic == SPILL_HEAP && size < c->threshold) {
+        SpillHdr *g = realloc(h, size + sizeof(SpillHdr));
+        if (!g) return NULL;
+        g->size = size;
+        return g + 1;
+    }
+    void *q = spill_malloc(ctx, size);
+    if (!q) return NULL;
+    memcpy(q, ptr, h->size < size ? h->size : size);
+    spill_free(ctx, ptr, h->size);
+    return q;
+}
+
+static void spill_capsule_free(PyObject *cap) {
+    SpillHandler *h = PyCapsule_GetPointer(cap, "mem_handler");
+    if (h) { free(h->allocator.ctx); free(h); }
+}
+
+/* numpy's C-API table (slot 304: PyDataMem_SetHandler, since numpy 1.22's API version 0xf). */
+static void **numpy_api(void) {
+    PyObject *m = PyImport_ImportModule("numpy._core._multiarray_umath");
+    if (!m) { PyErr_Clear(); m = PyImport_ImportModule("numpy.core._multiarray_umath"); }
+    if (!m) return NULL;
+    PyObject *cap = PyObject_GetAttrString(m, "_ARRAY_API");
+    Py_DECREF(m);
+    if (!cap) return NULL;
+    void **api = PyCapsule_GetPointer(cap, NULL);
+    Py_DECREF(cap);
+    if (!api) return NULL;
+    unsigned int (*feature)(void) = (unsigned int (*)(void))api[211];  /* PyArray_GetNDArrayCFeatureVersion */
+    if (feature() < 0xf) { PyErr_SetString(PyExc_RuntimeError, "numpy older than 1.22: no memory handlers"); return NULL; }
+    return api;
+}
+
+static PyObject *py_spill_handler(PyObject *self, PyObject *args) {
+    const char *dir;
+    Py_ssize_t threshold;
+    if (!PyArg_ParseTuple(args, "sn", &dir, &threshold)) return NULL;
+    if (strlen(dir) >= 4096 || threshold < 1) { PyErr_SetString(PyExc_ValueError, "spill_handler: bad directory or threshold"); return NULL; }
+    SpillHandler *h = calloc(1, sizeof *h);
+    SpillCtx *c = calloc(1, sizeof *c);
+    if (!h || !c) { free(h); free(c); return PyErr_NoMemory(); }
+    strcpy(c->dir, dir);
+    c->threshold = (size_t)threshold;
+    long page = sysconf(_SC_PAGESIZE);
+    c->page = page > 0 ? (size_t)page : 4096;
+    snprintf(h->name, sizeof h->name, "nsysan_spill");
+    h->version = 1;
+    h->allocator = (SpillAllocator){c, spill_malloc, spill_calloc, spill_realloc, spill_free};
+    PyObject *cap = PyCapsule_New(h, "mem_handler", spill_capsule_free);
+    if (!cap) { free(h); free(c); }
+    return cap;
+}
+
+static PyObject *py_spill_set(PyObject *self, PyObject *handler) {
+    void **api = numpy_api();
+    if (!api) return NULL;
+    PyObject *(*set)(PyObject *) = (PyObject *(*)(PyObject *))api[304];
+    return set(handler);  /* the handler this thread's context had (a new reference) */
+}
+
+static PyObject *py_spill_stats(PyObject *self, PyObject *cap) {
+    SpillHandler *h = PyCapsule_GetPointer(cap, "mem_handler");
+    if (!h) return NULL;
+    if (strcmp(h->name, "nsysan_spill") != 0) { PyErr_SetString(PyExc_ValueError, "not a spill handler"); return NULL; }
+    SpillCtx *c = h->allocator.ctx;
+    return Py_BuildValue("(LLLL)", (long long)__atomic_load_n(&c->live, __ATOMIC_RELAXED),
+                         (long long)__atomic_load_n(&c->peak, __ATOMIC_RELAXED),
+                         (long long)__atomic_load_n(&c->files, __ATOMIC_RELAXED),
+                         (long long)__atomic_load_n(&c->fallbacks, __ATOMIC_RELAXED));
+}
+#endif
+
 static PyMethodDef methods[] = {
+#ifdef __linux__
+    {"spill_handler", py_spill_handler, METH_VARARGS,
+     "spill_handler(directory, threshold) -> numpy memory handler (capsule): arrays of threshold bytes or more in files"},
+    {"spill_set", py_spill_set, METH_O, "spill_set(handler) -> the handler this thread's context had (numpy's PyDataMem_SetHandler)"},
+    {"spill_stats", py_spill_stats, METH_O, "spill_stats(handler) -> (live bytes, peak bytes, files, heap fallbacks)"},
+#endif
     {"union_merged", py_union_merged, METH_VARARGS,
      "union_merged(a_s, a_e, b_s, b_e, out_s, out_e) -> n: the union of two merged interval sets, merged, into out[:n]"},
     {"flatten", py_flatten, METH_VARARGS,
@@ -1233,6 +1430,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
-    if (PyModule_AddIntConstant(m, "VERSION", 7) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddIntConstant(m, "VERSION", 8) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

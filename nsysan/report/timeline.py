@@ -303,13 +303,13 @@ def start(a: Any) -> Any:
     takes the result from (dropping it forgets the work: an output that could not be written). None for
     a small trace (fewer than ``_executor.SMALL_EVENTS`` event rows): ``build_timeline`` then builds its
     lanes when asked."""
-    from concurrent.futures import ThreadPoolExecutor
+    from nsysan._executor import pool as executor_pool
 
     if event_rows(a.trace) < SMALL_EVENTS:  # a small trace's lanes are mostly Python: no gain, only switching
         return None
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-timeline-start")
-    begun = pool.submit(_build_timeline, a)
-    pool.shutdown(wait=False)
+    side = executor_pool(1, "nsysan-timeline-start")
+    begun = side.submit(_build_timeline, a)
+    side.shutdown(wait=False)
     return begun
 
 

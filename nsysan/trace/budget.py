@@ -14,8 +14,11 @@ it is decoded, so both terms scale with the share of events kept, plus the parts
 The estimate is compared with the memory this process may still take: ``MemAvailable`` of
 /proc/meminfo, lowered by a cgroup's limit (v2 ``memory.max`` - ``memory.current`` up the
 hierarchy, or v1's), or ``NSYSAN_MEMORY_LIMIT`` (bytes, or with a K/M/G suffix) when set. A
-trace that would not fit is refused up front with ``MemoryLimitError`` (exit 13), which names the
-time range that would fit, instead of being killed by the kernel half-way through.
+trace that would not fit is analysed with its big arrays in files (``nsysan._spill``: the same
+results, more slowly) when the spill directory has room for ``decoded + rest`` and the memory left
+holds ``BASE + fixed + rows x SPILL_ROW``; otherwise (or with ``NSYSAN_SPILL=never``) it is refused
+up front with ``MemoryLimitError`` (exit 13), which names the time range that would fit and why it
+did not spill, instead of being killed by the kernel half-way through.
 
 PER_ROW and NVTX_ROW are measured peaks with a margin, never an under-estimate: the estimate is
 1.25-2.4x the whole-process peaks of replicated traces from 245 MB to 10 GB and of traces with up
@@ -33,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsysan import _spill
+
 BASE = 200 << 20  # interpreter, imports, the report's fixed parts
 DECODED_BYTES = 9  # per decoded value: int64 + a one-byte NULL mask
 PER_ROW = 50  # bytes per event row beyond its decoded columns (see the module doc)
@@ -42,6 +47,10 @@ PER_ROW = 50  # bytes per event row beyond its decoded columns (see the module d
 # a name of 55 characters each (300,000 -> 1.2M ranges). It is read whole even with --time-range,
 # so it is counted as a fixed cost, not scaled with the share of events kept
 NVTX_ROW = 1_800
+# with the big arrays in files (``_spill``): bytes per event row that stay in memory (small arrays,
+# pandas' hash tables, the heap's free blocks). Measured: the 10 GB replica (197M event rows) peaked at
+# 3.74 GiB of anonymous memory (RssAnon), 20 bytes a row with the 200 MiB base; 32 leaves a margin
+SPILL_ROW = 32
 LIMIT_ENV = "NSYSAN_MEMORY_LIMIT"
 
 
@@ -64,6 +73,18 @@ class Estimate:
         if fraction >= 1.0:
             return BASE + self.decoded + self.fixed + self.rest
         return BASE + min(self.decoded, IN_FLIGHT) + self.fixed + int((self.decoded + self.rest) * max(0.0, fraction))
+
+    def on_disk(self, fraction: float = 1.0) -> int:
+        """Bytes the spill's files may hold at once (``_spill``): the decoded columns and what the
+        analyses build from them, the same terms as ``peak``'s."""
+        return self.decoded + self.rest if fraction >= 1.0 else int((self.decoded + self.rest) * max(0.0, fraction))
+
+    def spilled_peak(self, fraction: float = 1.0) -> int:
+        """The memory needed with the big arrays in files: the fixed part, the tables read whole,
+        and ``SPILL_ROW`` bytes per event row (arrays under the spill's threshold, hash tables,
+        the pages being worked on)."""
+        rows = self.rest // PER_ROW if PER_ROW else 0
+        return BASE + self.fixed + int(rows * SPILL_ROW * min(1.0, max(0.0, fraction)))
 
     def fitting_fraction(self, available: int) -> float:
         """The share of the events that fits (0 when none does)."""
@@ -169,20 +190,24 @@ SAMPLES = 256  # start times read per event table (by evenly spaced rowids) to p
 
 
 def check(label: str, tables: dict[str, tuple[int, int]], *, fraction: float = 1.0,
-          when: Callable[[float], tuple[float, float, float]] | None = None) -> None:
-    """Raise ``MemoryLimitError`` when the estimated peak exceeds the memory available. ``when(share)``
-    gives (start, end, share of events) of a time range, in seconds, that holds about ``share`` of
-    the events, for the hint."""
+          when: Callable[[float], tuple[float, float, float]] | None = None,
+          warnings: list[str] | None = None) -> None:
+    """Raise ``MemoryLimitError`` when the estimated peak exceeds the memory available and the
+    arrays cannot be kept in files instead (``_spill``: then they are, from here on, with a note in
+    ``warnings``). ``when(share)`` gives (start, end, share of events) of a time range, in seconds,
+    that holds about ``share`` of the events, for the hint."""
     from nsysan.errors import MemoryLimitError
 
     est = estimate(tables)
     avail, source = available()
     need = est.peak(fraction)
-    if avail is None or need <= avail:
+    over = avail is not None and need > avail
+    why = _spilled(est, fraction, avail, source, need, over, warnings) if over or _spill.mode() == "always" else None
+    if not over or _spill.active():
         return
-    fits = est.fitting_fraction(avail)
+    fits = est.fitting_fraction(avail or 0)
     what = f"{label}: analysing {est.rows:,} events needs about {_size(need)} of memory; " \
-           f"{_size(max(avail, 0))} available ({source})"
+           f"{_size(max(avail or 0, 0))} available ({source})"
     if fits <= 0.001:
         hint = ("not even a part of it fits: use a machine with more memory, or record a shorter capture (nsys "
                 "profile --duration, or --capture-range)")
@@ -193,7 +218,32 @@ def check(label: str, tables: dict[str, tuple[int, int]], *, fraction: float = 1
             a, b, share = when(fits * 0.9)  # a margin for the sampling
             if b > a:
                 hint += f", e.g. --time-range {a:.3f}:{b:.3f} (about {share:.0%} of them)"
+    if why:
+        hint += f"; not spilled to disk: {why}"
     raise MemoryLimitError(what, hint=hint + f"; {LIMIT_ENV} overrides the available figure")
+
+
+def _spilled(est: Estimate, fraction: float, avail: int | None, source: str, need: int, over: bool,
+             warnings: list[str] | None) -> str | None:
+    """Start the spill (``_spill``) when ``NSYSAN_SPILL`` allows it and it can hold the arrays; None
+    when it started, else why not (in words)."""
+    if _spill.mode() == "never":
+        return f"{_spill.MODE_ENV}=never"
+    ram = est.spilled_peak(fraction)
+    why = _spill.unavailable(est.on_disk(fraction))
+    if why is None and avail is not None and ram > avail:
+        why = f"even with its arrays in files it needs about {_size(ram)}"
+    if why is not None:
+        if not over and warnings is not None:  # NSYSAN_SPILL=always, and it cannot
+            warnings.append(f"{_spill.MODE_ENV}=always: not spilled to disk: {why}")
+        return why
+    _spill.start()
+    if warnings is not None:
+        reason = f"it needs about {_size(need)} of memory, {_size(max(avail or 0, 0))} available ({source})" if over \
+            else f"{_spill.MODE_ENV}=always"
+        warnings.append(f"analysed with its big arrays in files in {_spill.where()} ({reason}): the same results, "
+                        f"more slowly; {_spill.MODE_ENV}=never refuses such a trace instead")
+    return None
 
 
 def _size(n: int) -> str:
@@ -201,9 +251,11 @@ def _size(n: int) -> str:
 
 
 def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[str, Any],
-          by_sql: list[tuple[Any, str]], time_range: tuple[float, float] | None) -> tuple[int, int] | None:
+          by_sql: list[tuple[Any, str]], time_range: tuple[float, float] | None,
+          warnings: list[str] | None = None) -> tuple[int, int] | None:
     """The loader's hook, called once the tables are planned and before any is read: refuses a trace
-    that would not fit (``check``), and turns ``time_range`` (seconds from the capture's start) into
+    that would not fit (``check``) unless its arrays can be kept in files (``_spill``; noted in
+    ``warnings``), and turns ``time_range`` (seconds from the capture's start) into
     ``[lo, hi)`` on the event clock (None without one). Where the events lie in time comes from
     ``SAMPLES`` start times per table, read by evenly spaced rowids (b-tree descents, a few ms): the
     share of a table's rows inside a range is the share of its samples inside it."""
@@ -259,7 +311,7 @@ def guard(db: Any, label: str, direct_plans: dict[str, Any], prefetched: dict[st
         kept = share_in(*window)
         if weights:
             fraction = min(1.0, kept + 1.0 / SAMPLES)  # one sample's width of margin
-    check(label, tables, fraction=fraction, when=when)
+    check(label, tables, fraction=fraction, when=when, warnings=warnings)
     return window
 
 

@@ -33,7 +33,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from nsysan import _memory
+from nsysan._executor import pool as executor_pool
 from nsysan._executor import threads
 from nsysan.errors import NotAnNsysExportError, NsysanError
 from nsysan.trace import columns, direct, prefetch
@@ -258,7 +258,7 @@ class Database:
             return convert(key, t) if convert else t
 
         try:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsysan-read") as pool:
+            with executor_pool(workers, "nsysan-read") as pool:
                 futures = [(key, pool.submit(run, key, sql)) for key, sql in queries]
                 out = {}
                 for key, fut in futures:

@@ -9,7 +9,6 @@ import re
 import sqlite3
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nsysan import _memory
-from nsysan._executor import cpus
+from nsysan._executor import cpus, pool
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
 from nsysan.trace import schema as S
@@ -173,7 +172,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             warnings += plan.notes
             if max_rows is not None:
                 plan.check_rows(db, path, max_rows)
-            time_window = budget.guard(db, display(path), plan.event_plans(), plan.prefetched, plan.by_sql, time_range)
+            time_window = budget.guard(db, display(path), plan.event_plans(), plan.prefetched, plan.by_sql, time_range,
+                                       warnings)
             queries, bulky = plan.queries(db, all_columns)
         except BaseException:
             if early is not None:
@@ -183,7 +183,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
         queries[1:] = sorted(queries[1:], key=lambda q: 0 if "WHERE rowid" in q[1] else 1)
         # the strings, each table read (decoded by the prefetch or here, or by SQL in slices), each built
         tick.total = len(queries) + len(plan.prefetched) + len(plan.direct_plans) + len(plan.specs)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysan-strings") as side:
+        with pool(1, "nsysan-strings") as side:
             # the string table (and, for a big one, ADBC's start-up, 45 ms) while the event tables decode
             strings_f = side.submit(lambda sql: Strings(db.table(sql, bulk="StringIds" in bulky)), queries.pop(0)[1])
             raw = _finish_prefetched(early, plan.prefetched, time_window)
