@@ -25,8 +25,10 @@ memory; ``budget`` counts them.
 on a disk, not a RAM-backed tmpfs (/dev/shm), where the files would take the very memory they save.
 ``NSYSAN_SPILL_THRESHOLD``: the smallest array put in a file, in bytes (default 4 MiB).
 Once started, the spill stays for the rest of the process (a later trace of a multi-trace run in the
-same process spills too). Linux only; without the extension built, a trace that does not fit is
-refused as before.
+same process spills too). The mappings are shared, so a process forked after the start (nsysan forks
+none: its worker processes start before any trace is read, and ``subprocess`` execs) would share
+those arrays' pages with its parent instead of copying them. Linux only; without the extension
+built, a trace that does not fit is refused as before.
 """
 
 from __future__ import annotations
