@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsysan import _memory
+from nsysan import _memory, _spill
 from nsysan._executor import cpus, pool
 from nsysan.errors import CorruptTraceError, NsysanError, ResourceLimitError
 from nsysan.trace import budget, direct, metrics, prefetch
@@ -174,6 +174,8 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
                 plan.check_rows(db, path, max_rows)
             time_window = budget.guard(db, display(path), plan.event_plans(), plan.prefetched, plan.by_sql, time_range,
                                        warnings)
+            if _spill.active():  # the progress says so from here on (a trace larger than memory: minutes)
+                tick.suffix = f" (arrays in files in {_spill.where()})"
             queries, bulky = plan.queries(db, all_columns)
         except BaseException:
             if early is not None:
@@ -238,13 +240,14 @@ class _Ticker:
 
     def __init__(self, progress: Progress | None, total: int) -> None:
         self.progress, self.total, self.done = progress, total, 0
+        self.suffix = ""  # said after each step's name (the spill)
         if progress:
             progress("strings", 0, total)
 
     def __call__(self, name: str) -> None:
         self.done += 1
         if self.progress:
-            self.progress(name, self.done, self.total)
+            self.progress(name + self.suffix, self.done, self.total)
 
 
 def _being_written(path: Path) -> list[str]:

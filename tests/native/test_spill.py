@@ -117,8 +117,9 @@ def test_why_a_spill_is_not_possible(tmp_path, monkeypatch):
 ANALYZE = """
     import json, sys
     from nsysan.cli import main
-    from nsysan import _spill
-    code = main(["analyze", sys.argv[1], "--json", sys.argv[2], "--no-html", "-q"])
+    from nsysan import _spill, pipeline
+    pipeline._Lines.EVERY = 0.0  # every step a progress line (stderr is a pipe)
+    code = main(["analyze", sys.argv[1], "--json", sys.argv[2], "--no-html"])
     print(json.dumps(dict(code=code, stats=_spill.stats())))
 """
 
@@ -177,6 +178,8 @@ def test_a_trace_that_would_not_fit_is_analysed_in_files_with_the_same_results(f
     assert any(w.startswith(f"analysed with its big arrays in files in {spill}") for w in doc["trace"]["warnings"])
     assert _without_warnings(doc) == _without_warnings(json.loads((tmp_path / "mem.json").read_text()))
     assert list(spill.iterdir()) == []
+    assert f"(arrays in files in {spill})" in got["stderr"]  # the progress says so from the load on
+    assert "arrays in files" not in base["stderr"]
     refused = _analyze(path, tmp_path / "refused.json", {**env, "NSYSAN_SPILL": "never"})
     assert refused["code"] == 13 and "not spilled to disk: NSYSAN_SPILL=never" in refused["stderr"]
     assert not (tmp_path / "refused.json").exists()

@@ -126,7 +126,7 @@ def test_a_terminal_sees_progress_from_the_load_to_the_last_output(fixture_dir, 
             calls.append("stop")
 
     monkeypatch.setattr(pipeline_mod, "_progress_factory",
-                        lambda quiet: (Prog(), lambda d, i, n: (seen.append((d, i, n)), calls.append("show"))))
+                        lambda quiet, label="": (Prog(), lambda d, i, n: (seen.append((d, i, n)), calls.append("show"))))
     trace = str(fixture_dir / "ladder_baseline.sqlite")
     assert main(["analyze", trace, "--json", str(tmp_path / "p.json"), "--html", str(tmp_path / "p.html")]) == 0
     assert calls[0] == "start" and calls[-1] == "stop" and calls.count("stop") == 1
@@ -138,9 +138,30 @@ def test_a_terminal_sees_progress_from_the_load_to_the_last_output(fixture_dir, 
     assert [i for _, i, _ in steps] == list(range(STEPS + 1)) and {n for _, _, n in steps} == {STEPS}
     assert steps[-1][0] == "analysing: done" and "analysing: rules" in [s[0] for s in steps]
     assert writing == [("writing JSON", 0, 2), ("writing HTML report", 1, 2)]
-    monkeypatch.setattr(pipeline_mod, "_progress_factory", lambda quiet: (None, None))
+    monkeypatch.setattr(pipeline_mod, "_progress_factory", lambda quiet, label="": (None, None))
     assert main(["analyze", trace, "--json", str(tmp_path / "q.json"), "--no-html", "-q"]) == 0
     assert json.loads((tmp_path / "p.json").read_text()) == json.loads((tmp_path / "q.json").read_text())
+
+
+def test_plain_progress_lines_off_a_terminal(fixture_dir, tmp_path, monkeypatch, capsys):
+    """stderr not a terminal (here: captured): a run shorter than ``_Lines.EVERY`` prints no progress;
+    with ``EVERY`` at 0 every step is a plain line naming the trace, the seconds so far and the step,
+    in the loader's, the analysis' and the writers' order; ``-q`` prints none."""
+    from nsysan import pipeline as pipeline_mod
+
+    trace = fixture_dir / "ladder_baseline.sqlite"
+    args = ["analyze", str(trace), "--json", str(tmp_path / "p.json"), "--no-html"]
+    assert main(args) == 0
+    assert "nsysan: ladder_baseline.sqlite:" not in capsys.readouterr().err
+    monkeypatch.setattr(pipeline_mod._Lines, "EVERY", 0.0)
+    assert main(args) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("nsysan: ladder_baseline.sqlite: ")]
+    steps = [re.fullmatch(r"nsysan: ladder_baseline\.sqlite: \d+ s, (.+) \((\d+)/(\d+)\)", ln) for ln in lines]
+    assert all(steps), lines
+    names = [m.group(1) for m in steps]
+    assert names[0].startswith("loading ") and "analysing: rules" in names and names[-1] == "writing JSON"
+    assert main(args + ["-q"]) == 0
+    assert "nsysan: ladder_baseline.sqlite:" not in capsys.readouterr().err
 
 
 def test_the_analysis_reports_its_steps_without_the_rules_too(load):
