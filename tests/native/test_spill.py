@@ -137,17 +137,11 @@ def _analyze(trace: Path, out: Path, env: dict[str, str]) -> dict:
 def _limit_between(path: Path) -> str:
     """A memory figure (bytes) between the estimate with the arrays in files and the estimate in
     memory (``budget``), from the tables the loader plans for ``path``."""
-    import nsysan
+    from planned import planned
+
     from nsysan.trace import budget
 
-    seen: dict = {}
-    real = budget.check
-    budget.check = lambda label, tables, **k: seen.update(tables) or real(label, tables, **k)
-    try:
-        nsysan.open_trace(path)
-    finally:
-        budget.check = real
-    est = budget.estimate(seen)
+    est = budget.estimate(planned(path))
     low, high = est.spilled_peak(), est.peak()
     assert low < high
     return str((low + high) // 2)

@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import planned
 import pytest
 import sqltruth
 
@@ -34,16 +35,7 @@ def _event_tables(path: Path) -> dict[str, str]:
     return out
 
 
-def _planned(path: Path) -> dict[str, tuple[int, int]]:
-    """The tables (rows, decoded columns) the loader gives the estimate for ``path``."""
-    seen: dict[str, tuple[int, int]] = {}
-    real = budget.check
-    budget.check = lambda label, tables, **k: seen.update(tables) or real(label, tables, **k)
-    try:
-        nsysan.open_trace(path)
-    finally:
-        budget.check = real
-    return seen
+_planned = planned.planned  # the tables (rows, decoded columns) the loader gives the estimate for a path
 
 
 def _limit_between(path: Path, share: float) -> int:
