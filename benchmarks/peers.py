@@ -18,6 +18,7 @@ The peers, installed outside the repository (never committed):
   each run (untimed).
 * ``nsysan``: ``analyze TRACE --json --html`` with the analysis cache off (``NSYSAN_NO_CACHE=1``);
   ``nsysan:PATH`` names another build's console script (default: ``.venv/bin/nsysan`` of this checkout).
+  ``nsysan-json`` (``--a nsysan-json``): the JSON alone (``--no-html``), the output nsys-ai writes.
 
 Each run is timed from outside (``os.wait4``: wall, user, system time and the largest process's peak
 RSS); the two commands run in turn, A B A B ..., after one untimed warm-up each, and the ratio A/B is
@@ -79,11 +80,11 @@ class Tool:
         self.env = dict(os.environ)
         self.before = lambda: None
         kind, _, arg = spec.partition(":")
-        if kind == "nsysan":
+        if kind in ("nsysan", "nsysan-json"):
             exe = arg or str(HERE.parent / ".venv" / "bin" / "nsysan")
-            tag = "a" if not arg else str(abs(hash(arg)) % 10_000)
-            self.cmd = [exe, "analyze", str(trace), "--json", str(out / f"n{tag}.json"), "--html",
-                        str(out / f"n{tag}.html"), "--force", "--quiet"]
+            tag = ("a" if not arg else str(abs(hash(arg)) % 10_000)) + kind
+            html = ["--no-html"] if kind == "nsysan-json" else ["--html", str(out / f"n{tag}.html")]
+            self.cmd = [exe, "analyze", str(trace), "--json", str(out / f"n{tag}.json"), *html, "--force", "--quiet"]
             self.env["NSYSAN_NO_CACHE"] = "1"
         elif kind == "nsys2022":
             self.cmd = ["sh", str(HERE / "peer_nsys2022.sh"), str(trace)]

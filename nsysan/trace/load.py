@@ -172,10 +172,7 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
             warnings += plan.notes
             if max_rows is not None:
                 plan.check_rows(db, path, max_rows)
-            time_window = budget.guard(db, display(path), plan.event_plans(), plan.prefetched, plan.by_sql, time_range,
-                                       warnings)
-            if _spill.active():  # the progress says so from here on (a trace larger than memory: minutes)
-                tick.suffix = f" (arrays in files in {_spill.where()})"
+            time_window = _guarded(db, path, plan, time_range, warnings, tick)
             queries, bulky = plan.queries(db, all_columns)
         except BaseException:
             if early is not None:
@@ -233,6 +230,17 @@ def _open_trace(path: Path, progress: Progress | None, max_rows: int | None, all
     del frames
     _memory.release()  # the conversion buffers' pages go back to the OS before the analyses start
     return trace
+
+
+def _guarded(db: Database, path: Path, plan: _Plan, time_range: tuple[float, float] | None, warnings: list[str],
+             tick: _Ticker) -> tuple[int, int] | None:
+    """``budget.guard`` on the planned tables: refused, spilled (the progress then says so from here
+    on: a trace larger than memory takes minutes) or let through; the event clock's window of
+    ``time_range``."""
+    window = budget.guard(db, display(path), plan.event_plans(), plan.prefetched, plan.by_sql, time_range, warnings)
+    if _spill.active():
+        tick.suffix = f" (arrays in files in {_spill.where()})"
+    return window
 
 
 class _Ticker:
