@@ -88,6 +88,7 @@ def name_in(values: pd.Series, names: Iterable[str]) -> np.ndarray:
 
 
 DENSE_RANGE = 1 << 16  # distinct() counts integers whose range is at most this
+DISTINCT_CHUNK = 1 << 18  # ... this many rows at a time
 FEW_GROUPS = 16  # up to this many key combinations, group_rows uses masks instead of a sort
 
 
@@ -172,8 +173,12 @@ def distinct(values: np.ndarray) -> np.ndarray:
         return v[:1].copy()
     if v.dtype.kind in "iu":
         lo, hi = int(v.min()), int(v.max())
-        if hi - lo <= DENSE_RANGE:  # small ids (streams, devices, threads of one process): a count
-            return (np.flatnonzero(np.bincount((v - lo).astype(np.intp, copy=False))) + lo).astype(v.dtype)
+        if hi - lo <= DENSE_RANGE:  # small ids (streams, devices, threads of one process): a count,
+            # a chunk of rows at a time (no int64 copy of a million-row column)
+            seen = np.zeros(hi - lo + 1, dtype=bool)
+            for a in range(0, len(v), DISTINCT_CHUNK):
+                seen |= np.bincount((v[a:a + DISTINCT_CHUNK] - lo).astype(np.intp, copy=False), minlength=len(seen)) > 0
+            return (np.flatnonzero(seen) + lo).astype(v.dtype)
     return np.unique(v)
 
 

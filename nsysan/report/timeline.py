@@ -223,36 +223,44 @@ def _through_rows(whole: Any, t0: int) -> tuple[str, int, int] | None:
 
 
 def _op_kinds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each op's kind code (int8) and whether it is communication; the per-op codes of the op, role
-    and kind columns are temporaries of this function only."""
-    op_codes, op_text = _text_codes(ops["op"])
-    role_codes, role_text = _text_codes(ops["role"])
-    kind_codes, kind_text = _text_codes(ops["kind"])
-
-    def is_(codes: np.ndarray, texts: list[str], *want: str) -> np.ndarray:
-        return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
-
+    """Each op's kind code (int8) and whether it is communication; each test of the op, role and kind
+    columns a mask of this function only (a categorical column tested on its own codes: no int64 code
+    per op, 28 MiB of temporaries on 1.2M ops)."""
     code_all = np.full(len(ops), KERNEL, dtype=np.int8)  # widened per lane when it is encoded
-    code_all[is_(op_codes, op_text, "graph")] = GRAPH
-    code_all[is_(op_codes, op_text, "memset")] = MEMSET
-    comm_all = is_(role_codes, role_text, "communication")
+    code_all[_is(ops["op"], "graph")] = GRAPH
+    code_all[_is(ops["op"], "memset")] = MEMSET
+    comm_all = _is(ops["role"], "communication")
     code_all[comm_all] = COMM
-    copy_all = is_(op_codes, op_text, "memcpy")
+    copy_all = _is(ops["op"], "memcpy")
     code_all[copy_all] = COPY_OTHER
-    code_all[copy_all & is_(kind_codes, kind_text, "HtoD")] = COPY_H2D
-    code_all[copy_all & is_(kind_codes, kind_text, "DtoH")] = COPY_D2H
+    code_all[copy_all & _is(ops["kind"], "HtoD")] = COPY_H2D
+    code_all[copy_all & _is(ops["kind"], "DtoH")] = COPY_D2H
     return code_all, comm_all
+
+
+def _is(values: pd.Series, *want: str) -> np.ndarray:
+    """Whether each row's text (``_text_codes``' text: ``str`` of the value, ``"nan"`` for a missing
+    one) is one of ``want``; a categorical column by its own codes."""
+    arr = values.array
+    if not isinstance(arr, pd.Categorical):
+        codes, texts = _text_codes(values)
+        return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
+    hit = [i for i, c in enumerate(arr.categories) if str(c) in want] + ([-1] if "nan" in want else [])
+    if not hit:
+        return np.zeros(len(arr), dtype=bool)
+    return np.isin(np.asarray(arr.codes), hit)
 
 
 def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """A code per row (of ``rows``, default all) and the text of each code (``str`` of the value,
     ``"nan"`` for a missing one): a categorical column's own codes, else codes of the values' text."""
     arr = values.array
-    if isinstance(arr, pd.Categorical):
+    if isinstance(arr, pd.Categorical):  # its codes as int32 (one copy; a missing value's -1 made "nan"'s)
         texts = [str(c) for c in arr.categories] + ["nan"]
         codes = np.asarray(arr.codes)
-        codes = (codes if rows is None else codes[rows]).astype(np.int64)
-        return np.where(codes < 0, len(texts) - 1, codes), texts
+        out = (codes if rows is None else codes[rows]).astype(np.int32)
+        out[out < 0] = len(texts) - 1
+        return out, texts
     taken = arr if rows is None else arr.take(rows)
     uniq, codes = np.unique(np.array([str(v) for v in taken], dtype=object), return_inverse=True)
     return codes.reshape(-1).astype(np.int64), [str(u) for u in uniq]
@@ -262,7 +270,11 @@ def _gap_keys(gaps: pd.DataFrame, rows: np.ndarray | slice = ALL) -> tuple[np.nd
     """A key per gap (of ``rows``) for its (cause, activity) pair, and the cause and activity texts."""
     cause_codes, cause_text = _text_codes(gaps["cause"], None if isinstance(rows, slice) else rows)
     act_codes, act_text = _text_codes(gaps["activity"], None if isinstance(rows, slice) else rows)
-    return cause_codes * len(act_text) + act_codes, cause_text, act_text
+    if len(cause_text) * len(act_text) >= 1 << 31:  # (int32 codes: their product would not fit)
+        cause_codes = cause_codes.astype(np.int64)
+    cause_codes *= len(act_text)
+    cause_codes += act_codes
+    return cause_codes, cause_text, act_text
 
 
 def _gap_key(gaps: pd.DataFrame, rows: np.ndarray | slice) -> np.ndarray:
