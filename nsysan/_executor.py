@@ -75,7 +75,6 @@ class Growing:
         self.grow(n)
 
     def _work(self) -> None:
-        _spill.enter_thread()  # the process's memory handler (numpy keeps one per thread)
         while True:
             item = self._queue.get()
             if item is None:
@@ -83,6 +82,7 @@ class Growing:
             f, fn, args, kwargs = item
             if not f.set_running_or_notify_cancel():
                 continue
+            _spill.enter_thread()  # the process's memory handler (one per thread; the spill may start later)
             try:
                 f.set_result(fn(*args, **kwargs))
             except BaseException as e:  # noqa: BLE001 - re-raised by .result()

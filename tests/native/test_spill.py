@@ -52,11 +52,13 @@ def test_big_arrays_live_in_unlinked_files_and_go_with_them(tmp_path):
     """An array at or above the threshold is a shared mapping of an unlinked file in the spill
     directory (its size plus a header page), with its values; np.zeros reads zeros; a resize keeps
     the values; a small array stays on the heap; a freed array's mapping is gone; the directory
-    holds no file at any time; pool threads (``_executor.pool``) spill too."""
+    holds no file at any time; pool threads (``_executor.pool``) spill too, and so do the tasks of a
+    growing pool whose thread started before the spill."""
     r = _run(f"""
         import json, os, numpy as np
         from nsysan import _spill, _executor
         d = {str(tmp_path)!r}
+        early = _executor.Growing(1, "early")  # a pool whose thread started before the spill
         _spill.start(d, 1 << 20)
         page = os.sysconf("SC_PAGE_SIZE")
         a = np.arange(1 << 18, dtype=np.int64)            # 2 MiB: a file
@@ -71,6 +73,9 @@ def test_big_arrays_live_in_unlinked_files_and_go_with_them(tmp_path):
         with _executor.pool(2) as p:
             held = p.submit(lambda: np.ones(1 << 18)).result()
         out["from_thread"] = [s for s, _ in mapped(d)]
+        held_early = early.submit(lambda: np.ones(1 << 18)).result()
+        out["from_early"] = len(mapped(d))
+        early.shutdown()
         out["stats"] = _spill.stats()
         print(json.dumps(out))
     """)
@@ -81,8 +86,8 @@ def test_big_arrays_live_in_unlinked_files_and_go_with_them(tmp_path):
     assert r["a_sum"] == (1 << 18) * ((1 << 18) - 1) // 2 and not r["z_any"]
     assert r["resized_head"] == (1 << 18) * ((1 << 18) - 1) // 2 and r["resized_tail"] == 0
     assert r["after_free"] == []
-    assert r["from_thread"] == [mib2 + page]
-    assert r["stats"]["live"] == mib2 and r["stats"]["files"] == 4 and r["stats"]["fallbacks"] == 0
+    assert r["from_thread"] == [mib2 + page] and r["from_early"] == 2
+    assert r["stats"]["live"] == 2 * mib2 and r["stats"]["files"] == 5 and r["stats"]["fallbacks"] == 0
 
 
 def test_a_file_that_cannot_be_made_leaves_the_array_on_the_heap(tmp_path):
