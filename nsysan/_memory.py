@@ -46,6 +46,11 @@ _malloc_tuned = False
 _owned = False  # the command line's own process (own_process): freed memory is kept for reuse
 
 
+def owned() -> bool:
+    """Whether this process is nsysan's own (``own_process``: the command line)."""
+    return _owned
+
+
 def own_process() -> None:
     """Tell the allocator tuning that this process is nsysan's own (the command line), before any
     table is read: freed memory stays in the process for the next temporaries (module doc)."""

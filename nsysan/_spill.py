@@ -15,7 +15,9 @@ implemented in the C extension (``_native/_btree.c``, ``spill_handler``): each f
 reserved when it is made (a full disk fails that allocation, which then stays on the heap and is
 counted, never a write later), and the file is gone when its array is freed or the process ends,
 however it ends. A handler belongs to a thread's context, so each thread nsysan starts takes it
-(``enter_thread``: ``_executor.pool``), and ``analysis.analyze`` takes it in the caller's thread.
+(``enter_thread``: ``_executor.pool``), and nsysan's calls take it in the caller's thread
+(``scope``: ``open_trace``, ``analyze``, the result's outputs), giving the caller's handler back
+after each in a library user's process.
 Arrays smaller than the threshold, Python objects (NVTX texts) and pandas' hash tables stay in
 memory; ``budget`` counts them.
 
@@ -37,6 +39,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 MODE_ENV = "NSYSAN_SPILL"
@@ -48,6 +53,7 @@ RAM_FILESYSTEMS = {"tmpfs", "ramfs"}
 
 _handler: Any = None  # the C handler (a capsule) once started
 _directory: str | None = None
+_local = threading.local()  # per thread: the handler a ``scope`` gives back when the spill started inside it
 
 
 def mode() -> str:
@@ -123,7 +129,9 @@ def start(where: str | None = None, smallest: int | None = None) -> None:
         raise RuntimeError("spilling to disk needs nsysan's C extension")
     _directory = where or directory()
     _handler = c.spill_handler(_directory, int(smallest or threshold()))
-    c.spill_set(_handler)
+    before = c.spill_set(_handler)
+    if getattr(_local, "scopes", 0):  # inside a ``scope``: it gives this thread's handler back
+        _local.before = before
 
 
 def active() -> bool:
@@ -133,6 +141,30 @@ def active() -> bool:
 def where() -> str | None:
     """The spill directory, once started."""
     return _directory
+
+
+@contextmanager
+def scope() -> Iterator[None]:
+    """nsysan's work in the caller's thread (``open_trace``, ``analyze``, the result's outputs):
+    inside, the thread's arrays spill once the spill has started, before or inside; after, in a
+    library user's process (a notebook), the thread has the memory handler it had before, so the
+    user's own arrays stay in memory. nsysan's own process (the command line) keeps the spill's
+    handler: its report is written after the analysis returns."""
+    from nsysan import _memory
+
+    c = sys.modules.get("nsysan._native._btree")
+    prev = c.spill_set(_handler) if _handler is not None and c is not None else None
+    _local.scopes = getattr(_local, "scopes", 0) + 1
+    try:
+        yield
+    finally:
+        _local.scopes -= 1
+        started_here = getattr(_local, "before", None)
+        back = prev if prev is not None else started_here
+        if _local.scopes == 0:
+            _local.before = None
+        if back is not None and not _memory.owned() and c is not None:
+            c.spill_set(back)
 
 
 def enter_thread() -> None:

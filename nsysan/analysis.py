@@ -183,8 +183,15 @@ def analyze(trace: Trace, params: Params | None = None, *, iteration_range: str 
     p, rule_options = _checked_options(params, iteration_range=iteration_range, min_gap_us=min_gap_us,
                                        warmup_factor=warmup_factor, rule_config=rule_config, config=config,
                                        set=set, disable=disable)
+    with _spill.scope():  # a trace loaded into files (larger than memory): this thread's arrays too
+        return _analyze(trace, p, rule_options, rules, workers, on_analyses, progress)
+
+
+def _analyze(trace: Trace, p: Params, rule_options: Any, rules: bool, workers: int | None,
+             on_analyses: Callable[[Analysis], None] | None,
+             progress: Callable[[str, int, int], None] | None) -> Analysis:
+    """``analyze``'s work, once its options are checked."""
     step = _Steps(progress, STEPS)
-    _spill.enter_thread()  # a trace loaded into files (larger than memory): this thread's arrays too
     with threads(workers or default_workers(event_rows(trace)), "nsysan-analyze") as pool:
         a, nsys_f = _analyses(trace, p, pool, step)
         if on_analyses is not None:

@@ -72,7 +72,8 @@ class _Lines:
             return
         self.last = now
         try:
-            sys.stderr.write(f"nsysan: {self.label}: {now - self.t0:.0f} s, {clean_text(description)} ({i}/{max(n, 1)})\n")
+            line = f"nsysan: {self.label}: {now - self.t0:.0f} s, {clean_text(description)} ({i}/{max(n, 1)})"
+            sys.stderr.write(line + "\n")
             sys.stderr.flush()
         except (OSError, ValueError):  # stderr closed: progress is not worth an error
             pass
@@ -383,8 +384,8 @@ def analyze_one(trace_path: str, opts: RunOptions) -> RunSummary:
     _startup.pandas_without_arrow()  # before anything imports pandas (after the prefetch started)
     from importlib import import_module
 
-    from nsysan.analysis import Params, analyze
-    from nsysan.trace import open_trace
+    import nsysan.analysis  # noqa: F401 - the analysis and the loader imported before the collector resumes
+    import nsysan.trace  # noqa: F401
 
     chosen = [o for o in sorted(OUTPUTS, key=lambda o: o.write_order) if opts.outputs.get(o.name)]
     for module in [m for o in chosen for m in o.preload]:  # the renderers' libraries, before the collector resumes
@@ -404,6 +405,22 @@ def analyze_one(trace_path: str, opts: RunOptions) -> RunSummary:
     if prog:
         prog.start()
     try:
+        return _analyze_and_write(source, trace_path, opts, chosen, protect, show, t0)
+    finally:
+        if prog:
+            prog.stop()
+
+
+def _analyze_and_write(source: str, trace_path: str, opts: RunOptions, chosen: list[Output], protect: list[Any],
+                       show: Any, t0: float) -> RunSummary:
+    """``analyze_one``'s work once its inputs are resolved: load, analyse, write the outputs; inside
+    the spill's scope (``nsysan._spill``: a trace larger than memory keeps its report's arrays in
+    files too; a worker of a Dask cluster gets its own handler back after)."""
+    from nsysan import _spill
+    from nsysan.analysis import Params, analyze
+    from nsysan.trace import open_trace
+
+    with _spill.scope():
         trace = open_trace(source, progress=_prefixed(show, "loading "), max_rows=opts.max_events,
                            time_range=opts.time_range)
         params = Params(iteration_range=opts.iteration_range, min_gap_ns=opts.min_gap_ns,
@@ -423,9 +440,6 @@ def analyze_one(trace_path: str, opts: RunOptions) -> RunSummary:
         with together():  # the trace's outputs appear together, or none of them (an error, a signal)
             outputs = _write_outputs(a, source, opts, chosen, protect, early, show)
         return run_summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
-    finally:
-        if prog:
-            prog.stop()
 
 
 def _write_outputs(a: Any, source: Any, opts: RunOptions, chosen: list[Output], protect: list[Any],

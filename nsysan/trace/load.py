@@ -49,7 +49,8 @@ def open_trace(path: str | Path, *, progress: Progress | None = None, max_rows: 
     capture's start) keeps only the events that start inside it.
     """
     try:
-        return _open_trace(Path(path), progress, max_rows, all_columns, workers, time_range)
+        with _spill.scope():  # a trace larger than memory: its arrays in files (nsysan/_spill.py)
+            return _open_trace(Path(path), progress, max_rows, all_columns, workers, time_range)
     except NsysanError:
         raise
     except (sqlite3.Error, UnicodeError, ValueError, TypeError, KeyError, IndexError, OverflowError,

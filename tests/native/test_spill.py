@@ -107,6 +107,42 @@ def test_a_file_that_cannot_be_made_leaves_the_array_on_the_heap(tmp_path):
     assert r["stats"]["fallbacks"] == 1 and r["stats"]["files"] == 0
 
 
+def test_a_library_process_gets_its_handler_back(fixture_dir, tmp_path):
+    """In a library user's process (not nsysan's own), ``open_trace`` of a trace that does not fit
+    starts the spill: the trace's columns are in files, ``analyze`` and the result's outputs spill
+    their arrays too, and between nsysan's calls the caller's own big arrays stay in memory (the
+    thread's handler given back), with the JSON equal to the command line's in-memory JSON."""
+    path = fixture_dir / "launch_eager.sqlite"
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    r = _run(f"""
+        import json, numpy as np, nsysan
+        from numpy._core.multiarray import get_handler_name as name_of
+
+        def get_handler_name(a):  # the handler of the array that owns the data (a column may be a view)
+            while isinstance(a.base, np.ndarray):
+                a = a.base
+            return name_of(a) if a.nbytes >= 65536 else "small"
+
+        tr = nsysan.open_trace({str(path)!r})
+        out = dict(trace_cols=get_handler_name(tr.kernels["start_ns"].to_numpy()),
+                   mine_after_load=get_handler_name(np.ones(1 << 20)))
+        a = nsysan.analyze(tr)
+        out["mine_after_analyze"] = get_handler_name(np.ones(1 << 20))
+        out["result_col"] = get_handler_name(a.gaps["start_ns"].to_numpy()) if len(a.gaps) else "none"
+        doc = a.to_json()
+        out["mine_after_json"] = get_handler_name(np.ones(1 << 20))
+        out["doc"] = json.loads(doc)
+        print(json.dumps(out))
+    """, {"NSYSAN_SPILL": "auto", "NSYSAN_MEMORY_LIMIT": _limit_between(path), "NSYSAN_SPILL_DIR": str(spill),
+          "NSYSAN_SPILL_THRESHOLD": "65536"})
+    assert r["trace_cols"] == "nsysan_spill" and r["result_col"] in ("nsysan_spill", "small", "none")
+    assert r["mine_after_load"] == r["mine_after_analyze"] == r["mine_after_json"] == "default_allocator"
+    base = _analyze(path, tmp_path / "mem.json", {"NSYSAN_SPILL": "never"})
+    assert base["code"] == 0
+    assert _without_warnings(r["doc"]) == _without_warnings(json.loads((tmp_path / "mem.json").read_text()))
+
+
 def test_why_a_spill_is_not_possible(tmp_path, monkeypatch):
     from nsysan import _spill
 
