@@ -181,3 +181,14 @@ def stats() -> dict[str, int] | None:
         return None
     live, peak, files, fallbacks = sys.modules["nsysan._native._btree"].spill_stats(_handler)
     return {"live": live, "peak": peak, "files": files, "fallbacks": fallbacks}
+
+
+def heap_note(before: dict[str, int] | None) -> str | None:
+    """A note when arrays stayed on the heap since ``before`` (a ``stats()``, None before the start)
+    for want of a file (the directory full or gone); None when none did."""
+    now = stats()
+    n = 0 if now is None else now["fallbacks"] - (before or {}).get("fallbacks", 0)
+    if n <= 0:
+        return None
+    return (f"{n} big array{'s' if n > 1 else ''} stayed in memory: the spill directory {_directory} could not "
+            f"hold {'them' if n > 1 else 'it'} (full, or gone); {DIR_ENV} names a directory on a disk with room")

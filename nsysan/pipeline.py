@@ -420,6 +420,7 @@ def _analyze_and_write(source: str, trace_path: str, opts: RunOptions, chosen: l
     from nsysan.analysis import Params, analyze
     from nsysan.trace import open_trace
 
+    before = _spill.stats()
     with _spill.scope():
         trace = open_trace(source, progress=_prefixed(show, "loading "), max_rows=opts.max_events,
                            time_range=opts.time_range)
@@ -439,7 +440,11 @@ def _analyze_and_write(source: str, trace_path: str, opts: RunOptions, chosen: l
                     progress=_prefixed(show, "analysing: "))
         with together():  # the trace's outputs appear together, or none of them (an error, a signal)
             outputs = _write_outputs(a, source, opts, chosen, protect, early, show)
-        return run_summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
+        summary = run_summary(a, trace, trace_path, outputs, round(time.perf_counter() - t0, 3))
+    note = _spill.heap_note(before)  # (the outputs are written: the terminal's summary says it)
+    if note:
+        summary.warnings.append(note)
+    return summary
 
 
 def _write_outputs(a: Any, source: Any, opts: RunOptions, chosen: list[Output], protect: list[Any],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,32 @@ def test_a_library_process_gets_its_handler_back(fixture_dir, tmp_path):
     base = _analyze(path, tmp_path / "mem.json", {"NSYSAN_SPILL": "never"})
     assert base["code"] == 0
     assert _without_warnings(r["doc"]) == _without_warnings(json.loads((tmp_path / "mem.json").read_text()))
+
+
+def test_arrays_left_on_the_heap_are_told(fixture_dir, tmp_path):
+    """The spill directory gone once the spill started: the analysis still succeeds (its arrays on
+    the heap) with the same JSON, and the terminal's summary says how many arrays stayed in memory
+    and names the directory."""
+    d = tmp_path / "gone"
+    d.mkdir()
+    path = fixture_dir / "launch_eager.sqlite"
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os
+        from nsysan import _spill
+        from nsysan.cli import main
+        _spill.start({str(d)!r}, 65536)
+        os.rmdir({str(d)!r})
+        raise SystemExit(main(["analyze", {str(path)!r}, "--json", {str(tmp_path / "o.json")!r}, "--no-html"]))
+    """)], capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "NSYSAN_NO_CACHE": "1", "NSYSAN_SPILL": "always"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    said = " ".join((p.stdout + p.stderr).split())
+    m = re.search(r"(\d+) big arrays? stayed in memory: the spill directory (\S+) could not hold", said)
+    assert m and int(m.group(1)) > 0 and m.group(2) == str(d), said[-2000:]
+    base = _analyze(path, tmp_path / "mem.json", {"NSYSAN_SPILL": "never"})
+    assert base["code"] == 0
+    assert _without_warnings(json.loads((tmp_path / "o.json").read_text())) == \
+        _without_warnings(json.loads((tmp_path / "mem.json").read_text()))
 
 
 def test_why_a_spill_is_not_possible(tmp_path, monkeypatch):
