@@ -13,7 +13,8 @@ differs (each fresh page is a file page; pages evicted are read back from disk).
 The mechanism is numpy's memory-handler interface (NEP 49: ``PyDataMem_SetHandler``, numpy >= 1.22),
 implemented in the C extension (``_native/_btree.c``, ``spill_handler``): each file's blocks are
 reserved when it is made (a full disk fails that allocation, which then stays on the heap and is
-counted, never a write later), and the file is gone when its array is freed or the process ends,
+counted and told: ``heap_note``; never a write later), and the file is gone when its array is freed
+or the process ends,
 however it ends. A handler belongs to a thread's context, so each thread nsysan starts takes it
 (``enter_thread``: ``_executor.pool``), and nsysan's calls take it in the caller's thread
 (``scope``: ``open_trace``, ``analyze``, the result's outputs), giving the caller's handler back
