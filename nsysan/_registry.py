@@ -1,10 +1,11 @@
 """The outputs ``Analysis``'s convenience methods delegate to (``to_json``, ``to_html``, ``write_html``,
 ``__repr__`` ...), registered by ``nsysan.api`` when the package is imported: the frozen result
 (``nsysan/analysis.py``) imports nothing of the renderers (``nsysan/report/``), which sit above it.
-Imports nothing at import time (the spill's scope, ``nsysan._spill``, when an output is asked for)."""
+Imports nothing but the spill's scope (``nsysan._spill``, standard library only) when registering."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -12,19 +13,25 @@ OUTPUTS: dict[str, Callable[..., Any]] = {}
 
 
 def register(**functions: Callable[..., Any]) -> None:
-    OUTPUTS.update(functions)
+    """Register each function under its name, to run inside the spill's scope (``nsysan._spill``: an
+    analysis in files, larger than memory, keeps its report's arrays in files too)."""
+    OUTPUTS.update((name, _scoped(fn)) for name, fn in functions.items())
+
+
+def _scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    from nsysan import _spill
+
+    @functools.wraps(fn)
+    def within(*args: Any, **kwargs: Any) -> Any:
+        with _spill.scope():
+            return fn(*args, **kwargs)
+
+    return within
 
 
 def output(name: str) -> Callable[..., Any]:
     """The function registered as ``name``; ``nsysan`` (its ``__init__``) registers them all on import."""
     try:
-        fn = OUTPUTS[name]
+        return OUTPUTS[name]
     except KeyError:
         raise RuntimeError(f"nsysan.api has not registered {name!r} (import nsysan.api)") from None
-    from nsysan import _spill
-
-    def within(*args: Any, **kwargs: Any) -> Any:
-        with _spill.scope():  # an analysis in files (larger than memory): its report's arrays too
-            return fn(*args, **kwargs)
-
-    return within

@@ -14,8 +14,7 @@ The mechanism is numpy's memory-handler interface (NEP 49: ``PyDataMem_SetHandle
 implemented in the C extension (``_native/_btree.c``, ``spill_handler``): each file's blocks are
 reserved when it is made (a full disk fails that allocation, which then stays on the heap and is
 counted and told: ``heap_note``; never a write later), and the file is gone when its array is freed
-or the process ends,
-however it ends. A handler belongs to a thread's context, so each thread nsysan starts takes it
+or the process ends, however it ends. A handler belongs to a thread's context, so each thread nsysan starts takes it
 (``enter_thread``: ``_executor.pool``), and nsysan's calls take it in the caller's thread
 (``scope``: ``open_trace``, ``analyze``, the result's outputs), giving the caller's handler back
 after each in a library user's process.
@@ -53,6 +52,7 @@ THRESHOLD = 4 << 20  # bytes: smaller arrays (chunks, per-iteration figures) sta
 RAM_FILESYSTEMS = {"tmpfs", "ramfs"}
 
 _handler: Any = None  # the C handler (a capsule) once started
+_ext: Any = None  # the extension that made it (``spill_set``, ``spill_stats``)
 _directory: str | None = None
 _local = threading.local()  # per thread: the handler a ``scope`` gives back when the spill started inside it
 
@@ -122,14 +122,14 @@ def start(where: str | None = None, smallest: int | None = None) -> None:
     """From now on, arrays of ``smallest`` bytes or more (default ``threshold()``) made by this
     thread, and by the threads that call ``enter_thread``, are kept in files in ``where`` (default
     ``directory()``). Once per process; later calls change nothing."""
-    global _handler, _directory
+    global _handler, _directory, _ext
     if _handler is not None:
         return
     c = _c()
     if c is None:
         raise RuntimeError("spilling to disk needs nsysan's C extension")
     _directory = where or directory()
-    _handler = c.spill_handler(_directory, int(smallest or threshold()))
+    _handler, _ext = c.spill_handler(_directory, int(smallest or threshold())), c
     before = c.spill_set(_handler)
     if getattr(_local, "scopes", 0):  # inside a ``scope``: it gives this thread's handler back
         _local.before = before
@@ -153,8 +153,7 @@ def scope() -> Iterator[None]:
     handler: its report is written after the analysis returns."""
     from nsysan import _memory
 
-    c = sys.modules.get("nsysan._native._btree")
-    prev = c.spill_set(_handler) if _handler is not None and c is not None else None
+    prev = _ext.spill_set(_handler) if _handler is not None else None
     _local.scopes = getattr(_local, "scopes", 0) + 1
     try:
         yield
@@ -164,15 +163,15 @@ def scope() -> Iterator[None]:
         back = prev if prev is not None else started_here
         if _local.scopes == 0:
             _local.before = None
-        if back is not None and not _memory.owned() and c is not None:
-            c.spill_set(back)
+        if back is not None and not _memory.owned():
+            _ext.spill_set(back)
 
 
 def enter_thread() -> None:
     """Give this thread the spill's handler (numpy keeps one per thread context); nothing before
-    ``start``. Called as each of nsysan's threads starts, and by ``analysis.analyze``."""
+    ``start``. Called as each of nsysan's pool threads starts, and before each task of the growing pool."""
     if _handler is not None:
-        sys.modules["nsysan._native._btree"].spill_set(_handler)
+        _ext.spill_set(_handler)
 
 
 def stats() -> dict[str, int] | None:
@@ -180,7 +179,7 @@ def stats() -> dict[str, int] | None:
     heap for want of a file); None before ``start``."""
     if _handler is None:
         return None
-    live, peak, files, fallbacks = sys.modules["nsysan._native._btree"].spill_stats(_handler)
+    live, peak, files, fallbacks = _ext.spill_stats(_handler)
     return {"live": live, "peak": peak, "files": files, "fallbacks": fallbacks}
 
 

@@ -19,3 +19,12 @@ def planned(path: Path) -> dict[str, tuple[int, int]]:
     finally:
         budget.check = real  # type: ignore[assignment]
     return seen
+
+
+def spill_limit(path: Path) -> int:
+    """A memory figure (bytes) between the estimate with the arrays in files and the estimate in
+    memory (``budget``): a trace that spills under ``auto``."""
+    est = budget.estimate(planned(path))
+    low, high = est.spilled_peak(), est.peak()
+    assert low < high
+    return (low + high) // 2

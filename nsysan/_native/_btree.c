@@ -1336,8 +1336,12 @@ static void spill_capsule_free(PyObject *cap) {
     if (h) { free(h->allocator.ctx); free(h); }
 }
 
-/* numpy's C-API table (slot 304: PyDataMem_SetHandler, since numpy 1.22's API version 0xf). */
+/* numpy's C-API table (slot 304: PyDataMem_SetHandler, since numpy 1.22's API version 0xf), looked up
+ * once (every thread of a spilled run sets the handler, the growing pool before each task). */
+static void **numpy_api_table;
+
 static void **numpy_api(void) {
+    if (numpy_api_table) return numpy_api_table;
     PyObject *m = PyImport_ImportModule("numpy._core._multiarray_umath");
     if (!m) { PyErr_Clear(); m = PyImport_ImportModule("numpy.core._multiarray_umath"); }
     if (!m) return NULL;
@@ -1349,6 +1353,7 @@ static void **numpy_api(void) {
     if (!api) return NULL;
     unsigned int (*feature)(void) = (unsigned int (*)(void))api[211];  /* PyArray_GetNDArrayCFeatureVersion */
     if (feature() < 0xf) { PyErr_SetString(PyExc_RuntimeError, "numpy older than 1.22: no memory handlers"); return NULL; }
+    numpy_api_table = api;  /* (the GIL is held: no race) */
     return api;
 }
 

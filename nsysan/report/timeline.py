@@ -22,7 +22,7 @@ import pandas as pd
 
 from nsysan._executor import SMALL_EVENTS, default_workers, event_rows
 from nsysan._executor import threads as thread_pool
-from nsysan.analyses.frames import distinct, group_rows
+from nsysan.analyses.frames import distinct, group_rows, name_in
 from nsysan.analyses.streams import stream_role
 from nsysan.report import deflate, metrics_view
 from nsysan.report.encoding import varint
@@ -224,31 +224,18 @@ def _through_rows(whole: Any, t0: int) -> tuple[str, int, int] | None:
 
 def _op_kinds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each op's kind code (int8) and whether it is communication; each test of the op, role and kind
-    columns a mask of this function only (a categorical column tested on its own codes: no int64 code
-    per op, 28 MiB of temporaries on 1.2M ops)."""
+    columns a mask of this function only (``name_in``: a categorical column decided per category, no
+    int64 code per op: 28 MiB of temporaries on 1.2M ops)."""
     code_all = np.full(len(ops), KERNEL, dtype=np.int8)  # widened per lane when it is encoded
-    code_all[_is(ops["op"], "graph")] = GRAPH
-    code_all[_is(ops["op"], "memset")] = MEMSET
-    comm_all = _is(ops["role"], "communication")
+    code_all[name_in(ops["op"], ("graph",))] = GRAPH
+    code_all[name_in(ops["op"], ("memset",))] = MEMSET
+    comm_all = name_in(ops["role"], ("communication",))
     code_all[comm_all] = COMM
-    copy_all = _is(ops["op"], "memcpy")
+    copy_all = name_in(ops["op"], ("memcpy",))
     code_all[copy_all] = COPY_OTHER
-    code_all[copy_all & _is(ops["kind"], "HtoD")] = COPY_H2D
-    code_all[copy_all & _is(ops["kind"], "DtoH")] = COPY_D2H
+    code_all[copy_all & name_in(ops["kind"], ("HtoD",))] = COPY_H2D
+    code_all[copy_all & name_in(ops["kind"], ("DtoH",))] = COPY_D2H
     return code_all, comm_all
-
-
-def _is(values: pd.Series, *want: str) -> np.ndarray:
-    """Whether each row's text (``_text_codes``' text: ``str`` of the value, ``"nan"`` for a missing
-    one) is one of ``want``; a categorical column by its own codes."""
-    arr = values.array
-    if not isinstance(arr, pd.Categorical):
-        codes, texts = _text_codes(values)
-        return np.isin(codes, [i for i, t in enumerate(texts) if t in want])
-    hit = [i for i, c in enumerate(arr.categories) if str(c) in want] + ([-1] if "nan" in want else [])
-    if not hit:
-        return np.zeros(len(arr), dtype=bool)
-    return np.isin(np.asarray(arr.codes), hit)
 
 
 def _text_codes(values: pd.Series, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:

@@ -203,11 +203,11 @@ def check(label: str, tables: dict[str, tuple[int, int]], *, fraction: float = 1
     need = est.peak(fraction)
     over = avail is not None and need > avail
     why = _spilled(est, fraction, avail, source, need, over, warnings) if over or _spill.mode() == "always" else None
-    if not over or _spill.active():
+    if avail is None or not over or _spill.active():
         return
-    fits = est.fitting_fraction(avail or 0)
+    fits = est.fitting_fraction(avail)
     what = f"{label}: analysing {est.rows:,} events needs about {_size(need)} of memory; " \
-           f"{_size(max(avail or 0, 0))} available ({source})"
+           f"{_size(max(avail, 0))} available ({source})"
     if fits <= 0.001:
         hint = ("not even a part of it fits: use a machine with more memory, or record a shorter capture (nsys "
                 "profile --duration, or --capture-range)")

@@ -18,13 +18,10 @@ from nsysan._native import c_pass
 @pytest.mark.skipif(not sys.platform.startswith("linux") or c_pass("spill_handler") is None,
                     reason="the spill needs Linux and the C extension")
 def test_spill_benchmark_runs(fixture_dir, tmp_path):
-    from planned import planned
-
-    from nsysan.trace import budget
+    from planned import spill_limit
 
     path = fixture_dir / "launch_eager.sqlite"
-    est = budget.estimate(planned(path))
-    limit = (est.spilled_peak() + est.peak()) // 2
+    limit = spill_limit(path)
     env = dict(os.environ, NSYSAN_SPILL_THRESHOLD="65536", NSYSAN_SPILL_DIR=str(tmp_path))
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "spill.py"), str(path), "--limit", str(limit),
                         "--keep-cache"],

@@ -203,16 +203,10 @@ def _analyze(trace: Path, out: Path, env: dict[str, str]) -> dict:
 
 
 def _limit_between(path: Path) -> str:
-    """A memory figure (bytes) between the estimate with the arrays in files and the estimate in
-    memory (``budget``), from the tables the loader plans for ``path``."""
-    from planned import planned
+    """A memory figure between the estimate with the arrays in files and the one in memory."""
+    from planned import spill_limit
 
-    from nsysan.trace import budget
-
-    est = budget.estimate(planned(path))
-    low, high = est.spilled_peak(), est.peak()
-    assert low < high
-    return str((low + high) // 2)
+    return str(spill_limit(path))
 
 
 def _without_warnings(doc: dict) -> dict:
