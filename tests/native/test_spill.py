@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import sqltruth
 
 from nsysan._native import c_pass
 
@@ -233,6 +234,12 @@ def test_a_trace_that_would_not_fit_is_analysed_in_files_with_the_same_results(f
     doc = json.loads((tmp_path / "spilled.json").read_text())
     assert any(w.startswith(f"analysed with its big arrays in files in {spill}") for w in doc["trace"]["warnings"])
     assert _without_warnings(doc) == _without_warnings(json.loads((tmp_path / "mem.json").read_text()))
+    # and against the trace itself: each kernel name's count, shortest and longest run (SQL)
+    truth = {name: (n, lo, hi) for name, n, lo, hi in sqltruth.query(
+        path, 'SELECT s.value, count(*), min(k."end" - k.start), max(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+              "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value")}
+    by_name = {r["name"]: (r["count"], r["min_ns"], r["max_ns"]) for r in doc["kernels"]["by_name"]}
+    assert by_name == truth
     assert list(spill.iterdir()) == []
     assert f"(arrays in files in {spill})" in got["stderr"]  # the progress says so from the load on
     assert "arrays in files" not in base["stderr"]
