@@ -11,7 +11,8 @@ remove them all before the process dies of that signal (as it would have).
 
 The command line turns SIGTERM and SIGHUP into ``Terminated`` (a ``KeyboardInterrupt``, so every
 clean-up Ctrl-C runs runs for them too: worker processes and nsys' process group stopped, temp files
-removed) for its whole run (``terminating``, installed in one place: ``nsysan.cli.main``).
+removed) for its whole run (``terminating``, installed in one place: ``nsysan.cli.main``). A
+``Terminated`` that Python dropped (raised inside a ``__del__``) still stops every rename after it.
 
 Several outputs that belong together (one trace's JSON, HTML and CSV tables; a run's summary files)
 are renamed together (``together``): each is written to its temp file, and only when all are written
@@ -53,6 +54,15 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated(signum)
 
 
+def _not_terminated() -> None:
+    """Raise ``Terminated`` again where a signal came but its exception was lost: Python runs a
+    handler at whatever line the main thread is on, and one raised inside a ``__del__`` or a
+    callback is printed and dropped ("Exception ignored"), so the write went on. Called just before
+    a temp file replaces its target: after SIGTERM or SIGHUP no report replaces an old one."""
+    if _RECEIVED:
+        raise Terminated(_RECEIVED[0])
+
+
 @contextmanager
 def terminating() -> Iterator[None]:
     """SIGTERM and SIGHUP raise ``Terminated`` in the main thread inside the block (where their
@@ -76,18 +86,21 @@ def terminating() -> Iterator[None]:
     finally:
         for sig, old in before.items():
             signal.signal(sig, old)
-        if _RECEIVED and signal.getsignal(_RECEIVED[0]) == signal.SIG_DFL:
+        received = _RECEIVED[:]
+        _RECEIVED.clear()  # (a process that lives on writes again)
+        if received and signal.getsignal(received[0]) == signal.SIG_DFL:
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
                 except (OSError, ValueError):
                     pass
-            os.kill(os.getpid(), _RECEIVED[0])
+            os.kill(os.getpid(), received[0])
 
 
 def default_signals() -> None:
     """A worker process' start (forked from a command line in ``terminating``): SIGTERM and SIGHUP
     back to their default action, so the parent can stop it (``_guard`` still removes its temp files)."""
+    _RECEIVED.clear()
     for sig in _SIGNALS:
         try:
             if signal.getsignal(sig) is _raise_terminated:
@@ -115,6 +128,7 @@ def together() -> Iterator[None]:
                 check()
         held = _hold_signals(True)
         try:
+            _not_terminated()  # a signal before the hold whose exception was lost
             while items:
                 tmp, path, _check = items[0]
                 os.replace(tmp, path)
@@ -256,6 +270,7 @@ def replacing(path: str | os.PathLike[str], *, prefix: str = ".nsysan-", suffix:
             os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         if check is not None:
             check()
+        _not_terminated()
         batch = getattr(_BATCH, "items", None) if batched else None
         if batch is not None:
             batch.append((tmp, os.fspath(path), check))  # renamed (or removed) by ``together``

@@ -295,7 +295,7 @@ signal.signal(signal.SIGHUP, signal.SIG_DFL)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 def slow(fd):  # the write is under way: the temp file holds the report, not yet renamed
     print("ready", flush=True)
-    time.sleep(120)
+    time.sleep(30)  # (a handler whose exception is lost lets it run out: the rename is still refused)
 os.fsync = slow
 from nsysan.cli import main
 option, out = sys.argv[2], sys.argv[3]
@@ -304,14 +304,46 @@ sys.exit(main(["analyze", sys.argv[1], option, out, *extra, "-q", "--force"]))
 """
 
 
-def _interrupted(trace: Path, out: Path, sig: int, option: str = "--json") -> int:
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(trace), option, str(out)], stdout=subprocess.PIPE,
+# the same, the signal arriving while a ``__del__`` runs: Python prints the handler's exception and drops it
+# ("Exception ignored"), and the write goes on; it must still not replace the old report
+CHILD_LOST = CHILD.replace("""def slow(fd):""", """class Dropped:
+    def __del__(self):
+        print("ready", flush=True)
+        time.sleep(20)
+def slow(fd):
+    Dropped()
+    return
+""")
+
+
+def _threads(pid: int) -> list[str]:
+    """Each thread of a live process: its name, state, kernel wait and signal masks (for a message)."""
+    out = []
+    for t in sorted(os.listdir(f"/proc/{pid}/task")):
+        try:
+            d = Path(f"/proc/{pid}/task/{t}")
+            fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines() if ":" in line)
+            out.append(" ".join([(d / "comm").read_text().strip(), (d / "wchan").read_text().strip(),
+                                 *(f"{k}={fields.get(k, '').strip()}" for k in ("State", "SigBlk", "SigPnd"))]))
+        except OSError:
+            pass
+    return out
+
+
+def _interrupted(trace: Path, out: Path, sig: int, option: str = "--json", child: str = CHILD) -> int:
+    p = subprocess.Popen([sys.executable, "-c", child, str(trace), option, str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert p.stdout is not None and p.stdout.readline() == "ready\n", p.stderr.read() if p.stderr else ""
         assert len(temps(out.parent)) == 1  # the temp file is there while the report is written
         p.send_signal(sig)
-        return p.wait(timeout=60)
+        try:
+            return p.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # what it was doing, for the message
+            threads = _threads(p.pid)
+            p.kill()
+            _, err = p.communicate()
+            raise AssertionError(f"no exit 60 s after signal {sig}: threads {threads}; stderr {err[-4000:]!r}")
     finally:
         if p.poll() is None:
             p.kill()
@@ -325,6 +357,16 @@ def test_sigterm_and_sighup_remove_the_temp_file(trace, tmp_path, sig):
     out.write_text("OLD REPORT\n")
     code = _interrupted(trace, out, sig)
     assert code == -sig  # it still dies of the signal
+    assert out.read_text() == "OLD REPORT\n" and os.listdir(out.parent) == ["r.json"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_whose_exception_was_lost_still_keeps_the_old_report(trace, tmp_path, sig):
+    out = tmp_path / "o" / "r.json"
+    out.parent.mkdir()
+    out.write_text("OLD REPORT\n")
+    code = _interrupted(trace, out, sig, child=CHILD_LOST)
+    assert code == -sig  # it dies of the signal once the write is over
     assert out.read_text() == "OLD REPORT\n" and os.listdir(out.parent) == ["r.json"]
 
 
