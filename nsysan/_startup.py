@@ -22,7 +22,8 @@ process that imported pandas already (a notebook, the tests) is left as it is.
 ``NSYSAN_PANDAS_ARROW=1`` lets pandas find pyarrow again.
 
 numpy without OpenBLAS' threads (``numpy_without_blas_threads``); the allocator told the process is
-nsysan's own (``own_process``: ``nsysan._memory``); the analysis threads of each worker process of a
+nsysan's own and the dataclass methods compiled once across runs (``own_process``: ``nsysan._memory``,
+``nsysan._dataclass_code``); the analysis threads of each worker process of a
 multi-trace run (``pool_threads``, ``set_threads``: ``NSYSAN_THREADS``).
 """
 
@@ -80,10 +81,12 @@ def numpy_without_blas_threads() -> None:
 
 
 def own_process() -> None:
-    """The command line's process is nsysan's own: freed memory stays in it (``_memory.own_process``)."""
-    from nsysan import _memory
+    """The command line's process is nsysan's own: freed memory stays in it (``_memory.own_process``),
+    and the methods ``dataclasses`` generates are compiled once across runs (``_dataclass_code``)."""
+    from nsysan import _dataclass_code, _memory
 
     _memory.own_process()
+    _dataclass_code.install()
 
 
 def pool_threads(workers: int) -> str:
@@ -101,10 +104,13 @@ def set_threads(n: str) -> None:
 def exit_now(code: int) -> None:
     """The command line's exit: output flushed, then ``os._exit`` without the interpreter's shutdown
     (a ~1 GB heap freed object by object took 0.2 s after a 245 MB trace, for nothing: the outputs
-    are written and closed by then)."""
+    are written and closed by then). The dataclass methods compiled in this run are kept first."""
+    from nsysan import _dataclass_code
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (nsysan ... | head): nothing more to say
             pass
+    _dataclass_code.save()
     os._exit(code)

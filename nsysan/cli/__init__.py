@@ -9,12 +9,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from nsysan import _startup
 from nsysan._atomic import Terminated, remove_leftovers, terminating
-from nsysan.cli.parser import build_parser
 from nsysan.errors import EXPLAINED, explain
 from nsysan.units import clean_text
 
 __all__ = ["build_parser", "main", "run"]
+
+
+def build_parser() -> Any:  # imported on first use: ``run`` sets its process up before the options' classes
+    from nsysan.cli.parser import build_parser as build
+    return build()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,8 +36,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: Any) -> int:
-    from nsysan import _startup
-
     try:
         from nsysan.cli import commands
         from nsysan.examples import resolve
@@ -60,7 +63,5 @@ def _run(args: Any) -> int:
 
 def run() -> None:
     """The console entry point: ``main`` in nsysan's own process, then ``_startup.exit_now``."""
-    from nsysan import _startup
-
     _startup.own_process()
     _startup.exit_now(main())

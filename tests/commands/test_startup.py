@@ -42,3 +42,113 @@ def test_the_collector_is_paused_for_the_imports_only(fixture_dir, tmp_path, mon
     assert seen[:2] == [False, True]  # paused until after the imports, then running for the analysis
     assert gc.isenabled()
     gc.unfreeze()
+
+
+# -- the dataclass methods compiled once (nsysan._dataclass_code) --------------------------------------
+
+DESCRIBE = """
+import dataclasses, json, sys, types
+{setup}
+import nsysan.cli.commands, nsysan.pipeline, nsysan.analysis, nsysan.rules, nsysan.report.view, nsysan.report.html
+import nsysan.trace.load, nsysan.analyses
+
+def code(c):  # everything that makes a code object what it is, in plain values
+    return [c.co_name, c.co_qualname, c.co_filename, c.co_firstlineno, c.co_flags, c.co_argcount,
+            c.co_posonlyargcount, c.co_kwonlyargcount, c.co_code.hex(), c.co_linetable.hex(),
+            c.co_exceptiontable.hex(), list(c.co_names), list(c.co_varnames), list(c.co_freevars),
+            list(c.co_cellvars), [code(k) if isinstance(k, types.CodeType) else repr(k) for k in c.co_consts]]
+
+out = {{}}
+for m in list(sys.modules.values()):
+    for v in list(vars(m).values()) if (getattr(m, "__name__", "") or "").startswith("nsysan") else []:
+        if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == m.__name__:
+            out[m.__name__ + "." + v.__qualname__] = {{
+                k: [code(f.__code__), repr(f.__defaults__), repr(f.__kwdefaults__), repr(f.__annotations__)]
+                for k, f in vars(v).items()
+                if isinstance(f, types.FunctionType) and f.__code__.co_filename == "<string>"}}
+from nsysan import _dataclass_code as d
+print(json.dumps({{"classes": out, "compiled": d._compiled, "table": len(d._table),
+                  "patched": getattr(dataclasses, "exec", None) is d._exec}}))
+"""
+
+
+def _cached_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")  # the table (and the bytecode) there, not in the checkout
+    env["NSYSAN_NO_CACHE"] = "1"
+    return env
+
+
+def _table_file(env):
+    import subprocess
+    import sys
+
+    code = "from nsysan import _dataclass_code as d; print(d._file())"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _cli(args, env):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "nsysan", *args], env=env, capture_output=True, text=True)
+
+
+def test_dataclass_methods_from_the_table_are_the_code_python_compiles(fixture_dir, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    env = _cached_env(tmp_path)
+    trace = str(fixture_dir / "ladder_baseline.sqlite")
+    path = _table_file(env)
+    assert path.startswith(env["PYTHONPYCACHEPREFIX"]) and not os.path.exists(path)
+    r = _cli(["analyze", trace, "--json", str(tmp_path / "a.json"), "--html", str(tmp_path / "a.html"), "-q"], env)
+    assert r.returncode == 0, r.stderr
+    assert os.path.getsize(path) > 0  # the first run wrote the table
+
+    def describe(setup):
+        out = subprocess.run([sys.executable, "-c", DESCRIBE.format(setup=setup)], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        return json.loads(out)
+
+    cached = describe("from nsysan import _dataclass_code as d; d.install()")
+    plain = describe("")
+    assert cached["patched"] and not plain["patched"]
+    assert cached["compiled"] == 0 and cached["table"] > 0  # every method came from the table
+    assert len(plain["classes"]) >= 50 and sum(map(len, plain["classes"].values())) >= 150
+    assert cached["classes"] == plain["classes"]  # and each is the code Python compiles itself
+    r2 = _cli(["analyze", trace, "--json", str(tmp_path / "b.json"), "-q"], env)
+    assert r2.returncode == 0 and (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_an_unreadable_table_is_ignored_and_rewritten_and_none_written_without_bytecode(fixture_dir, tmp_path):
+    import importlib.util
+    import marshal
+
+    env = _cached_env(tmp_path)
+    trace = str(fixture_dir / "ladder_baseline.sqlite")
+    path = _table_file(env)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"\x00garbage")
+    r = _cli(["analyze", trace, "--json", str(tmp_path / "a.json"), "-q"], env)
+    assert r.returncode == 0 and r.stderr == ""
+    with open(path, "rb") as f:
+        magic, table = marshal.load(f)
+    assert magic == importlib.util.MAGIC_NUMBER and len(table) > 100
+    os.unlink(path)
+    r = _cli(["analyze", trace, "--json", str(tmp_path / "b.json"), "-q"], {**env, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert r.returncode == 0 and not os.path.exists(path)  # written only where bytecode would be
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_a_library_process_keeps_dataclasses_as_it_is(fixture_dir, tmp_path):
+    import dataclasses
+
+    import nsysan
+
+    result = nsysan.analyze(str(fixture_dir / "ladder_baseline.sqlite"))
+    result.to_json(str(tmp_path / "a.json"))
+    assert "exec" not in vars(dataclasses)  # only the command line's own process installs the table

@@ -1,0 +1,123 @@
+"""The methods ``dataclasses`` generates, compiled once and kept beside nsysan's bytecode, for the
+command line's own process. Standard library only.
+
+``@dataclass`` writes the source of each class's ``__init__``, ``__repr__``, ``__eq__``,
+``__setattr__``... and compiles it with ``exec`` every time the class is created, that is on every
+start: nsysan's 58 dataclasses took 75-100 ms of its ~190 ms of own imports on the 2-core machine
+(a 5 MB trace's whole run is ~1.1 s). ``install`` gives the ``dataclasses`` module an ``exec`` of
+its own that looks each source text up in a table of code objects read from one file, compiling
+only what is not there, with the flags ``exec`` would have used (``dataclasses``' own); ``save``
+writes the table back when something was compiled. The same text compiled with the same flags is
+the same code, so every class is what it would have been; only the compiling is skipped.
+
+The file (``dataclass-code.<tag>.marshal``) lies where Python keeps nsysan's bytecode (its
+``__pycache__``, or under ``PYTHONPYCACHEPREFIX``), carries the interpreter's bytecode magic number
+(another Python reads it as empty), and is written only where bytecode would be
+(not with ``PYTHONDONTWRITEBYTECODE``), atomically, never above ``MAX_ENTRIES`` (then only what this
+run used). A file that cannot be read is ignored; one that cannot be written is not written.
+
+Only ``nsysan.cli.run`` installs it (``_startup.own_process``): a program that imports nsysan as a
+library keeps ``dataclasses`` exactly as it is.
+"""
+
+from __future__ import annotations
+import __future__
+
+import builtins
+import importlib.util
+import marshal
+import os
+import sys
+from typing import Any
+
+MAX_ENTRIES = 5000
+_table: dict[str, Any] = {}
+_used: set[str] = set()
+_compiled = 0
+_path: str | None = None
+_flags = 0
+
+
+def _file() -> str | None:
+    """The table's path: beside this module's bytecode (None where Python has no cache tag)."""
+    if sys.implementation.cache_tag is None:
+        return None
+    try:
+        pyc = importlib.util.cache_from_source(__file__)
+    except (NotImplementedError, ValueError):
+        return None
+    return os.path.join(os.path.dirname(pyc), f"dataclass-code.{sys.implementation.cache_tag}.marshal")
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            magic, table = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if magic != importlib.util.MAGIC_NUMBER or not isinstance(table, dict):
+        return {}
+    return table
+
+
+def _exec(source: Any, globals: Any = None, locals: Any = None, /) -> Any:
+    """``exec`` for ``dataclasses``: a source text it generated, compiled once across runs."""
+    global _compiled
+    if not isinstance(source, str):
+        return builtins.exec(source, globals, locals)
+    code = _table.get(source)
+    if code is None:
+        code = compile(source, "<string>", "exec", flags=_flags, dont_inherit=True)
+        _table[source] = code
+        _compiled += 1
+    _used.add(source)
+    return builtins.exec(code, globals, locals)
+
+
+def install() -> None:
+    """Read the table and give ``dataclasses`` the caching ``exec`` (once; nothing where there is
+    no cache tag)."""
+    import dataclasses
+
+    global _path, _flags
+    if getattr(dataclasses, "exec", None) is _exec:
+        return
+    path = _file()
+    if path is None:
+        return
+    # the future features of dataclasses' own code, which its ``exec`` of a string compiles with
+    # (the features' flags above 0xFFFF: nested_scopes' is an ordinary code flag, generators' is 0)
+    own = dataclasses.dataclass.__code__.co_flags
+    features = (getattr(__future__, n) for n in __future__.all_feature_names)
+    _flags = sum(f.compiler_flag for f in features if f.compiler_flag > 0xFFFF and own & f.compiler_flag)
+    _path = path
+    _table.update(_read(path))
+    dataclasses.exec = _exec  # type: ignore[attr-defined]
+
+
+def uninstall() -> None:
+    """``dataclasses`` with the built-in ``exec`` again (the tests)."""
+    import dataclasses
+
+    if getattr(dataclasses, "exec", None) is _exec:
+        del dataclasses.exec  # type: ignore[attr-defined]
+
+
+def save() -> None:
+    """Write the table back if anything was compiled since it was read (atomically; never raises)."""
+    global _compiled
+    if not _compiled or _path is None or sys.dont_write_bytecode:
+        return
+    table = _table if len(_table) <= MAX_ENTRIES else {s: _table[s] for s in _used}
+    tmp = f"{_path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(_path), exist_ok=True)
+        with open(tmp, "wb") as f:
+            marshal.dump((importlib.util.MAGIC_NUMBER, table), f)
+        os.replace(tmp, _path)
+        _compiled = 0
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
