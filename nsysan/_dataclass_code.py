@@ -1,4 +1,4 @@
-"""The methods ``dataclasses`` generates, compiled once and kept beside nsysan's bytecode, for the
+"""The methods ``dataclasses`` generates, compiled once and kept in the user's cache, for the
 command line's own process. Standard library only.
 
 ``@dataclass`` writes the source of each class's ``__init__``, ``__repr__``, ``__eq__``,
@@ -10,11 +10,13 @@ only what is not there, with the flags ``exec`` would have used (``dataclasses``
 writes the table back when something was compiled. The same text compiled with the same flags is
 the same code, so every class is what it would have been; only the compiling is skipped.
 
-The file (``dataclass-code.<tag>.marshal``) lies where Python keeps nsysan's bytecode (its
-``__pycache__``, or under ``PYTHONPYCACHEPREFIX``), carries the interpreter's bytecode magic number
-(another Python reads it as empty), and is written only where bytecode would be
-(not with ``PYTHONDONTWRITEBYTECODE``), atomically, never above ``MAX_ENTRIES`` (then only what this
-run used). A file that cannot be read is ignored; one that cannot be written is not written.
+The table is one file in the user's cache, ``$XDG_CACHE_HOME/nsysan/code/dataclasses.<tag>.marshal``
+(else ``~/.cache/...``, beside the compiled report templates; ``<tag>`` is the interpreter's, as
+in ``cpython-311``), and carries the interpreter's bytecode magic number (another Python reads it as
+empty). It is written atomically, at the command's exit, when something was compiled, never above
+``MAX_ENTRIES`` (then only what this run used). A file that cannot be read is ignored; one that cannot
+be written is not written. Installations and versions of nsysan share it safely: an entry is the
+source text itself.
 
 Only ``nsysan.cli.run`` installs it (``_startup.own_process``): a program that imports nsysan as a
 library keeps ``dataclasses`` exactly as it is.
@@ -39,14 +41,15 @@ _flags = 0
 
 
 def _file() -> str | None:
-    """The table's path: beside this module's bytecode (None where Python has no cache tag)."""
+    """The table's path in the user's cache (None where Python has no cache tag or there is no home)."""
+    from nsysan._cache import user_cache
+
     if sys.implementation.cache_tag is None:
         return None
     try:
-        pyc = importlib.util.cache_from_source(__file__)
-    except (NotImplementedError, ValueError):
+        return str(user_cache("code") / f"dataclasses.{sys.implementation.cache_tag}.marshal")
+    except (OSError, RuntimeError, KeyError):  # no home directory to find
         return None
-    return os.path.join(os.path.dirname(pyc), f"dataclass-code.{sys.implementation.cache_tag}.marshal")
 
 
 def _read(path: str) -> dict[str, Any]:
@@ -106,7 +109,7 @@ def uninstall() -> None:
 def save() -> None:
     """Write the table back if anything was compiled since it was read (atomically; never raises)."""
     global _compiled
-    if not _compiled or _path is None or sys.dont_write_bytecode:
+    if not _compiled or _path is None:
         return
     table = _table if len(_table) <= MAX_ENTRIES else {s: _table[s] for s in _used}
     tmp = f"{_path}.{os.getpid()}.tmp"

@@ -73,8 +73,8 @@ print(json.dumps({{"classes": out, "compiled": d._compiled, "table": len(d._tabl
 
 
 def _cached_env(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")  # the table (and the bytecode) there, not in the checkout
+    env = dict(os.environ)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # the table there, not in the user's cache
     env["NSYSAN_NO_CACHE"] = "1"
     return env
 
@@ -103,7 +103,7 @@ def test_dataclass_methods_from_the_table_are_the_code_python_compiles(fixture_d
     env = _cached_env(tmp_path)
     trace = str(fixture_dir / "ladder_baseline.sqlite")
     path = _table_file(env)
-    assert path.startswith(env["PYTHONPYCACHEPREFIX"]) and not os.path.exists(path)
+    assert path.startswith(env["XDG_CACHE_HOME"]) and not os.path.exists(path)
     r = _cli(["analyze", trace, "--json", str(tmp_path / "a.json"), "--html", str(tmp_path / "a.html"), "-q"], env)
     assert r.returncode == 0, r.stderr
     assert os.path.getsize(path) > 0  # the first run wrote the table
@@ -123,7 +123,7 @@ def test_dataclass_methods_from_the_table_are_the_code_python_compiles(fixture_d
     assert r2.returncode == 0 and (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
 
 
-def test_an_unreadable_table_is_ignored_and_rewritten_and_none_written_without_bytecode(fixture_dir, tmp_path):
+def test_an_unreadable_table_is_ignored_and_rewritten_and_an_unwritable_one_left(fixture_dir, tmp_path):
     import importlib.util
     import marshal
 
@@ -139,8 +139,10 @@ def test_an_unreadable_table_is_ignored_and_rewritten_and_none_written_without_b
         magic, table = marshal.load(f)
     assert magic == importlib.util.MAGIC_NUMBER and len(table) > 100
     os.unlink(path)
-    r = _cli(["analyze", trace, "--json", str(tmp_path / "b.json"), "-q"], {**env, "PYTHONDONTWRITEBYTECODE": "1"})
-    assert r.returncode == 0 and not os.path.exists(path)  # written only where bytecode would be
+    os.rmdir(os.path.dirname(path))
+    open(os.path.dirname(path), "w").close()  # a file where the folder would be: nothing can be written
+    r = _cli(["analyze", trace, "--json", str(tmp_path / "b.json"), "-q"], env)
+    assert r.returncode == 0 and r.stderr == "" and os.path.isfile(os.path.dirname(path))
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
 
 
