@@ -76,6 +76,7 @@ def _cached_env(tmp_path):
     env = dict(os.environ)
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # the table there, not in the user's cache
     env["NSYSAN_NO_CACHE"] = "1"
+    env["PYTHONHASHSEED"] = "0"  # a frozenset among a method's constants reads in one order in every process
     return env
 
 
