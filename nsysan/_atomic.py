@@ -54,11 +54,12 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated(signum)
 
 
-def _not_terminated() -> None:
+def not_terminated() -> None:
     """Raise ``Terminated`` again where a signal came but its exception was lost: Python runs a
     handler at whatever line the main thread is on, and one raised inside a ``__del__`` or a
-    callback is printed and dropped ("Exception ignored"), so the write went on. Called just before
-    a temp file replaces its target: after SIGTERM or SIGHUP no report replaces an old one."""
+    callback is printed and dropped ("Exception ignored"), so the work went on. Called just before
+    a temp file replaces its target (with the signals held: after SIGTERM or SIGHUP no report
+    replaces an old one) and while a multi-trace run waits for its workers (it stops them)."""
     if _RECEIVED:
         raise Terminated(_RECEIVED[0])
 
@@ -84,10 +85,14 @@ def terminating() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, old in before.items():
-            signal.signal(sig, old)
-        received = _RECEIVED[:]
-        _RECEIVED.clear()  # (a process that lives on writes again)
+        held = _hold_signals(True)  # a signal now waits for the handlers it would find: the old ones
+        try:
+            for sig, old in before.items():
+                signal.signal(sig, old)
+            received = _RECEIVED[:]
+            _RECEIVED.clear()  # (a process that lives on writes again)
+        finally:
+            _hold_signals(False, held)
         if received and signal.getsignal(received[0]) == signal.SIG_DFL:
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -128,7 +133,7 @@ def together() -> Iterator[None]:
                 check()
         held = _hold_signals(True)
         try:
-            _not_terminated()  # a signal before the hold whose exception was lost
+            not_terminated()  # a signal before the hold whose exception was lost
             while items:
                 tmp, path, _check = items[0]
                 os.replace(tmp, path)
@@ -270,13 +275,18 @@ def replacing(path: str | os.PathLike[str], *, prefix: str = ".nsysan-", suffix:
             os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         if check is not None:
             check()
-        _not_terminated()
         batch = getattr(_BATCH, "items", None) if batched else None
         if batch is not None:
+            not_terminated()
             batch.append((tmp, os.fspath(path), check))  # renamed (or removed) by ``together``
         else:
-            os.replace(tmp, path)
-            settled = True
+            held = _hold_signals(True)  # no signal between the check and the rename
+            try:
+                not_terminated()
+                os.replace(tmp, path)
+                settled = True
+            finally:
+                _hold_signals(False, held)
     except BaseException:
         if tmp:
             try:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nsysan import _atomic
 from nsysan.errors import NsysanError, UsageError
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ def run(address: str, jobs: list[tuple[str, RunOptions]], *, timeout_s: float = 
             """Tasks wait, for workers to finish them or for workers that left: ``UsageError`` once
             the scheduler has had none for ``timeout_s`` (they would wait forever)."""
             nonlocal alone_since
+            _atomic.not_terminated()  # a signal whose exception was lost ends the wait
             alone_since = None if _workers(client) else (alone_since or time.monotonic())
             if alone_since is not None and time.monotonic() - alone_since >= min(timeout_s, _MAX_WAIT_S):
                 raise UsageError(f"the Dask scheduler at {address} has had no workers for {timeout_s:g} s; "

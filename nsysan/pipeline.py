@@ -248,7 +248,9 @@ def run_many(jobs: list[tuple[str, RunOptions]], *, jobs_n: int,
     cannot be written (``OutputError``: a full disk, a read-only folder) ends the run at once, as an
     interruption (Ctrl-C, SIGTERM, SIGHUP) does: the workers are stopped (``_executor.stop_pool``), so
     none outlives the command or writes after it, and the error is raised once."""
-    from nsysan import _executor, _startup
+    from concurrent.futures import wait
+
+    from nsysan import _atomic, _executor, _startup
     from nsysan.options import positive_jobs
 
     results, failed = [], 0
@@ -256,8 +258,12 @@ def run_many(jobs: list[tuple[str, RunOptions]], *, jobs_n: int,
     threads = _startup.pool_threads(workers)  # each process analyses on its share of the cores
     pool = _executor.processes(workers, threads)
     try:
+        _atomic.not_terminated()
         futs = [(t, pool.submit(analyze_one, t, o)) for t, o in jobs]
         for t, f in futs:
+            while not f.done():  # a signal whose exception was lost stops the workers too
+                _atomic.not_terminated()
+                wait([f], timeout=0.25)
             try:
                 results.append(f.result())
             except OutputError:

@@ -1,7 +1,8 @@
 """``nsysan._dataclass_code`` on every Python nsysan supports that this machine has (3.10 to 3.13: each
 version's ``dataclasses`` generates its methods its own way; 3.13 compiles a class's methods at
 once): the methods made with the table, cold and warm, are the code that version compiles itself,
-and the classes behave the same. The module runs alone there (it needs only the standard library)."""
+and the classes behave the same. The module runs alone there (it and ``_atomic`` need only the
+standard library)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,13 @@ from pathlib import Path
 pkg = types.ModuleType("nsysan"); pkg.__path__ = []; sys.modules["nsysan"] = pkg
 cache = types.ModuleType("nsysan._cache"); cache.user_cache = lambda kind: Path(sys.argv[2]) / kind
 sys.modules["nsysan._cache"] = cache
-spec = importlib.util.spec_from_file_location("nsysan._dataclass_code", sys.argv[1])
-d = importlib.util.module_from_spec(spec); sys.modules[spec.name] = d; spec.loader.exec_module(d)
+def load(name):  # a module of nsysan from its file (these two import only the standard library)
+    spec = importlib.util.spec_from_file_location(f"nsysan.{name}", f"{sys.argv[1]}/{name}.py")
+    m = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; setattr(pkg, name, m)
+    spec.loader.exec_module(m)
+    return m
+load("_atomic")
+d = load("_dataclass_code")
 if sys.argv[3] == "table":
     d.install()
 SRC = """
@@ -89,7 +95,7 @@ def test_the_table_gives_each_python_its_own_code(version, tmp_path):
     env.pop("PYTHONPATH", None)
 
     def run(mode):
-        r = subprocess.run([exe, "-c", SCRIPT, str(ROOT / "nsysan" / "_dataclass_code.py"), str(tmp_path), mode],
+        r = subprocess.run([exe, "-c", SCRIPT, str(ROOT / "nsysan"), str(tmp_path), mode],
                            env=env, capture_output=True, text=True, timeout=120)
         if r.returncode != 0 and "SyntaxError" in r.stderr:
             pytest.skip(f"python{version} cannot read the module: {r.stderr[-200:]}")

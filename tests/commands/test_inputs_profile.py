@@ -230,7 +230,7 @@ def test_report_without_nsys_says_how_to_export_it(env, tmp_path):
     r = nsysan(["analyze", str(rep), "--no-html"], e, tmp_path)
     assert r.returncode == 5
     assert f"hint: export it first: nsys export --type sqlite {rep}" in r.stderr and "NSYSAN_NSYS" in r.stderr
-    assert not Path(env["XDG_CACHE_HOME"]).exists()
+    assert not (Path(env["XDG_CACHE_HOME"]) / "nsysan" / "exports").exists()  # nothing exported, nothing cached
     # an export already cached is read without nsys
     assert nsysan(["analyze", str(rep), "--no-html", "-q"], env, tmp_path).returncode == 0
     r = nsysan(["analyze", str(rep), "--no-html"], e, tmp_path)

@@ -137,14 +137,23 @@ def test_an_unreadable_table_is_ignored_and_rewritten_and_an_unwritable_one_left
     r = _cli(["analyze", trace, "--json", str(tmp_path / "a.json"), "-q"], env)
     assert r.returncode == 0 and r.stderr == ""
     with open(path, "rb") as f:
-        magic, table = marshal.load(f)
-    assert magic == importlib.util.MAGIC_NUMBER and len(table) > 100
+        form, magic, table = marshal.loads(f.read())
+    assert form == "nsysan-dataclass-code/1" and magic == importlib.util.MAGIC_NUMBER and len(table) > 100
+    # a readable table whose entries are not code (another format at the same path): ignored, rewritten
+    with open(path, "wb") as f:
+        f.write(marshal.dumps((form, magic, {k: (0, v) for k, v in table.items()})))
+    r = _cli(["analyze", trace, "--json", str(tmp_path / "c.json"), "-q"], env)
+    assert r.returncode == 0 and r.stderr == ""
+    with open(path, "rb") as f:
+        assert all(type(v) is type(compile("", "", "exec")) for v in marshal.loads(f.read())[2].values())
+    assert not [n for n in os.listdir(os.path.dirname(path)) if n != os.path.basename(path)]  # no temp file
     os.unlink(path)
     os.rmdir(os.path.dirname(path))
     open(os.path.dirname(path), "w").close()  # a file where the folder would be: nothing can be written
     r = _cli(["analyze", trace, "--json", str(tmp_path / "b.json"), "-q"], env)
     assert r.returncode == 0 and r.stderr == "" and os.path.isfile(os.path.dirname(path))
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "c.json").read_bytes()
 
 
 def test_a_library_process_keeps_dataclasses_as_it_is(fixture_dir, tmp_path):

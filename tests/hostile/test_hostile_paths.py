@@ -370,6 +370,76 @@ def test_a_signal_whose_exception_was_lost_still_keeps_the_old_report(trace, tmp
     assert out.read_text() == "OLD REPORT\n" and os.listdir(out.parent) == ["r.json"]
 
 
+# a multi-trace run whose parent loses the signal's exception as the workers start: it stops them
+CHILD_MULTI_LOST = """
+import signal, sys, time
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+from nsysan import _executor
+real = _executor.processes
+class Dropped:
+    def __del__(self):
+        print("ready", flush=True)
+        time.sleep(20)
+def processes(*a, **k):
+    pool = real(*a, **k)
+    Dropped()
+    return pool
+_executor.processes = processes
+from nsysan.cli import main
+sys.exit(main(["analyze", sys.argv[1], sys.argv[2], "--out-dir", sys.argv[3], "-q", "--force"]))
+"""
+
+
+def test_a_lost_signal_in_a_multi_trace_run_keeps_every_old_report(trace, fixture_dir, tmp_path):
+    out = tmp_path / "out"
+    second = str(fixture_dir / "ladder_baseline.sqlite")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "nsysan", "analyze", str(trace), second, "--out-dir", str(out), "-q"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    names = sorted(os.listdir(out))
+    assert len(names) >= 6  # each trace's JSON and HTML, the summary's
+    for n in names:
+        (out / n).write_text("OLD\n")
+    p = subprocess.Popen([sys.executable, "-c", CHILD_MULTI_LOST, str(trace), second, str(out)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert sorted(os.listdir(out)) == names and all((out / n).read_text() == "OLD\n" for n in names)
+
+
+# a second signal while ``terminating`` puts the old handlers back: it finds the old handler (dies of it)
+CHILD_RESTORE_RACE = """
+import os, signal
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+from nsysan import _atomic
+real = signal.signal
+def restoring(sig, handler):
+    old = real(sig, handler)
+    if sig == signal.SIGTERM and handler == signal.SIG_DFL:  # SIGTERM's handler back: a SIGHUP comes now
+        os.kill(os.getpid(), signal.SIGHUP)
+    return old
+with _atomic.terminating():
+    signal.signal = restoring
+signal.signal = real
+print("lived on", _atomic._RECEIVED, flush=True)
+"""
+
+
+def test_a_signal_while_the_handlers_are_put_back_finds_the_old_ones():
+    r = subprocess.run([sys.executable, "-c", CHILD_RESTORE_RACE], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGHUP, (r.returncode, r.stdout, r.stderr[-2000:])  # not a traceback
+
+
 def _first_call_interrupted(monkeypatch, name: str, *, after: bool) -> None:
     """``os.<name>`` on a temp file of nsysan raises KeyboardInterrupt once (a Ctrl-C arriving there):
     ``after`` the real call (the file was just created), or instead of it (the clean-up interrupted)."""
