@@ -12,7 +12,8 @@ remove them all before the process dies of that signal (as it would have).
 The command line turns SIGTERM and SIGHUP into ``Terminated`` (a ``KeyboardInterrupt``, so every
 clean-up Ctrl-C runs runs for them too: worker processes and nsys' process group stopped, temp files
 removed) for its whole run (``terminating``, installed in one place: ``nsysan.cli.main``). A
-``Terminated`` that Python dropped (raised inside a ``__del__``) still stops every rename after it.
+``Terminated`` (or a Ctrl-C's ``KeyboardInterrupt``) that Python dropped (raised inside a
+``__del__``) still stops every rename after it.
 
 Several outputs that belong together (one trace's JSON, HTML and CSV tables; a run's summary files)
 are renamed together (``together``): each is written to its temp file, and only when all are written
@@ -47,11 +48,17 @@ class Terminated(KeyboardInterrupt):
 
 
 _RECEIVED: list[int] = []  # the signals ``terminating`` turned into ``Terminated``
+_INTERRUPTED: list[int] = []  # the Ctrl-Cs (SIGINT) it saw
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
     _RECEIVED.append(signum)
     raise Terminated(signum)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:  # Python's own SIGINT handler, noted
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
 
 
 def not_terminated() -> None:
@@ -62,6 +69,8 @@ def not_terminated() -> None:
     replaces an old one) and while a multi-trace run waits for its workers (it stops them)."""
     if _RECEIVED:
         raise Terminated(_RECEIVED[0])
+    if _INTERRUPTED:  # a Ctrl-C lost the same way
+        raise KeyboardInterrupt
 
 
 @contextmanager
@@ -74,12 +83,15 @@ def terminating() -> Iterator[None]:
     import sys
 
     _RECEIVED.clear()
+    _INTERRUPTED.clear()
     before: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         try:
             for sig in _SIGNALS:
                 if signal.getsignal(sig) == signal.SIG_DFL:
                     before[sig] = signal.signal(sig, _raise_terminated)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Ctrl-C as before, but noted
+                before[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_interrupt)
         except (ValueError, OSError):  # not the main interpreter
             pass
     try:
@@ -91,6 +103,7 @@ def terminating() -> Iterator[None]:
                 signal.signal(sig, old)
             received = _RECEIVED[:]
             _RECEIVED.clear()  # (a process that lives on writes again)
+            _INTERRUPTED.clear()
         finally:
             _hold_signals(False, held)
         if received and signal.getsignal(received[0]) == signal.SIG_DFL:
@@ -106,6 +119,12 @@ def default_signals() -> None:
     """A worker process' start (forked from a command line in ``terminating``): SIGTERM and SIGHUP
     back to their default action, so the parent can stop it (``_guard`` still removes its temp files)."""
     _RECEIVED.clear()
+    _INTERRUPTED.clear()
+    try:
+        if signal.getsignal(signal.SIGINT) is _raise_interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except (ValueError, OSError):
+        pass
     for sig in _SIGNALS:
         try:
             if signal.getsignal(sig) is _raise_terminated:
