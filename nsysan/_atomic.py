@@ -97,15 +97,12 @@ def terminating() -> Iterator[None]:
     try:
         yield
     finally:
-        held = _hold_signals(True)  # a signal now waits for the handlers it would find: the old ones
-        try:
+        with _held():  # a signal now waits for the handlers it would find: the old ones
             for sig, old in before.items():
                 signal.signal(sig, old)
             received = _RECEIVED[:]
             _RECEIVED.clear()  # (a process that lives on writes again)
             _INTERRUPTED.clear()
-        finally:
-            _hold_signals(False, held)
         if received and signal.getsignal(received[0]) == signal.SIG_DFL:
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -150,8 +147,7 @@ def together() -> Iterator[None]:
         for _tmp, _path, check in items:  # every check before any rename
             if check is not None:
                 check()
-        held = _hold_signals(True)
-        try:
+        with _held():
             not_terminated()  # a signal before the hold whose exception was lost
             while items:
                 tmp, path, _check = items[0]
@@ -159,8 +155,6 @@ def together() -> Iterator[None]:
                 items.pop(0)
                 with _LOCK:
                     _LIVE.discard(tmp)
-        finally:
-            _hold_signals(False, held)
     finally:
         _BATCH.items = None
         for tmp, _path, _check in items:  # not renamed: removed
@@ -181,15 +175,19 @@ def _drop(tmp: str) -> None:
         _LIVE.discard(tmp)
 
 
-def _hold_signals(on: bool, held: Any = None) -> Any:
-    sigs = {*_SIGNALS, signal.SIGINT}
+@contextmanager
+def _held() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT held back in this thread inside the block (delivered after it, to
+    the handlers then in force); nothing where there is no ``pthread_sigmask`` (Windows)."""
     try:
-        if on:
-            return signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-        signal.pthread_sigmask(signal.SIG_SETMASK, held if held is not None else set())
-    except (AttributeError, ValueError, OSError):  # no pthread_sigmask (Windows)
-        pass
-    return None
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {*_SIGNALS, signal.SIGINT})
+    except (AttributeError, ValueError, OSError):
+        held = None
+    try:
+        yield
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def remove_leftovers() -> None:
@@ -299,13 +297,10 @@ def replacing(path: str | os.PathLike[str], *, prefix: str = ".nsysan-", suffix:
             not_terminated()
             batch.append((tmp, os.fspath(path), check))  # renamed (or removed) by ``together``
         else:
-            held = _hold_signals(True)  # no signal between the check and the rename
-            try:
+            with _held():  # no signal between the check and the rename
                 not_terminated()
                 os.replace(tmp, path)
                 settled = True
-            finally:
-                _hold_signals(False, held)
     except BaseException:
         if tmp:
             try:

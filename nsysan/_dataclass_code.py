@@ -103,14 +103,6 @@ def install() -> None:
     dataclasses.exec = _exec  # type: ignore[attr-defined]
 
 
-def uninstall() -> None:
-    """``dataclasses`` with the built-in ``exec`` again (the tests)."""
-    import dataclasses
-
-    if getattr(dataclasses, "exec", None) is _exec:
-        del dataclasses.exec  # type: ignore[attr-defined]
-
-
 def save() -> None:
     """Write the table back if anything was compiled since it was read (atomically, through
     ``_atomic.replacing``: no temp file is left, even by a signal; never raises an ``OSError``)."""
