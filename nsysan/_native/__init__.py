@@ -29,7 +29,7 @@ except ImportError:  # built optionally (the build hook in nsysan/_native/_build
 
 __all__ = ["VERSION", "Unsupported", "c_pass", "int_buffer", "loaded"]
 
-VERSION = 8  # the extension's source version this Python code goes with (``_btree.VERSION``)
+VERSION = 9  # the extension's source version this Python code goes with (``_btree.VERSION``)
 
 Unsupported: type[Exception] = _btree.Unsupported if _btree is not None else ValueError
 

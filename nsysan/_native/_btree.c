@@ -153,6 +153,8 @@ typedef struct {
     int n_fields;          /* highest wanted record field + 1 */
     const int *field_out;  /* per record field: output column or -1 */
     int rowid_out;         /* output column that takes the rowid, or -1 */
+    const int *unmapped;   /* output columns neither a field nor the rowid fills (NULL in every row) */
+    int n_unmapped;
     int n_out;
     char **data;           /* per output column: int64 or int32 values (width) */
     const int *width;      /* 8 or 4 bytes a value */
@@ -178,90 +180,124 @@ static inline void put(Job *j, int o, size_t row, int64_t v) {
     }
 }
 
+/* One leaf page's cells into the columns from row *row_at on. */
+static int decode_page(Job *j, uint32_t pgno, const uint8_t *page, size_t *row_at) {
+    Reader *r = &j->r;
+    const uint32_t max_local = r->usable - 35;
+    size_t row = *row_at;
+    uint32_t hdr = pgno == 1 ? 100 : 0;
+    if (page[hdr] != 0x0D) { r->err = "not a table leaf page"; r->err_page = pgno; goto fail; }
+    uint32_t ncells = be16(page + hdr + 3);
+    const uint8_t *end = page + r->usable;
+    for (uint32_t c = 0; c < ncells; c++) {
+        uint32_t ptr_at = hdr + 8 + 2 * c;
+        if (ptr_at + 2 > r->usable) { r->err = "cell pointer outside the page"; r->err_page = pgno; goto fail; }
+        uint32_t cell = be16(page + ptr_at);
+        if (cell >= r->usable) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
+        const uint8_t *p = page + cell;
+        uint64_t payload, rowid, hsize;
+        int k = varint(p, end, &payload);
+        if (!k) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
+        p += k;
+        k = varint(p, end, &rowid);
+        if (!k) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
+        p += k;
+        if (payload > max_local) { j->unsupported = 1; r->err = "record spills to overflow pages"; goto fail; }
+        if (p + payload > end) { r->err = "record outside the page"; r->err_page = pgno; goto fail; }
+        const uint8_t *rec_end = p + payload;
+        k = varint(p, rec_end, &hsize);
+        if (!k || hsize > payload) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
+        const uint8_t *hp = p + k, *hend = p + hsize, *body = p + hsize;
+        if (row >= j->capacity) { r->err = "more cells than counted"; r->err_page = pgno; goto fail; }
+        int f = 0;
+        for (; f < j->n_fields && hp < hend; f++) {
+            uint64_t st;
+            if (*hp < 0x80) {
+                st = *hp++;  /* nearly every serial type is one byte */
+            } else {
+                k = varint(hp, hend, &st);
+                if (!k) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
+                hp += k;
+            }
+            uint64_t size;
+            if (st < 12) {
+                if (st == 10 || st == 11) { r->err = "reserved serial type"; r->err_page = pgno; goto fail; }
+                size = SERIAL_SIZE[st];
+            } else {
+                size = (st - 12) / 2;
+            }
+            if (body + size > rec_end) { r->err = "record body outside the record"; r->err_page = pgno; goto fail; }
+            int o = j->field_out[f];
+            if (o >= 0) {
+                int64_t v;
+                uint8_t present = 1;
+                switch (st) {  /* big-endian two's complement of 1, 2, 3, 4, 6 or 8 bytes */
+                case 0: v = 0; present = 0; break;  /* NULL */
+                case 1: v = (int8_t)body[0]; break;
+                case 2: v = (int16_t)be16(body); break;
+                case 3: v = (int32_t)(((uint32_t)body[0] << 24) | ((uint32_t)body[1] << 16) | ((uint32_t)body[2] << 8)) >> 8; break;
+                case 4: v = (int32_t)be32(body); break;
+                case 5: v = (int64_t)((((uint64_t)be16(body) << 32) | be32(body + 2)) << 16) >> 16; break;
+                case 6: v = (int64_t)(((uint64_t)be32(body) << 32) | be32(body + 4)); break;
+                case 8: v = 0; break;
+                case 9: v = 1; break;
+                default:  /* REAL, TEXT or BLOB: not for this reader */
+                    j->unsupported = 1;
+                    r->err = "a value that is not an integer";
+                    goto fail;
+                }
+                j->valid[o][row] = present;
+                put(j, o, row, v);
+            }
+            body += size;
+        }
+        /* a record shorter than the schema (columns added later), and the columns no field fills:
+         * NULL */
+        for (; f < j->n_fields; f++) {
+            int o = j->field_out[f];
+            if (o >= 0) { j->valid[o][row] = 0; put(j, o, row, 0); }
+        }
+        for (int u = 0; u < j->n_unmapped; u++) { j->valid[j->unmapped[u]][row] = 0; put(j, j->unmapped[u], row, 0); }
+        if (j->rowid_out >= 0) {
+            put(j, j->rowid_out, row, (int64_t)rowid);
+            j->valid[j->rowid_out][row] = 1;
+        }
+        row++;
+    }
+    *row_at = row;
+    return 0;
+fail:
+    return -1;
+}
+
+/* Leaves that follow each other in the file (as nsys writes its tables) are read together, up to
+ * READ_RUN pages a pread: a 245 MB trace's 60,000 leaves in about 2,000 reads instead of one read
+ * a page. A run that cannot be read whole is read again a page at a time, so an error names its page. */
+#define READ_RUN 32
 static int decode_leaves(Job *j) {
     Reader *r = &j->r;
-    uint8_t *page = malloc(r->page_size);
-    if (!page) { r->err = "out of memory"; return -1; }
-    const uint32_t max_local = r->usable - 35;
-    size_t row = 0;
-    for (size_t li = 0; li < j->n_leaves; li++) {
-        uint32_t pgno = j->leaves[2 * li];
-        if (read_page(r, pgno, page) < 0) goto fail;
-        uint32_t hdr = pgno == 1 ? 100 : 0;
-        if (page[hdr] != 0x0D) { r->err = "not a table leaf page"; r->err_page = pgno; goto fail; }
-        uint32_t ncells = be16(page + hdr + 3);
-        const uint8_t *end = page + r->usable;
-        for (uint32_t c = 0; c < ncells; c++) {
-            uint32_t ptr_at = hdr + 8 + 2 * c;
-            if (ptr_at + 2 > r->usable) { r->err = "cell pointer outside the page"; r->err_page = pgno; goto fail; }
-            uint32_t cell = be16(page + ptr_at);
-            if (cell >= r->usable) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
-            const uint8_t *p = page + cell;
-            uint64_t payload, rowid, hsize;
-            int k = varint(p, end, &payload);
-            if (!k) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
-            p += k;
-            k = varint(p, end, &rowid);
-            if (!k) { r->err = "cell outside the page"; r->err_page = pgno; goto fail; }
-            p += k;
-            if (payload > max_local) { j->unsupported = 1; r->err = "record spills to overflow pages"; goto fail; }
-            if (p + payload > end) { r->err = "record outside the page"; r->err_page = pgno; goto fail; }
-            const uint8_t *rec_end = p + payload;
-            k = varint(p, rec_end, &hsize);
-            if (!k || hsize > payload) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
-            const uint8_t *hp = p + k, *hend = p + hsize, *body = p + hsize;
-            if (row >= j->capacity) { r->err = "more cells than counted"; r->err_page = pgno; goto fail; }
-            for (int o = 0; o < j->n_out; o++) { j->valid[o][row] = 0; put(j, o, row, 0); }
-            for (int f = 0; f < j->n_fields && hp < hend; f++) {
-                uint64_t st;
-                if (*hp < 0x80) {
-                    st = *hp++;  /* nearly every serial type is one byte */
-                } else {
-                    k = varint(hp, hend, &st);
-                    if (!k) { r->err = "bad record header"; r->err_page = pgno; goto fail; }
-                    hp += k;
-                }
-                uint64_t size;
-                if (st < 12) {
-                    if (st == 10 || st == 11) { r->err = "reserved serial type"; r->err_page = pgno; goto fail; }
-                    size = SERIAL_SIZE[st];
-                } else {
-                    size = (st - 12) / 2;
-                }
-                if (body + size > rec_end) { r->err = "record body outside the record"; r->err_page = pgno; goto fail; }
-                int o = j->field_out[f];
-                if (o >= 0) {
-                    int64_t v = 0;
-                    if (st >= 1 && st <= 6) {
-                        uint64_t u = body[0];
-                        for (uint64_t b = 1; b < size; b++) u = (u << 8) | body[b];
-                        unsigned shift = (unsigned)(64 - 8 * size);
-                        v = shift ? (int64_t)(u << shift) >> shift : (int64_t)u; /* sign-extend */
-                        j->valid[o][row] = 1;
-                    } else if (st == 8 || st == 9) {
-                        v = (int64_t)(st - 8);
-                        j->valid[o][row] = 1;
-                    } else if (st != 0) {  /* REAL, TEXT or BLOB: not for this reader */
-                        j->unsupported = 1;
-                        r->err = "a value that is not an integer";
-                        goto fail;
-                    }
-                    put(j, o, row, v);
-                }
-                body += size;
-            }
-            if (j->rowid_out >= 0) {
-                put(j, j->rowid_out, row, (int64_t)rowid);
-                j->valid[j->rowid_out][row] = 1;
-            }
-            row++;
+    uint8_t *buf = malloc((size_t)r->page_size * READ_RUN);
+    if (!buf) { r->err = "out of memory"; return -1; }
+    size_t row = 0, li = 0;
+    while (li < j->n_leaves) {
+        uint32_t first = j->leaves[2 * li];
+        size_t run = 1;
+        while (run < READ_RUN && li + run < j->n_leaves && j->leaves[2 * (li + run)] == first + run) run++;
+        int whole = run > 1 && first >= 1 && (uint64_t)first + run - 1 <= r->n_pages
+                    && read_head(r, first, buf, (size_t)r->page_size * run) == 0;
+        if (!whole) { r->err = NULL; r->err_page = 0; }
+        for (size_t k = 0; k < run; k++) {
+            uint8_t *page = buf + (whole ? k * (size_t)r->page_size : 0);
+            if (!whole && read_page(r, first + (uint32_t)k, page) < 0) goto fail;
+            if (decode_page(j, first + (uint32_t)k, page, &row) < 0) goto fail;
         }
+        li += run;
     }
-    free(page);
+    free(buf);
     j->n_rows = row;
     return 0;
 fail:
-    free(page);
+    free(buf);
     return -1;
 }
 
@@ -330,7 +366,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     int *field_out = NULL;
     int *width = NULL;
-    uint8_t *overflow = NULL;
+    uint8_t *overflow = NULL, *filled = NULL;
+    int *unmapped = NULL, n_unmapped = 0;
     Py_buffer overflow_buf;
     int have_overflow = 0, any_narrow = 0;
     char **data = NULL;
@@ -352,7 +389,9 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     views = calloc((size_t)(2 * n_out + 1), sizeof *views);
     width = calloc((size_t)(n_out ? n_out : 1), sizeof *width);
     overflow = calloc((size_t)(n_out ? n_out : 1), 1);
-    if (!field_out || !data || !valid || !views || !width || !overflow) { PyErr_NoMemory(); goto out; }
+    filled = calloc((size_t)(n_out ? n_out : 1), 1);
+    unmapped = calloc((size_t)(n_out ? n_out : 1), sizeof *unmapped);
+    if (!field_out || !data || !valid || !views || !width || !overflow || !filled || !unmapped) { PyErr_NoMemory(); goto out; }
     if (overflow_obj != NULL && overflow_obj != Py_None) {
         if (PyObject_GetBuffer(overflow_obj, &overflow_buf, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
         have_overflow = 1;
@@ -362,8 +401,12 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(fields, i));
         if (v == -1 && PyErr_Occurred()) goto out;
         if (v >= n_out || v < -1) { PyErr_SetString(PyExc_ValueError, "bad output column"); goto out; }
+        if (v >= 0 && (filled[v] || v == rowid_out)) { PyErr_SetString(PyExc_ValueError, "an output column filled twice"); goto out; }
+        if (v >= 0) filled[v] = 1;
         field_out[i] = (int)v;
     }
+    for (Py_ssize_t o = 0; o < n_out; o++)
+        if (!filled[o] && o != rowid_out) unmapped[n_unmapped++] = (int)o;
     for (Py_ssize_t o = 0; o < n_out; o++) {
         PyObject *pair = PyList_GET_ITEM(outputs, o);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) { PyErr_SetString(PyExc_TypeError, "outputs: (data, valid) pairs"); goto out; }
@@ -386,6 +429,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     j.n_fields = (int)n_fields;
     j.field_out = field_out;
     j.rowid_out = rowid_out;
+    j.unmapped = unmapped;
+    j.n_unmapped = n_unmapped;
     j.n_out = (int)n_out;
     if (any_narrow && !have_overflow) { PyErr_SetString(PyExc_ValueError, "int32 outputs need an overflow buffer"); goto out; }
     j.data = data;
@@ -407,6 +452,8 @@ out:
     if (have_overflow) PyBuffer_Release(&overflow_buf);
     free(width);
     free(overflow);
+    free(filled);
+    free(unmapped);
     for (int v = 0; v < n_views; v++) PyBuffer_Release(&views[v]);
     PyBuffer_Release(&leaves_buf);
     free(views);
@@ -1435,6 +1482,6 @@ PyMODINIT_FUNC PyInit__btree(void) {
         return NULL;
     }
     Py_INCREF(Unsupported);
-    if (PyModule_AddIntConstant(m, "VERSION", 8) < 0) { Py_DECREF(m); return NULL; }
+    if (PyModule_AddIntConstant(m, "VERSION", 9) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -313,6 +313,73 @@ def test_truncated_file_is_declined(tmp_path):
         assert db.direct_read(p, leaf_rows) is not None
 
 
+def _decode_starts(fd: int, size: int, leaf_rows: np.ndarray) -> np.ndarray:
+    """The extension's own decode of the kernel table's ``start`` (record field 0) over ``leaf_rows``,
+    with the file taken to be ``size`` bytes long."""
+    from nsysan._native import _btree
+
+    n = int(leaf_rows[:, 1].sum())
+    data, valid = np.zeros(n, np.int64), np.zeros(n, np.uint8)
+    _btree.decode(fd, 4096, 0, size, np.ascontiguousarray(leaf_rows.astype(np.uint32)).tobytes(), (0,), -1,
+                  [(data, valid)])
+    assert valid.all()
+    return data
+
+
+def test_runs_of_leaves_are_read_together_and_errors_name_their_page(tmp_path):
+    """Leaves that follow each other in the file are read by one pread (up to 32 pages): the same
+    values as SQLite's, in rowid order; where the file ends inside such a run, or a run reaches past
+    the pages the header counts, the error names the first page missing, as a page-by-page read did."""
+    from nsysan._native import Unsupported
+
+    path = _export(tmp_path / "runs.sqlite", [_row(i) for i in range(6000)])
+    with Database(path) as db:
+        _, leaf_rows = db.direct_plan("CUPTI_ACTIVITY_KIND_KERNEL", [("s", "start", None)], None)
+    pages = leaf_rows[:, 0].astype(np.int64)
+    assert len(pages) > 40 and (np.diff(pages) == 1).all()  # one run longer than a read
+    size = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _decode_starts(fd, size, leaf_rows).tolist() == [1000 + 10 * i for i in range(6000)]
+        inside = int(pages[37])  # the sixth page of the second read
+        with pytest.raises(Unsupported, match=rf"page number outside the file \(page {inside}\)"):
+            _decode_starts(fd, (inside - 1) * 4096, leaf_rows)
+    finally:
+        os.close(fd)
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(path.read_bytes()[:(inside - 1) * 4096 + 100])  # the file ends inside page `inside`
+    fd = os.open(cut, os.O_RDONLY)
+    try:  # its header (and the size given) still count the pages that are gone
+        with pytest.raises(Unsupported, match=rf"file shorter than its pages \(page {inside}\)"):
+            _decode_starts(fd, size, leaf_rows)
+        assert _decode_starts(fd, size, leaf_rows[:37]).tolist() == [1000 + 10 * i for i in range(
+            int(leaf_rows[:37, 1].sum()))]
+    finally:
+        os.close(fd)
+
+
+def test_an_output_no_field_fills_is_null_and_one_filled_twice_is_refused(tmp_path):
+    """An output column that no record field (nor the rowid) fills reads as NULL in every row, also
+    over rows whose values were decoded before; two fields into one column are refused."""
+    from nsysan._native import _btree
+
+    path = _export(tmp_path / "map.sqlite", [_row(i) for i in range(500)])
+    with Database(path) as db:
+        _, leaf_rows = db.direct_plan("CUPTI_ACTIVITY_KIND_KERNEL", [("s", "start", None)], None)
+    n = int(leaf_rows[:, 1].sum())
+    leaves = np.ascontiguousarray(leaf_rows.astype(np.uint32)).tobytes()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start, free = (np.full(n, 7, np.int64), np.ones(n, np.uint8)), (np.full(n, 7, np.int64), np.ones(n, np.uint8))
+        _btree.decode(fd, 4096, 0, path.stat().st_size, leaves, (0,), -1, [start, free])
+        assert start[0].tolist() == [1000 + 10 * i for i in range(500)] and start[1].all()
+        assert not free[0].any() and not free[1].any()
+        with pytest.raises(ValueError, match="filled twice"):
+            _btree.decode(fd, 4096, 0, path.stat().st_size, leaves, (0, 0), -1, [start])
+    finally:
+        os.close(fd)
+
+
 def test_switch_off_with_environment(tmp_path, monkeypatch):
     path = _export(tmp_path / "env.sqlite", [_row(i) for i in range(3)])
     monkeypatch.setenv("NSYSAN_READER", "sqlite")
