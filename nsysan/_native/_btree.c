@@ -180,6 +180,12 @@ static inline void put(Job *j, int o, size_t row, int64_t v) {
     }
 }
 
+/* a NULL: value 0, not valid */
+static inline void put_null(Job *j, int o, size_t row) {
+    j->valid[o][row] = 0;
+    put(j, o, row, 0);
+}
+
 /* One leaf page's cells into the columns from row *row_at on. */
 static int decode_page(Job *j, uint32_t pgno, const uint8_t *page, size_t *row_at) {
     Reader *r = &j->r;
@@ -253,11 +259,9 @@ static int decode_page(Job *j, uint32_t pgno, const uint8_t *page, size_t *row_a
         }
         /* a record shorter than the schema (columns added later), and the columns no field fills:
          * NULL */
-        for (; f < j->n_fields; f++) {
-            int o = j->field_out[f];
-            if (o >= 0) { j->valid[o][row] = 0; put(j, o, row, 0); }
-        }
-        for (int u = 0; u < j->n_unmapped; u++) { j->valid[j->unmapped[u]][row] = 0; put(j, j->unmapped[u], row, 0); }
+        for (; f < j->n_fields; f++)
+            if (j->field_out[f] >= 0) put_null(j, j->field_out[f], row);
+        for (int u = 0; u < j->n_unmapped; u++) put_null(j, j->unmapped[u], row);
         if (j->rowid_out >= 0) {
             put(j, j->rowid_out, row, (int64_t)rowid);
             j->valid[j->rowid_out][row] = 1;
