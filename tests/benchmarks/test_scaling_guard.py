@@ -48,6 +48,15 @@ def test_noise_below_the_floor_does_not_fail():
     assert scaling_guard.check(runs({"tiny": lambda s: {1: 0.001, 4: 0.008, 16: 0.03}[s]})) == []
 
 
+def test_a_rule_that_starts_its_work_between_two_scales_is_judged_at_the_next():
+    # serial-copy-compute on slow_iters in CI: an early exit of 1.2 ms at x1 (over the 1 ms "did not
+    # run" mark), its work from x4 on, linear from there; the same growth at the last step fails
+    started = {"rule:serial-copy-compute": lambda s: {1: 0.0012, 4: 0.0656, 16: 0.2186}[s]}
+    assert scaling_guard.check(runs(started)) == []
+    bad = scaling_guard.check(runs(started, scales=(1, 4)))
+    assert bad and "rule:serial-copy-compute" in bad[0] and "x1 -> x4" in bad[0]
+
+
 def test_total_time_and_memory_growth_fail():
     bad = scaling_guard.check(runs(LINEAR, total=lambda s: 0.1 * s * s, mem=lambda s: 2.0 * s * s))
     assert any(b.startswith("total analysis time") for b in bad)
